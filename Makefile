@@ -1,0 +1,32 @@
+# The two commands a new user needs: `make run` and `make test`. Both set themselves up.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m rocketstore.demo ./store
+
+test: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m mypy
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	$(PY) benchmarks/put_get.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,38 @@
+"""rocketstore: a durable message store, byte-compatible with Apache RocketMQ 4.9 store directories."""
+
+from rocketstore.clock import Clock, ManualClock, SystemClock
+from rocketstore.config import FlushDiskType, StoreConfig
+from rocketstore.errors import (
+    CorruptDataError,
+    InvalidMessageError,
+    RocketStoreError,
+    StoreClosedError,
+    StoreConfigError,
+    StoreLockedError,
+)
+from rocketstore.message import Message, MessageExt
+from rocketstore.results import GetMessageResult, GetStatus, PutMessageResult, PutStatus
+from rocketstore.store import MessageStore
+
+__all__ = [
+    "Clock",
+    "CorruptDataError",
+    "FlushDiskType",
+    "GetMessageResult",
+    "GetStatus",
+    "InvalidMessageError",
+    "ManualClock",
+    "Message",
+    "MessageExt",
+    "MessageStore",
+    "PutMessageResult",
+    "PutStatus",
+    "RocketStoreError",
+    "StoreClosedError",
+    "StoreConfig",
+    "StoreConfigError",
+    "StoreLockedError",
+    "SystemClock",
+]
+
+__version__ = "0.1.0"

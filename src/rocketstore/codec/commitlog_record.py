@@ -1,0 +1,331 @@
+"""The commitlog record: the only module that packs or unpacks its bytes.
+
+MESSAGE record (big-endian; ``b`` = born host length, ``s`` = store host length, 8 for IPv4
+and 20 for IPv6, chosen by sysflag bits 0x10 / 0x20)::
+
+    pos        size  field
+    0          4     TOTALSIZE          whole record, this field included
+    4          4     MAGICCODE          0xDAA320A7 (4.x, written) or 0xDAA320AB (5.x: TOPICLENGTH is a short)
+    8          4     BODYCRC            zlib.crc32(body) & 0x7FFFFFFF
+    12         4     QUEUEID
+    16         4     FLAG
+    20         8     QUEUEOFFSET        patched under the append lock
+    28         8     PHYSICALOFFSET     patched under the append lock
+    36         4     SYSFLAG
+    40         8     BORNTIMESTAMP
+    48         b     BORNHOST           address + int port
+    48+b       8     STORETIMESTAMP     patched under the append lock
+    56+b       s     STOREHOST
+    56+b+s     4     RECONSUMETIMES
+    60+b+s     8     PREPAREDTRANSACTIONOFFSET
+    68+b+s     4     BODYLENGTH
+    72+b+s     n     BODY
+    ...        1|2   TOPICLENGTH        byte (4.x) or short (5.x)
+    ...        t     TOPIC              UTF-8
+    ...        2     PROPERTIESLENGTH   short
+    ...        p     PROPERTIES         UTF-8, see codec.properties
+
+BLANK record: TOTALSIZE = bytes left in the segment, MAGICCODE = 0xCBD43194, nothing else
+meaningful. A segment always keeps room for one (8 bytes), so a reader that meets it jumps to
+the next segment, and every segment parses on its own from byte 0.
+
+Decoding checks every length against the buffer and TOTALSIZE against the sum of the parts
+before it allocates anything, so a corrupt length field cannot drive a huge allocation or a
+read past the record.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from rocketstore.errors import CorruptDataError
+
+__all__ = [
+    "BLANK_MAGIC",
+    "END_FILE_MIN_BLANK_LENGTH",
+    "MESSAGE_MAGIC_V1",
+    "MESSAGE_MAGIC_V2",
+    "SYSFLAG_BORNHOST_V6",
+    "SYSFLAG_COMPRESSED",
+    "SYSFLAG_MULTI_TAGS",
+    "SYSFLAG_STOREHOST_V6",
+    "SYSFLAG_TX_MASK",
+    "TX_COMMIT",
+    "TX_NOT",
+    "TX_PREPARED",
+    "TX_ROLLBACK",
+    "DecodedRecord",
+    "SegmentScan",
+    "body_crc",
+    "decode_record",
+    "encode_blank",
+    "encode_message",
+    "patch_positions",
+    "record_length",
+    "store_timestamp_position",
+]
+
+MESSAGE_MAGIC_V1: Final = -626843481  # 0xDAA320A7
+MESSAGE_MAGIC_V2: Final = -626843477  # 0xDAA320AB
+BLANK_MAGIC: Final = -875286124  # 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH: Final = 8
+
+SYSFLAG_COMPRESSED: Final = 0x1
+SYSFLAG_MULTI_TAGS: Final = 0x2
+SYSFLAG_TX_MASK: Final = 0xC
+TX_NOT: Final = 0x0
+TX_PREPARED: Final = 0x4
+TX_COMMIT: Final = 0x8
+TX_ROLLBACK: Final = 0xC
+SYSFLAG_BORNHOST_V6: Final = 0x10
+SYSFLAG_STOREHOST_V6: Final = 0x20
+
+_SIZE_MAGIC = struct.Struct(">ii")
+_PREFIX = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
+assert _PREFIX.size == 48
+_POSITIONS = struct.Struct(">qq")  # QUEUEOFFSET, PHYSICALOFFSET at byte 20
+_QUEUE_OFFSET_POS: Final = 20
+_TIMESTAMP = struct.Struct(">q")
+_BODY_LEN_POS_BASE: Final = 68  # + b + s
+_U16 = struct.Struct(">H")
+_I16 = struct.Struct(">h")
+
+
+def _host_len(v6: bool) -> int:
+    return 20 if v6 else 8
+
+
+# Everything from BORNHOST to BODYLENGTH, one Struct per (born v6, store v6).
+_MIDDLE: dict[tuple[bool, bool], struct.Struct] = {
+    (b6, s6): struct.Struct(f">{16 if b6 else 4}siq{16 if s6 else 4}siiqi")
+    for b6 in (False, True)
+    for s6 in (False, True)
+}
+# The whole fixed head, TOTALSIZE to BODYLENGTH, for encoding in one call.
+_HEAD: dict[tuple[bool, bool], struct.Struct] = {
+    key: struct.Struct(">iiiiiqqiq" + mid.format[1:]) for key, mid in _MIDDLE.items()
+}
+for (_b6, _s6), _s in _HEAD.items():
+    assert _s.size == _BODY_LEN_POS_BASE + 4 + _host_len(_b6) + _host_len(_s6)
+
+_MIN_RECORD = _BODY_LEN_POS_BASE + 4 + 8 + 8 + 1 + 2  # empty body, topic, properties
+
+
+def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int, v2: bool = False) -> int:
+    """TOTALSIZE of a MESSAGE record with these parts."""
+    return (
+        _BODY_LEN_POS_BASE + 4
+        + _host_len(bool(sys_flag & SYSFLAG_BORNHOST_V6))
+        + _host_len(bool(sys_flag & SYSFLAG_STOREHOST_V6))
+        + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
+    )
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    """Offset of STORETIMESTAMP inside a record with this sysflag."""
+    return 48 + _host_len(bool(sys_flag & SYSFLAG_BORNHOST_V6))
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def encode_message(
+    *,
+    body: bytes | memoryview,
+    topic: bytes,
+    properties: bytes,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_addr: bytes,
+    born_port: int,
+    store_addr: bytes,
+    store_port: int,
+    store_timestamp: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    crc: int | None = None,
+) -> bytes:
+    """A complete 4.x MESSAGE record. ``sys_flag`` must already carry the host v6 bits.
+
+    Callers validate lengths first (topic <= 127 bytes, properties <= 32767 bytes); a value
+    that does not fit its field raises ``struct.error`` here rather than writing garbage.
+    """
+    key = (bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))
+    total = record_length(sys_flag, len(body), len(topic), len(properties))
+    head = _HEAD[key].pack(
+        total, MESSAGE_MAGIC_V1, body_crc(body) if crc is None else crc, queue_id, flag,
+        queue_offset, physical_offset, sys_flag, born_timestamp,
+        born_addr, born_port, store_timestamp, store_addr, store_port,
+        reconsume_times, prepared_transaction_offset, len(body),
+    )
+    if len(topic) > 127:
+        raise struct.error("topic longer than 127 bytes")
+    return b"".join((head, body, bytes((len(topic),)), topic, _I16.pack(len(properties)), properties))
+
+
+def patch_positions(buf: bytearray | memoryview, pos: int, sys_flag: int,
+                    queue_offset: int, physical_offset: int, store_timestamp: int) -> None:
+    """Write the three fields only known under the append lock into a record at ``pos``."""
+    _POSITIONS.pack_into(buf, pos + _QUEUE_OFFSET_POS, queue_offset, physical_offset)
+    _TIMESTAMP.pack_into(buf, pos + store_timestamp_position(sys_flag), store_timestamp)
+
+
+def encode_blank(size: int) -> bytes:
+    """The 8 meaningful bytes of a BLANK record that fills ``size`` bytes."""
+    return _SIZE_MAGIC.pack(size, BLANK_MAGIC)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecord:
+    """Every field of a MESSAGE record at ``position`` (a position in the decoded buffer).
+
+    The body is not copied: ``body_start``/``body_len`` locate it in the buffer.
+    """
+
+    position: int
+    total_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_addr: bytes
+    born_port: int
+    store_timestamp: int
+    store_addr: bytes
+    store_port: int
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body_start: int
+    body_len: int
+    topic: str
+    properties: str
+
+
+def _corrupt(reason: str, pos: int) -> CorruptDataError:
+    return CorruptDataError(reason, offset=pos)
+
+
+def decode_record(buf: bytes | bytearray | memoryview, pos: int, end: int | None = None, *,
+                  check_crc: bool = False) -> DecodedRecord:
+    """Decode the MESSAGE record at ``buf[pos:]``; ``end`` bounds the readable bytes.
+
+    Raises CorruptDataError (``offset`` = ``pos``) for a BLANK record, an unknown magic, a length
+    that leaves the buffer or disagrees with TOTALSIZE, bad UTF-8, or (``check_crc``) a bad CRC.
+    """
+    limit = len(buf) if end is None else min(end, len(buf))
+    if pos < 0 or pos + 8 > limit:
+        raise _corrupt("truncated record: fewer than 8 bytes left for TOTALSIZE and MAGICCODE", pos)
+    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC:
+        raise _corrupt("BLANK record where a MESSAGE was expected", pos)
+    if magic not in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2):
+        raise _corrupt(f"unknown magic code 0x{magic & 0xFFFFFFFF:08x}", pos)
+    if total < _MIN_RECORD:
+        raise _corrupt(f"TOTALSIZE {total} is smaller than the smallest record", pos)
+    if pos + total > limit:
+        raise _corrupt(f"TOTALSIZE {total} runs past the end of the data ({limit - pos} bytes left)", pos)
+    (_, _, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts) = _PREFIX.unpack_from(buf, pos)
+    key = (bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))
+    middle = _MIDDLE[key]
+    if 48 + middle.size > total:
+        raise _corrupt(f"TOTALSIZE {total} is too small for the record header", pos)
+    (born_addr, born_port, store_ts, store_addr, store_port,
+     reconsume, prepared, body_len) = middle.unpack_from(buf, pos + 48)
+    body_start = pos + 48 + middle.size
+    record_end = pos + total
+    if body_len < 0 or body_start + body_len + 1 > record_end:
+        raise _corrupt(f"BODYLENGTH {body_len} does not fit in TOTALSIZE {total}", pos)
+    p = body_start + body_len
+    v2 = magic == MESSAGE_MAGIC_V2
+    if v2:
+        if p + 2 > record_end:
+            raise _corrupt("record ends inside TOPICLENGTH", pos)
+        topic_len = _U16.unpack_from(buf, p)[0]
+        p += 2
+    else:
+        topic_len = buf[p]
+        p += 1
+    if p + topic_len + 2 > record_end:
+        raise _corrupt(f"TOPICLENGTH {topic_len} does not fit in TOTALSIZE {total}", pos)
+    topic_raw = bytes(buf[p : p + topic_len])
+    p += topic_len
+    props_len = _I16.unpack_from(buf, p)[0]
+    p += 2
+    if props_len < 0 or p + props_len > record_end:
+        raise _corrupt(f"PROPERTIESLENGTH {props_len} does not fit in TOTALSIZE {total}", pos)
+    expected = record_length(sys_flag, body_len, topic_len, props_len, v2)
+    if expected != total:
+        raise _corrupt(f"TOTALSIZE {total} does not match the sum of the record's parts ({expected})", pos)
+    if check_crc:
+        actual = zlib.crc32(memoryview(buf)[body_start : body_start + body_len]) & 0x7FFFFFFF
+        if actual != crc:
+            raise _corrupt(f"body CRC mismatch: stored {crc}, computed {actual}", pos)
+    try:
+        topic = topic_raw.decode("utf-8")
+        props = bytes(buf[p : p + props_len]).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _corrupt(f"topic or properties are not valid UTF-8: {exc.reason}", pos) from None
+    return DecodedRecord(
+        pos, total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
+        born_addr, born_port, store_ts, store_addr, store_port, reconsume, prepared,
+        body_start, body_len, topic, props,
+    )
+
+
+ScanStop = Literal["blank", "end_of_data", "corrupt"]
+
+
+class SegmentScan:
+    """Walk the records of one commitlog segment held in ``buf``, from ``start`` to ``end``.
+
+    Iterating yields each valid MESSAGE record. Iteration stops at a BLANK record
+    (``stop == "blank"``), at zero-filled space or fewer than 8 bytes before ``end``
+    (``"end_of_data"``), or at the first invalid record (``"corrupt"``, with ``error`` saying
+    what was wrong). A corrupt record is never skipped. Afterwards ``position`` is the
+    position just past the last valid record.
+    """
+
+    def __init__(self, buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None, *,
+                 check_crc: bool = False) -> None:
+        self._buf = buf
+        self.position = start
+        self.end = len(buf) if end is None else min(end, len(buf))
+        self._check_crc = check_crc
+        self.stop: ScanStop | None = None
+        self.blank_size = 0
+        self.error: CorruptDataError | None = None
+
+    def __iter__(self) -> Iterator[DecodedRecord]:
+        buf, end, check_crc = self._buf, self.end, self._check_crc
+        pos = self.position
+        while True:
+            if pos + 8 > end:
+                self.stop = "end_of_data"
+                return
+            total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+            if magic == BLANK_MAGIC:
+                self.stop, self.blank_size = "blank", total
+                return
+            if total == 0 and magic == 0:
+                self.stop = "end_of_data"
+                return
+            try:
+                rec = decode_record(buf, pos, end, check_crc=check_crc)
+            except CorruptDataError as exc:
+                self.stop, self.error = "corrupt", exc
+                return
+            self.position = pos = pos + total
+            yield rec

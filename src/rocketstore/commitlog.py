@@ -1,0 +1,239 @@
+"""CommitLog: every message of every topic, appended in one sequence of segment files."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from rocketstore.clock import Clock
+from rocketstore.codec.commitlog_record import (
+    END_FILE_MIN_BLANK_LENGTH,
+    SYSFLAG_TX_MASK,
+    TX_PREPARED,
+    TX_ROLLBACK,
+    DecodedRecord,
+    SegmentScan,
+    encode_blank,
+    patch_positions,
+)
+from rocketstore.codec.host import parse_host
+from rocketstore.config import StoreConfig
+from rocketstore.dispatch_request import DispatchRequest, dispatch_request_from_record
+from rocketstore.message import MessageExt
+from rocketstore.prepare import PreparedMessage
+from rocketstore.results import PutMessageResult, PutStatus
+from rocketstore.storage.mapped_file import MappedFile
+from rocketstore.storage.mapped_file_queue import Allocator, MappedFileQueue
+
+__all__ = ["CommitLog"]
+
+log = logging.getLogger(__name__)
+_NOT_DISPATCHED_TO_QUEUE = (TX_PREPARED, TX_ROLLBACK)
+
+
+class CommitLog:
+    """The append-only log (STORE.md §2, §6).
+
+    Invariants: records never span segments (a record that does not fit, with 8 bytes to
+    spare, is preceded by a BLANK record filling the segment); store timestamps never
+    decrease; ``topic_queue_table[(topic, queue_id)]`` is the next queue offset of each queue,
+    and queue offsets are dense per queue (PREPARED and ROLLBACK records take offset 0 and do
+    not advance it).
+
+    Thread safety: ``append`` serializes writers on one lock; readers are lock-free and see
+    only bytes below a segment's wrote position, which moves after the bytes are in place.
+    Every appended record is also queued, in log order, for the dispatcher
+    (``take_dispatch_requests``) so that dispatch does not parse what was just written.
+    """
+
+    def __init__(self, directory: Path, config: StoreConfig, clock: Clock, *,
+                 allocator: Allocator | None = None, readonly: bool = False) -> None:
+        self.config = config
+        self._clock = clock
+        self.files = MappedFileQueue(directory, config.commitlog_segment_size, allocator=allocator,
+                                     readonly=readonly)
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
+        self._pending: list[DispatchRequest] = []
+        self._last_store_timestamp = 0
+        addr, port = parse_host(config.store_host)
+        self._id_prefix = (addr + port.to_bytes(4, "big")).hex().upper()
+        self.begin_time_in_lock = 0.0  # monotonic time the current append took the lock, 0 when idle
+
+    # --- geometry ------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        """The first readable offset (-1 when the log is empty, as in RocketMQ)."""
+        first = self.files.first
+        return first.from_offset if first is not None else -1
+
+    @property
+    def max_offset(self) -> int:
+        return self.files.max_offset
+
+    # --- writing -------------------------------------------------------------------------
+    def append(self, batch: list[PreparedMessage]) -> list[PutMessageResult]:
+        """Append prepared records under one lock acquisition.
+
+        A batch is patched in a private buffer and copied into the segment in one piece per
+        segment it touches. Raises OSError if a segment cannot be created (nothing of the
+        failing record is visible).
+        """
+        if len(batch) == 1:
+            return [self._append_one(batch[0])]
+        blob = bytearray().join([p.record for p in batch])
+        results: list[PutMessageResult] = []
+        clock, table, pending, prefix = self._clock, self.topic_queue_table, self._pending, self._id_prefix
+        with self._lock:
+            self.begin_time_in_lock = clock.monotonic()
+            try:
+                now = self._stamp()
+                mf = self._segment_for(len(batch[0].record))
+                run_start = 0  # start in blob of the bytes not yet copied
+                seg_pos = mf.wrote_position  # where blob[run_start] goes in the segment
+                blob_pos = 0
+                for p in batch:
+                    length = len(p.record)
+                    pos = seg_pos + (blob_pos - run_start)
+                    if pos + length + END_FILE_MIN_BLANK_LENGTH > mf.size:
+                        self._copy_run(mf, seg_pos, blob, run_start, blob_pos)
+                        mf = self._roll(mf)
+                        run_start, seg_pos, pos = blob_pos, mf.wrote_position, mf.wrote_position
+                    phys = mf.from_offset + pos
+                    key = (p.topic, p.queue_id)
+                    if p.sys_flag & SYSFLAG_TX_MASK in _NOT_DISPATCHED_TO_QUEUE:
+                        qo = 0
+                    else:
+                        qo = table.get(key, 0)
+                        table[key] = qo + 1
+                    patch_positions(blob, blob_pos, p.sys_flag, qo, phys, now)
+                    code = now + p.delay_ms if p.delay_ms else p.tags_code
+                    pending.append(DispatchRequest(phys, length, p.topic, p.queue_id, qo, code, now,
+                                                   p.sys_flag, p.keys, p.uniq_key))
+                    results.append(PutMessageResult(PutStatus.PUT_OK, p.topic, p.queue_id, phys, qo, now,
+                                                    length, prefix))
+                    blob_pos += length
+                self._copy_run(mf, seg_pos, blob, run_start, blob_pos)
+                mf.last_store_timestamp = now
+            finally:
+                self.begin_time_in_lock = 0.0
+        return results
+
+    def _append_one(self, p: PreparedMessage) -> PutMessageResult:
+        length = len(p.record)
+        with self._lock:
+            self.begin_time_in_lock = self._clock.monotonic()
+            try:
+                now = self._stamp()
+                mf = self._segment_for(length)
+                pos = mf.wrote_position
+                phys = mf.from_offset + pos
+                if p.sys_flag & SYSFLAG_TX_MASK in _NOT_DISPATCHED_TO_QUEUE:
+                    qo = 0
+                else:
+                    key = (p.topic, p.queue_id)
+                    table = self.topic_queue_table
+                    qo = table.get(key, 0)
+                    table[key] = qo + 1
+                mf.write_at(pos, p.record)
+                patch_positions(mf.mm, pos, p.sys_flag, qo, phys, now)
+                mf.wrote_position = pos + length
+                mf.last_store_timestamp = now
+                self._pending.append(DispatchRequest(phys, length, p.topic, p.queue_id, qo,
+                                                     now + p.delay_ms if p.delay_ms else p.tags_code, now,
+                                                     p.sys_flag, p.keys, p.uniq_key))
+            finally:
+                self.begin_time_in_lock = 0.0
+        return PutMessageResult(PutStatus.PUT_OK, p.topic, p.queue_id, phys, qo, now, length, self._id_prefix)
+
+    def _stamp(self) -> int:
+        now = self._clock.now_ms()
+        if now < self._last_store_timestamp:
+            now = self._last_store_timestamp
+        self._last_store_timestamp = now
+        return now
+
+    def _segment_for(self, length: int) -> MappedFile:
+        """The segment the next record of ``length`` bytes goes in, rolling past a full one."""
+        mf = self.files.last_for_append()
+        if mf.wrote_position + length + END_FILE_MIN_BLANK_LENGTH > mf.size:
+            mf = self._roll(mf)
+        return mf
+
+    def _roll(self, mf: MappedFile) -> MappedFile:
+        """Close ``mf`` with a BLANK record (unless it is exactly full) and return the next segment."""
+        if not mf.is_full:
+            pos = mf.wrote_position
+            mf.write_at(pos, encode_blank(mf.size - pos))
+            mf.wrote_position = mf.size
+        return self.files.last_for_append()
+
+    @staticmethod
+    def _copy_run(mf: MappedFile, seg_pos: int, blob: bytearray, start: int, end: int) -> None:
+        if end > start:
+            mf.write_at(seg_pos, memoryview(blob)[start:end])
+            mf.wrote_position = seg_pos + (end - start)
+
+    def take_dispatch_requests(self) -> list[DispatchRequest]:
+        """Everything appended since the last call, in log order (for the dispatcher)."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        return pending
+
+    # --- reading -------------------------------------------------------------------------
+    def message_at(self, offset: int, size: int | None = None, tags_code: int | None = None) -> MessageExt | None:
+        """The record at global ``offset`` (None if the offset is outside the readable log)."""
+        mf = self.files.find(offset)
+        if mf is None or not mf.available:
+            return None
+        pos = offset - mf.from_offset
+        if size is None:
+            if pos + 4 > mf.wrote_position:
+                return None
+            size = int.from_bytes(mf.buf[pos : pos + 4], "big", signed=True)
+        if size <= 0 or pos + size > mf.wrote_position:
+            return None
+        return MessageExt(mf.buf[pos : pos + size], 0, tags_code)
+
+    def store_timestamp_at(self, offset: int) -> int:
+        """Store time of the record at ``offset`` (-1 if unreadable)."""
+        msg = self.message_at(offset)
+        if msg is None:
+            return -1
+        try:
+            return msg.store_timestamp
+        except Exception:
+            return -1
+
+    def scan(self, start: int, end: int | None = None, *, check_crc: bool = False
+             ) -> Iterator[tuple[MappedFile, DecodedRecord]]:
+        """Records from global ``start`` to ``end`` (default: the end of the log), in order.
+
+        Jumps over BLANK records to the next segment; stops at the first invalid record.
+        """
+        mf = self.files.find(start)
+        while mf is not None:
+            seg_end = mf.wrote_position if end is None else min(mf.wrote_position, end - mf.from_offset)
+            scan = SegmentScan(mf.buf, start - mf.from_offset, seg_end, check_crc=check_crc)
+            for rec in scan:
+                yield mf, rec
+            if scan.stop == "corrupt":
+                log.error("commitlog record at %d is invalid: %s", mf.from_offset + scan.position, scan.error)
+                return
+            if scan.stop != "blank":
+                return
+            start = mf.from_offset + mf.size
+            if end is not None and start >= end:
+                return
+            mf = self.files.find(start)
+
+    def dispatch_requests(self, start: int, end: int | None = None) -> Iterator[DispatchRequest]:
+        """Dispatch information re-derived from the bytes of ``[start, end)``."""
+        levels = self.config.delay_levels_ms
+        for mf, rec in self.scan(start, end):
+            yield dispatch_request_from_record(rec, mf.from_offset, levels)
+
+    def close(self) -> None:
+        self.files.close()

@@ -1,0 +1,264 @@
+"""StoreConfig: every knob of the store, with RocketMQ 4.9's defaults.
+
+Durations are in milliseconds (as in RocketMQ's ``MessageStoreConfig``) except
+``file_reserved_time``, which is in hours. A config can be built in code or loaded from a
+TOML or ``.properties`` file with ``StoreConfig.from_file``; file keys may use the field names
+below or RocketMQ's own camelCase names (``mappedFileSizeCommitLog``, ``flushDiskType`` ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rocketstore.errors import StoreConfigError
+
+__all__ = ["DEFAULT_DELAY_LEVELS", "FlushDiskType", "StoreConfig"]
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class FlushDiskType(str, enum.Enum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    # --- geometry -------------------------------------------------------------------------
+    commitlog_segment_size: int = 1 << 30
+    consume_queue_entries: int = 300_000
+    index_hash_slots: int = 5_000_000
+    index_max_entries: int = 20_000_000
+    max_message_size: int = 4 * 1024 * 1024
+    # --- flushing ---------------------------------------------------------------------------
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    flush_interval: int = 500
+    flush_least_pages: int = 4
+    flush_thorough_interval: int = 10_000
+    commit_interval: int = 200
+    commit_least_pages: int = 4
+    commit_thorough_interval: int = 200
+    transient_store_pool_enable: bool = False
+    transient_store_pool_size: int = 5
+    sync_flush_timeout: int = 5_000
+    flush_consume_queue_interval: int = 1_000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 60_000
+    warm_mapped_file_enable: bool = False
+    os_page_cache_busy_timeout: int = 1_000
+    # --- index and recovery -----------------------------------------------------------------
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    check_crc_on_recover: bool = True
+    # --- reclamation ------------------------------------------------------------------------
+    delete_when: str = "04"
+    file_reserved_time: int = 72
+    disk_max_used_space_ratio: int = 75
+    disk_clean_forcibly_ratio: int = 85
+    disk_warning_ratio: int = 90
+    clean_resource_interval: int = 10_000
+    delete_commitlog_files_interval: int = 100
+    delete_consume_queue_files_interval: int = 100
+    destroy_mapped_file_interval_forcibly: int = 120_000
+    manual_delete_file_several_times: int = 20
+    # --- reading ----------------------------------------------------------------------------
+    default_query_max_num: int = 32
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_memory: int = 32
+    # --- messages ---------------------------------------------------------------------------
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    store_host: str = "127.0.0.1:10911"
+    generate_uniq_key: bool = True
+    # derived, not settable
+    delay_levels_ms: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.flush_disk_type, str) and not isinstance(self.flush_disk_type, FlushDiskType):
+            try:
+                object.__setattr__(self, "flush_disk_type", FlushDiskType(self.flush_disk_type.upper()))
+            except ValueError:
+                raise StoreConfigError(
+                    f"flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, not {self.flush_disk_type!r}"
+                ) from None
+        for f in dataclasses.fields(self):
+            if not f.init:
+                continue
+            value = getattr(self, f.name)
+            if f.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int)):
+                raise StoreConfigError(f"{f.name} must be an integer, not {value!r}")
+            if f.type in ("bool", bool) and not isinstance(value, bool):
+                raise StoreConfigError(f"{f.name} must be true or false, not {value!r}")
+        _require(self.commitlog_segment_size >= 4096, "commitlog_segment_size must be at least 4096 bytes")
+        _require(self.commitlog_segment_size <= (1 << 31) - 1, "commitlog_segment_size must be below 2 GiB")
+        _require(self.consume_queue_entries >= 1, "consume_queue_entries must be at least 1")
+        _require(self.index_hash_slots >= 1, "index_hash_slots must be at least 1")
+        _require(self.index_max_entries >= 2, "index_max_entries must be at least 2 (entry 0 is unused)")
+        _require(self.max_message_size >= 1, "max_message_size must be positive")
+        for name in ("disk_max_used_space_ratio", "disk_clean_forcibly_ratio", "disk_warning_ratio"):
+            _require(0 < getattr(self, name) <= 100, f"{name} must be a percentage in 1..100")
+        for name in (
+            "flush_interval", "flush_thorough_interval", "commit_interval", "sync_flush_timeout",
+            "flush_consume_queue_interval", "clean_resource_interval", "os_page_cache_busy_timeout",
+        ):
+            _require(getattr(self, name) > 0, f"{name} must be positive (milliseconds)")
+        _require(self.default_query_max_num >= 1, "default_query_max_num must be at least 1")
+        from rocketstore.codec.host import parse_host  # local: codec imports errors only
+
+        try:
+            parse_host(self.store_host)
+        except ValueError as exc:
+            raise StoreConfigError(f"store_host: {exc}") from None
+        object.__setattr__(self, "delay_levels_ms", _parse_delay_levels(self.message_delay_level))
+        for hour in self.delete_when.split(";"):
+            _require(hour.strip().isdigit() and 0 <= int(hour) <= 23,
+                     f"delete_when must be ';'-separated hours 0-23, not {self.delete_when!r}")
+
+    @property
+    def consume_queue_segment_size(self) -> int:
+        """Bytes in one consume-queue segment file (RocketMQ's mappedFileSizeConsumeQueue)."""
+        return self.consume_queue_entries * 20
+
+    @property
+    def index_file_size(self) -> int:
+        """Bytes in one index file: header + slots + entries."""
+        return 40 + self.index_hash_slots * 4 + self.index_max_entries * 20
+
+    @property
+    def max_delay_level(self) -> int:
+        return len(self.delay_levels_ms)
+
+    def replace(self, **changes: Any) -> StoreConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> StoreConfig:
+        """Build from a mapping whose keys are field names or RocketMQ camelCase names."""
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+        kwargs: dict[str, Any] = {}
+        unknown = []
+        for key, raw in values.items():
+            name, convert = _ROCKETMQ_NAMES.get(key, (key, None))
+            if name not in fields:
+                unknown.append(key)
+                continue
+            value = convert(raw) if convert else raw
+            kwargs[name] = _coerce(name, fields[name].type, value)
+        if unknown:
+            raise StoreConfigError(f"unknown store setting(s): {', '.join(sorted(unknown))}")
+        return cls(**kwargs)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> StoreConfig:
+        """Load a ``.toml`` file, or a Java ``.properties`` file (``key=value`` lines)."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise StoreConfigError(f"cannot read config file {str(p)!r}: {exc.strerror}") from None
+        if p.suffix == ".toml":
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:  # pragma: no cover
+                import tomli as tomllib
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise StoreConfigError(f"{p}: {exc}") from None
+            return cls.from_mapping(data)
+        values: dict[str, str] = {}
+        for lineno, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line[0] in "#!":
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise StoreConfigError(f"{p}:{lineno}: expected key=value, got {line!r}")
+            values[key.strip()] = value.strip()
+        return cls.from_mapping(values)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise StoreConfigError(message)
+
+
+def _coerce(name: str, type_name: Any, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    if type_name in ("int", int):
+        try:
+            return int(value)
+        except ValueError:
+            raise StoreConfigError(f"{name} must be an integer, not {value!r}") from None
+    if type_name in ("bool", bool):
+        if value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise StoreConfigError(f"{name} must be true or false, not {value!r}")
+    return value
+
+
+def _parse_delay_levels(spec: str) -> tuple[int, ...]:
+    levels = []
+    for item in spec.split():
+        unit = _DELAY_UNITS_MS.get(item[-1:])
+        if unit is None or not item[:-1].isdigit():
+            raise StoreConfigError(f"message_delay_level: bad level {item!r} (want e.g. '1s 5m 2h')")
+        levels.append(int(item[:-1]) * unit)
+    if not levels:
+        raise StoreConfigError("message_delay_level must name at least one level")
+    return tuple(levels)
+
+
+def _cq_bytes_to_entries(value: Any) -> int:
+    size = int(value)
+    if size % 20:
+        raise StoreConfigError(f"mappedFileSizeConsumeQueue must be a multiple of 20, not {size}")
+    return size // 20
+
+
+_ROCKETMQ_NAMES: dict[str, tuple[str, Any]] = {
+    "mappedFileSizeCommitLog": ("commitlog_segment_size", int),
+    "mappedFileSizeConsumeQueue": ("consume_queue_entries", _cq_bytes_to_entries),
+    "maxHashSlotNum": ("index_hash_slots", int),
+    "maxIndexNum": ("index_max_entries", int),
+    "maxMessageSize": ("max_message_size", int),
+    "flushDiskType": ("flush_disk_type", None),
+    "flushIntervalCommitLog": ("flush_interval", int),
+    "flushCommitLogLeastPages": ("flush_least_pages", int),
+    "flushCommitLogThoroughInterval": ("flush_thorough_interval", int),
+    "commitIntervalCommitLog": ("commit_interval", int),
+    "commitCommitLogLeastPages": ("commit_least_pages", int),
+    "commitCommitLogThoroughInterval": ("commit_thorough_interval", int),
+    "transientStorePoolEnable": ("transient_store_pool_enable", None),
+    "transientStorePoolSize": ("transient_store_pool_size", int),
+    "syncFlushTimeout": ("sync_flush_timeout", int),
+    "flushIntervalConsumeQueue": ("flush_consume_queue_interval", int),
+    "flushConsumeQueueLeastPages": ("flush_consume_queue_least_pages", int),
+    "flushConsumeQueueThoroughInterval": ("flush_consume_queue_thorough_interval", int),
+    "warmMapedFileEnable": ("warm_mapped_file_enable", None),
+    "osPageCacheBusyTimeOutMills": ("os_page_cache_busy_timeout", int),
+    "messageIndexEnable": ("message_index_enable", None),
+    "messageIndexSafe": ("message_index_safe", None),
+    "checkCRCOnRecover": ("check_crc_on_recover", None),
+    "deleteWhen": ("delete_when", str),
+    "fileReservedTime": ("file_reserved_time", int),
+    "diskMaxUsedSpaceRatio": ("disk_max_used_space_ratio", int),
+    "cleanResourceInterval": ("clean_resource_interval", int),
+    "deleteCommitLogFilesInterval": ("delete_commitlog_files_interval", int),
+    "deleteConsumeQueueFilesInterval": ("delete_consume_queue_files_interval", int),
+    "destroyMapedFileIntervalForcibly": ("destroy_mapped_file_interval_forcibly", int),
+    "defaultQueryMaxNum": ("default_query_max_num", int),
+    "maxTransferBytesOnMessageInMemory": ("max_transfer_bytes_on_message_in_memory", int),
+    "maxTransferCountOnMessageInMemory": ("max_transfer_count_on_message_in_memory", int),
+    "messageDelayLevel": ("message_delay_level", str),
+}

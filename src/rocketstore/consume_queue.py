@@ -1,0 +1,283 @@
+"""ConsumeQueue: the per-(topic, queue) index of commitlog positions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from rocketstore.codec.consume_queue_entry import (
+    CQ_ENTRY_SIZE,
+    PRE_BLANK_ENTRY,
+    decode_entries,
+    decode_entry,
+    encode_entry,
+    valid_prefix_length,
+)
+from rocketstore.dispatch_request import DispatchRequest
+from rocketstore.storage.mapped_file_queue import MappedFileQueue
+
+__all__ = ["ConsumeQueue", "ConsumeQueueSet"]
+
+log = logging.getLogger(__name__)
+
+
+class ConsumeQueue:
+    """Entries of one queue (STORE.md §4): queue offset N is the entry at byte N*20.
+
+    Invariants: entries are appended strictly in queue-offset order; a dispatch of an offset
+    already present is ignored; one that would leave a gap is logged and refused. A queue whose
+    first segment starts past offset 0 (after expiry) has the space before its first entry
+    filled with pre-blank entries (``fillPreBlank``). ``min_offset`` is the first entry that
+    points at or after the commitlog's min offset.
+
+    Thread safety: one writer (the dispatcher, or recovery before the store opens); readers
+    read below ``max_offset`` without locks.
+    """
+
+    def __init__(self, topic: str, queue_id: int, directory: Path, entries_per_file: int, *,
+                 readonly: bool = False) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.files = MappedFileQueue(directory, entries_per_file * CQ_ENTRY_SIZE, readonly=readonly)
+        self.max_physical_offset = -1  # end (offset + size) of the last entry's record
+        self.min_logic_offset = 0  # byte position of the first live entry
+        self.last_store_timestamp = 0
+
+    def __repr__(self) -> str:
+        return f"ConsumeQueue({self.topic}/{self.queue_id}, {self.min_offset}..{self.max_offset})"
+
+    # --- offsets -------------------------------------------------------------------------
+    @property
+    def max_offset(self) -> int:
+        """One past the last entry's queue offset."""
+        return self.files.max_offset // CQ_ENTRY_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return self.min_logic_offset // CQ_ENTRY_SIZE
+
+    # --- recovery ------------------------------------------------------------------------
+    def load(self) -> None:
+        self.files.load()
+        self.min_logic_offset = self.files.min_offset
+
+    def recover(self) -> None:
+        """Keep the entries up to the last valid one (offset >= 0, size > 0); cut the rest."""
+        files = self.files.files
+        if not files:
+            return
+        index = max(0, len(files) - 3)
+        end = files[index].from_offset
+        for mf in files[index:]:
+            entries = decode_entries(mf.buf)
+            valid = valid_prefix_length(entries)
+            end = mf.from_offset + valid * CQ_ENTRY_SIZE
+            if valid:
+                last = entries[valid - 1]
+                self.max_physical_offset = int(last["offset"]) + int(last["size"])
+            del entries
+            if valid < len(mf.buf) // CQ_ENTRY_SIZE:
+                break
+        self.files.truncate(end)
+
+    def truncate_after(self, physical_offset: int) -> None:
+        """Drop entries pointing at or past ``physical_offset`` (the commitlog was cut there)."""
+        files = self.files.files
+        cut = None
+        for mf in reversed(files):
+            entries = decode_entries(mf.buf[: mf.wrote_position])
+            beyond = np.flatnonzero(entries["offset"] >= physical_offset)
+            if len(beyond) == 0:
+                break
+            cut = mf.from_offset + int(beyond[0]) * CQ_ENTRY_SIZE
+            del entries, beyond
+            if cut > mf.from_offset:
+                break
+        if cut is not None:
+            log.info("%r: cutting entries from queue offset %d (they point past commitlog offset %d)",
+                     self, cut // CQ_ENTRY_SIZE, physical_offset)
+            self.files.truncate(cut)
+            self.min_logic_offset = min(self.min_logic_offset, cut)
+            last = self.entry_at(self.max_offset - 1) if self.max_offset > self.min_offset else None
+            self.max_physical_offset = last[0] + last[1] if last else -1
+
+    def correct_min_offset(self, commitlog_min_offset: int) -> None:
+        """Move ``min_offset`` to the first entry whose record is still in the commitlog."""
+        first = self.files.first
+        if first is None:
+            return
+        entries = decode_entries(first.buf[: first.wrote_position])
+        live = np.flatnonzero(entries["offset"] >= commitlog_min_offset)
+        if len(live):
+            self.min_logic_offset = max(self.min_logic_offset, first.from_offset + int(live[0]) * CQ_ENTRY_SIZE)
+        else:
+            self.min_logic_offset = max(self.min_logic_offset, self.files.max_offset)
+
+    # --- writing -------------------------------------------------------------------------
+    def put(self, requests: Sequence[DispatchRequest]) -> None:
+        """Append entries for ``requests`` (all of this queue, in queue-offset order)."""
+        run: list[bytes] = []
+        expected = self.max_offset
+        for req in requests:
+            qo = req.queue_offset
+            if qo < expected or req.physical_offset + req.size <= self.max_physical_offset:
+                continue  # already present: dispatch is idempotent
+            if qo > expected:
+                if expected == 0 and not self.files.files:
+                    self._fill_pre_blank(qo)
+                    expected = qo
+                else:
+                    self._write(run)
+                    run = []
+                    log.error("%r: refusing queue offset %d, the queue ends at %d (a gap would be left); "
+                              "record at commitlog offset %d", self, qo, expected, req.physical_offset)
+                    continue
+            run.append(encode_entry(req.physical_offset, req.size, req.tags_code))
+            self.max_physical_offset = req.physical_offset + req.size
+            self.last_store_timestamp = req.store_timestamp
+            expected += 1
+        self._write(run)
+
+    def _write(self, entries: list[bytes]) -> None:
+        if not entries:
+            return
+        data = memoryview(b"".join(entries))
+        while data:
+            mf = self.files.last_for_append(self.files.max_offset)
+            n = min(len(data), mf.free_space)
+            mf.write_at(mf.wrote_position, data[:n])
+            mf.wrote_position += n
+            data = data[n:]
+
+    def _fill_pre_blank(self, queue_offset: int) -> None:
+        """First entry past 0 in an empty queue: start the segment there, padding before it."""
+        logic = queue_offset * CQ_ENTRY_SIZE
+        mf = self.files.last_for_append(logic)
+        pad = logic - mf.from_offset
+        mf.write_at(0, PRE_BLANK_ENTRY * (pad // CQ_ENTRY_SIZE))
+        mf.wrote_position = pad
+        self.files.flushed_where = mf.from_offset
+        self.min_logic_offset = logic
+
+    # --- reading -------------------------------------------------------------------------
+    def entry_at(self, offset: int) -> tuple[int, int, int] | None:
+        """(commitlog offset, size, tagsCode) of queue offset ``offset``, or None."""
+        logic = offset * CQ_ENTRY_SIZE
+        mf = self.files.find(logic)
+        if mf is None or offset < 0:
+            return None
+        pos = logic - mf.from_offset
+        if pos + CQ_ENTRY_SIZE > mf.wrote_position:
+            return None
+        return decode_entry(mf.buf, pos)
+
+    def entries(self, offset: int, max_count: int) -> npt.NDArray[np.void] | None:
+        """Up to ``max_count`` entries from ``offset``, within its segment (a zero-copy array)."""
+        logic = offset * CQ_ENTRY_SIZE
+        mf = self.files.find(logic)
+        if mf is None:
+            return None
+        pos = logic - mf.from_offset
+        end = min(mf.wrote_position, pos + max_count * CQ_ENTRY_SIZE)
+        if pos >= end:
+            return None
+        return decode_entries(mf.buf[pos:end])
+
+    def next_segment_offset(self, offset: int) -> int:
+        """The first queue offset of the segment after the one holding ``offset``."""
+        return self.files.next_segment_start(offset * CQ_ENTRY_SIZE) // CQ_ENTRY_SIZE
+
+    def offset_by_time(self, timestamp: int, store_time_of: Callable[[int], int]) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp``.
+
+        Binary search over store times read from the commitlog (``store_time_of(phy)``);
+        ``max_offset`` when every message is older.
+        """
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            entry = self.entry_at(mid)
+            ts = store_time_of(entry[0]) if entry is not None else -1
+            if ts < timestamp:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def close(self) -> None:
+        self.files.close()
+
+
+class ConsumeQueueSet:
+    """Every consume queue of a store, by (topic, queue id); created on first dispatch."""
+
+    def __init__(self, root: Path, entries_per_file: int, *, readonly: bool = False) -> None:
+        self.root = root
+        self.entries_per_file = entries_per_file
+        self.readonly = readonly
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+
+    def load(self) -> None:
+        """Map every queue directory ``{topic}/{queueId}`` (others are reported and left alone)."""
+        if not self.root.is_dir():
+            return
+        for topic_dir in sorted(self.root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for queue_dir in sorted(topic_dir.iterdir()):
+                if not (queue_dir.is_dir() and queue_dir.name.isdigit()):
+                    log.warning("ignoring %s: not a queue directory", queue_dir)
+                    continue
+                cq = ConsumeQueue(topic_dir.name, int(queue_dir.name), queue_dir, self.entries_per_file,
+                                  readonly=self.readonly)
+                cq.load()
+                self._queues[(cq.topic, cq.queue_id)] = cq
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            cq = ConsumeQueue(topic, queue_id, self.root / topic / str(queue_id), self.entries_per_file,
+                              readonly=self.readonly)
+            cq.files.directory.mkdir(parents=True, exist_ok=True)
+            self._queues = {**self._queues, (topic, queue_id): cq}
+        return cq
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        return iter(list(self._queues.values()))
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    def topics(self) -> dict[str, list[int]]:
+        result: dict[str, list[int]] = {}
+        for topic, qid in sorted(self._queues):
+            result.setdefault(topic, []).append(qid)
+        return result
+
+    def max_physical_offset(self) -> int:
+        return max((cq.max_physical_offset for cq in self._queues.values()), default=-1)
+
+    def put(self, requests: Iterable[DispatchRequest]) -> None:
+        """Append entries for ``requests`` (log order), grouped per queue."""
+        by_queue: dict[tuple[str, int], list[DispatchRequest]] = {}
+        for req in requests:
+            key = (req.topic, req.queue_id)
+            group = by_queue.get(key)
+            if group is None:
+                by_queue[key] = [req]
+            else:
+                group.append(req)
+        for (topic, qid), group in by_queue.items():
+            self.get_or_create(topic, qid).put(group)
+
+    def close(self) -> None:
+        for cq in self._queues.values():
+            cq.close()
+        self._queues = {}

@@ -1,0 +1,79 @@
+"""DispatchService: follows the commitlog and feeds the consume queues and the index."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from itertools import islice
+
+from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK
+from rocketstore.commitlog import CommitLog
+from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.dispatch_request import DispatchRequest
+from rocketstore.index import IndexService
+from rocketstore.service import BackgroundService
+
+__all__ = ["DispatchService"]
+
+log = logging.getLogger(__name__)
+_CATCH_UP_BATCH = 4096
+
+
+class DispatchService(BackgroundService):
+    """RocketMQ's ReputMessageService.
+
+    Records below ``catch_up_to`` (written before this store was opened) are re-parsed from
+    the commitlog starting at ``reput_offset``; records appended since come straight from the
+    writer (``CommitLog.take_dispatch_requests``), in log order, so they are not parsed again.
+    PREPARED and ROLLBACK records are indexed but get no consume-queue entry.
+
+    ``dispatched_to`` is the commitlog offset below which everything is dispatched; waiters
+    on ``changed`` are notified after every round that dispatched something.
+    """
+
+    def __init__(self, commitlog: CommitLog, queues: ConsumeQueueSet, index: IndexService | None, *,
+                 reput_offset: int, on_failure: Callable[[BackgroundService, BaseException], None] | None = None
+                 ) -> None:
+        super().__init__("dispatch", interval=0.001, on_failure=on_failure)
+        self._commitlog = commitlog
+        self._queues = queues
+        self._index = index
+        self.reput_offset = reput_offset
+        self.catch_up_to = commitlog.max_offset
+        self.dispatched_to = reput_offset
+        self.last_store_timestamp = 0
+        self.changed = threading.Condition()
+
+    def run_once(self) -> None:
+        while self.reput_offset < self.catch_up_to:
+            parsed = list(islice(self._commitlog.dispatch_requests(self.reput_offset, self.catch_up_to),
+                                 _CATCH_UP_BATCH))
+            if not parsed:  # only BLANK space left, or a corrupt record (CommitLog.scan logged it)
+                self.catch_up_to = self.reput_offset
+                break
+            self._dispatch(parsed)
+        snapshot = self._commitlog.max_offset
+        requests = self._commitlog.take_dispatch_requests()
+        if requests:
+            self._dispatch(requests)
+        if snapshot > self.dispatched_to:
+            self.dispatched_to = max(snapshot, self.reput_offset)
+            with self.changed:
+                self.changed.notify_all()
+
+    def _dispatch(self, requests: list[DispatchRequest]) -> None:
+        queued = [r for r in requests if r.sys_flag & SYSFLAG_TX_MASK not in (TX_PREPARED, TX_ROLLBACK)]
+        self._queues.put(queued)
+        if self._index is not None:
+            self._index.build(requests)
+        last = requests[-1]
+        self.reput_offset = last.physical_offset + last.size
+        self.last_store_timestamp = last.store_timestamp
+        self.dispatched_to = max(self.dispatched_to, self.reput_offset)
+        with self.changed:
+            self.changed.notify_all()
+
+    @property
+    def behind_bytes(self) -> int:
+        return max(0, self._commitlog.max_offset - self.dispatched_to)

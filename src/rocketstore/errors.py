@@ -1,0 +1,80 @@
+"""Every exception rocketstore raises on purpose.
+
+::
+
+    RocketStoreError                 base of everything below
+    ├── StoreConfigError             a setting is invalid, or does not match the files on disk
+    ├── StoreLockedError             another process (or another open in this one) holds the store
+    ├── StoreClosedError             the store was used after close()
+    ├── InvalidMessageError          a message that must not be stored; carries the PutStatus
+    └── CorruptDataError             bytes on disk (or given to a codec) that break the format;
+                                     carries the path and offset when known
+
+Bad input is rejected before anything is written. Corrupt files are reported with a
+``CorruptDataError`` naming the file and offset; readers never loop on them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocketstore.results import PutStatus
+
+__all__ = [
+    "CorruptDataError",
+    "InvalidMessageError",
+    "RocketStoreError",
+    "StoreClosedError",
+    "StoreConfigError",
+    "StoreLockedError",
+]
+
+
+class RocketStoreError(Exception):
+    """Base class of every error rocketstore raises deliberately."""
+
+
+class StoreConfigError(RocketStoreError, ValueError):
+    """A configuration value is invalid, or the store's files were written with another geometry."""
+
+
+class StoreLockedError(RocketStoreError):
+    """The store directory is already open, by another process or by this one."""
+
+    def __init__(self, path: str, detail: str = "") -> None:
+        self.path = path
+        msg = f"store {path!r} is already open by another process or store instance"
+        super().__init__(f"{msg}: {detail}" if detail else msg)
+
+
+class StoreClosedError(RocketStoreError):
+    """An operation was attempted on a closed store."""
+
+
+class InvalidMessageError(RocketStoreError, ValueError):
+    """A message that cannot be stored: bad topic, too large, bad properties. Nothing was written."""
+
+    def __init__(self, message: str, status: PutStatus) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class CorruptDataError(RocketStoreError):
+    """Bytes that do not follow the on-disk format.
+
+    ``path`` is the file (None for in-memory buffers), ``offset`` the byte position of the
+    damaged structure: a global commitlog offset for commitlog records, a position in the
+    buffer or file otherwise.
+    """
+
+    def __init__(self, reason: str, *, path: str | None = None, offset: int | None = None) -> None:
+        self.reason = reason
+        self.path = path
+        self.offset = offset
+        where = []
+        if path is not None:
+            where.append(path)
+        if offset is not None:
+            where.append(f"offset {offset}")
+        super().__init__(f"{reason} ({', '.join(where)})" if where else reason)

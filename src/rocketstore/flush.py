@@ -1,0 +1,77 @@
+"""Flush services: the commitlog flusher and the consume-queue/index flusher."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.clock import Clock
+from rocketstore.commitlog import CommitLog
+from rocketstore.config import StoreConfig
+from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.index import IndexService
+from rocketstore.service import BackgroundService
+
+__all__ = ["CommitLogFlushService", "ConsumeQueueFlushService"]
+
+FailureHandler = Callable[[BackgroundService, BaseException], None]
+
+
+class CommitLogFlushService(BackgroundService):
+    """ASYNC_FLUSH (RocketMQ's FlushRealTimeService): every ``flush_interval`` ms, msync the
+    commitlog when at least ``flush_least_pages`` pages are dirty, and fully every
+    ``flush_thorough_interval`` ms. Moves the checkpoint's physic timestamp. A failed msync
+    raises out of ``run_once``: the service stops and reports it, it is never ignored.
+    """
+
+    def __init__(self, commitlog: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig, clock: Clock,
+                 on_failure: FailureHandler | None = None) -> None:
+        super().__init__("flush-commitlog", config.flush_interval / 1000, on_failure)
+        self._commitlog = commitlog
+        self._checkpoint = checkpoint
+        self._config = config
+        self._clock = clock
+        self._last_thorough = clock.monotonic()
+
+    def run_once(self) -> None:
+        now = self._clock.monotonic()
+        thorough = self._stopping.is_set() or (now - self._last_thorough) * 1000 >= self._config.flush_thorough_interval
+        if thorough:
+            self._last_thorough = now
+        last = self._commitlog.files.last
+        timestamp = last.last_store_timestamp if last is not None else 0
+        if self._commitlog.files.flush(0 if thorough else self._config.flush_least_pages) and timestamp:
+            self._checkpoint.update(physic=timestamp)
+
+
+class ConsumeQueueFlushService(BackgroundService):
+    """RocketMQ's FlushConsumeQueueService: flushes consume queues and the index, then the
+    checkpoint with the logics and index timestamps of what was just made durable."""
+
+    def __init__(self, queues: ConsumeQueueSet, index: IndexService | None, checkpoint: StoreCheckpoint,
+                 config: StoreConfig, clock: Clock, dispatched_timestamp: Callable[[], int],
+                 on_failure: FailureHandler | None = None) -> None:
+        super().__init__("flush-consume-queue", config.flush_consume_queue_interval / 1000, on_failure)
+        self._queues = queues
+        self._index = index
+        self._checkpoint = checkpoint
+        self._config = config
+        self._clock = clock
+        self._dispatched_timestamp = dispatched_timestamp
+        self._last_thorough = clock.monotonic()
+
+    def run_once(self) -> None:
+        now = self._clock.monotonic()
+        thorough = (self._stopping.is_set()
+                    or (now - self._last_thorough) * 1000 >= self._config.flush_consume_queue_thorough_interval)
+        if thorough:
+            self._last_thorough = now
+        least = 0 if thorough else self._config.flush_consume_queue_least_pages
+        logics = self._dispatched_timestamp()
+        index_ts = self._index.last_store_timestamp if self._index is not None else 0
+        for cq in self._queues:
+            cq.files.flush(least)
+        if self._index is not None:
+            self._index.flush()
+        self._checkpoint.update(logics=logics or None, index=index_ts or None)
+        self._checkpoint.flush()

@@ -1,0 +1,212 @@
+"""Messages as producers give them (``Message``) and as the store returns them (``MessageExt``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, DecodedRecord, decode_record
+from rocketstore.codec.host import format_host
+from rocketstore.codec.java_hash import tags_code as _tags_code
+from rocketstore.codec.message_id import encode_offset_msg_id
+from rocketstore.codec.properties import decode_properties
+
+__all__ = [
+    "PROPERTY_DELAY",
+    "PROPERTY_KEYS",
+    "PROPERTY_REAL_QUEUE_ID",
+    "PROPERTY_REAL_TOPIC",
+    "PROPERTY_TAGS",
+    "PROPERTY_UNIQ_KEY",
+    "PROPERTY_WAIT",
+    "SCHEDULE_TOPIC",
+    "Message",
+    "MessageExt",
+]
+
+PROPERTY_KEYS: Final = "KEYS"
+PROPERTY_TAGS: Final = "TAGS"
+PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"
+PROPERTY_DELAY: Final = "DELAY"
+PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID: Final = "REAL_QID"
+PROPERTY_WAIT: Final = "WAIT"
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+
+@dataclass(slots=True)
+class Message:
+    """A message to store.
+
+    ``keys`` are indexed (``topic#key``) and must not contain spaces. ``sys_flag`` carries the
+    transaction type (0, 0x4 PREPARED, 0x8 COMMIT, 0xC ROLLBACK) and the compressed / multi-tags
+    bits; the host bits are set by the store. ``born_timestamp`` and ``born_host`` default to
+    the store time and the store host. ``uniq_key`` is generated when None and the store's
+    ``generate_uniq_key`` is on.
+    """
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: Sequence[str] = ()
+    properties: Mapping[str, str] | None = None
+    queue_id: int = 0
+    flag: int = 0
+    delay_level: int = 0
+    uniq_key: str | None = None
+    born_timestamp: int | None = None
+    born_host: str | None = None
+    sys_flag: int = 0
+
+class MessageExt:
+    """A stored message, decoded lazily from the record bytes (no copy until a field is read).
+
+    Holding a MessageExt keeps its segment mapped: the buffer is a view of the segment's mmap.
+    Every field of the record is available; ``tags_code`` is the consume-queue code when the
+    message was read through its queue.
+    """
+
+    __slots__ = ("_buf", "_pos", "_props", "_rec", "_tags_code")
+
+    def __init__(self, buf: memoryview | bytes, pos: int = 0, tags_code: int | None = None,
+                 record: DecodedRecord | None = None) -> None:
+        self._buf = buf
+        self._pos = pos
+        self._rec = record
+        self._props: dict[str, str] | None = None
+        self._tags_code = tags_code
+
+    @property
+    def record(self) -> DecodedRecord:
+        rec = self._rec
+        if rec is None:
+            rec = self._rec = decode_record(self._buf, self._pos)
+        return rec
+
+    # --- record fields ------------------------------------------------------------------
+    @property
+    def topic(self) -> str:
+        return self.record.topic
+
+    @property
+    def queue_id(self) -> int:
+        return self.record.queue_id
+
+    @property
+    def queue_offset(self) -> int:
+        return self.record.queue_offset
+
+    @property
+    def physical_offset(self) -> int:
+        return self.record.physical_offset
+
+    @property
+    def store_size(self) -> int:
+        return self.record.total_size
+
+    @property
+    def sys_flag(self) -> int:
+        return self.record.sys_flag
+
+    @property
+    def flag(self) -> int:
+        return self.record.flag
+
+    @property
+    def body_crc(self) -> int:
+        return self.record.body_crc
+
+    @property
+    def reconsume_times(self) -> int:
+        return self.record.reconsume_times
+
+    @property
+    def prepared_transaction_offset(self) -> int:
+        return self.record.prepared_transaction_offset
+
+    @property
+    def born_timestamp(self) -> int:
+        return self.record.born_timestamp
+
+    @property
+    def born_host(self) -> str:
+        rec = self.record
+        return format_host(rec.born_addr, rec.born_port)
+
+    @property
+    def store_timestamp(self) -> int:
+        return self.record.store_timestamp
+
+    @property
+    def store_host(self) -> str:
+        rec = self.record
+        return format_host(rec.store_addr, rec.store_port)
+
+    @property
+    def msg_id(self) -> str:
+        rec = self.record
+        return encode_offset_msg_id(rec.store_addr, rec.store_port, rec.physical_offset)
+
+    @property
+    def body_view(self) -> memoryview:
+        """The body without copying it."""
+        rec = self.record
+        return memoryview(self._buf)[rec.body_start : rec.body_start + rec.body_len]
+
+    @property
+    def body(self) -> bytes:
+        rec = self.record
+        return bytes(self._buf[rec.body_start : rec.body_start + rec.body_len])
+
+    @property
+    def transaction_type(self) -> int:
+        return self.record.sys_flag & SYSFLAG_TX_MASK
+
+    # --- properties ---------------------------------------------------------------------
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._props
+        if props is None:
+            props = self._props = decode_properties(self.record.properties)
+        return props
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get("TAGS")
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get("KEYS")
+        return [k for k in raw.split(" ") if k] if raw else []
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get("UNIQ_KEY")
+
+    @property
+    def tags_code(self) -> int:
+        if self._tags_code is None:
+            self._tags_code = _tags_code(self.tags)
+        return self._tags_code
+
+    def to_dict(self, *, body: bool = True) -> dict[str, Any]:
+        """Every field as plain Python values (body as bytes)."""
+        d: dict[str, Any] = {name: getattr(self, name) for name in _EXPORTED}
+        if body:
+            d["body"] = self.body
+        return d
+
+    def __repr__(self) -> str:
+        try:
+            return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
+                    f"queue_offset={self.queue_offset}, physical_offset={self.physical_offset}, "
+                    f"msg_id={self.msg_id!r}, body={self.record.body_len} bytes)")
+        except Exception as exc:  # a corrupt record still gets a readable repr
+            return f"MessageExt(<undecodable at {self._pos}: {exc}>)"
+
+_EXPORTED: Final = (
+    "topic", "queue_id", "queue_offset", "physical_offset", "store_size", "msg_id", "sys_flag", "flag",
+    "body_crc", "reconsume_times", "prepared_transaction_offset", "born_timestamp", "born_host",
+    "store_timestamp", "store_host", "properties", "keys", "tags", "uniq_key", "tags_code",
+)
+

@@ -1,0 +1,102 @@
+"""Recovery at open (STORE.md §7): make the commitlog, consume queues and index agree again.
+
+Order: consume queues first (each keeps its entries up to the last valid one); then the
+commitlog is scanned to its last valid record, from the third-last segment after a clean
+shutdown, or after a crash from the newest segment whose first record is older than the
+checkpoint says is safe; everything past that record is cut, and consume-queue entries and
+index files pointing past it are dropped. The dispatcher then resumes from ``reput_from``,
+re-dispatching whatever the queues or the index may lack (dispatch is idempotent).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.codec.commitlog_record import SegmentScan
+from rocketstore.commitlog import CommitLog
+from rocketstore.config import StoreConfig
+from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.index import IndexService
+
+__all__ = ["RecoveryReport", "recover"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    abnormal: bool
+    scan_start: int  # commitlog offset the scan began at
+    end_offset: int  # one past the last valid record: the commitlog's max offset now
+    records_scanned: int
+    stop: str  # why the scan ended: "blank" (end of the last segment), "end_of_data" or "corrupt"
+    damage: str | None  # what was wrong with the first invalid record, when stop == "corrupt"
+    segments_deleted: int  # segments wholly past end_offset, removed
+    reput_from: int  # where dispatch resumes
+
+
+def recover(commitlog: CommitLog, queues: ConsumeQueueSet, index: IndexService | None,
+            checkpoint: StoreCheckpoint, config: StoreConfig, *, abnormal: bool) -> RecoveryReport:
+    for cq in queues:
+        cq.recover()
+    files = commitlog.files.files
+    if not files:
+        for cq in queues:
+            cq.truncate_after(0)
+        return RecoveryReport(abnormal, 0, 0, 0, "end_of_data", None, 0, 0)
+
+    start_index = _abnormal_start(commitlog, checkpoint, config) if abnormal else max(0, len(files) - 3)
+    scan_start = files[start_index].from_offset
+    end = scan_start
+    records = 0
+    scan = None
+    for mf in files[start_index:]:
+        scan = SegmentScan(mf.buf, 0, mf.size, check_crc=config.check_crc_on_recover)
+        for _ in scan:
+            records += 1
+        end = mf.from_offset + scan.position
+        if scan.stop != "blank":
+            break
+    assert scan is not None and scan.stop is not None
+    damage = str(scan.error) if scan.error is not None else None
+    if damage:
+        log.warning("recovery: invalid record at commitlog offset %d, everything from there is cut: %s",
+                    end, damage)
+    before = len(commitlog.files.files)
+    commitlog.files.truncate(end)
+    deleted = before - len(commitlog.files.files)
+    log.info("recovery (%s): scanned %d records from commitlog offset %d; the log ends at %d (%s); "
+             "%d later segment(s) deleted", "abnormal" if abnormal else "normal", records, scan_start, end,
+             scan.stop, deleted)
+
+    for cq in queues:
+        if cq.max_physical_offset > end:
+            cq.truncate_after(end)
+    reput_from = max(queues.max_physical_offset(), commitlog.min_offset, 0)
+    if abnormal:
+        reput_from = min(reput_from, scan_start)
+    if index is not None:
+        rebuild_from = index.truncate_after(end)
+        if rebuild_from is not None:
+            log.info("recovery: index entries past %d dropped; re-indexing from %d", end, rebuild_from)
+            reput_from = min(reput_from, rebuild_from)
+    min_offset = commitlog.min_offset
+    table = commitlog.topic_queue_table
+    table.clear()
+    for cq in queues:
+        cq.correct_min_offset(min_offset)
+        table[(cq.topic, cq.queue_id)] = cq.max_offset
+    return RecoveryReport(abnormal, scan_start, end, records, scan.stop, damage, deleted, min(reput_from, end))
+
+
+def _abnormal_start(commitlog: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig) -> int:
+    """Index of the newest segment whose first record was stored before the checkpoint's safe time."""
+    safe = checkpoint.min_timestamp(include_index=config.message_index_enable and config.message_index_safe)
+    files = commitlog.files.files
+    for i in range(len(files) - 1, -1, -1):
+        ts = commitlog.store_timestamp_at(files[i].from_offset)
+        if 0 < ts <= safe:
+            return i
+    return 0

@@ -1,0 +1,89 @@
+"""What puts and gets return."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocketstore.message import MessageExt
+
+__all__ = ["GetMessageResult", "GetStatus", "PutMessageResult", "PutStatus"]
+
+
+class PutStatus(enum.Enum):
+    """RocketMQ's PutMessageStatus. Statuses about the message itself come with an
+    ``InvalidMessageError`` (nothing written); the others describe the store's state."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class GetStatus(enum.Enum):
+    """RocketMQ's GetMessageStatus, same meanings."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+class PutMessageResult:
+    """Outcome of one put. On PUT_OK every field is set; otherwise offsets are -1."""
+
+    __slots__ = ("_id_prefix", "physical_offset", "queue_id", "queue_offset", "status",
+                 "store_timestamp", "topic", "wrote_bytes")
+
+    def __init__(self, status: PutStatus, topic: str = "", queue_id: int = -1, physical_offset: int = -1,
+                 queue_offset: int = -1, store_timestamp: int = 0, wrote_bytes: int = 0,
+                 id_prefix: str = "") -> None:
+        self.status = status
+        self.topic = topic
+        self.queue_id = queue_id
+        self.physical_offset = physical_offset
+        self.queue_offset = queue_offset
+        self.store_timestamp = store_timestamp
+        self.wrote_bytes = wrote_bytes
+        self._id_prefix = id_prefix
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+    @property
+    def msg_id(self) -> str | None:
+        """The offsetMsgId (store host + physical offset), None when nothing was stored."""
+        if self.physical_offset < 0:
+            return None
+        return f"{self._id_prefix}{self.physical_offset:016X}"
+
+    def __repr__(self) -> str:
+        return (f"PutMessageResult({self.status.name}, topic={self.topic!r}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, physical_offset={self.physical_offset}, "
+                f"wrote_bytes={self.wrote_bytes})")
+
+
+@dataclass
+class GetMessageResult:
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        return self.status is GetStatus.FOUND

@@ -1,0 +1,1 @@
+"""Segment files: naming, memory mapping, ordered queues of segments, pre-allocation."""

@@ -1,0 +1,59 @@
+"""AllocateService: creates the next commitlog segment before it is needed.
+
+When the log rolls to segment N, the service is asked for N+1 and creates it in the
+background, so the next roll finds a ready file instead of stalling a put on file creation.
+Pre-created segments that were never used are deleted at a clean stop; after a crash such a
+segment is an all-zero file that recovery removes.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from rocketstore.service import BackgroundService
+from rocketstore.storage.mapped_file import MappedFile
+from rocketstore.storage.paths import segment_name
+
+__all__ = ["AllocateService"]
+
+
+class AllocateService(BackgroundService):
+    """Thread safety: creation happens under one lock, so a file is never created twice."""
+
+    def __init__(self) -> None:
+        super().__init__("allocate", interval=3600.0)
+        self._lock = threading.Lock()
+        self._ready: dict[Path, MappedFile] = {}
+        self._wanted: list[tuple[Path, int]] = []
+
+    def allocate(self, path: Path, size: int) -> MappedFile:
+        """The segment at ``path``: pre-created if ready, else created now. Queues the next one."""
+        with self._lock:
+            mf = self._ready.pop(path, None)
+            if mf is None:
+                mf = MappedFile(path, size, create=True)
+            self._wanted.append((path.with_name(segment_name(mf.from_offset + size)), size))
+        if self.running:
+            self.wakeup()
+        else:
+            self._wanted.clear()
+        return mf
+
+    def run_once(self) -> None:
+        while True:
+            with self._lock:
+                if not self._wanted:
+                    return
+                path, size = self._wanted.pop(0)
+                if path in self._ready or path.exists():
+                    continue
+                self._ready[path] = MappedFile(path, size, create=True)
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        super().stop(timeout)
+        with self._lock:
+            self._wanted.clear()
+            for mf in self._ready.values():
+                mf.destroy()
+            self._ready.clear()

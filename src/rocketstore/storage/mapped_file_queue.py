@@ -1,0 +1,162 @@
+"""MappedFileQueue: the ordered, contiguous segments of one log (commitlog or one consume queue)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from rocketstore.errors import CorruptDataError
+from rocketstore.storage.mapped_file import MappedFile
+from rocketstore.storage.paths import is_segment_name, segment_name
+
+__all__ = ["MappedFileQueue"]
+
+log = logging.getLogger(__name__)
+
+Allocator = Callable[[Path, int], MappedFile]
+
+
+def _create(path: Path, size: int) -> MappedFile:
+    return MappedFile(path, size, create=True)
+
+
+class MappedFileQueue:
+    """Segments of ``file_size`` bytes in ``directory``, ordered by offset, with no gaps.
+
+    The logical space is ``[min_offset, max_offset)``: ``min_offset`` is the first segment's
+    start, ``max_offset`` the last segment's start plus its wrote position.
+
+    Thread safety: one writer appends and rolls; readers use ``files`` lock-free. The list is
+    replaced, never mutated in place, so a reader always sees a consistent snapshot.
+    """
+
+    def __init__(self, directory: Path, file_size: int, *, allocator: Allocator | None = None,
+                 readonly: bool = False) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.readonly = readonly
+        self._allocate = allocator or _create
+        self.files: list[MappedFile] = []
+        self.flushed_where = 0
+
+    # --- loading -------------------------------------------------------------------------
+    def load(self) -> None:
+        """Map every segment in the directory, all marked fully written (recovery trims them)."""
+        if not self.directory.is_dir():
+            return
+        names = sorted(p.name for p in self.directory.iterdir() if is_segment_name(p.name))
+        files = []
+        for name in names:
+            mf = MappedFile(self.directory / name, self.file_size, readonly=self.readonly)
+            mf.wrote_position = mf.flushed_position = self.file_size
+            files.append(mf)
+        for prev, cur in zip(files, files[1:]):
+            if cur.from_offset != prev.from_offset + self.file_size:
+                for mf in files:
+                    mf.close()
+                raise CorruptDataError(
+                    f"segments are not contiguous: {prev.path.name} is followed by {cur.path.name}",
+                    path=str(self.directory),
+                )
+        self.files = files
+        if files:
+            self.flushed_where = files[-1].from_offset + files[-1].wrote_position
+
+    # --- lookup --------------------------------------------------------------------------
+    @property
+    def first(self) -> MappedFile | None:
+        files = self.files
+        return files[0] if files else None
+
+    @property
+    def last(self) -> MappedFile | None:
+        files = self.files
+        return files[-1] if files else None
+
+    @property
+    def min_offset(self) -> int:
+        files = self.files
+        return files[0].from_offset if files else 0
+
+    @property
+    def max_offset(self) -> int:
+        files = self.files
+        return files[-1].from_offset + files[-1].wrote_position if files else 0
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The segment holding global ``offset``, or None."""
+        files = self.files
+        if not files:
+            return None
+        i = (offset - files[0].from_offset) // self.file_size
+        if 0 <= i < len(files):
+            return files[i]
+        return None
+
+    def next_segment_start(self, offset: int) -> int:
+        """The start of the segment after the one holding ``offset``."""
+        return offset + self.file_size - offset % self.file_size
+
+    # --- writing -------------------------------------------------------------------------
+    def last_for_append(self, start_offset: int = 0) -> MappedFile:
+        """The segment to append to, creating the next one when the last is full (or none exists).
+
+        ``start_offset`` places the first segment of an empty queue (aligned down to a segment).
+        """
+        last = self.last
+        if last is not None and not last.is_full:
+            return last
+        if last is None:
+            start = start_offset - start_offset % self.file_size
+        else:
+            start = last.from_offset + self.file_size
+        mf = self._allocate(self.directory / segment_name(start), self.file_size)
+        self.files = [*self.files, mf]
+        return mf
+
+    def truncate(self, offset: int) -> None:
+        """Drop everything at or after global ``offset``: later segments deleted, the tail zeroed."""
+        keep = []
+        for mf in self.files:
+            tail = mf.from_offset + self.file_size
+            if tail <= offset:
+                keep.append(mf)
+            elif mf.from_offset <= offset:
+                pos = offset - mf.from_offset
+                mf.clear_tail(pos)
+                mf.wrote_position = pos
+                mf.flushed_position = min(mf.flushed_position, pos)
+                keep.append(mf)
+            else:
+                log.info("deleting segment %s: it starts after the truncation point %d", mf.path, offset)
+                mf.destroy()
+        self.files = keep
+        self.flushed_where = min(self.flushed_where, offset)
+
+    def flush(self, least_pages: int = 0) -> bool:
+        """Flush from ``flushed_where``; True if something was flushed. Raises OSError."""
+        mf = self.find(self.flushed_where)
+        if mf is None:
+            mf = self.last
+            if mf is None:
+                return False
+        if least_pages > 0 and not mf.is_full and mf.dirty_pages() < least_pages:
+            return False
+        before = self.flushed_where
+        mf.flush()
+        self.flushed_where = mf.from_offset + mf.flushed_position
+        # a full segment was finished: the next one may have data too
+        if mf.is_full and mf is not self.last:
+            self.flush(0)
+        return self.flushed_where > before
+
+    def flush_all(self) -> None:
+        for mf in self.files:
+            mf.flush()
+        self.flushed_where = self.max_offset
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+        self.files = []

@@ -1,0 +1,430 @@
+"""MessageStore: the facade. It wires the components together and holds no format logic."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.clock import Clock, SystemClock
+from rocketstore.codec.java_hash import tags_code
+from rocketstore.codec.message_id import decode_offset_msg_id
+from rocketstore.commitlog import CommitLog
+from rocketstore.config import StoreConfig
+from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.dispatch import DispatchService
+from rocketstore.errors import CorruptDataError, StoreClosedError
+from rocketstore.flush import CommitLogFlushService, ConsumeQueueFlushService
+from rocketstore.index import IndexService
+from rocketstore.message import Message, MessageExt
+from rocketstore.prepare import MessageEncoder
+from rocketstore.recovery import RecoveryReport, recover
+from rocketstore.results import GetMessageResult, GetStatus, PutMessageResult, PutStatus
+from rocketstore.service import BackgroundService
+from rocketstore.storage.allocate import AllocateService
+from rocketstore.storage.paths import StoreLayout
+from rocketstore.store_lock import StoreLock
+
+__all__ = ["MessageStore"]
+
+log = logging.getLogger(__name__)
+_MAX_TIME = (1 << 63) - 1
+_MAX_FILTER_BYTES = 16000  # RocketMQ scans at most this much consume queue per get when filtering
+
+
+class MessageStore:
+    """A store directory, open for reading and writing (or read-only).
+
+    Use ``MessageStore.open(path, config)``, preferably as a context manager. Puts may come from
+    many threads at once; reads are lock-free. Invalid messages raise ``InvalidMessageError``
+    and write nothing; store conditions (closed, failed flush) are reported in the put status.
+    """
+
+    def __init__(self, layout: StoreLayout, config: StoreConfig, clock: Clock, *, readonly: bool) -> None:
+        self.layout = layout
+        self.config = config
+        self.readonly = readonly
+        self._clock = clock
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._lock = StoreLock(layout.lock)
+        self._allocator = AllocateService() if not readonly else None
+        self._commitlog = CommitLog(layout.commitlog, config, clock,
+                                    allocator=self._allocator.allocate if self._allocator else None,
+                                    readonly=readonly)
+        self._queues = ConsumeQueueSet(layout.consume_queue, config.consume_queue_entries, readonly=readonly)
+        self._index = (IndexService(layout.index, config.index_hash_slots, config.index_max_entries, clock,
+                                    readonly=readonly)
+                       if config.message_index_enable else None)
+        self._checkpoint = StoreCheckpoint(layout.checkpoint, readonly=readonly)
+        self._encoder = MessageEncoder(config, clock)
+        self._services: list[BackgroundService] = []
+        self._dispatcher: DispatchService | None = None
+        self.recovery: RecoveryReport | None = None
+        self.abnormal_shutdown_detected = False
+
+    # --- lifecycle -----------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] = "store", config: StoreConfig | None = None, *,
+             clock: Clock | None = None, readonly: bool = False) -> MessageStore:
+        """Open (creating if needed) the store at ``path``, recover it, start its services.
+
+        ``readonly=True`` takes no lock and writes nothing: no abort file, no recovery writes,
+        no dispatch; it reads what is on disk, for stores another process may have open.
+        """
+        layout = StoreLayout(path)
+        cfg = config or StoreConfig()
+        if readonly:
+            if not layout.root.is_dir():
+                raise FileNotFoundError(f"no store directory at {str(layout.root)!r}")
+        else:
+            layout.create_directories()
+        store = cls(layout, cfg, clock or SystemClock(), readonly=readonly)
+        try:
+            store._start()
+        except BaseException:
+            store._shutdown(clean=False)
+            raise
+        return store
+
+    def _start(self) -> None:
+        if not self.readonly:
+            self._lock.acquire()
+        self.abnormal_shutdown_detected = self.layout.abort.exists()
+        self._commitlog.files.load()
+        self._queues.load()
+        if self._index is not None:
+            self._index.load()
+        self.recovery = recover(self._commitlog, self._queues, self._index, self._checkpoint, self.config,
+                                abnormal=self.abnormal_shutdown_detected)
+        if self.readonly:
+            return
+        self.layout.abort.touch()
+        dispatcher = DispatchService(self._commitlog, self._queues, self._index,
+                                     reput_offset=self.recovery.reput_from, on_failure=self._service_failed)
+        # Re-dispatch what the queues and index lack before any put, so queue offsets continue densely.
+        dispatcher.run_once()
+        table = self._commitlog.topic_queue_table
+        for cq in self._queues:
+            table[(cq.topic, cq.queue_id)] = cq.max_offset
+        self._dispatcher = dispatcher
+        assert self._allocator is not None
+        self._services = [
+            self._allocator,
+            dispatcher,
+            CommitLogFlushService(self._commitlog, self._checkpoint, self.config, self._clock,
+                                  on_failure=self._service_failed),
+            ConsumeQueueFlushService(self._queues, self._index, self._checkpoint, self.config, self._clock,
+                                     lambda: dispatcher.last_store_timestamp, on_failure=self._service_failed),
+        ]
+        for service in self._services:
+            service.start()
+
+    def _service_failed(self, service: BackgroundService, exc: BaseException) -> None:
+        log.error("store service %s failed (%s); the store refuses writes from now on", service.name, exc)
+        self._failure = exc
+
+    def close(self) -> None:
+        """Drain dispatch, flush everything, write the checkpoint, remove ``abort``, unlock."""
+        if self._closed:
+            return
+        self._shutdown(clean=True)
+
+    def _shutdown(self, *, clean: bool) -> None:
+        self._closed = True
+        errors: list[BaseException] = []
+        for service in self._services:  # allocate, dispatch, flush-commitlog, flush-consume-queue
+            try:
+                service.stop()
+            except BaseException as exc:
+                errors.append(exc)
+            if service.failure is not None:
+                errors.append(service.failure)
+        if clean and not self.readonly and self._dispatcher is not None and not errors:
+            try:
+                self._commitlog.files.flush_all()
+                for cq in self._queues:
+                    cq.files.flush_all()
+                if self._index is not None:
+                    self._index.flush()
+                last = self._commitlog.files.last
+                self._checkpoint.update(
+                    physic=last.last_store_timestamp if last else None,
+                    logics=self._dispatcher.last_store_timestamp or None,
+                    index=self._index.last_store_timestamp or None if self._index else None,
+                )
+                self._checkpoint.flush()
+                self.layout.abort.unlink(missing_ok=True)
+            except BaseException as exc:
+                errors.append(exc)
+        self._commitlog.close()
+        self._queues.close()
+        if self._index is not None:
+            self._index.close()
+        self._lock.release()
+        if errors and clean:
+            raise errors[0]
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {str(self.layout.root)!r} is closed")
+
+    # --- writing -------------------------------------------------------------------------
+    def put_message(self, msg: Message) -> PutMessageResult:
+        """Store one message. Raises InvalidMessageError (nothing written) for a bad message."""
+        return self.put_messages((msg,))[0]
+
+    def put_messages(self, msgs: Sequence[Message]) -> list[PutMessageResult]:
+        """Store a batch under one lock acquisition: all of it, or (bad message) none of it."""
+        self._check_open()
+        if not msgs:
+            return []
+        prepared = self._encoder.prepare_many(msgs) if len(msgs) > 1 else [self._encoder.prepare(msgs[0])]
+        unavailable = self._unavailable_reason()
+        if unavailable is not None:
+            log.warning("put refused: %s", unavailable)
+            return [PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in prepared]
+        try:
+            return self._commitlog.append(prepared)
+        except OSError as exc:
+            log.error("put failed, could not create or write a commitlog segment: %s", exc)
+            return [PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in prepared]
+
+    def _unavailable_reason(self) -> str | None:
+        if self.readonly:
+            return "the store is open read-only"
+        if self._closed:
+            return "the store is closed"
+        if self._failure is not None:
+            return f"a store service failed: {self._failure}"
+        return None
+
+    # --- dispatch progress ---------------------------------------------------------------
+    def wait_dispatched(self, timeout: float | None = None) -> bool:
+        """Block until everything appended so far is visible to readers; False on timeout."""
+        self._check_open()
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            return True
+        target = self._commitlog.max_offset
+        dispatcher.wakeup()
+        with dispatcher.changed:
+            return dispatcher.changed.wait_for(
+                lambda: dispatcher.dispatched_to >= target or dispatcher.failure is not None, timeout
+            ) and dispatcher.failure is None
+
+    def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
+        """Block until the queue's max offset passes ``offset`` (a message at ``offset`` is readable)."""
+        self._check_open()
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            return self.max_offset_in_queue(topic, queue_id) > offset
+        with dispatcher.changed:
+            return dispatcher.changed.wait_for(lambda: self.max_offset_in_queue(topic, queue_id) > offset, timeout)
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        return self._dispatcher.behind_bytes if self._dispatcher is not None else 0
+
+    # --- reading through queues ----------------------------------------------------------
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
+                    tags: str | Iterable[str] | None = None) -> GetMessageResult:
+        """Read up to ``max_msgs`` messages of a queue from ``offset`` (RocketMQ's getMessage).
+
+        ``tags``: None or ``"*"`` for all, ``"TagA || TagB"`` or a list of tags. A message
+        matches when its tagsCode and its real tag both match. As in RocketMQ, one call
+        returns at most ``max_transfer_count_on_message_in_memory`` messages and
+        ``max_transfer_bytes_on_message_in_memory`` bytes, and reads within one
+        consume-queue segment.
+        """
+        self._check_open()
+        del group  # accepted for RocketMQ's signature; consumer offsets are kept elsewhere
+        cq = self._queues.get(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_offset, max_offset = cq.min_offset, cq.max_offset
+        if max_offset == 0:
+            return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+        if offset < min_offset:
+            return GetMessageResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            nxt = min_offset if min_offset == 0 else max_offset
+            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
+        tag_filter = _parse_tags(tags)
+        entries = cq.entries(offset, max(_MAX_FILTER_BYTES // 20, max_msgs))
+        if entries is None:
+            return GetMessageResult(GetStatus.OFFSET_FOUND_NULL, cq.next_segment_offset(offset), min_offset,
+                                    max_offset)
+        phys, sizes, codes = (entries["offset"].tolist(), entries["size"].tolist(),
+                              entries["tags_code"].tolist())
+        del entries
+        status = GetStatus.NO_MATCHED_MESSAGE
+        messages: list[MessageExt] = []
+        total = 0
+        max_bytes = self.config.max_transfer_bytes_on_message_in_memory
+        max_count = min(max_msgs, self.config.max_transfer_count_on_message_in_memory)
+        skip_below = -1
+        message_at = self._commitlog.message_at
+        n = len(phys)
+        i = 0
+        while i < n:
+            phy, size, code = phys[i], sizes[i], codes[i]
+            if phy < skip_below:
+                i += 1
+                continue
+            if messages and (len(messages) >= max_count or total + size > max_bytes):
+                break
+            if tag_filter is not None and code not in tag_filter[0]:
+                i += 1
+                continue
+            msg = message_at(phy, size, code)
+            if msg is None:
+                if not messages:
+                    status = GetStatus.MESSAGE_WAS_REMOVING
+                skip_below = self._commitlog.files.next_segment_start(phy)
+                i += 1
+                continue
+            if tag_filter is not None and msg.tags not in tag_filter[1]:
+                i += 1
+                continue
+            messages.append(msg)
+            total += size
+            status = GetStatus.FOUND
+            skip_below = -1
+            i += 1
+        return GetMessageResult(status, offset + i, min_offset, max_offset, messages)
+
+    # --- lookups ---------------------------------------------------------------------------
+    def look_message_by_offset(self, physical_offset: int) -> MessageExt | None:
+        """The message whose record starts at ``physical_offset``; None if there is none."""
+        self._check_open()
+        msg = self._commitlog.message_at(physical_offset)
+        if msg is None:
+            return None
+        try:
+            msg.record  # noqa: B018 - decode now: an offset inside a record is not a message
+        except CorruptDataError:
+            return None
+        return msg
+
+    def view_message_by_id(self, msg_id: str) -> MessageExt | None:
+        """The message with this offsetMsgId. Raises CorruptDataError for a malformed id."""
+        _, _, offset = decode_offset_msg_id(msg_id)
+        return self.look_message_by_offset(offset)
+
+    def iter_query_message(self, topic: str, key: str, begin: int = 0, end: int | None = None
+                           ) -> Iterator[MessageExt]:
+        """Every message of ``topic`` with KEYS ``key`` or UNIQ_KEY ``key`` stored in [begin, end],
+        newest first. Index hash matches are checked against the real topic and key."""
+        self._check_open()
+        if self._index is None:
+            return
+        stop = _MAX_TIME if end is None else end
+        for phy in self._index.lookup(topic, key, begin, stop):
+            msg = self._commitlog.message_at(phy)
+            if msg is None:
+                continue
+            try:
+                if msg.topic == topic and (msg.uniq_key == key or key in msg.keys):
+                    yield msg
+            except CorruptDataError:
+                log.warning("index entry for %s#%s points at an invalid record at %d", topic, key, phy)
+
+    def query_message(self, topic: str, key: str, max_num: int | None = None, begin: int = 0,
+                      end: int | None = None) -> list[MessageExt]:
+        """Messages by key (see ``iter_query_message``): all of them, or the newest ``max_num``."""
+        it = self.iter_query_message(topic, key, begin, end)
+        if max_num is None:
+            return list(it)
+        return [m for _, m in zip(range(max_num), it)]
+
+    def query_by_uniq_key(self, topic: str, uniq_key: str) -> MessageExt | None:
+        """The newest message of ``topic`` whose UNIQ_KEY is ``uniq_key``."""
+        for msg in self.iter_query_message(topic, uniq_key):
+            if msg.uniq_key == uniq_key:
+                return msg
+        return None
+
+    # --- queue and log facts ---------------------------------------------------------------
+    def offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The first queue offset stored at or after ``timestamp`` (max offset if none)."""
+        self._check_open()
+        cq = self._queues.get(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_by_time(timestamp, self._commitlog.store_timestamp_at)
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._queues.get(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._queues.get(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
+        """Store time of the oldest message of a queue, or of the whole log; -1 if none."""
+        self._check_open()
+        if topic is None:
+            first = self._commitlog.min_offset
+            return self._commitlog.store_timestamp_at(first) if first >= 0 else -1
+        cq = self._queues.get(topic, queue_id if queue_id is not None else 0)
+        if cq is None or cq.max_offset <= cq.min_offset:
+            return -1
+        entry = cq.entry_at(cq.min_offset)
+        return self._commitlog.store_timestamp_at(entry[0]) if entry else -1
+
+    def min_phy_offset(self) -> int:
+        return self._commitlog.min_offset
+
+    def max_phy_offset(self) -> int:
+        return self._commitlog.max_offset
+
+    def topics(self) -> dict[str, list[int]]:
+        """Every topic with a consume queue, and its queue ids."""
+        return self._queues.topics()
+
+    @property
+    def checkpoint(self) -> tuple[int, int, int]:
+        """(physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp) as last loaded or written."""
+        v = self._checkpoint.value
+        return v.physic_msg_timestamp, v.logics_msg_timestamp, v.index_msg_timestamp
+
+    def index_headers(self) -> list[tuple[str, dict[str, int]]]:
+        """Each index file's name and header fields."""
+        if self._index is None:
+            return []
+        return [(f.name, {"beginTs": f.header.begin_timestamp, "endTs": f.header.end_timestamp,
+                          "beginPhyOffset": f.header.begin_phy_offset, "endPhyOffset": f.header.end_phy_offset,
+                          "hashSlotCount": f.header.hash_slot_count, "indexCount": f.header.index_count})
+                for f in self._index.files]
+
+    def __repr__(self) -> str:
+        return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"
+
+
+def _parse_tags(tags: str | Iterable[str] | None) -> tuple[frozenset[int], frozenset[str]] | None:
+    if tags is None:
+        return None
+    if isinstance(tags, str):
+        names = [t.strip() for t in tags.split("||")]
+    else:
+        names = [t.strip() for t in tags]
+    names = [t for t in names if t]
+    if not names or "*" in names:
+        return None
+    return frozenset(tags_code(t) for t in names), frozenset(names)
+
+
