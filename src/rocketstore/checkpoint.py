@@ -5,7 +5,12 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from rocketstore.codec.checkpoint import CHECKPOINT_FILE_SIZE, Checkpoint, decode_checkpoint, encode_checkpoint
+from rocketstore.codec.checkpoint import (
+    CHECKPOINT_FILE_SIZE,
+    Checkpoint,
+    decode_checkpoint,
+    encode_checkpoint,
+)
 from rocketstore.errors import CorruptDataError
 from rocketstore.storage.paths import atomic_write
 
@@ -27,11 +32,14 @@ class StoreCheckpoint:
         if path.exists():
             data = path.read_bytes()
             if len(data) != CHECKPOINT_FILE_SIZE:
-                raise CorruptDataError(f"checkpoint is {len(data)} bytes, expected {CHECKPOINT_FILE_SIZE}",
-                                       path=str(path))
+                raise CorruptDataError(
+                    f"checkpoint is {len(data)} bytes, expected {CHECKPOINT_FILE_SIZE}", path=str(path)
+                )
             self.value = decode_checkpoint(data)
 
-    def update(self, *, physic: int | None = None, logics: int | None = None, index: int | None = None) -> None:
+    def update(
+        self, *, physic: int | None = None, logics: int | None = None, index: int | None = None
+    ) -> None:
         with self._lock:
             v = self.value
             self.value = Checkpoint(

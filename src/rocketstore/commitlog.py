@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 from rocketstore.clock import Clock
@@ -31,6 +32,10 @@ __all__ = ["CommitLog"]
 
 log = logging.getLogger(__name__)
 _NOT_DISPATCHED_TO_QUEUE = (TX_PREPARED, TX_ROLLBACK)
+_PUT_OK = PutStatus.PUT_OK
+# Tuple constructors without the NamedTuple __new__ frame: the batch loop builds two per message.
+_request = partial(tuple.__new__, DispatchRequest)
+_result = partial(tuple.__new__, PutMessageResult)
 
 
 class CommitLog:
@@ -48,12 +53,20 @@ class CommitLog:
     (``take_dispatch_requests``) so that dispatch does not parse what was just written.
     """
 
-    def __init__(self, directory: Path, config: StoreConfig, clock: Clock, *,
-                 allocator: Allocator | None = None, readonly: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: StoreConfig,
+        clock: Clock,
+        *,
+        allocator: Allocator | None = None,
+        readonly: bool = False,
+    ) -> None:
         self.config = config
         self._clock = clock
-        self.files = MappedFileQueue(directory, config.commitlog_segment_size, allocator=allocator,
-                                     readonly=readonly)
+        self.files = MappedFileQueue(
+            directory, config.commitlog_segment_size, allocator=allocator, readonly=readonly
+        )
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._pending: list[DispatchRequest] = []
@@ -85,8 +98,9 @@ class CommitLog:
             return [self._append_one(batch[0])]
         blob = bytearray().join([p.record for p in batch])
         results: list[PutMessageResult] = []
-        clock, table, pending, prefix = self._clock, self.topic_queue_table, self._pending, self._id_prefix
+        clock, table, prefix = self._clock, self.topic_queue_table, self._id_prefix
         with self._lock:
+            pending = self._pending  # swapped by take_dispatch_requests, so read under the lock
             self.begin_time_in_lock = clock.monotonic()
             try:
                 now = self._stamp()
@@ -108,12 +122,14 @@ class CommitLog:
                     else:
                         qo = table.get(key, 0)
                         table[key] = qo + 1
-                    patch_positions(blob, blob_pos, p.sys_flag, qo, phys, now)
+                    patch_positions(blob, blob_pos, p.timestamp_position, qo, phys, now)
                     code = now + p.delay_ms if p.delay_ms else p.tags_code
-                    pending.append(DispatchRequest(phys, length, p.topic, p.queue_id, qo, code, now,
-                                                   p.sys_flag, p.keys, p.uniq_key))
-                    results.append(PutMessageResult(PutStatus.PUT_OK, p.topic, p.queue_id, phys, qo, now,
-                                                    length, prefix))
+                    pending.append(
+                        _request(
+                            (phys, length, p.topic, p.queue_id, qo, code, now, p.sys_flag, p.keys, p.uniq_key)
+                        )
+                    )
+                    results.append(_result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, prefix)))
                     blob_pos += length
                 self._copy_run(mf, seg_pos, blob, run_start, blob_pos)
                 mf.last_store_timestamp = now
@@ -138,12 +154,23 @@ class CommitLog:
                     qo = table.get(key, 0)
                     table[key] = qo + 1
                 mf.write_at(pos, p.record)
-                patch_positions(mf.mm, pos, p.sys_flag, qo, phys, now)
+                patch_positions(mf.mm, pos, p.timestamp_position, qo, phys, now)
                 mf.wrote_position = pos + length
                 mf.last_store_timestamp = now
-                self._pending.append(DispatchRequest(phys, length, p.topic, p.queue_id, qo,
-                                                     now + p.delay_ms if p.delay_ms else p.tags_code, now,
-                                                     p.sys_flag, p.keys, p.uniq_key))
+                self._pending.append(
+                    DispatchRequest(
+                        phys,
+                        length,
+                        p.topic,
+                        p.queue_id,
+                        qo,
+                        now + p.delay_ms if p.delay_ms else p.tags_code,
+                        now,
+                        p.sys_flag,
+                        p.keys,
+                        p.uniq_key,
+                    )
+                )
             finally:
                 self.begin_time_in_lock = 0.0
         return PutMessageResult(PutStatus.PUT_OK, p.topic, p.queue_id, phys, qo, now, length, self._id_prefix)
@@ -183,7 +210,9 @@ class CommitLog:
         return pending
 
     # --- reading -------------------------------------------------------------------------
-    def message_at(self, offset: int, size: int | None = None, tags_code: int | None = None) -> MessageExt | None:
+    def message_at(
+        self, offset: int, size: int | None = None, tags_code: int | None = None
+    ) -> MessageExt | None:
         """The record at global ``offset`` (None if the offset is outside the readable log)."""
         mf = self.files.find(offset)
         if mf is None or not mf.available:
@@ -195,7 +224,7 @@ class CommitLog:
             size = int.from_bytes(mf.buf[pos : pos + 4], "big", signed=True)
         if size <= 0 or pos + size > mf.wrote_position:
             return None
-        return MessageExt(mf.buf[pos : pos + size], 0, tags_code)
+        return MessageExt(mf.buf[pos : pos + size], 0, tags_code, delay_levels_ms=self.config.delay_levels_ms)
 
     def store_timestamp_at(self, offset: int) -> int:
         """Store time of the record at ``offset`` (-1 if unreadable)."""
@@ -207,8 +236,9 @@ class CommitLog:
         except Exception:
             return -1
 
-    def scan(self, start: int, end: int | None = None, *, check_crc: bool = False
-             ) -> Iterator[tuple[MappedFile, DecodedRecord]]:
+    def scan(
+        self, start: int, end: int | None = None, *, check_crc: bool = False
+    ) -> Iterator[tuple[MappedFile, DecodedRecord]]:
         """Records from global ``start`` to ``end`` (default: the end of the log), in order.
 
         Jumps over BLANK records to the next segment; stops at the first invalid record.

@@ -104,8 +104,13 @@ class StoreConfig:
         for name in ("disk_max_used_space_ratio", "disk_clean_forcibly_ratio", "disk_warning_ratio"):
             _require(0 < getattr(self, name) <= 100, f"{name} must be a percentage in 1..100")
         for name in (
-            "flush_interval", "flush_thorough_interval", "commit_interval", "sync_flush_timeout",
-            "flush_consume_queue_interval", "clean_resource_interval", "os_page_cache_busy_timeout",
+            "flush_interval",
+            "flush_thorough_interval",
+            "commit_interval",
+            "sync_flush_timeout",
+            "flush_consume_queue_interval",
+            "clean_resource_interval",
+            "os_page_cache_busy_timeout",
         ):
             _require(getattr(self, name) > 0, f"{name} must be positive (milliseconds)")
         _require(self.default_query_max_num >= 1, "default_query_max_num must be at least 1")
@@ -117,8 +122,10 @@ class StoreConfig:
             raise StoreConfigError(f"store_host: {exc}") from None
         object.__setattr__(self, "delay_levels_ms", _parse_delay_levels(self.message_delay_level))
         for hour in self.delete_when.split(";"):
-            _require(hour.strip().isdigit() and 0 <= int(hour) <= 23,
-                     f"delete_when must be ';'-separated hours 0-23, not {self.delete_when!r}")
+            _require(
+                hour.strip().isdigit() and 0 <= int(hour) <= 23,
+                f"delete_when must be ';'-separated hours 0-23, not {self.delete_when!r}",
+            )
 
     @property
     def consume_queue_segment_size(self) -> int:
@@ -167,7 +174,7 @@ class StoreConfig:
             if sys.version_info >= (3, 11):
                 import tomllib
             else:  # pragma: no cover
-                import tomli as tomllib
+                import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
             try:
                 data = tomllib.loads(text)
             except tomllib.TOMLDecodeError as exc:

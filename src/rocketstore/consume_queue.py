@@ -38,8 +38,9 @@ class ConsumeQueue:
     read below ``max_offset`` without locks.
     """
 
-    def __init__(self, topic: str, queue_id: int, directory: Path, entries_per_file: int, *,
-                 readonly: bool = False) -> None:
+    def __init__(
+        self, topic: str, queue_id: int, directory: Path, entries_per_file: int, *, readonly: bool = False
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.files = MappedFileQueue(directory, entries_per_file * CQ_ENTRY_SIZE, readonly=readonly)
@@ -98,8 +99,12 @@ class ConsumeQueue:
             if cut > mf.from_offset:
                 break
         if cut is not None:
-            log.info("%r: cutting entries from queue offset %d (they point past commitlog offset %d)",
-                     self, cut // CQ_ENTRY_SIZE, physical_offset)
+            log.info(
+                "%r: cutting entries from queue offset %d (they point past commitlog offset %d)",
+                self,
+                cut // CQ_ENTRY_SIZE,
+                physical_offset,
+            )
             self.files.truncate(cut)
             self.min_logic_offset = min(self.min_logic_offset, cut)
             last = self.entry_at(self.max_offset - 1) if self.max_offset > self.min_offset else None
@@ -113,7 +118,9 @@ class ConsumeQueue:
         entries = decode_entries(first.buf[: first.wrote_position])
         live = np.flatnonzero(entries["offset"] >= commitlog_min_offset)
         if len(live):
-            self.min_logic_offset = max(self.min_logic_offset, first.from_offset + int(live[0]) * CQ_ENTRY_SIZE)
+            self.min_logic_offset = max(
+                self.min_logic_offset, first.from_offset + int(live[0]) * CQ_ENTRY_SIZE
+            )
         else:
             self.min_logic_offset = max(self.min_logic_offset, self.files.max_offset)
 
@@ -122,6 +129,7 @@ class ConsumeQueue:
         """Append entries for ``requests`` (all of this queue, in queue-offset order)."""
         run: list[bytes] = []
         expected = self.max_offset
+        refused: list[DispatchRequest] = []
         for req in requests:
             qo = req.queue_offset
             if qo < expected or req.physical_offset + req.size <= self.max_physical_offset:
@@ -131,16 +139,23 @@ class ConsumeQueue:
                     self._fill_pre_blank(qo)
                     expected = qo
                 else:
-                    self._write(run)
-                    run = []
-                    log.error("%r: refusing queue offset %d, the queue ends at %d (a gap would be left); "
-                              "record at commitlog offset %d", self, qo, expected, req.physical_offset)
+                    refused.append(req)
                     continue
             run.append(encode_entry(req.physical_offset, req.size, req.tags_code))
             self.max_physical_offset = req.physical_offset + req.size
             self.last_store_timestamp = req.store_timestamp
             expected += 1
         self._write(run)
+        if refused:
+            log.error(
+                "%r: refused %d entries from queue offset %d (commitlog offset %d): the queue ends at %d "
+                "and they would leave a gap",
+                self,
+                len(refused),
+                refused[0].queue_offset,
+                refused[0].physical_offset,
+                expected,
+            )
 
     def _write(self, entries: list[bytes]) -> None:
         if not entries:
@@ -232,8 +247,13 @@ class ConsumeQueueSet:
                 if not (queue_dir.is_dir() and queue_dir.name.isdigit()):
                     log.warning("ignoring %s: not a queue directory", queue_dir)
                     continue
-                cq = ConsumeQueue(topic_dir.name, int(queue_dir.name), queue_dir, self.entries_per_file,
-                                  readonly=self.readonly)
+                cq = ConsumeQueue(
+                    topic_dir.name,
+                    int(queue_dir.name),
+                    queue_dir,
+                    self.entries_per_file,
+                    readonly=self.readonly,
+                )
                 cq.load()
                 self._queues[(cq.topic, cq.queue_id)] = cq
 
@@ -243,8 +263,13 @@ class ConsumeQueueSet:
     def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self._queues.get((topic, queue_id))
         if cq is None:
-            cq = ConsumeQueue(topic, queue_id, self.root / topic / str(queue_id), self.entries_per_file,
-                              readonly=self.readonly)
+            cq = ConsumeQueue(
+                topic,
+                queue_id,
+                self.root / topic / str(queue_id),
+                self.entries_per_file,
+                readonly=self.readonly,
+            )
             cq.files.directory.mkdir(parents=True, exist_ok=True)
             self._queues = {**self._queues, (topic, queue_id): cq}
         return cq

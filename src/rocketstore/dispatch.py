@@ -32,9 +32,15 @@ class DispatchService(BackgroundService):
     on ``changed`` are notified after every round that dispatched something.
     """
 
-    def __init__(self, commitlog: CommitLog, queues: ConsumeQueueSet, index: IndexService | None, *,
-                 reput_offset: int, on_failure: Callable[[BackgroundService, BaseException], None] | None = None
-                 ) -> None:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        queues: ConsumeQueueSet,
+        index: IndexService | None,
+        *,
+        reput_offset: int,
+        on_failure: Callable[[BackgroundService, BaseException], None] | None = None,
+    ) -> None:
         super().__init__("dispatch", interval=0.001, on_failure=on_failure)
         self._commitlog = commitlog
         self._queues = queues
@@ -47,8 +53,11 @@ class DispatchService(BackgroundService):
 
     def run_once(self) -> None:
         while self.reput_offset < self.catch_up_to:
-            parsed = list(islice(self._commitlog.dispatch_requests(self.reput_offset, self.catch_up_to),
-                                 _CATCH_UP_BATCH))
+            parsed = list(
+                islice(
+                    self._commitlog.dispatch_requests(self.reput_offset, self.catch_up_to), _CATCH_UP_BATCH
+                )
+            )
             if not parsed:  # only BLANK space left, or a corrupt record (CommitLog.scan logged it)
                 self.catch_up_to = self.reput_offset
                 break

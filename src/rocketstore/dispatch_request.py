@@ -7,9 +7,9 @@ from typing import NamedTuple
 from rocketstore.codec.commitlog_record import DecodedRecord
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.codec.properties import decode_properties
-from rocketstore.message import PROPERTY_DELAY, SCHEDULE_TOPIC
+from rocketstore.message import PROPERTY_DELAY, SCHEDULE_TOPIC, schedule_tags_code
 
-__all__ = ["DispatchRequest", "dispatch_request_from_record", "schedule_tags_code"]
+__all__ = ["DispatchRequest", "dispatch_request_from_record"]
 
 
 class DispatchRequest(NamedTuple):
@@ -25,20 +25,9 @@ class DispatchRequest(NamedTuple):
     uniq_key: str | None
 
 
-def schedule_tags_code(delay_property: str | None, store_timestamp: int, delay_levels_ms: tuple[int, ...]) -> int:
-    """tagsCode of a SCHEDULE_TOPIC_XXXX record: its delivery time (RocketMQ's computeDeliverTimestamp)."""
-    try:
-        level = int(delay_property) if delay_property else 0
-    except ValueError:
-        level = 0
-    level = min(level, len(delay_levels_ms))
-    if level <= 0:
-        return store_timestamp + 1000
-    return store_timestamp + delay_levels_ms[level - 1]
-
-
-def dispatch_request_from_record(rec: DecodedRecord, segment_start: int,
-                                 delay_levels_ms: tuple[int, ...]) -> DispatchRequest:
+def dispatch_request_from_record(
+    rec: DecodedRecord, segment_start: int, delay_levels_ms: tuple[int, ...]
+) -> DispatchRequest:
     """Re-derive a record's dispatch information from its bytes (recovery, foreign stores)."""
     props = decode_properties(rec.properties)
     if rec.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
@@ -46,6 +35,14 @@ def dispatch_request_from_record(rec: DecodedRecord, segment_start: int,
     else:
         code = tags_code(props.get("TAGS"))
     return DispatchRequest(
-        segment_start + rec.position, rec.total_size, rec.topic, rec.queue_id, rec.queue_offset, code,
-        rec.store_timestamp, rec.sys_flag, props.get("KEYS"), props.get("UNIQ_KEY"),
+        segment_start + rec.position,
+        rec.total_size,
+        rec.topic,
+        rec.queue_id,
+        rec.queue_offset,
+        code,
+        rec.store_timestamp,
+        rec.sys_flag,
+        props.get("KEYS"),
+        props.get("UNIQ_KEY"),
     )

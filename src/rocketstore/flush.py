@@ -24,8 +24,14 @@ class CommitLogFlushService(BackgroundService):
     raises out of ``run_once``: the service stops and reports it, it is never ignored.
     """
 
-    def __init__(self, commitlog: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig, clock: Clock,
-                 on_failure: FailureHandler | None = None) -> None:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        checkpoint: StoreCheckpoint,
+        config: StoreConfig,
+        clock: Clock,
+        on_failure: FailureHandler | None = None,
+    ) -> None:
         super().__init__("flush-commitlog", config.flush_interval / 1000, on_failure)
         self._commitlog = commitlog
         self._checkpoint = checkpoint
@@ -35,7 +41,10 @@ class CommitLogFlushService(BackgroundService):
 
     def run_once(self) -> None:
         now = self._clock.monotonic()
-        thorough = self._stopping.is_set() or (now - self._last_thorough) * 1000 >= self._config.flush_thorough_interval
+        thorough = (
+            self._stopping.is_set()
+            or (now - self._last_thorough) * 1000 >= self._config.flush_thorough_interval
+        )
         if thorough:
             self._last_thorough = now
         last = self._commitlog.files.last
@@ -48,9 +57,16 @@ class ConsumeQueueFlushService(BackgroundService):
     """RocketMQ's FlushConsumeQueueService: flushes consume queues and the index, then the
     checkpoint with the logics and index timestamps of what was just made durable."""
 
-    def __init__(self, queues: ConsumeQueueSet, index: IndexService | None, checkpoint: StoreCheckpoint,
-                 config: StoreConfig, clock: Clock, dispatched_timestamp: Callable[[], int],
-                 on_failure: FailureHandler | None = None) -> None:
+    def __init__(
+        self,
+        queues: ConsumeQueueSet,
+        index: IndexService | None,
+        checkpoint: StoreCheckpoint,
+        config: StoreConfig,
+        clock: Clock,
+        dispatched_timestamp: Callable[[], int],
+        on_failure: FailureHandler | None = None,
+    ) -> None:
         super().__init__("flush-consume-queue", config.flush_consume_queue_interval / 1000, on_failure)
         self._queues = queues
         self._index = index
@@ -62,8 +78,10 @@ class ConsumeQueueFlushService(BackgroundService):
 
     def run_once(self) -> None:
         now = self._clock.monotonic()
-        thorough = (self._stopping.is_set()
-                    or (now - self._last_thorough) * 1000 >= self._config.flush_consume_queue_thorough_interval)
+        thorough = (
+            self._stopping.is_set()
+            or (now - self._last_thorough) * 1000 >= self._config.flush_consume_queue_thorough_interval
+        )
         if thorough:
             self._last_thorough = now
         least = 0 if thorough else self._config.flush_consume_queue_least_pages

@@ -33,8 +33,17 @@ class IndexFile:
     an entry is complete before the slot pointing at it is updated.
     """
 
-    def __init__(self, path: Path, hash_slots: int, max_entries: int, *, create: bool = False,
-                 readonly: bool = False, end_phy_offset: int = 0, end_timestamp: int = 0) -> None:
+    def __init__(
+        self,
+        path: Path,
+        hash_slots: int,
+        max_entries: int,
+        *,
+        create: bool = False,
+        readonly: bool = False,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
+    ) -> None:
         self.path = path
         self.hash_slots = hash_slots
         self.max_entries = max_entries
@@ -55,7 +64,9 @@ class IndexFile:
             if not 1 <= self.header.index_count <= max_entries:
                 raise CorruptDataError(
                     f"index file header says {self.header.index_count} entries, the file holds {max_entries}",
-                    path=str(path), offset=36)
+                    path=str(path),
+                    offset=36,
+                )
         self._entries_base = layout.entry_position(hash_slots, 0)
 
     @property
@@ -84,8 +95,14 @@ class IndexFile:
             time_diff = 0
         else:
             time_diff = min(max((store_timestamp - h.begin_timestamp) // 1000, 0), _INT_MAX)
-        _ENTRY.pack_into(buf, self._entries_base + h.index_count * layout.ENTRY_SIZE,
-                         key_hash, phy_offset, time_diff, slot_value)
+        _ENTRY.pack_into(
+            buf,
+            self._entries_base + h.index_count * layout.ENTRY_SIZE,
+            key_hash,
+            phy_offset,
+            time_diff,
+            slot_value,
+        )
         _SLOT.pack_into(buf, slot_pos, h.index_count)
         if h.index_count <= 1:
             h.begin_phy_offset = phy_offset
@@ -159,8 +176,9 @@ class IndexService:
     at or before the last indexed one are skipped.)
     """
 
-    def __init__(self, directory: Path, hash_slots: int, max_entries: int, clock: Clock, *,
-                 readonly: bool = False) -> None:
+    def __init__(
+        self, directory: Path, hash_slots: int, max_entries: int, clock: Clock, *, readonly: bool = False
+    ) -> None:
         self.directory = directory
         self.hash_slots = hash_slots
         self.max_entries = max_entries
@@ -196,8 +214,9 @@ class IndexService:
         while path.exists() or (last is not None and path.name <= last.name):
             ms += 1
             path = self.directory / index_file_name(ms)
-        f = IndexFile(path, self.hash_slots, self.max_entries, create=True,
-                      end_phy_offset=end_phy, end_timestamp=end_ts)
+        f = IndexFile(
+            path, self.hash_slots, self.max_entries, create=True, end_phy_offset=end_phy, end_timestamp=end_ts
+        )
         self.files = [*self.files, f]
         return f
 
@@ -264,5 +283,3 @@ class IndexService:
         for f in self.files:
             f.close()
         self.files = []
-
-

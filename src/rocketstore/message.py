@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, DecodedRecord, decode_record
+from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, DecodedRecord, body_span, decode_record
 from rocketstore.codec.host import format_host
 from rocketstore.codec.java_hash import tags_code as _tags_code
 from rocketstore.codec.message_id import encode_offset_msg_id
@@ -23,6 +23,7 @@ __all__ = [
     "SCHEDULE_TOPIC",
     "Message",
     "MessageExt",
+    "schedule_tags_code",
 ]
 
 PROPERTY_KEYS: Final = "KEYS"
@@ -33,6 +34,21 @@ PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID: Final = "REAL_QID"
 PROPERTY_WAIT: Final = "WAIT"
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+
+
+def schedule_tags_code(
+    delay_property: str | None, store_timestamp: int, delay_levels_ms: tuple[int, ...]
+) -> int:
+    """tagsCode of a SCHEDULE_TOPIC_XXXX record: its delivery time (RocketMQ's computeDeliverTimestamp)."""
+    try:
+        level = int(delay_property) if delay_property else 0
+    except ValueError:
+        level = 0
+    level = min(level, len(delay_levels_ms))
+    if level <= 0:
+        return store_timestamp + 1000
+    return store_timestamp + delay_levels_ms[level - 1]
+
 
 @dataclass(slots=True)
 class Message:
@@ -58,6 +74,7 @@ class Message:
     born_host: str | None = None
     sys_flag: int = 0
 
+
 class MessageExt:
     """A stored message, decoded lazily from the record bytes (no copy until a field is read).
 
@@ -66,15 +83,22 @@ class MessageExt:
     message was read through its queue.
     """
 
-    __slots__ = ("_buf", "_pos", "_props", "_rec", "_tags_code")
+    __slots__ = ("_buf", "_delay_levels", "_pos", "_props", "_rec", "_tags_code")
 
-    def __init__(self, buf: memoryview | bytes, pos: int = 0, tags_code: int | None = None,
-                 record: DecodedRecord | None = None) -> None:
+    def __init__(
+        self,
+        buf: memoryview | bytes,
+        pos: int = 0,
+        tags_code: int | None = None,
+        record: DecodedRecord | None = None,
+        delay_levels_ms: tuple[int, ...] = (),
+    ) -> None:
         self._buf = buf
         self._pos = pos
         self._rec = record
         self._props: dict[str, str] | None = None
         self._tags_code = tags_code
+        self._delay_levels = delay_levels_ms
 
     @property
     def record(self) -> DecodedRecord:
@@ -150,13 +174,19 @@ class MessageExt:
     @property
     def body_view(self) -> memoryview:
         """The body without copying it."""
-        rec = self.record
-        return memoryview(self._buf)[rec.body_start : rec.body_start + rec.body_len]
+        start, length = self._body_span()
+        return memoryview(self._buf)[start : start + length]
 
     @property
     def body(self) -> bytes:
-        rec = self.record
-        return bytes(self._buf[rec.body_start : rec.body_start + rec.body_len])
+        start, length = self._body_span()
+        return bytes(self._buf[start : start + length])
+
+    def _body_span(self) -> tuple[int, int]:
+        rec = self._rec
+        if rec is not None:
+            return rec.body_start, rec.body_len
+        return body_span(self._buf, self._pos)
 
     @property
     def transaction_type(self) -> int:
@@ -185,8 +215,15 @@ class MessageExt:
 
     @property
     def tags_code(self) -> int:
+        """The consume-queue tagsCode: java_hash(tags), or the delivery time of a delayed message."""
         if self._tags_code is None:
-            self._tags_code = _tags_code(self.tags)
+            props = self.properties
+            if self.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props and self._delay_levels:
+                self._tags_code = schedule_tags_code(
+                    props[PROPERTY_DELAY], self.store_timestamp, self._delay_levels
+                )
+            else:
+                self._tags_code = _tags_code(props.get(PROPERTY_TAGS))
         return self._tags_code
 
     def to_dict(self, *, body: bool = True) -> dict[str, Any]:
@@ -198,15 +235,34 @@ class MessageExt:
 
     def __repr__(self) -> str:
         try:
-            return (f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
-                    f"queue_offset={self.queue_offset}, physical_offset={self.physical_offset}, "
-                    f"msg_id={self.msg_id!r}, body={self.record.body_len} bytes)")
+            return (
+                f"MessageExt(topic={self.topic!r}, queue_id={self.queue_id}, "
+                f"queue_offset={self.queue_offset}, physical_offset={self.physical_offset}, "
+                f"msg_id={self.msg_id!r}, body={self.record.body_len} bytes)"
+            )
         except Exception as exc:  # a corrupt record still gets a readable repr
             return f"MessageExt(<undecodable at {self._pos}: {exc}>)"
 
-_EXPORTED: Final = (
-    "topic", "queue_id", "queue_offset", "physical_offset", "store_size", "msg_id", "sys_flag", "flag",
-    "body_crc", "reconsume_times", "prepared_transaction_offset", "born_timestamp", "born_host",
-    "store_timestamp", "store_host", "properties", "keys", "tags", "uniq_key", "tags_code",
-)
 
+_EXPORTED: Final = (
+    "topic",
+    "queue_id",
+    "queue_offset",
+    "physical_offset",
+    "store_size",
+    "msg_id",
+    "sys_flag",
+    "flag",
+    "body_crc",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "born_timestamp",
+    "born_host",
+    "store_timestamp",
+    "store_host",
+    "properties",
+    "keys",
+    "tags",
+    "uniq_key",
+    "tags_code",
+)

@@ -37,8 +37,15 @@ class RecoveryReport:
     reput_from: int  # where dispatch resumes
 
 
-def recover(commitlog: CommitLog, queues: ConsumeQueueSet, index: IndexService | None,
-            checkpoint: StoreCheckpoint, config: StoreConfig, *, abnormal: bool) -> RecoveryReport:
+def recover(
+    commitlog: CommitLog,
+    queues: ConsumeQueueSet,
+    index: IndexService | None,
+    checkpoint: StoreCheckpoint,
+    config: StoreConfig,
+    *,
+    abnormal: bool,
+) -> RecoveryReport:
     for cq in queues:
         cq.recover()
     files = commitlog.files.files
@@ -62,14 +69,22 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueSet, index: IndexService |
     assert scan is not None and scan.stop is not None
     damage = str(scan.error) if scan.error is not None else None
     if damage:
-        log.warning("recovery: invalid record at commitlog offset %d, everything from there is cut: %s",
-                    end, damage)
+        log.warning(
+            "recovery: invalid record at commitlog offset %d, everything from there is cut: %s", end, damage
+        )
     before = len(commitlog.files.files)
     commitlog.files.truncate(end)
     deleted = before - len(commitlog.files.files)
-    log.info("recovery (%s): scanned %d records from commitlog offset %d; the log ends at %d (%s); "
-             "%d later segment(s) deleted", "abnormal" if abnormal else "normal", records, scan_start, end,
-             scan.stop, deleted)
+    log.info(
+        "recovery (%s): scanned %d records from commitlog offset %d; the log ends at %d (%s); "
+        "%d later segment(s) deleted",
+        "abnormal" if abnormal else "normal",
+        records,
+        scan_start,
+        end,
+        scan.stop,
+        deleted,
+    )
 
     for cq in queues:
         if cq.max_physical_offset > end:
@@ -88,7 +103,9 @@ def recover(commitlog: CommitLog, queues: ConsumeQueueSet, index: IndexService |
     for cq in queues:
         cq.correct_min_offset(min_offset)
         table[(cq.topic, cq.queue_id)] = cq.max_offset
-    return RecoveryReport(abnormal, scan_start, end, records, scan.stop, damage, deleted, min(reput_from, end))
+    return RecoveryReport(
+        abnormal, scan_start, end, records, scan.stop, damage, deleted, min(reput_from, end)
+    )
 
 
 def _abnormal_start(commitlog: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig) -> int:

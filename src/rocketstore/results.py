@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from rocketstore.message import MessageExt
@@ -41,23 +41,20 @@ class GetStatus(enum.Enum):
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
 
-class PutMessageResult:
-    """Outcome of one put. On PUT_OK every field is set; otherwise offsets are -1."""
+class PutMessageResult(NamedTuple):
+    """Outcome of one put. On PUT_OK every field is set; otherwise offsets are -1.
 
-    __slots__ = ("_id_prefix", "physical_offset", "queue_id", "queue_offset", "status",
-                 "store_timestamp", "topic", "wrote_bytes")
+    A tuple underneath: a batch put makes one per message, so it must be cheap to build.
+    """
 
-    def __init__(self, status: PutStatus, topic: str = "", queue_id: int = -1, physical_offset: int = -1,
-                 queue_offset: int = -1, store_timestamp: int = 0, wrote_bytes: int = 0,
-                 id_prefix: str = "") -> None:
-        self.status = status
-        self.topic = topic
-        self.queue_id = queue_id
-        self.physical_offset = physical_offset
-        self.queue_offset = queue_offset
-        self.store_timestamp = store_timestamp
-        self.wrote_bytes = wrote_bytes
-        self._id_prefix = id_prefix
+    status: PutStatus
+    topic: str = ""
+    queue_id: int = -1
+    physical_offset: int = -1
+    queue_offset: int = -1
+    store_timestamp: int = 0
+    wrote_bytes: int = 0
+    id_prefix: str = ""  # store host + port in hex: the offsetMsgId without its offset
 
     @property
     def ok(self) -> bool:
@@ -68,12 +65,7 @@ class PutMessageResult:
         """The offsetMsgId (store host + physical offset), None when nothing was stored."""
         if self.physical_offset < 0:
             return None
-        return f"{self._id_prefix}{self.physical_offset:016X}"
-
-    def __repr__(self) -> str:
-        return (f"PutMessageResult({self.status.name}, topic={self.topic!r}, queue_id={self.queue_id}, "
-                f"queue_offset={self.queue_offset}, physical_offset={self.physical_offset}, "
-                f"wrote_bytes={self.wrote_bytes})")
+        return f"{self.id_prefix}{self.physical_offset:016X}"
 
 
 @dataclass

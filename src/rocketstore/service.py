@@ -20,8 +20,12 @@ log = logging.getLogger(__name__)
 class BackgroundService:
     """Base class. Subclasses implement ``run_once``; tests may call it directly instead of start()."""
 
-    def __init__(self, name: str, interval: float,
-                 on_failure: Callable[[BackgroundService, BaseException], None] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        interval: float,
+        on_failure: Callable[[BackgroundService, BaseException], None] | None = None,
+    ) -> None:
         self.name = name
         self.interval = interval
         self.failure: BaseException | None = None

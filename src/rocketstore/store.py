@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 from types import TracebackType
 
 from rocketstore.checkpoint import StoreCheckpoint
@@ -52,13 +51,21 @@ class MessageStore:
         self._failure: BaseException | None = None
         self._lock = StoreLock(layout.lock)
         self._allocator = AllocateService() if not readonly else None
-        self._commitlog = CommitLog(layout.commitlog, config, clock,
-                                    allocator=self._allocator.allocate if self._allocator else None,
-                                    readonly=readonly)
+        self._commitlog = CommitLog(
+            layout.commitlog,
+            config,
+            clock,
+            allocator=self._allocator.allocate if self._allocator else None,
+            readonly=readonly,
+        )
         self._queues = ConsumeQueueSet(layout.consume_queue, config.consume_queue_entries, readonly=readonly)
-        self._index = (IndexService(layout.index, config.index_hash_slots, config.index_max_entries, clock,
-                                    readonly=readonly)
-                       if config.message_index_enable else None)
+        self._index = (
+            IndexService(
+                layout.index, config.index_hash_slots, config.index_max_entries, clock, readonly=readonly
+            )
+            if config.message_index_enable
+            else None
+        )
         self._checkpoint = StoreCheckpoint(layout.checkpoint, readonly=readonly)
         self._encoder = MessageEncoder(config, clock)
         self._services: list[BackgroundService] = []
@@ -68,8 +75,14 @@ class MessageStore:
 
     # --- lifecycle -----------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike[str] = "store", config: StoreConfig | None = None, *,
-             clock: Clock | None = None, readonly: bool = False) -> MessageStore:
+    def open(
+        cls,
+        path: str | os.PathLike[str] = "store",
+        config: StoreConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        readonly: bool = False,
+    ) -> MessageStore:
         """Open (creating if needed) the store at ``path``, recover it, start its services.
 
         ``readonly=True`` takes no lock and writes nothing: no abort file, no recovery writes,
@@ -98,13 +111,24 @@ class MessageStore:
         self._queues.load()
         if self._index is not None:
             self._index.load()
-        self.recovery = recover(self._commitlog, self._queues, self._index, self._checkpoint, self.config,
-                                abnormal=self.abnormal_shutdown_detected)
+        self.recovery = recover(
+            self._commitlog,
+            self._queues,
+            self._index,
+            self._checkpoint,
+            self.config,
+            abnormal=self.abnormal_shutdown_detected,
+        )
         if self.readonly:
             return
         self.layout.abort.touch()
-        dispatcher = DispatchService(self._commitlog, self._queues, self._index,
-                                     reput_offset=self.recovery.reput_from, on_failure=self._service_failed)
+        dispatcher = DispatchService(
+            self._commitlog,
+            self._queues,
+            self._index,
+            reput_offset=self.recovery.reput_from,
+            on_failure=self._service_failed,
+        )
         # Re-dispatch what the queues and index lack before any put, so queue offsets continue densely.
         dispatcher.run_once()
         table = self._commitlog.topic_queue_table
@@ -115,10 +139,18 @@ class MessageStore:
         self._services = [
             self._allocator,
             dispatcher,
-            CommitLogFlushService(self._commitlog, self._checkpoint, self.config, self._clock,
-                                  on_failure=self._service_failed),
-            ConsumeQueueFlushService(self._queues, self._index, self._checkpoint, self.config, self._clock,
-                                     lambda: dispatcher.last_store_timestamp, on_failure=self._service_failed),
+            CommitLogFlushService(
+                self._commitlog, self._checkpoint, self.config, self._clock, on_failure=self._service_failed
+            ),
+            ConsumeQueueFlushService(
+                self._queues,
+                self._index,
+                self._checkpoint,
+                self.config,
+                self._clock,
+                lambda: dispatcher.last_store_timestamp,
+                on_failure=self._service_failed,
+            ),
         ]
         for service in self._services:
             service.start()
@@ -171,8 +203,9 @@ class MessageStore:
     def __enter__(self) -> MessageStore:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def _check_open(self) -> None:
@@ -219,9 +252,12 @@ class MessageStore:
         target = self._commitlog.max_offset
         dispatcher.wakeup()
         with dispatcher.changed:
-            return dispatcher.changed.wait_for(
-                lambda: dispatcher.dispatched_to >= target or dispatcher.failure is not None, timeout
-            ) and dispatcher.failure is None
+            return (
+                dispatcher.changed.wait_for(
+                    lambda: dispatcher.dispatched_to >= target or dispatcher.failure is not None, timeout
+                )
+                and dispatcher.failure is None
+            )
 
     def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
         """Block until the queue's max offset passes ``offset`` (a message at ``offset`` is readable)."""
@@ -230,15 +266,24 @@ class MessageStore:
         if dispatcher is None:
             return self.max_offset_in_queue(topic, queue_id) > offset
         with dispatcher.changed:
-            return dispatcher.changed.wait_for(lambda: self.max_offset_in_queue(topic, queue_id) > offset, timeout)
+            return dispatcher.changed.wait_for(
+                lambda: self.max_offset_in_queue(topic, queue_id) > offset, timeout
+            )
 
     @property
     def dispatch_behind_bytes(self) -> int:
         return self._dispatcher.behind_bytes if self._dispatcher is not None else 0
 
     # --- reading through queues ----------------------------------------------------------
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
-                    tags: str | Iterable[str] | None = None) -> GetMessageResult:
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int = 32,
+        tags: str | Iterable[str] | None = None,
+    ) -> GetMessageResult:
         """Read up to ``max_msgs`` messages of a queue from ``offset`` (RocketMQ's getMessage).
 
         ``tags``: None or ``"*"`` for all, ``"TagA || TagB"`` or a list of tags. A message
@@ -265,10 +310,14 @@ class MessageStore:
         tag_filter = _parse_tags(tags)
         entries = cq.entries(offset, max(_MAX_FILTER_BYTES // 20, max_msgs))
         if entries is None:
-            return GetMessageResult(GetStatus.OFFSET_FOUND_NULL, cq.next_segment_offset(offset), min_offset,
-                                    max_offset)
-        phys, sizes, codes = (entries["offset"].tolist(), entries["size"].tolist(),
-                              entries["tags_code"].tolist())
+            return GetMessageResult(
+                GetStatus.OFFSET_FOUND_NULL, cq.next_segment_offset(offset), min_offset, max_offset
+            )
+        phys, sizes, codes = (
+            entries["offset"].tolist(),
+            entries["size"].tolist(),
+            entries["tags_code"].tolist(),
+        )
         del entries
         status = GetStatus.NO_MATCHED_MESSAGE
         messages: list[MessageExt] = []
@@ -324,8 +373,9 @@ class MessageStore:
         _, _, offset = decode_offset_msg_id(msg_id)
         return self.look_message_by_offset(offset)
 
-    def iter_query_message(self, topic: str, key: str, begin: int = 0, end: int | None = None
-                           ) -> Iterator[MessageExt]:
+    def iter_query_message(
+        self, topic: str, key: str, begin: int = 0, end: int | None = None
+    ) -> Iterator[MessageExt]:
         """Every message of ``topic`` with KEYS ``key`` or UNIQ_KEY ``key`` stored in [begin, end],
         newest first. Index hash matches are checked against the real topic and key."""
         self._check_open()
@@ -342,8 +392,9 @@ class MessageStore:
             except CorruptDataError:
                 log.warning("index entry for %s#%s points at an invalid record at %d", topic, key, phy)
 
-    def query_message(self, topic: str, key: str, max_num: int | None = None, begin: int = 0,
-                      end: int | None = None) -> list[MessageExt]:
+    def query_message(
+        self, topic: str, key: str, max_num: int | None = None, begin: int = 0, end: int | None = None
+    ) -> list[MessageExt]:
         """Messages by key (see ``iter_query_message``): all of them, or the newest ``max_num``."""
         it = self.iter_query_message(topic, key, begin, end)
         if max_num is None:
@@ -406,10 +457,20 @@ class MessageStore:
         """Each index file's name and header fields."""
         if self._index is None:
             return []
-        return [(f.name, {"beginTs": f.header.begin_timestamp, "endTs": f.header.end_timestamp,
-                          "beginPhyOffset": f.header.begin_phy_offset, "endPhyOffset": f.header.end_phy_offset,
-                          "hashSlotCount": f.header.hash_slot_count, "indexCount": f.header.index_count})
-                for f in self._index.files]
+        return [
+            (
+                f.name,
+                {
+                    "beginTs": f.header.begin_timestamp,
+                    "endTs": f.header.end_timestamp,
+                    "beginPhyOffset": f.header.begin_phy_offset,
+                    "endPhyOffset": f.header.end_phy_offset,
+                    "hashSlotCount": f.header.hash_slot_count,
+                    "indexCount": f.header.index_count,
+                },
+            )
+            for f in self._index.files
+        ]
 
     def __repr__(self) -> str:
         return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"
@@ -426,5 +487,3 @@ def _parse_tags(tags: str | Iterable[str] | None) -> tuple[frozenset[int], froze
     if not names or "*" in names:
         return None
     return frozenset(tags_code(t) for t in names), frozenset(names)
-
-

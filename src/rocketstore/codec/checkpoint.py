@@ -1,8 +1,8 @@
 """The checkpoint file layout (4096 bytes; the rest is zero)::
 
-    0   8  physicMsgTimestamp   store time of the last commitlog record known flushed
-    8   8  logicsMsgTimestamp   store time of the last record whose consume-queue entry is flushed
-    16  8  indexMsgTimestamp    store time of the last record whose index entries are flushed
+0   8  physicMsgTimestamp   store time of the last commitlog record known flushed
+8   8  logicsMsgTimestamp   store time of the last record whose consume-queue entry is flushed
+16  8  indexMsgTimestamp    store time of the last record whose index entries are flushed
 """
 
 from __future__ import annotations

@@ -41,6 +41,6 @@ def format_host(addr: bytes, port: int) -> str:
     if len(addr) == 4:
         return f"{addr[0]}.{addr[1]}.{addr[2]}.{addr[3]}:{port}"
     if len(addr) == 16:
-        groups = ":".join(f"{int.from_bytes(addr[i:i + 2], 'big'):x}" for i in range(0, 16, 2))
+        groups = ":".join(f"{int.from_bytes(addr[i : i + 2], 'big'):x}" for i in range(0, 16, 2))
         return f"[{groups}]:{port}"
     raise ValueError(f"an address has 4 or 16 bytes, not {len(addr)}")

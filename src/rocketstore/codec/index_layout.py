@@ -76,8 +76,14 @@ def entry_position(hash_slots: int, number: int) -> int:
 
 
 def encode_header(h: IndexHeader) -> bytes:
-    return _HEADER.pack(h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset,
-                        h.hash_slot_count, h.index_count)
+    return _HEADER.pack(
+        h.begin_timestamp,
+        h.end_timestamp,
+        h.begin_phy_offset,
+        h.end_phy_offset,
+        h.hash_slot_count,
+        h.index_count,
+    )
 
 
 def decode_header(buf: bytes | bytearray | memoryview) -> IndexHeader:
@@ -99,7 +105,9 @@ def encode_entry(key_hash: int, phy_offset: int, time_diff: int, prev_index: int
     return ENTRY.pack(key_hash, phy_offset, time_diff, prev_index)
 
 
-def decode_entry(buf: bytes | bytearray | memoryview, hash_slots: int, number: int) -> tuple[int, int, int, int]:
+def decode_entry(
+    buf: bytes | bytearray | memoryview, hash_slots: int, number: int
+) -> tuple[int, int, int, int]:
     """(keyHash, phyOffset, timeDiff, prevIndex) of entry ``number``."""
     kh, phy, diff, prev = ENTRY.unpack_from(buf, entry_position(hash_slots, number))
     return kh, phy, diff, prev

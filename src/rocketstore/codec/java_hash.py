@@ -32,7 +32,7 @@ def java_hash(s: str) -> int:
     units = _code_units(s)
     n = len(units)
     if n <= _MAX_PRECOMPUTED:
-        h = sum(map(operator.mul, units, _POWERS[n])) & _MASK
+        h: int = sum(map(operator.mul, units, _POWERS[n])) & _MASK
     else:
         h = 0
         for c in units:

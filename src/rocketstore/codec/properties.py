@@ -34,9 +34,7 @@ def validate_property(name: str, value: str) -> None:
 
 def encode_properties(props: Mapping[str, str | None]) -> str:
     """Join properties; entries whose value is None are skipped. Does not validate."""
-    return PROPERTY_SEPARATOR.join(
-        f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if v is not None
-    )
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items() if v is not None)
 
 
 def decode_properties(text: str) -> dict[str, str]:

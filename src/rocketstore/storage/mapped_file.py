@@ -45,8 +45,15 @@ class MappedFile:
     a crash never leaves a segment of the wrong size.
     """
 
-    def __init__(self, path: Path, size: int, *, create: bool = False, readonly: bool = False,
-                 named_by_offset: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        size: int,
+        *,
+        create: bool = False,
+        readonly: bool = False,
+        named_by_offset: bool = True,
+    ) -> None:
         self.path = path
         self.size = size
         self.from_offset = offset_from_name(path.name) if named_by_offset else 0

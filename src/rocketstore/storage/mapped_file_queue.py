@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
 from rocketstore.errors import CorruptDataError
@@ -31,8 +32,9 @@ class MappedFileQueue:
     replaced, never mutated in place, so a reader always sees a consistent snapshot.
     """
 
-    def __init__(self, directory: Path, file_size: int, *, allocator: Allocator | None = None,
-                 readonly: bool = False) -> None:
+    def __init__(
+        self, directory: Path, file_size: int, *, allocator: Allocator | None = None, readonly: bool = False
+    ) -> None:
         self.directory = directory
         self.file_size = file_size
         self.readonly = readonly
@@ -51,7 +53,7 @@ class MappedFileQueue:
             mf = MappedFile(self.directory / name, self.file_size, readonly=self.readonly)
             mf.wrote_position = mf.flushed_position = self.file_size
             files.append(mf)
-        for prev, cur in zip(files, files[1:]):
+        for prev, cur in pairwise(files):
             if cur.from_offset != prev.from_offset + self.file_size:
                 for mf in files:
                     mf.close()

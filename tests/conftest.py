@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from rocketstore import StoreConfig
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-4.9.8"
+
+# The geometry the RocketMQ fixtures were written with (their README).
+FIXTURE_CONFIG = StoreConfig(
+    commitlog_segment_size=65536, consume_queue_entries=40, index_hash_slots=64, index_max_entries=256
+)
+
+
+def copy_fixture(name: str, dest: Path) -> Path:
+    """A writable copy of a read-only fixture store directory (recovery writes to it)."""
+    src = FIXTURES / name
+    if not src.is_dir():
+        pytest.skip(f"RocketMQ fixture {src} is not present")
+    target = dest / name
+    shutil.copytree(src, target)
+    for root, dirs, files in os.walk(target):
+        for n in dirs + files:
+            p = Path(root) / n
+            p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    return target
+
+
+@pytest.fixture
+def small_config() -> StoreConfig:
+    return FIXTURE_CONFIG
