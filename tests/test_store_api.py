@@ -3,6 +3,7 @@ what lands on disk. Small geometry throughout so segments, consume-queue files a
 
 from __future__ import annotations
 
+import itertools
 import struct
 import threading
 import time
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from rocketstore import (
+    CorruptDataError,
     GetStatus,
     InvalidMessageError,
     ManualClock,
@@ -23,6 +25,7 @@ from rocketstore import (
     PutStatus,
     StoreClosedError,
     StoreConfig,
+    StoreLockedError,
 )
 
 SEG = 65536
@@ -67,7 +70,7 @@ def read_queue(store: MessageStore, topic: str, qid: int, tags: str | None = Non
 
 
 def store_entries(path: Path) -> set[str]:
-    """Every path under a store root except commitlog segments (the next one is pre-created in the background)."""
+    """Paths under a store root but commitlog segments (the next is pre-created in the background)."""
     return {str(p.relative_to(path)) for p in path.rglob("*") if p.parent.name != "commitlog"}
 
 
@@ -149,6 +152,7 @@ def test_ipv6_store_host_msg_id(tmp_path: Path) -> None:
     with open_store(tmp_path, cfg) as store:
         store.put_message(Message(topic="V6", body=b"first"))
         r = store.put_message(Message(topic="V6", body=b"second", born_host="10.0.0.9:1234"))
+        both = store.put_message(Message(topic="V6", body=b"third", born_host="[fe80:0:0:0:1:2:3:4]:40005"))
         drain(store)
         assert r.msg_id is not None
         assert len(r.msg_id) == 56
@@ -162,7 +166,12 @@ def test_ipv6_store_host_msg_id(tmp_path: Path) -> None:
         assert m.store_host == "[0:0:0:0:0:0:0:1]:10911"
         assert m.born_host == "10.0.0.9:1234"
         got = store.get_message("g", "V6", 0, 1)
-        assert [x.body for x in got.messages] == [b"second"]
+        assert [x.body for x in got.messages] == [b"second", b"third"]
+        m3 = got.messages[1]
+        assert m3.sys_flag & (STORE_V6 | BORN_V6) == STORE_V6 | BORN_V6
+        assert m3.born_host == "[fe80:0:0:0:1:2:3:4]:40005"
+        assert m3.msg_id == both.msg_id
+        assert m3.physical_offset == both.physical_offset == r.physical_offset + r.wrote_bytes
 
 
 def test_uniq_key_generation_options(tmp_path: Path) -> None:
@@ -191,6 +200,10 @@ def test_lookup_of_missing_offsets_returns_none(tmp_path: Path) -> None:
         assert store.look_message_by_offset(r.physical_offset + 4) is None  # inside a record
         assert store.look_message_by_offset(store.max_phy_offset()) is None
         assert store.look_message_by_offset(10 * SEG) is None
+        assert store.view_message_by_id(f"7F00000100002A9F{10 * SEG:016X}") is None
+        for bad in ("", "XYZ", "7F00000100002A9F00000000000000000"):
+            with pytest.raises(CorruptDataError):
+                store.view_message_by_id(bad)
 
 
 # --- 2. get_message statuses --------------------------------------------------------------------------
@@ -257,6 +270,22 @@ def test_get_caps_at_32_and_stops_at_consume_queue_segment_end(tmp_path: Path) -
         files = sorted((tmp_path / "consumequeue" / "Cap" / "0").iterdir())
         assert [f.name for f in files][:3] == [f"{n:020d}" for n in (0, 800, 1600)]
         assert all(f.stat().st_size == 800 for f in files)
+
+
+def test_tag_filter_stops_at_consume_queue_segment_end(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        store.put_messages([Message(topic="FS", body=b"x", tags="TagA" if i in (2, 38, 45) else "TagB")
+                            for i in range(50)])
+        drain(store)
+        res = store.get_message("g", "FS", 0, 39, 32, "TagA")
+        assert (res.status, res.messages, res.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, [], 40)
+        res = store.get_message("g", "FS", 0, 3, 32, "TagA")
+        assert [m.queue_offset for m in res.messages] == [38]
+        assert res.next_begin_offset == 40
+        res = store.get_message("g", "FS", 0, 40, 32, "TagA")
+        assert [m.queue_offset for m in res.messages] == [45]
+        assert res.next_begin_offset == 50
+        assert [m.queue_offset for m in read_queue(store, "FS", 0, "TagA")] == [2, 38, 45]
 
 
 def test_get_respects_configured_count_and_byte_caps(tmp_path: Path) -> None:
@@ -328,7 +357,8 @@ def test_tag_filter(tmp_path: Path) -> None:
 def test_tag_filter_compares_real_tag_on_hash_collision(tmp_path: Path) -> None:
     assert java_hash("Aa") == java_hash("BB")
     with open_store(tmp_path) as store:
-        store.put_messages([Message(topic="H", body=b"bb0", tags="BB"), Message(topic="H", body=b"aa", tags="Aa"),
+        store.put_messages([Message(topic="H", body=b"bb0", tags="BB"),
+                            Message(topic="H", body=b"aa", tags="Aa"),
                             Message(topic="H", body=b"bb1", tags="BB")])
         store.put_messages([Message(topic="H2", body=b"bb", tags="BB")])
         drain(store)
@@ -368,13 +398,21 @@ def test_query_multiple_keys_and_many_matches(tmp_path: Path) -> None:
         assert store.query_message("Q", "missing") == []
 
 
+def test_query_returns_a_message_once(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        r = store.put_message(Message(topic="Once", body=b"1", keys=["dup", "dup", "same-as-uniq"],
+                                      uniq_key="same-as-uniq"))
+        drain(store)
+        assert [m.physical_offset for m in store.query_message("Once", "dup")] == [r.physical_offset]
+        assert [m.physical_offset for m in store.query_message("Once", "same-as-uniq")] == [r.physical_offset]
+
+
 def test_query_time_window(tmp_path: Path) -> None:
     clock = ManualClock(T0 + 250)
     t = T0 + 250
     with open_store(tmp_path, clock=clock) as store:
-        offs = []
         for name in ("A", "B", "C"):
-            offs.append(store.put_message(Message(topic="W", body=name.encode(), keys=["win"])).physical_offset)
+            store.put_message(Message(topic="W", body=name.encode(), keys=["win"]))
             clock.advance(5000)
         drain(store)
 
@@ -709,7 +747,7 @@ def test_batch_assigns_dense_offsets_per_queue(tmp_path: Path) -> None:
         assert [(r.topic, r.queue_id, r.queue_offset) for r in results] == [
             ("Mix", 0, 0), ("Mix", 1, 1), ("Mix", 1, 0), ("Other", 0, 0), ("Mix", 0, 1),
             (SCHEDULE_TOPIC, 0, 0), ("Mix", 1, 2)]
-        for prev, nxt in zip(results, results[1:]):
+        for prev, nxt in itertools.pairwise(results):
             assert nxt.physical_offset == prev.physical_offset + prev.wrote_bytes
         drain(store)
         assert [m.body for m in read_queue(store, "Mix", 0)] == [b"a0", b"a1"]
@@ -717,6 +755,33 @@ def test_batch_assigns_dense_offsets_per_queue(tmp_path: Path) -> None:
         assert [m.body for m in read_queue(store, "Other", 0)] == [b"o0"]
         assert [m.body for m in read_queue(store, SCHEDULE_TOPIC, 0)] == [b"delayed"]
         assert store.put_messages([]) == []
+
+
+def test_concurrent_puts_get_dense_offsets(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        results: list[Any] = []
+        lock = threading.Lock()
+
+        def worker(w: int) -> None:
+            for i in range(50):
+                r = (store.put_message(Message(topic="Conc", body=f"{w}-{i}".encode())) if i % 2 else
+                     store.put_messages([Message(topic="Conc", body=f"{w}-{i}".encode())])[0])
+                with lock:
+                    results.append(r)
+
+        threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        drain(store)
+        assert sorted(r.queue_offset for r in results) == list(range(200))
+        got = read_queue(store, "Conc", 0)
+        assert [m.queue_offset for m in got] == list(range(200))
+        assert sorted(m.physical_offset for m in got) == [m.physical_offset for m in got]
+        assert sorted(m.body for m in got) == sorted(f"{w}-{i}".encode() for w in range(4) for i in range(50))
+        stamps = [m.store_timestamp for m in got]
+        assert stamps == sorted(stamps)
 
 
 # --- 9. segment rolls -----------------------------------------------------------------------------------
@@ -846,12 +911,13 @@ def test_reopen_reads_everything_and_continues(tmp_path: Path) -> None:
             body = f"msg{i}-".encode() * 100
             q = i % 2
             bodies[q].append(body)
-            results.append(store.put_message(Message(topic="Re", body=body, queue_id=q, keys=[f"re{i}"],
-                                                     tags="T" + str(i % 3))))
+            results.append(store.put_message(Message(topic="Re", body=body, queue_id=q,
+                                                     keys=[f"re{i}", "common"], tags="T" + str(i % 3))))
             clock.advance(11)
         drain(store)
         max_phy = store.max_phy_offset()
         assert max_phy > SEG  # more than one segment
+        assert len(store.index_headers()) >= 2  # more than one index file
     assert not (tmp_path / "abort").exists()
     assert (tmp_path / "checkpoint").stat().st_size == 4096
 
@@ -865,6 +931,8 @@ def test_reopen_reads_everything_and_continues(tmp_path: Path) -> None:
             assert [m.body for m in read_queue(store, "Re", q)] == bodies[q]
         assert [m.queue_offset for m in read_queue(store, "Re", 0, "T1")] == [
             i // 2 for i in range(0, 120, 2) if i % 3 == 1]
+        assert [m.physical_offset for m in store.query_message("Re", "common")] == [
+            r.physical_offset for r in reversed(results)]
         for i in (0, 59, 119):
             found = store.query_message("Re", f"re{i}")
             assert [m.physical_offset for m in found] == [results[i].physical_offset]
@@ -887,6 +955,24 @@ def test_reopen_reads_everything_and_continues(tmp_path: Path) -> None:
         assert store.put_message(Message(topic="Re", body=b"x", queue_id=0)).queue_offset == 60
         assert store.put_message(Message(topic="Re", body=b"y", queue_id=1)).queue_offset == 61
         assert store.put_message(Message(topic="ReNew", body=b"z", queue_id=0)).queue_offset == 0
+
+
+def test_second_open_is_refused_and_readonly_open_reads(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        store.put_message(Message(topic="RO", body=b"one", keys=["rk"]))
+        drain(store)
+        with pytest.raises(StoreLockedError):
+            MessageStore.open(tmp_path, CFG)
+    with MessageStore.open(tmp_path, CFG, readonly=True) as ro:
+        assert not (tmp_path / "abort").exists()
+        assert [m.body for m in ro.get_message("g", "RO", 0, 0).messages] == [b"one"]
+        assert [m.body for m in ro.query_message("RO", "rk")] == [b"one"]
+        r = ro.put_message(Message(topic="RO", body=b"two"))
+        assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert r.msg_id is None
+        assert ro.max_offset_in_queue("RO", 0) == 1
+    with open_store(tmp_path) as store:
+        assert store.put_message(Message(topic="RO", body=b"two")).queue_offset == 1
 
 
 # --- 12. wait_for_message -------------------------------------------------------------------------------

@@ -5,8 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
+from itertools import repeat
 from pathlib import Path
+
+import numpy as np
 
 from rocketstore.clock import Clock
 from rocketstore.codec.commitlog_record import (
@@ -18,12 +22,13 @@ from rocketstore.codec.commitlog_record import (
     SegmentScan,
     encode_blank,
     patch_positions,
+    patch_positions_many,
 )
 from rocketstore.codec.host import parse_host
 from rocketstore.config import StoreConfig
-from rocketstore.dispatch_request import DispatchRequest, dispatch_request_from_record
+from rocketstore.dispatch_request import DispatchBatch, DispatchRequest, dispatch_request_from_record
 from rocketstore.message import MessageExt
-from rocketstore.prepare import PreparedMessage
+from rocketstore.prepare import PreparedBatch, PreparedMessage
 from rocketstore.results import PutMessageResult, PutStatus
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.mapped_file_queue import Allocator, MappedFileQueue
@@ -69,7 +74,7 @@ class CommitLog:
         )
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
-        self._pending: list[DispatchRequest] = []
+        self._pending: list[DispatchRequest | DispatchBatch] = []
         self._last_store_timestamp = 0
         addr, port = parse_host(config.store_host)
         self._id_prefix = (addr + port.to_bytes(4, "big")).hex().upper()
@@ -91,89 +96,154 @@ class CommitLog:
         """Append prepared records under one lock acquisition.
 
         A batch is patched in a private buffer and copied into the segment in one piece per
-        segment it touches. Raises OSError if a segment cannot be created (nothing of the
-        failing record is visible).
+        segment it touches. Raises OSError if a segment cannot be created; then nothing of the
+        batch is visible and no queue offset is used.
         """
         if len(batch) == 1:
             return [self._append_one(batch[0])]
         blob = bytearray().join([p.record for p in batch])
         results: list[PutMessageResult] = []
-        clock, table, prefix = self._clock, self.topic_queue_table, self._id_prefix
-        with self._lock:
-            pending = self._pending  # swapped by take_dispatch_requests, so read under the lock
-            self.begin_time_in_lock = clock.monotonic()
-            try:
-                now = self._stamp()
-                mf = self._segment_for(len(batch[0].record))
-                run_start = 0  # start in blob of the bytes not yet copied
-                seg_pos = mf.wrote_position  # where blob[run_start] goes in the segment
-                blob_pos = 0
-                for p in batch:
-                    length = len(p.record)
-                    pos = seg_pos + (blob_pos - run_start)
-                    if pos + length + END_FILE_MIN_BLANK_LENGTH > mf.size:
-                        self._copy_run(mf, seg_pos, blob, run_start, blob_pos)
-                        mf = self._roll(mf)
-                        run_start, seg_pos, pos = blob_pos, mf.wrote_position, mf.wrote_position
-                    phys = mf.from_offset + pos
-                    key = (p.topic, p.queue_id)
-                    if p.sys_flag & SYSFLAG_TX_MASK in _NOT_DISPATCHED_TO_QUEUE:
-                        qo = 0
-                    else:
-                        qo = table.get(key, 0)
-                        table[key] = qo + 1
-                    patch_positions(blob, blob_pos, p.timestamp_position, qo, phys, now)
-                    code = now + p.delay_ms if p.delay_ms else p.tags_code
-                    pending.append(
-                        _request(
-                            (phys, length, p.topic, p.queue_id, qo, code, now, p.sys_flag, p.keys, p.uniq_key)
-                        )
-                    )
-                    results.append(_result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, prefix)))
-                    blob_pos += length
-                self._copy_run(mf, seg_pos, blob, run_start, blob_pos)
-                mf.last_store_timestamp = now
-            finally:
-                self.begin_time_in_lock = 0.0
-        return results
-
-    def _append_one(self, p: PreparedMessage) -> PutMessageResult:
-        length = len(p.record)
-        with self._lock:
-            self.begin_time_in_lock = self._clock.monotonic()
-            try:
-                now = self._stamp()
-                mf = self._segment_for(length)
-                pos = mf.wrote_position
+        requests: list[DispatchRequest] = []
+        advanced: dict[tuple[str, int], int] = {}
+        table, prefix = self.topic_queue_table, self._id_prefix
+        with self._appending():
+            now = self._stamp()
+            mf = self._segment_for(len(batch[0].record))
+            run_start = 0  # start in blob of the bytes not yet copied
+            seg_pos = mf.wrote_position  # where blob[run_start] goes in the segment
+            blob_pos = 0
+            for p in batch:
+                length = len(p.record)
+                pos = seg_pos + (blob_pos - run_start)
+                if pos + length + END_FILE_MIN_BLANK_LENGTH > mf.size:
+                    self._copy_run(mf, seg_pos, blob, run_start, blob_pos, now)
+                    mf = self._roll(mf)
+                    run_start, seg_pos, pos = blob_pos, mf.wrote_position, mf.wrote_position
                 phys = mf.from_offset + pos
                 if p.sys_flag & SYSFLAG_TX_MASK in _NOT_DISPATCHED_TO_QUEUE:
                     qo = 0
                 else:
                     key = (p.topic, p.queue_id)
-                    table = self.topic_queue_table
-                    qo = table.get(key, 0)
-                    table[key] = qo + 1
-                mf.write_at(pos, p.record)
-                patch_positions(mf.mm, pos, p.timestamp_position, qo, phys, now)
-                mf.wrote_position = pos + length
-                mf.last_store_timestamp = now
-                self._pending.append(
-                    DispatchRequest(
-                        phys,
-                        length,
-                        p.topic,
-                        p.queue_id,
-                        qo,
-                        now + p.delay_ms if p.delay_ms else p.tags_code,
-                        now,
-                        p.sys_flag,
-                        p.keys,
-                        p.uniq_key,
+                    qo = advanced.get(key, -1)
+                    if qo < 0:
+                        qo = table.get(key, 0)
+                    advanced[key] = qo + 1
+                patch_positions(blob, blob_pos, p.timestamp_position, qo, phys, now)
+                code = now + p.delay_ms if p.delay_ms else p.tags_code
+                requests.append(
+                    _request(
+                        (phys, length, p.topic, p.queue_id, qo, code, now, p.sys_flag, p.keys, p.uniq_key)
                     )
                 )
+                results.append(_result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, prefix)))
+                blob_pos += length
+            self._copy_run(mf, seg_pos, blob, run_start, blob_pos, now)
+            table.update(advanced)
+            self._pending.extend(requests)
+        return results
+
+    def append_batch(self, batch: PreparedBatch) -> list[PutMessageResult]:
+        """Append a columnar batch: queue offsets assigned, positions patched with numpy, one
+        copy per segment touched, and one ``DispatchBatch`` for the dispatcher. Same failure
+        guarantee as ``append``."""
+        n = len(batch)
+        starts, lengths, blob = batch.starts, batch.lengths, batch.blob
+        ends = starts + lengths
+        topics, queue_ids = batch.topics, batch.queue_ids
+        table = self.topic_queue_table
+        phys = np.empty(n, dtype=np.int64)
+        with self._appending():
+            advanced: dict[tuple[str, int], int] = {}
+            queue_offsets: list[int] = []
+            for key in zip(topics, queue_ids):
+                qo = advanced.get(key, -1)
+                if qo < 0:
+                    qo = table.get(key, 0)
+                advanced[key] = qo + 1
+                queue_offsets.append(qo)
+            qos = np.asarray(queue_offsets, dtype=np.int64)
+            now = self._stamp()
+            mf = self.files.last_for_append()
+            i = 0
+            while i < n:
+                # records i..k-1 fit when they end within the room left before the BLANK reserve
+                room = mf.size - mf.wrote_position - END_FILE_MIN_BLANK_LENGTH
+                k = int(np.searchsorted(ends, starts[i] + room, side="right"))
+                if k <= i:
+                    mf = self._roll(mf)
+                    continue
+                phys[i:k] = starts[i:k] + (mf.from_offset + mf.wrote_position - int(starts[i]))
+                patch_positions_many(blob, starts[i:k], batch.timestamp_position, qos[i:k], phys[i:k], now)
+                self._copy_run(mf, mf.wrote_position, blob, int(starts[i]), int(ends[k - 1]), now)
+                i = k
+            table.update(advanced)
+            self._pending.append(
+                DispatchBatch(
+                    phys,
+                    lengths,
+                    topics,
+                    queue_ids,
+                    queue_offsets,
+                    batch.tags_codes,
+                    now,
+                    batch.sys_flag,
+                    batch.keys,
+                    batch.uniq_keys,
+                )
+            )
+        return list(
+            map(
+                _result,
+                zip(
+                    repeat(_PUT_OK),
+                    topics,
+                    queue_ids,
+                    phys.tolist(),
+                    queue_offsets,
+                    repeat(now),
+                    lengths.tolist(),
+                    repeat(self._id_prefix),
+                ),
+            )
+        )
+
+    def _append_one(self, p: PreparedMessage) -> PutMessageResult:
+        length = len(p.record)
+        with self._appending():
+            now = self._stamp()
+            mf = self._segment_for(length)
+            pos = mf.wrote_position
+            phys = mf.from_offset + pos
+            if p.sys_flag & SYSFLAG_TX_MASK in _NOT_DISPATCHED_TO_QUEUE:
+                qo = 0
+            else:
+                key = (p.topic, p.queue_id)
+                table = self.topic_queue_table
+                qo = table.get(key, 0)
+                table[key] = qo + 1
+            mf.write_at(pos, p.record)
+            patch_positions(mf.mm, pos, p.timestamp_position, qo, phys, now)
+            mf.wrote_position = pos + length
+            mf.last_store_timestamp = now
+            code = now + p.delay_ms if p.delay_ms else p.tags_code
+            self._pending.append(
+                _request((phys, length, p.topic, p.queue_id, qo, code, now, p.sys_flag, p.keys, p.uniq_key))
+            )
+        return _result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, self._id_prefix))
+
+    @contextmanager
+    def _appending(self) -> Iterator[None]:
+        """Hold the append lock; if the append fails, undo whatever it made visible."""
+        with self._lock:
+            self.begin_time_in_lock = self._clock.monotonic()
+            undo = self._position()
+            try:
+                yield
+            except BaseException:
+                self._restore(undo)
+                raise
             finally:
                 self.begin_time_in_lock = 0.0
-        return PutMessageResult(PutStatus.PUT_OK, p.topic, p.queue_id, phys, qo, now, length, self._id_prefix)
 
     def _stamp(self) -> int:
         now = self._clock.now_ms()
@@ -198,12 +268,27 @@ class CommitLog:
         return self.files.last_for_append()
 
     @staticmethod
-    def _copy_run(mf: MappedFile, seg_pos: int, blob: bytearray, start: int, end: int) -> None:
+    def _copy_run(mf: MappedFile, seg_pos: int, blob: bytearray, start: int, end: int, now: int) -> None:
         if end > start:
             mf.write_at(seg_pos, memoryview(blob)[start:end])
             mf.wrote_position = seg_pos + (end - start)
+            mf.last_store_timestamp = now
 
-    def take_dispatch_requests(self) -> list[DispatchRequest]:
+    def _position(self) -> tuple[int, int]:
+        """Where the log ends now: (number of segments, wrote position of the last)."""
+        last = self.files.last
+        return len(self.files.files), last.wrote_position if last is not None else 0
+
+    def _restore(self, position: tuple[int, int]) -> None:
+        """Undo a failed append: later segments emptied, the last one back at its old end."""
+        count, wrote = position
+        files = self.files.files
+        for mf in files[count:]:
+            mf.wrote_position = 0
+        if count:
+            files[count - 1].wrote_position = wrote
+
+    def take_dispatch_requests(self) -> list[DispatchRequest | DispatchBatch]:
         """Everything appended since the last call, in log order (for the dispatcher)."""
         with self._lock:
             pending, self._pending = self._pending, []

@@ -14,10 +14,11 @@ from rocketstore.codec.consume_queue_entry import (
     PRE_BLANK_ENTRY,
     decode_entries,
     decode_entry,
+    encode_entries,
     encode_entry,
     valid_prefix_length,
 )
-from rocketstore.dispatch_request import DispatchRequest
+from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.storage.mapped_file_queue import MappedFileQueue
 
 __all__ = ["ConsumeQueue", "ConsumeQueueSet"]
@@ -145,7 +146,7 @@ class ConsumeQueue:
             self.max_physical_offset = req.physical_offset + req.size
             self.last_store_timestamp = req.store_timestamp
             expected += 1
-        self._write(run)
+        self._write(b"".join(run))
         if refused:
             log.error(
                 "%r: refused %d entries from queue offset %d (commitlog offset %d): the queue ends at %d "
@@ -157,10 +158,30 @@ class ConsumeQueue:
                 expected,
             )
 
-    def _write(self, entries: list[bytes]) -> None:
-        if not entries:
-            return
-        data = memoryview(b"".join(entries))
+    def put_columns(
+        self,
+        first_queue_offset: int,
+        physical_offsets: npt.NDArray[np.int64],
+        sizes: npt.NDArray[np.int64],
+        tags_codes: npt.ArrayLike,
+        store_timestamp: int,
+    ) -> bool:
+        """Append consecutive entries starting at ``first_queue_offset`` in one write.
+
+        Returns False, writing nothing, unless they continue the queue exactly (the caller then
+        falls back to ``put``, which handles duplicates and gaps).
+        """
+        if first_queue_offset != self.max_offset:
+            return False
+        if int(physical_offsets[0]) + int(sizes[0]) <= self.max_physical_offset:
+            return False
+        self._write(encode_entries(physical_offsets, sizes, tags_codes))
+        self.max_physical_offset = int(physical_offsets[-1] + sizes[-1])
+        self.last_store_timestamp = store_timestamp
+        return True
+
+    def _write(self, entries: bytes) -> None:
+        data = memoryview(entries)
         while data:
             mf = self.files.last_for_append(self.files.max_offset)
             n = min(len(data), mf.free_space)
@@ -301,6 +322,29 @@ class ConsumeQueueSet:
                 group.append(req)
         for (topic, qid), group in by_queue.items():
             self.get_or_create(topic, qid).put(group)
+
+    def put_batch(self, batch: DispatchBatch) -> None:
+        """Append a batch's entries, one bulk write per queue it touches."""
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, key in enumerate(zip(batch.topics, batch.queue_ids)):
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [i]
+            else:
+                group.append(i)
+        codes = np.asarray(batch.tags_codes, dtype=np.int64)
+        for (topic, qid), members in groups.items():
+            cq = self.get_or_create(topic, qid)
+            idx = np.asarray(members, dtype=np.int64)
+            if not cq.put_columns(
+                batch.queue_offsets[members[0]],
+                batch.physical_offsets[idx],
+                batch.sizes[idx],
+                codes[idx],
+                batch.store_timestamp,
+            ):
+                requests = batch.requests()
+                cq.put([requests[i] for i in members])
 
     def close(self) -> None:
         for cq in self._queues.values():

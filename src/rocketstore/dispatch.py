@@ -10,7 +10,7 @@ from itertools import islice
 from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK
 from rocketstore.commitlog import CommitLog
 from rocketstore.consume_queue import ConsumeQueueSet
-from rocketstore.dispatch_request import DispatchRequest
+from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.index import IndexService
 from rocketstore.service import BackgroundService
 
@@ -61,7 +61,7 @@ class DispatchService(BackgroundService):
             if not parsed:  # only BLANK space left, or a corrupt record (CommitLog.scan logged it)
                 self.catch_up_to = self.reput_offset
                 break
-            self._dispatch(parsed)
+            self._dispatch(list(parsed))
         snapshot = self._commitlog.max_offset
         requests = self._commitlog.take_dispatch_requests()
         if requests:
@@ -71,17 +71,38 @@ class DispatchService(BackgroundService):
             with self.changed:
                 self.changed.notify_all()
 
-    def _dispatch(self, requests: list[DispatchRequest]) -> None:
-        queued = [r for r in requests if r.sys_flag & SYSFLAG_TX_MASK not in (TX_PREPARED, TX_ROLLBACK)]
-        self._queues.put(queued)
+    def _dispatch(self, items: list[DispatchRequest | DispatchBatch]) -> None:
+        """Dispatch in log order: runs of single requests, and whole batches in bulk."""
+        run: list[DispatchRequest] = []
+        for item in items:
+            if isinstance(item, DispatchBatch):
+                self._dispatch_requests(run)
+                run = []
+                self._queues.put_batch(item)
+                if self._index is not None:
+                    self._index.build_batch(item)
+                self._advance(item.end_offset, item.store_timestamp)
+            else:
+                run.append(item)
+        self._dispatch_requests(run)
+        with self.changed:
+            self.changed.notify_all()
+
+    def _dispatch_requests(self, requests: list[DispatchRequest]) -> None:
+        if not requests:
+            return
+        self._queues.put(
+            [r for r in requests if r.sys_flag & SYSFLAG_TX_MASK not in (TX_PREPARED, TX_ROLLBACK)]
+        )
         if self._index is not None:
             self._index.build(requests)
         last = requests[-1]
-        self.reput_offset = last.physical_offset + last.size
-        self.last_store_timestamp = last.store_timestamp
-        self.dispatched_to = max(self.dispatched_to, self.reput_offset)
-        with self.changed:
-            self.changed.notify_all()
+        self._advance(last.physical_offset + last.size, last.store_timestamp)
+
+    def _advance(self, end_offset: int, store_timestamp: int) -> None:
+        self.reput_offset = end_offset
+        self.last_store_timestamp = store_timestamp
+        self.dispatched_to = max(self.dispatched_to, end_offset)
 
     @property
     def behind_bytes(self) -> int:

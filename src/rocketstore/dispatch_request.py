@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
 
 from rocketstore.codec.commitlog_record import DecodedRecord
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.codec.properties import decode_properties
 from rocketstore.message import PROPERTY_DELAY, SCHEDULE_TOPIC, schedule_tags_code
 
-__all__ = ["DispatchRequest", "dispatch_request_from_record"]
+__all__ = ["DispatchBatch", "DispatchRequest", "dispatch_request_from_record"]
 
 
 class DispatchRequest(NamedTuple):
@@ -23,6 +27,47 @@ class DispatchRequest(NamedTuple):
     sys_flag: int
     keys: str | None
     uniq_key: str | None
+
+
+@dataclass(slots=True)
+class DispatchBatch:
+    """Dispatch information of a batch appended in one piece, as columns (all queued records:
+    no transactions, no delay). Consume queues take it per queue in bulk."""
+
+    physical_offsets: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+    topics: list[str]
+    queue_ids: list[int]
+    queue_offsets: list[int]
+    tags_codes: list[int]
+    store_timestamp: int
+    sys_flag: int
+    keys: list[str | None]
+    uniq_keys: list[str | None]
+
+    def __len__(self) -> int:
+        return len(self.topics)
+
+    @property
+    def end_offset(self) -> int:
+        return int(self.physical_offsets[-1] + self.sizes[-1])
+
+    def requests(self) -> list[DispatchRequest]:
+        """The same information one request per record."""
+        ts, flag = self.store_timestamp, self.sys_flag
+        return [
+            DispatchRequest(phy, size, topic, qid, qo, code, ts, flag, keys, uniq)
+            for phy, size, topic, qid, qo, code, keys, uniq in zip(
+                self.physical_offsets.tolist(),
+                self.sizes.tolist(),
+                self.topics,
+                self.queue_ids,
+                self.queue_offsets,
+                self.tags_codes,
+                self.keys,
+                self.uniq_keys,
+            )
+        ]
 
 
 def dispatch_request_from_record(

@@ -17,6 +17,22 @@ __all__ = ["CommitLogFlushService", "ConsumeQueueFlushService"]
 FailureHandler = Callable[[BackgroundService, BaseException], None]
 
 
+class _ThoroughTimer:
+    """Says when a full flush (ignoring the least-pages threshold) is due."""
+
+    def __init__(self, clock: Clock, interval_ms: int) -> None:
+        self._clock = clock
+        self._interval_ms = interval_ms
+        self._last = clock.monotonic()
+
+    def due(self, force: bool) -> bool:
+        now = self._clock.monotonic()
+        if force or (now - self._last) * 1000 >= self._interval_ms:
+            self._last = now
+            return True
+        return False
+
+
 class CommitLogFlushService(BackgroundService):
     """ASYNC_FLUSH (RocketMQ's FlushRealTimeService): every ``flush_interval`` ms, msync the
     commitlog when at least ``flush_least_pages`` pages are dirty, and fully every
@@ -36,17 +52,10 @@ class CommitLogFlushService(BackgroundService):
         self._commitlog = commitlog
         self._checkpoint = checkpoint
         self._config = config
-        self._clock = clock
-        self._last_thorough = clock.monotonic()
+        self._thorough = _ThoroughTimer(clock, config.flush_thorough_interval)
 
     def run_once(self) -> None:
-        now = self._clock.monotonic()
-        thorough = (
-            self._stopping.is_set()
-            or (now - self._last_thorough) * 1000 >= self._config.flush_thorough_interval
-        )
-        if thorough:
-            self._last_thorough = now
+        thorough = self._thorough.due(force=self._stopping.is_set())
         last = self._commitlog.files.last
         timestamp = last.last_store_timestamp if last is not None else 0
         if self._commitlog.files.flush(0 if thorough else self._config.flush_least_pages) and timestamp:
@@ -72,18 +81,11 @@ class ConsumeQueueFlushService(BackgroundService):
         self._index = index
         self._checkpoint = checkpoint
         self._config = config
-        self._clock = clock
         self._dispatched_timestamp = dispatched_timestamp
-        self._last_thorough = clock.monotonic()
+        self._thorough = _ThoroughTimer(clock, config.flush_consume_queue_thorough_interval)
 
     def run_once(self) -> None:
-        now = self._clock.monotonic()
-        thorough = (
-            self._stopping.is_set()
-            or (now - self._last_thorough) * 1000 >= self._config.flush_consume_queue_thorough_interval
-        )
-        if thorough:
-            self._last_thorough = now
+        thorough = self._thorough.due(force=self._stopping.is_set())
         least = 0 if thorough else self._config.flush_consume_queue_least_pages
         logics = self._dispatched_timestamp()
         index_ts = self._index.last_store_timestamp if self._index is not None else 0

@@ -9,7 +9,7 @@ from pathlib import Path
 from rocketstore.clock import Clock
 from rocketstore.codec import index_layout as layout
 from rocketstore.codec.java_hash import index_key_hash
-from rocketstore.dispatch_request import DispatchRequest
+from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import index_file_name
@@ -219,6 +219,11 @@ class IndexService:
         )
         self.files = [*self.files, f]
         return f
+
+    def build_batch(self, batch: DispatchBatch) -> None:
+        """Index the keys of a batch (nothing to do when no record has keys or a UNIQ_KEY)."""
+        if any(k is not None for k in batch.uniq_keys) or any(batch.keys):
+            self.build(batch.requests())
 
     def build(self, requests: Iterable[DispatchRequest]) -> None:
         """Index the keys of ``requests`` (in log order)."""

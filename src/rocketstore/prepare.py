@@ -1,9 +1,13 @@
-"""Turning a ``Message`` into an encoded record, outside the append lock.
+"""Turning messages into encoded records, outside the append lock.
 
-Everything that does not depend on the record's place in the log is done here: validation,
-the delay-level rewrite to ``SCHEDULE_TOPIC_XXXX``, the properties string, the UNIQ_KEY, the
-body CRC and the whole byte image. Under the lock only the queue offset, physical offset and
-store timestamp are patched in (``codec.commitlog_record.patch_positions``).
+Everything that does not depend on a record's place in the log is done here: validation, the
+delay-level rewrite to ``SCHEDULE_TOPIC_XXXX``, the properties string, the UNIQ_KEY, the body
+CRC and the whole byte image. Under the lock only the queue offset, physical offset and store
+timestamp are patched in (``codec.commitlog_record.patch_positions``).
+
+Two shapes come out: a ``PreparedMessage`` per message (single puts, small or irregular
+batches) and a columnar ``PreparedBatch`` (one blob, numpy offsets) for batches of plain
+messages, which the commitlog appends and the dispatcher indexes without per-record objects.
 
 Validation (STORE.md §2.2) rejects with ``InvalidMessageError`` before anything is written:
 topics of 1..127 characters of ``[A-Za-z0-9_%|-]`` (so no topic can name a path outside the
@@ -18,6 +22,9 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
+
+import numpy as np
+import numpy.typing as npt
 
 from rocketstore.clock import Clock
 from rocketstore.codec.commitlog_record import (
@@ -51,7 +58,7 @@ from rocketstore.message import (
 )
 from rocketstore.results import PutStatus
 
-__all__ = ["MessageEncoder", "PreparedMessage", "validate_topic"]
+__all__ = ["MessageEncoder", "PreparedBatch", "PreparedMessage", "validate_topic"]
 
 _TOPIC_PATTERN = re.compile(r"[%|A-Za-z0-9_-]{1,127}")
 SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
@@ -68,7 +75,9 @@ _RESERVED_PROPERTIES = frozenset(
 _USER_SYSFLAG_BITS: Final = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TX_MASK
 _MAX_PROPERTIES_BYTES: Final = 32767
 _MAX_QUEUE_ID: Final = 65535
-_INT32 = range(-(1 << 31), 1 << 31)
+_ILLEGAL = PutStatus.MESSAGE_ILLEGAL
+# Below this many messages the columnar path's numpy overhead costs more than it saves.
+MIN_COLUMNAR_BATCH: Final = 16
 
 
 def validate_topic(topic: object, *, allow_system: bool = False) -> str:
@@ -76,12 +85,10 @@ def validate_topic(topic: object, *, allow_system: bool = False) -> str:
     if not isinstance(topic, str) or not _TOPIC_PATTERN.fullmatch(topic):
         raise InvalidMessageError(
             f"invalid topic {topic!r}: topics are 1-127 characters of letters, digits, '_', '-', '%', '|'",
-            PutStatus.MESSAGE_ILLEGAL,
+            _ILLEGAL,
         )
     if not allow_system and (topic == SCHEDULE_TOPIC or topic.startswith(SYSTEM_TOPIC_PREFIX)):
-        raise InvalidMessageError(
-            f"topic {topic!r} is reserved for the store itself", PutStatus.MESSAGE_ILLEGAL
-        )
+        raise InvalidMessageError(f"topic {topic!r} is reserved for the store itself", _ILLEGAL)
     return topic
 
 
@@ -100,11 +107,33 @@ class PreparedMessage:
     timestamp_position: int  # where STORETIMESTAMP sits in the record
 
 
+@dataclass(slots=True)
+class PreparedBatch:
+    """Plain messages (no delay, no transaction, store host as born host) encoded back to back.
+
+    ``blob[starts[i] : starts[i] + lengths[i]]`` is record i; all share one sysflag and so one
+    STORETIMESTAMP position.
+    """
+
+    blob: bytearray
+    starts: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    topics: list[str]
+    queue_ids: list[int]
+    tags_codes: list[int]
+    keys: list[str | None]
+    uniq_keys: list[str | None]
+    sys_flag: int
+    timestamp_position: int
+
+    def __len__(self) -> int:
+        return len(self.topics)
+
+
 class MessageEncoder:
-    """Validates and encodes messages for one store. Thread-safe (no mutable state but the id counter)."""
+    """Validates and encodes messages for one store. Thread-safe (caches only grow; ids are locked)."""
 
     def __init__(self, config: StoreConfig, clock: Clock) -> None:
-        self._config = config
         self._clock = clock
         self._store_addr, self._store_port = parse_host(config.store_host)
         self._store_v6 = SYSFLAG_STOREHOST_V6 if len(self._store_addr) == 16 else 0
@@ -114,176 +143,118 @@ class MessageEncoder:
         )
         self._delay_levels = config.delay_levels_ms
         self._uniq = UniqKeyGenerator() if config.generate_uniq_key else None
-        self._valid_topics: dict[str, bytes] = {}
+        self._topics: dict[str, bytes] = {}
+        self._system_topics: dict[str, bytes] = {}
         self._templates: dict[str, RecordTemplate] = {}
-        self._tag_properties: dict[str | None, tuple[bytes, int]] = {}
-        self._valid_system_topics: dict[str, bytes] = {}
 
-    def prepare_many(self, msgs: Sequence[Message]) -> list[PreparedMessage]:
-        """Every message prepared, or an InvalidMessageError for the first bad one (nothing kept).
-
-        Messages without keys, properties, delay, own UNIQ_KEY, born host or sysflag (the common
-        shape of a batch) take a lean path: cached topic and tags, UNIQ_KEYs reserved in bulk,
-        one ``RecordTemplate.encode`` each. Others go through ``prepare``.
-        """
-        out: list[PreparedMessage] = []
-        uniqs = self._uniq.take(len(msgs)) if self._uniq is not None else None
-        templates = self._templates
-        tag_props = self._tag_properties
-        max_body = self._max_body
-        max_record = self._max_record
+    # --- batches -------------------------------------------------------------------------
+    def prepare_batch(self, msgs: Sequence[Message]) -> PreparedBatch | None:
+        """The columnar form of a batch of plain messages; None when the batch is small or has
+        a delayed, transactional or foreign-born message (use ``prepare_many`` then)."""
+        n = len(msgs)
+        if n < MIN_COLUMNAR_BATCH:
+            return None
+        for m in msgs:
+            if type(m) is not Message or m.delay_level or m.sys_flag or m.born_host is not None:
+                return None
+        uniqs: list[str | None] = list(self._uniq.take(n)) if self._uniq is not None else [None] * n
+        records: list[bytes] = []
+        topics: list[str] = []
+        queue_ids: list[int] = []
+        codes: list[int] = []
+        keys: list[str | None] = []
         now = self._clock.now_ms()
+        template = None
+        tags_cache: dict[str | None, str] = {}
         for i, m in enumerate(msgs):
             try:
-                if (
-                    type(m) is not Message
-                    or m.properties
-                    or m.keys
-                    or m.delay_level
-                    or m.born_host is not None
-                    or m.sys_flag
-                    or m.uniq_key is not None
-                ):
-                    out.append(self.prepare(m))
-                    continue
-                topic, body, queue_id, flag = m.topic, m.body, m.queue_id, m.flag
-                template = templates.get(topic)
+                topic, _, body, queue_id, _ = self._check(m, internal=False)
+                template = self._templates.get(topic)
                 if template is None:
-                    template = templates[topic] = RecordTemplate(
-                        validate_topic(topic).encode(),
+                    template = self._templates[topic] = RecordTemplate(
+                        self._topics[topic],
                         self._store_addr,
                         self._store_port,
                         self._store_addr,
                         self._store_port,
-                    )
-                if type(body) is not bytes and not isinstance(body, (bytearray, memoryview)):
-                    raise InvalidMessageError(
-                        f"body must be bytes, not {type(body).__name__}", PutStatus.MESSAGE_ILLEGAL
-                    )
-                if len(body) > max_body:
-                    raise InvalidMessageError(
-                        f"body of {len(body)} bytes exceeds max_message_size {max_body}",
-                        PutStatus.MESSAGE_ILLEGAL,
-                    )
-                if type(queue_id) is not int or not 0 <= queue_id <= _MAX_QUEUE_ID:
-                    raise InvalidMessageError(
-                        f"queue_id must be an int in 0..{_MAX_QUEUE_ID}, not {queue_id!r}",
-                        PutStatus.MESSAGE_ILLEGAL,
-                    )
-                if type(flag) is not int or not -0x80000000 <= flag <= 0x7FFFFFFF:
-                    raise InvalidMessageError(
-                        f"flag must be a 32-bit int, not {flag!r}", PutStatus.MESSAGE_ILLEGAL
                     )
                 tags = m.tags
-                cached = tag_props.get(tags)
-                if cached is None:
-                    if tags is not None:
-                        self._check_property(PROPERTY_TAGS, tags)
-                    cached = tag_props[tags] = (
-                        encode_properties({PROPERTY_TAGS: tags}).encode() if tags is not None else b"",
-                        tags_code(tags),
-                    )
-                props, code = cached
-                uniq = uniqs[i] if uniqs is not None else None
-                if uniq is not None:
-                    props = (props + b"\x02UNIQ_KEY\x01" if props else b"UNIQ_KEY\x01") + uniq.encode()
-                born_ts = now if m.born_timestamp is None else m.born_timestamp
-                record, sys_flag = template.encode(body, props, queue_id, flag, 0, born_ts)
-                if len(record) > max_record:
+                uniq = m.uniq_key if m.uniq_key is not None else uniqs[i]
+                uniqs[i] = uniq
+                if m.keys or m.properties or m.uniq_key is not None:
+                    props, keys_text = self._properties(m, uniq, internal=False)
+                    text = encode_properties(props)
+                else:  # the common case: only tags and a generated id, cached per tags value
+                    keys_text = None
+                    prefix = tags_cache.get(tags)
+                    if prefix is None:
+                        if tags is not None:
+                            _check_property(PROPERTY_TAGS, tags)
+                        prefix = tags_cache[tags] = (
+                            f"{PROPERTY_TAGS}\x01{tags}\x02" if tags is not None else ""
+                        )
+                    text = f"{prefix}{PROPERTY_UNIQ_KEY}\x01{uniq}" if uniq is not None else prefix[:-1]
+                props_bytes = text.encode()
+                if len(props_bytes) > _MAX_PROPERTIES_BYTES:
                     raise InvalidMessageError(
-                        f"record of {len(record)} bytes exceeds the limit of {max_record} "
-                        "(max_message_size, and a commitlog segment less 8 bytes)",
-                        PutStatus.MESSAGE_SIZE_EXCEEDED,
+                        f"properties take {len(props_bytes)} bytes, more than {_MAX_PROPERTIES_BYTES}",
+                        PutStatus.PROPERTIES_SIZE_EXCEEDED,
                     )
-                out.append(
-                    PreparedMessage(
-                        record, topic, queue_id, sys_flag, code, 0, None, uniq, template.timestamp_position
-                    )
-                )
+                born_ts = now if m.born_timestamp is None else m.born_timestamp
+                record, _ = template.encode(body, props_bytes, queue_id, m.flag, 0, born_ts)
+                self._check_record_length(len(record))
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"message {i} of the batch: {exc}", exc.status) from None
             except struct.error as exc:
                 raise InvalidMessageError(
-                    f"message {i} of the batch: a field is out of range: {exc}", PutStatus.MESSAGE_ILLEGAL
+                    f"message {i} of the batch: a field is out of range: {exc}", _ILLEGAL
                 ) from None
+            records.append(record)
+            topics.append(topic)
+            queue_ids.append(queue_id)
+            codes.append(tags_code(tags))
+            keys.append(keys_text)
+        assert template is not None
+        lengths = np.fromiter(map(len, records), dtype=np.int64, count=n)
+        starts = np.zeros(n, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        return PreparedBatch(
+            bytearray().join(records),
+            starts,
+            lengths,
+            topics,
+            queue_ids,
+            codes,
+            keys,
+            uniqs,
+            self._store_v6,
+            template.timestamp_position,
+        )
+
+    def prepare_many(self, msgs: Sequence[Message]) -> list[PreparedMessage]:
+        """Every message prepared, or an InvalidMessageError for the first bad one (nothing kept)."""
+        out = []
+        for i, m in enumerate(msgs):
+            try:
+                out.append(self.prepare(m))
+            except InvalidMessageError as exc:
+                raise InvalidMessageError(f"message {i} of the batch: {exc}", exc.status) from None
         return out
 
+    # --- one message -----------------------------------------------------------------------
     def prepare(self, msg: Message, *, internal: bool = False) -> PreparedMessage:
-        if not isinstance(msg, Message):
-            raise InvalidMessageError(
-                f"expected a Message, got {type(msg).__name__}", PutStatus.MESSAGE_ILLEGAL
-            )
-        topic = msg.topic
-        topics = self._valid_system_topics if internal else self._valid_topics
-        topic_bytes = topics.get(topic)
-        if topic_bytes is None:
-            topic_bytes = topics[validate_topic(topic, allow_system=internal)] = topic.encode()
-        body = msg.body
-        if not isinstance(body, (bytes, bytearray, memoryview)):
-            raise InvalidMessageError(
-                f"body must be bytes, not {type(body).__name__}", PutStatus.MESSAGE_ILLEGAL
-            )
-        if len(body) > self._max_body:
-            raise InvalidMessageError(
-                f"body of {len(body)} bytes exceeds max_message_size {self._max_body}",
-                PutStatus.MESSAGE_ILLEGAL,
-            )
-        queue_id = msg.queue_id
-        if type(queue_id) is not int or not 0 <= queue_id <= _MAX_QUEUE_ID:
-            raise InvalidMessageError(
-                f"queue_id must be an int in 0..{_MAX_QUEUE_ID}, not {queue_id!r}", PutStatus.MESSAGE_ILLEGAL
-            )
-        sys_flag = msg.sys_flag
-        if type(sys_flag) is not int or sys_flag & ~_USER_SYSFLAG_BITS:
-            raise InvalidMessageError(
-                f"sys_flag {sys_flag!r}: only the compressed (0x1), multi-tags (0x2) and transaction (0xC) "
-                "bits can be set",
-                PutStatus.MESSAGE_ILLEGAL,
-            )
-        if msg.flag not in _INT32:
-            raise InvalidMessageError(
-                f"flag must be a 32-bit int, not {msg.flag!r}", PutStatus.MESSAGE_ILLEGAL
-            )
-
-        props: dict[str, str] = {}
-        keys_text = None
-        if msg.keys:
-            keys = [msg.keys] if isinstance(msg.keys, str) else msg.keys
-            for k in keys:
-                if not isinstance(k, str) or not k or " " in k or "\x01" in k or "\x02" in k:
-                    raise InvalidMessageError(
-                        f"key {k!r}: keys are non-empty strings without spaces or \\x01/\\x02",
-                        PutStatus.MESSAGE_ILLEGAL,
-                    )
-            keys_text = props[PROPERTY_KEYS] = " ".join(keys)
-        tags = msg.tags
-        if tags is not None:
-            self._check_property(PROPERTY_TAGS, tags)
-            props[PROPERTY_TAGS] = tags
-        if msg.properties:
-            check = self._check_property
-            for name, value in msg.properties.items():
-                if name in _RESERVED_PROPERTIES and not internal:
-                    raise InvalidMessageError(
-                        f"property {name!r} is set by the store from the Message fields",
-                        PutStatus.MESSAGE_ILLEGAL,
-                    )
-                check(name, value)
-                props[name] = value
+        """Encode one message. ``internal`` allows system topics and properties (store use only)."""
+        topic, topic_bytes, body, queue_id, sys_flag = self._check(msg, internal=internal)
         uniq = msg.uniq_key
-        if uniq is None and not internal:
-            uniq = self._uniq.next() if self._uniq is not None else None
-        if uniq is not None:
-            self._check_property(PROPERTY_UNIQ_KEY, uniq)
-            props[PROPERTY_UNIQ_KEY] = uniq
+        if uniq is None and not internal and self._uniq is not None:
+            uniq = self._uniq.next()
+        props, keys_text = self._properties(msg, uniq, internal=internal)
 
         delay_ms = 0
         level = msg.delay_level
         if level and (sys_flag & SYSFLAG_TX_MASK) in (TX_NOT, TX_COMMIT):
             if type(level) is not int or level < 0:
-                raise InvalidMessageError(
-                    f"delay_level must be a non-negative int, not {level!r}", PutStatus.MESSAGE_ILLEGAL
-                )
+                raise InvalidMessageError(f"delay_level must be a non-negative int, not {level!r}", _ILLEGAL)
             level = min(level, len(self._delay_levels))
             props[PROPERTY_REAL_TOPIC] = topic
             props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
@@ -298,17 +269,15 @@ class MessageEncoder:
                 f"properties take {len(props_bytes)} bytes, more than {_MAX_PROPERTIES_BYTES}",
                 PutStatus.PROPERTIES_SIZE_EXCEEDED,
             )
-
         if msg.born_host is None:
             born_addr, born_port = self._store_addr, self._store_port
         else:
             try:
                 born_addr, born_port = parse_host(msg.born_host)
             except ValueError as exc:
-                raise InvalidMessageError(f"born_host: {exc}", PutStatus.MESSAGE_ILLEGAL) from None
+                raise InvalidMessageError(f"born_host: {exc}", _ILLEGAL) from None
         sys_flag |= self._store_v6 | (SYSFLAG_BORNHOST_V6 if len(born_addr) == 16 else 0)
         born_ts = self._clock.now_ms() if msg.born_timestamp is None else msg.born_timestamp
-
         try:
             record = encode_message(
                 body=body,
@@ -324,28 +293,97 @@ class MessageEncoder:
                 store_port=self._store_port,
             )
         except struct.error as exc:
-            raise InvalidMessageError(f"a field is out of range: {exc}", PutStatus.MESSAGE_ILLEGAL) from None
-        if len(record) > self._max_record:
-            raise InvalidMessageError(
-                f"record of {len(record)} bytes exceeds the limit of {self._max_record} "
-                "(max_message_size, and a commitlog segment less 8 bytes)",
-                PutStatus.MESSAGE_SIZE_EXCEEDED,
-            )
+            raise InvalidMessageError(f"a field is out of range: {exc}", _ILLEGAL) from None
+        self._check_record_length(len(record))
         return PreparedMessage(
             record,
             topic,
             queue_id,
             sys_flag,
-            0 if delay_ms else tags_code(tags),
+            0 if delay_ms else tags_code(msg.tags),
             delay_ms,
             keys_text,
             uniq,
             store_timestamp_position(sys_flag),
         )
 
-    @staticmethod
-    def _check_property(name: str, value: str) -> None:
-        try:
-            validate_property(name, value)
-        except ValueError as exc:
-            raise InvalidMessageError(str(exc), PutStatus.MESSAGE_ILLEGAL) from None
+    # --- shared checks -----------------------------------------------------------------------
+    def _check(
+        self, msg: Message, *, internal: bool
+    ) -> tuple[str, bytes, bytes | bytearray | memoryview, int, int]:
+        """Validate the fields every path needs: (topic, topic bytes, body, queue id, sysflag)."""
+        if not isinstance(msg, Message):
+            raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}", _ILLEGAL)
+        topic = msg.topic
+        cache = self._system_topics if internal else self._topics
+        topic_bytes = cache.get(topic)
+        if topic_bytes is None:
+            topic_bytes = cache[validate_topic(topic, allow_system=internal)] = topic.encode()
+        body = msg.body
+        if not isinstance(body, (bytes, bytearray, memoryview)):
+            raise InvalidMessageError(f"body must be bytes, not {type(body).__name__}", _ILLEGAL)
+        if len(body) > self._max_body:
+            raise InvalidMessageError(
+                f"body of {len(body)} bytes exceeds max_message_size {self._max_body}", _ILLEGAL
+            )
+        queue_id = msg.queue_id
+        if type(queue_id) is not int or not 0 <= queue_id <= _MAX_QUEUE_ID:
+            raise InvalidMessageError(
+                f"queue_id must be an int in 0..{_MAX_QUEUE_ID}, not {queue_id!r}", _ILLEGAL
+            )
+        sys_flag = msg.sys_flag
+        if type(sys_flag) is not int or sys_flag & ~_USER_SYSFLAG_BITS:
+            raise InvalidMessageError(
+                f"sys_flag {sys_flag!r}: only the compressed (0x1), multi-tags (0x2) and transaction (0xC) "
+                "bits can be set",
+                _ILLEGAL,
+            )
+        flag = msg.flag
+        if type(flag) is not int or not -0x80000000 <= flag <= 0x7FFFFFFF:
+            raise InvalidMessageError(f"flag must be a 32-bit int, not {flag!r}", _ILLEGAL)
+        return topic, topic_bytes, body, queue_id, sys_flag
+
+    def _properties(
+        self, msg: Message, uniq: str | None, *, internal: bool
+    ) -> tuple[dict[str, str], str | None]:
+        """The properties a message is stored with (before any delay rewrite), and its KEYS."""
+        props: dict[str, str] = {}
+        keys_text = None
+        if msg.keys:
+            keys = [msg.keys] if isinstance(msg.keys, str) else msg.keys
+            for k in keys:
+                if not isinstance(k, str) or not k or " " in k or "\x01" in k or "\x02" in k:
+                    raise InvalidMessageError(
+                        f"key {k!r}: keys are non-empty strings without spaces or \\x01/\\x02", _ILLEGAL
+                    )
+            keys_text = props[PROPERTY_KEYS] = " ".join(keys)
+        if msg.tags is not None:
+            _check_property(PROPERTY_TAGS, msg.tags)
+            props[PROPERTY_TAGS] = msg.tags
+        if msg.properties:
+            for name, value in msg.properties.items():
+                if name in _RESERVED_PROPERTIES and not internal:
+                    raise InvalidMessageError(
+                        f"property {name!r} is set by the store from the Message fields", _ILLEGAL
+                    )
+                _check_property(name, value)
+                props[name] = value
+        if uniq is not None:
+            _check_property(PROPERTY_UNIQ_KEY, uniq)
+            props[PROPERTY_UNIQ_KEY] = uniq
+        return props, keys_text
+
+    def _check_record_length(self, length: int) -> None:
+        if length > self._max_record:
+            raise InvalidMessageError(
+                f"record of {length} bytes exceeds the limit of {self._max_record} "
+                "(max_message_size, and a commitlog segment less 8 bytes)",
+                PutStatus.MESSAGE_SIZE_EXCEEDED,
+            )
+
+
+def _check_property(name: str, value: str) -> None:
+    try:
+        validate_property(name, value)
+    except ValueError as exc:
+        raise InvalidMessageError(str(exc), _ILLEGAL) from None

@@ -39,7 +39,8 @@ class MessageStore:
 
     Use ``MessageStore.open(path, config)``, preferably as a context manager. Puts may come from
     many threads at once; reads are lock-free. Invalid messages raise ``InvalidMessageError``
-    and write nothing; store conditions (closed, failed flush) are reported in the put status.
+    and write nothing; a failed store service (flush, dispatch) or a read-only store is reported
+    in the put status; any call on a closed store raises ``StoreClosedError``.
     """
 
     def __init__(self, layout: StoreLayout, config: StoreConfig, clock: Clock, *, readonly: bool) -> None:
@@ -222,16 +223,19 @@ class MessageStore:
         self._check_open()
         if not msgs:
             return []
-        prepared = self._encoder.prepare_many(msgs) if len(msgs) > 1 else [self._encoder.prepare(msgs[0])]
+        batch = self._encoder.prepare_batch(msgs)
+        prepared = [] if batch is not None else self._encoder.prepare_many(msgs)
         unavailable = self._unavailable_reason()
         if unavailable is not None:
             log.warning("put refused: %s", unavailable)
-            return [PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in prepared]
+            return [PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in msgs]
         try:
+            if batch is not None:
+                return self._commitlog.append_batch(batch)
             return self._commitlog.append(prepared)
         except OSError as exc:
             log.error("put failed, could not create or write a commitlog segment: %s", exc)
-            return [PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in prepared]
+            return [PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in msgs]
 
     def _unavailable_reason(self) -> str | None:
         if self.readonly:
@@ -418,10 +422,12 @@ class MessageStore:
         return cq.offset_by_time(timestamp, self._commitlog.store_timestamp_at)
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        self._check_open()
         cq = self._queues.get(topic, queue_id)
         return cq.min_offset if cq is not None else 0
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        self._check_open()
         cq = self._queues.get(topic, queue_id)
         return cq.max_offset if cq is not None else 0
 
@@ -438,13 +444,16 @@ class MessageStore:
         return self._commitlog.store_timestamp_at(entry[0]) if entry else -1
 
     def min_phy_offset(self) -> int:
+        self._check_open()
         return self._commitlog.min_offset
 
     def max_phy_offset(self) -> int:
+        self._check_open()
         return self._commitlog.max_offset
 
     def topics(self) -> dict[str, list[int]]:
         """Every topic with a consume queue, and its queue ids."""
+        self._check_open()
         return self._queues.topics()
 
     @property

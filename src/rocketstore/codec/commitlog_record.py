@@ -43,6 +43,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from rocketstore.errors import CorruptDataError
 
 __all__ = [
@@ -68,6 +71,7 @@ __all__ = [
     "encode_blank",
     "encode_message",
     "patch_positions",
+    "patch_positions_many",
     "record_length",
     "store_timestamp_position",
 ]
@@ -95,6 +99,8 @@ _QUEUE_OFFSET_POS: Final = 20
 _TIMESTAMP = struct.Struct(">q")
 _BODY_LEN_POS_BASE: Final = 68  # + b + s
 _SYSFLAG = struct.Struct(">i")
+_RANGE16 = np.arange(16, dtype=np.int64)
+_RANGE8 = np.arange(8, dtype=np.int64)
 _U16 = struct.Struct(">H")
 _I16 = struct.Struct(">h")
 
@@ -139,13 +145,13 @@ def store_timestamp_position(sys_flag: int) -> int:
     return 48 + _host_len(bool(sys_flag & SYSFLAG_BORNHOST_V6))
 
 
-def body_crc(body: bytes | memoryview) -> int:
+def body_crc(body: bytes | bytearray | memoryview) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
 def encode_message(
     *,
-    body: bytes | memoryview,
+    body: bytes | bytearray | memoryview,
     topic: bytes,
     properties: bytes,
     queue_id: int,
@@ -261,6 +267,27 @@ def patch_positions(
     """
     _POSITIONS.pack_into(buf, pos + _QUEUE_OFFSET_POS, queue_offset, physical_offset)
     _TIMESTAMP.pack_into(buf, pos + timestamp_position, store_timestamp)
+
+
+def patch_positions_many(
+    blob: bytearray,
+    starts: npt.NDArray[np.int64],
+    timestamp_position: int,
+    queue_offsets: npt.NDArray[np.int64],
+    physical_offsets: npt.NDArray[np.int64],
+    store_timestamp: int,
+) -> None:
+    """``patch_positions`` for many records of ``blob`` at once (records at ``starts``)."""
+    n = len(starts)
+    if n == 0:
+        return
+    u8 = np.frombuffer(blob, dtype=np.uint8)
+    positions = np.empty((n, 2), dtype=">i8")
+    positions[:, 0] = queue_offsets
+    positions[:, 1] = physical_offsets
+    u8[(starts + _QUEUE_OFFSET_POS)[:, None] + _RANGE16] = positions.view(np.uint8).reshape(n, 16)
+    stamp = np.frombuffer(_TIMESTAMP.pack(store_timestamp), dtype=np.uint8)
+    u8[(starts + timestamp_position)[:, None] + _RANGE8] = stamp
 
 
 def body_span(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import secrets
 import socket
 import struct
@@ -31,6 +32,7 @@ from rocketstore.errors import CorruptDataError
 __all__ = ["UniqKeyGenerator", "decode_offset_msg_id", "encode_offset_msg_id"]
 
 _OFFSET = struct.Struct(">iq")
+_HEX = re.compile(r"[0-9A-Fa-f]+")
 
 
 def encode_offset_msg_id(store_addr: bytes, store_port: int, physical_offset: int) -> str:
@@ -41,10 +43,9 @@ def decode_offset_msg_id(msg_id: str) -> tuple[bytes, int, int]:
     """offsetMsgId -> (address bytes, port, physical offset). Raises CorruptDataError."""
     if len(msg_id) not in (32, 56):
         raise CorruptDataError(f"an offsetMsgId has 32 or 56 hex digits, not {len(msg_id)}: {msg_id!r}")
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
-        raise CorruptDataError(f"offsetMsgId is not hexadecimal: {msg_id!r}") from None
+    if not _HEX.fullmatch(msg_id):
+        raise CorruptDataError(f"offsetMsgId is not hexadecimal: {msg_id!r}")
+    raw = bytes.fromhex(msg_id)
     addr_len = len(raw) - 12
     port, offset = _OFFSET.unpack_from(raw, addr_len)
     if offset < 0:
