@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import partial
 from itertools import repeat
 from pathlib import Path
+from types import TracebackType
 
 import numpy as np
 
@@ -41,6 +41,34 @@ _PUT_OK = PutStatus.PUT_OK
 # Tuple constructors without the NamedTuple __new__ frame: the batch loop builds two per message.
 _request = partial(tuple.__new__, DispatchRequest)
 _result = partial(tuple.__new__, PutMessageResult)
+
+
+class _AppendScope:
+    """``with log._appending:`` holds the append lock and, if the append fails, undoes whatever
+    it made visible. One instance per log, reused: the lock serializes its users."""
+
+    __slots__ = ("_log", "_undo")
+
+    def __init__(self, log: CommitLog) -> None:
+        self._log = log
+        self._undo = (0, 0)
+
+    def __enter__(self) -> None:
+        log = self._log
+        log._lock.acquire()
+        log.begin_time_in_lock = log._clock.monotonic()
+        self._undo = log._position()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        log = self._log
+        try:
+            if exc_type is not None:
+                log._restore(self._undo)
+        finally:
+            log.begin_time_in_lock = 0.0
+            log._lock.release()
 
 
 class CommitLog:
@@ -79,6 +107,7 @@ class CommitLog:
         addr, port = parse_host(config.store_host)
         self._id_prefix = (addr + port.to_bytes(4, "big")).hex().upper()
         self.begin_time_in_lock = 0.0  # monotonic time the current append took the lock, 0 when idle
+        self._appending = _AppendScope(self)
 
     # --- geometry ------------------------------------------------------------------------
     @property
@@ -106,7 +135,7 @@ class CommitLog:
         requests: list[DispatchRequest] = []
         advanced: dict[tuple[str, int], int] = {}
         table, prefix = self.topic_queue_table, self._id_prefix
-        with self._appending():
+        with self._appending:
             now = self._stamp()
             mf = self._segment_for(len(batch[0].record))
             run_start = 0  # start in blob of the bytes not yet copied
@@ -152,7 +181,7 @@ class CommitLog:
         topics, queue_ids = batch.topics, batch.queue_ids
         table = self.topic_queue_table
         phys = np.empty(n, dtype=np.int64)
-        with self._appending():
+        with self._appending:
             advanced: dict[tuple[str, int], int] = {}
             queue_offsets: list[int] = []
             for key in zip(topics, queue_ids):
@@ -209,7 +238,7 @@ class CommitLog:
 
     def _append_one(self, p: PreparedMessage) -> PutMessageResult:
         length = len(p.record)
-        with self._appending():
+        with self._appending:
             now = self._stamp()
             mf = self._segment_for(length)
             pos = mf.wrote_position
@@ -230,20 +259,6 @@ class CommitLog:
                 _request((phys, length, p.topic, p.queue_id, qo, code, now, p.sys_flag, p.keys, p.uniq_key))
             )
         return _result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, self._id_prefix))
-
-    @contextmanager
-    def _appending(self) -> Iterator[None]:
-        """Hold the append lock; if the append fails, undo whatever it made visible."""
-        with self._lock:
-            self.begin_time_in_lock = self._clock.monotonic()
-            undo = self._position()
-            try:
-                yield
-            except BaseException:
-                self._restore(undo)
-                raise
-            finally:
-                self.begin_time_in_lock = 0.0
 
     def _stamp(self) -> int:
         now = self._clock.now_ms()

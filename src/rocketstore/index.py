@@ -6,9 +6,12 @@ import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from rocketstore.clock import Clock
 from rocketstore.codec import index_layout as layout
-from rocketstore.codec.java_hash import index_key_hash
+from rocketstore.codec.java_hash import index_key_hash, index_key_hashes
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError
 from rocketstore.storage.mapped_file import MappedFile
@@ -82,37 +85,69 @@ class IndexFile:
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Add ``key`` -> ``phy_offset``; False if the file is full."""
+        hashes = index_key_hashes([key])
+        return self.put_keys(hashes, np.array([phy_offset]), np.array([store_timestamp])) == 1
+
+    def put_keys(
+        self,
+        key_hashes: npt.NDArray[np.int64],
+        phy_offsets: npt.NDArray[np.int64],
+        store_timestamps: npt.NDArray[np.int64],
+    ) -> int:
+        """Add many keys in order; returns how many fit (the rest need the next file).
+
+        The bytes are exactly those of RocketMQ's putKey called once per key: each entry links
+        to the previous entry of its slot (earlier in this batch, or already in the file), the
+        first entry of an empty file takes its time diff against the begin time the file was
+        created with, and a slot counts in hashSlotCount when its first entry lands in it.
+        """
         h = self.header
-        if h.index_count >= self.max_entries:
-            return False
-        key_hash = index_key_hash(key)
-        slot_pos = layout.HEADER_SIZE + (key_hash % self.hash_slots) * 4
-        buf = self.buf
-        slot_value = _SLOT.unpack_from(buf, slot_pos)[0]
-        if slot_value <= 0 or slot_value > h.index_count:
-            slot_value = 0
-        if h.begin_timestamp <= 0:
-            time_diff = 0
-        else:
-            time_diff = min(max((store_timestamp - h.begin_timestamp) // 1000, 0), _INT_MAX)
-        _ENTRY.pack_into(
-            buf,
-            self._entries_base + h.index_count * layout.ENTRY_SIZE,
-            key_hash,
-            phy_offset,
-            time_diff,
-            slot_value,
+        m = min(len(key_hashes), self.max_entries - h.index_count)
+        if m <= 0:
+            return 0
+        key_hashes, phy_offsets, store_timestamps = key_hashes[:m], phy_offsets[:m], store_timestamps[:m]
+        numbers = h.index_count + np.arange(m, dtype=np.int64)
+        slots = key_hashes % self.hash_slots
+        slot_table = np.frombuffer(
+            self.buf, dtype=layout.SLOT_DTYPE, count=self.hash_slots, offset=layout.HEADER_SIZE
         )
-        _SLOT.pack_into(buf, slot_pos, h.index_count)
-        if h.index_count <= 1:
-            h.begin_phy_offset = phy_offset
-            h.begin_timestamp = store_timestamp
-        if slot_value == 0:
-            h.hash_slot_count += 1
-        h.index_count += 1
-        h.end_phy_offset = phy_offset
-        h.end_timestamp = store_timestamp
-        return True
+        before = slot_table[slots].astype(np.int64)
+        before[(before <= 0) | (before > h.index_count)] = 0
+        order = np.argsort(slots, kind="stable")
+        sorted_slots = slots[order]
+        follows = np.zeros(m, dtype=bool)  # same slot as the previous entry in slot order
+        follows[1:] = sorted_slots[1:] == sorted_slots[:-1]
+        prev_sorted = np.where(follows, np.concatenate(([0], numbers[order][:-1])), before[order])
+        prev = np.empty(m, dtype=np.int64)
+        prev[order] = prev_sorted
+
+        first_ever = h.index_count <= 1
+        begin = np.full(m, store_timestamps[0] if first_ever else h.begin_timestamp, dtype=np.int64)
+        begin[0] = h.begin_timestamp
+        diffs = np.where(begin <= 0, 0, np.clip((store_timestamps - begin) // 1000, 0, _INT_MAX))
+
+        entries = np.empty(m, dtype=layout.ENTRY_DTYPE)
+        entries["key_hash"] = key_hashes
+        entries["phy_offset"] = phy_offsets
+        entries["time_diff"] = diffs
+        entries["prev_index"] = prev
+        start = self._entries_base + h.index_count * layout.ENTRY_SIZE
+        self.buf[start : start + m * layout.ENTRY_SIZE] = entries.tobytes()
+        # entries first, then the slots that point at them: a concurrent reader never follows a
+        # slot into an unwritten entry
+        last_in_slot = np.ones(m, dtype=bool)
+        last_in_slot[:-1] = sorted_slots[1:] != sorted_slots[:-1]
+        slot_table[sorted_slots[last_in_slot]] = numbers[order][last_in_slot]
+        del slot_table
+
+        if first_ever:
+            h.begin_phy_offset = int(phy_offsets[0])
+            h.begin_timestamp = int(store_timestamps[0])
+        h.hash_slot_count += int(np.count_nonzero(~follows & (before[order] == 0)))
+        h.index_count += m
+        h.end_phy_offset = int(phy_offsets[-1])
+        h.end_timestamp = int(store_timestamps[-1])
+        return m
 
     def time_matched(self, begin: int, end: int) -> bool:
         b, e = self.header.begin_timestamp, self.header.end_timestamp
@@ -226,25 +261,37 @@ class IndexService:
             self.build(batch.requests())
 
     def build(self, requests: Iterable[DispatchRequest]) -> None:
-        """Index the keys of ``requests`` (in log order)."""
-        f: IndexFile | None = None
+        """Index the keys of ``requests`` (in log order), many keys per numpy pass."""
         last_indexed = self.last_indexed_offset
+        keys: list[str] = []
+        offsets: list[int] = []
+        timestamps: list[int] = []
         for req in requests:
-            if (req.uniq_key is None and not req.keys) or req.physical_offset <= last_indexed:
+            uniq, req_keys = req.uniq_key, req.keys
+            if (uniq is None and not req_keys) or req.physical_offset <= last_indexed:
                 continue
-            if f is None:
-                f = self._writable_file()
-            keys = [req.uniq_key] if req.uniq_key is not None else []
-            if req.keys:
-                keys.extend(k for k in req.keys.split(" ") if k)
-            for k in keys:
-                key = f"{req.topic}#{k}"
-                while not f.put_key(key, req.physical_offset, req.store_timestamp):
-                    f.write_header()
-                    f = self._writable_file()
-            self.last_store_timestamp = req.store_timestamp
-        if f is not None:
+            topic, phy, ts = req.topic, req.physical_offset, req.store_timestamp
+            if uniq is not None:
+                keys.append(f"{topic}#{uniq}")
+                offsets.append(phy)
+                timestamps.append(ts)
+            if req_keys:
+                for k in req_keys.split(" "):
+                    if k:
+                        keys.append(f"{topic}#{k}")
+                        offsets.append(phy)
+                        timestamps.append(ts)
+        if not keys:
+            return
+        hashes = index_key_hashes(keys)
+        phys = np.asarray(offsets, dtype=np.int64)
+        stamps = np.asarray(timestamps, dtype=np.int64)
+        done = 0
+        while done < len(keys):
+            f = self._writable_file()
+            done += f.put_keys(hashes[done:], phys[done:], stamps[done:])
             f.write_header()
+        self.last_store_timestamp = timestamps[-1]
 
     def lookup(self, topic: str, key: str, begin: int, end: int) -> Iterator[int]:
         """Candidate physical offsets for ``topic#key`` with index time in [begin, end], newest first."""

@@ -26,11 +26,15 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+
 __all__ = [
     "ENTRY",
+    "ENTRY_DTYPE",
     "ENTRY_SIZE",
     "HEADER_SIZE",
     "SLOT",
+    "SLOT_DTYPE",
     "SLOT_SIZE",
     "IndexHeader",
     "decode_entry",
@@ -48,6 +52,11 @@ HEADER_SIZE: Final = 40
 SLOT_SIZE: Final = 4
 ENTRY_SIZE: Final = 20
 _HEADER = struct.Struct(">qqqqii")
+ENTRY_DTYPE: Final = np.dtype(
+    [("key_hash", ">i4"), ("phy_offset", ">i8"), ("time_diff", ">i4"), ("prev_index", ">i4")]
+)
+assert ENTRY_DTYPE.itemsize == ENTRY_SIZE
+SLOT_DTYPE: Final = np.dtype(">i4")
 SLOT: Final = struct.Struct(">i")  # public for the index writer's hot loop (pack_into a mapping)
 ENTRY: Final = struct.Struct(">iqii")
 assert _HEADER.size == HEADER_SIZE and SLOT.size == SLOT_SIZE and ENTRY.size == ENTRY_SIZE
