@@ -317,12 +317,6 @@ class MessageStore:
             return GetMessageResult(
                 GetStatus.OFFSET_FOUND_NULL, cq.next_segment_offset(offset), min_offset, max_offset
             )
-        phys, sizes, codes = (
-            entries["offset"].tolist(),
-            entries["size"].tolist(),
-            entries["tags_code"].tolist(),
-        )
-        del entries
         status = GetStatus.NO_MATCHED_MESSAGE
         messages: list[MessageExt] = []
         total = 0
@@ -330,33 +324,48 @@ class MessageStore:
         max_count = min(max_msgs, self.config.max_transfer_count_on_message_in_memory)
         skip_below = -1
         message_at = self._commitlog.message_at
-        n = len(phys)
+        n = len(entries)
         i = 0
-        while i < n:
-            phy, size, code = phys[i], sizes[i], codes[i]
-            if phy < skip_below:
+        chunk_end = 0
+        phys: list[int] = []
+        sizes: list[int] = []
+        codes: list[int] = []
+        full = False
+        # Entries become Python ints a chunk at a time: a plain read needs max_count of them, a
+        # filtered one may scan up to RocketMQ's 16000 bytes of the queue.
+        while i < n and not full and len(messages) < max_count:
+            chunk = entries[chunk_end : chunk_end + max(max_count, 2 * chunk_end)]
+            chunk_end += len(chunk)
+            phys, sizes, codes = chunk["offset"].tolist(), chunk["size"].tolist(), chunk["tags_code"].tolist()
+            base = i
+            while i < chunk_end:
+                j = i - base
+                phy, size, code = phys[j], sizes[j], codes[j]
+                if phy < skip_below:
+                    i += 1
+                    continue
+                if messages and (len(messages) >= max_count or total + size > max_bytes):
+                    full = True
+                    break
+                if tag_filter is not None and code not in tag_filter[0]:
+                    i += 1
+                    continue
+                msg = message_at(phy, size, code)
+                if msg is None:
+                    if not messages:
+                        status = GetStatus.MESSAGE_WAS_REMOVING
+                    skip_below = self._commitlog.files.next_segment_start(phy)
+                    i += 1
+                    continue
+                if tag_filter is not None and msg.tags not in tag_filter[1]:
+                    i += 1
+                    continue
+                messages.append(msg)
+                total += size
+                status = GetStatus.FOUND
+                skip_below = -1
                 i += 1
-                continue
-            if messages and (len(messages) >= max_count or total + size > max_bytes):
-                break
-            if tag_filter is not None and code not in tag_filter[0]:
-                i += 1
-                continue
-            msg = message_at(phy, size, code)
-            if msg is None:
-                if not messages:
-                    status = GetStatus.MESSAGE_WAS_REMOVING
-                skip_below = self._commitlog.files.next_segment_start(phy)
-                i += 1
-                continue
-            if tag_filter is not None and msg.tags not in tag_filter[1]:
-                i += 1
-                continue
-            messages.append(msg)
-            total += size
-            status = GetStatus.FOUND
-            skip_below = -1
-            i += 1
+        del entries
         return GetMessageResult(status, offset + i, min_offset, max_offset, messages)
 
     # --- lookups ---------------------------------------------------------------------------
