@@ -12,10 +12,10 @@ from rocketstore.clock import Clock, SystemClock
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.commitlog import CommitLog
-from rocketstore.config import StoreConfig
+from rocketstore.config import FlushDiskType, StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.dispatch import DispatchService
-from rocketstore.errors import CorruptDataError, StoreClosedError
+from rocketstore.errors import CorruptDataError, StoreClosedError, StoreConfigError
 from rocketstore.flush import CommitLogFlushService, ConsumeQueueFlushService
 from rocketstore.index import IndexService
 from rocketstore.message import Message, MessageExt
@@ -91,6 +91,7 @@ class MessageStore:
         """
         layout = StoreLayout(path)
         cfg = config or StoreConfig()
+        _refuse_unimplemented(cfg)
         if readonly:
             if not layout.root.is_dir():
                 raise FileNotFoundError(f"no store directory at {str(layout.root)!r}")
@@ -492,6 +493,16 @@ class MessageStore:
 
     def __repr__(self) -> str:
         return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"
+
+
+def _refuse_unimplemented(config: StoreConfig) -> None:
+    """Settings this version does not act on are refused rather than silently ignored."""
+    if config.flush_disk_type is not FlushDiskType.ASYNC_FLUSH:
+        raise StoreConfigError("flush_disk_type SYNC_FLUSH is not supported by this version; use ASYNC_FLUSH")
+    if config.transient_store_pool_enable:
+        raise StoreConfigError("transient_store_pool_enable is not supported by this version")
+    if config.warm_mapped_file_enable:
+        raise StoreConfigError("warm_mapped_file_enable is not supported by this version")
 
 
 def _parse_tags(tags: str | Iterable[str] | None) -> tuple[frozenset[int], frozenset[str]] | None:

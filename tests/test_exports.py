@@ -1,0 +1,23 @@
+"""The public surface is exactly what rocketstore/__init__.py exports; everything else is private."""
+
+from __future__ import annotations
+
+import rocketstore
+
+PUBLIC = {
+    "Clock", "CorruptDataError", "FlushDiskType", "GetMessageResult", "GetStatus", "InvalidMessageError",
+    "ManualClock", "Message", "MessageExt", "MessageStore", "PutMessageResult", "PutStatus", "RocketStoreError",
+    "StoreClosedError", "StoreConfig", "StoreConfigError", "StoreLockedError", "SystemClock",
+}
+
+
+def test_export_list_is_pinned() -> None:
+    assert set(rocketstore.__all__) == PUBLIC
+    for name in PUBLIC:
+        assert getattr(rocketstore, name) is not None
+
+
+def test_every_error_derives_from_one_base() -> None:
+    for name in ("CorruptDataError", "InvalidMessageError", "StoreClosedError", "StoreConfigError", "StoreLockedError"):
+        assert issubclass(getattr(rocketstore, name), rocketstore.RocketStoreError)
+
