@@ -32,7 +32,11 @@ def test_properties_file_with_rocketmq_names(tmp_path: Path) -> None:
     )
     c = StoreConfig.from_file(f)
     assert (c.commitlog_segment_size, c.consume_queue_entries, c.index_hash_slots, c.index_max_entries) == (
-        65536, 40, 64, 256)
+        65536,
+        40,
+        64,
+        256,
+    )
     assert c.flush_disk_type is FlushDiskType.SYNC_FLUSH
     assert c.check_crc_on_recover is False
     assert c.store_host == "10.0.0.1:10911"
@@ -41,7 +45,9 @@ def test_properties_file_with_rocketmq_names(tmp_path: Path) -> None:
 
 def test_toml_file(tmp_path: Path) -> None:
     f = tmp_path / "store.toml"
-    f.write_text('commitlog_segment_size = 131072\nflush_disk_type = "async_flush"\ngenerate_uniq_key = false\n')
+    f.write_text(
+        'commitlog_segment_size = 131072\nflush_disk_type = "async_flush"\ngenerate_uniq_key = false\n'
+    )
     c = StoreConfig.from_file(f)
     assert c.commitlog_segment_size == 131072 and c.flush_disk_type is FlushDiskType.ASYNC_FLUSH
     assert c.generate_uniq_key is False
@@ -74,8 +80,13 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_settings_this_version_does_not_act_on_are_refused(tmp_path: Path) -> None:
-    for i, cfg in enumerate((StoreConfig(flush_disk_type="SYNC_FLUSH"), StoreConfig(transient_store_pool_enable=True),
-                             StoreConfig(warm_mapped_file_enable=True))):
+    for i, cfg in enumerate(
+        (
+            StoreConfig(flush_disk_type="SYNC_FLUSH"),
+            StoreConfig(transient_store_pool_enable=True),
+            StoreConfig(warm_mapped_file_enable=True),
+        )
+    ):
         with pytest.raises(StoreConfigError, match="not supported"):
             MessageStore.open(tmp_path / f"s{i}", cfg)
         assert not (tmp_path / f"s{i}").exists()

@@ -5,9 +5,24 @@ from __future__ import annotations
 import rocketstore
 
 PUBLIC = {
-    "Clock", "CorruptDataError", "FlushDiskType", "GetMessageResult", "GetStatus", "InvalidMessageError",
-    "ManualClock", "Message", "MessageExt", "MessageStore", "PutMessageResult", "PutStatus", "RocketStoreError",
-    "StoreClosedError", "StoreConfig", "StoreConfigError", "StoreLockedError", "SystemClock",
+    "Clock",
+    "CorruptDataError",
+    "FlushDiskType",
+    "GetMessageResult",
+    "GetStatus",
+    "InvalidMessageError",
+    "ManualClock",
+    "Message",
+    "MessageExt",
+    "MessageStore",
+    "PutMessageResult",
+    "PutStatus",
+    "RocketStoreError",
+    "StoreClosedError",
+    "StoreConfig",
+    "StoreConfigError",
+    "StoreLockedError",
+    "SystemClock",
 }
 
 
@@ -18,6 +33,11 @@ def test_export_list_is_pinned() -> None:
 
 
 def test_every_error_derives_from_one_base() -> None:
-    for name in ("CorruptDataError", "InvalidMessageError", "StoreClosedError", "StoreConfigError", "StoreLockedError"):
+    for name in (
+        "CorruptDataError",
+        "InvalidMessageError",
+        "StoreClosedError",
+        "StoreConfigError",
+        "StoreLockedError",
+    ):
         assert issubclass(getattr(rocketstore, name), rocketstore.RocketStoreError)
-

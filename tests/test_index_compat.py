@@ -29,8 +29,12 @@ def test_rebuilt_index_is_byte_identical_to_rocketmq(tmp_path: Path, chunk: int)
     log = fixture_commitlog("store-sample")
     requests = list(log.dispatch_requests(0))
     assert len(requests) == 600
-    index = IndexService(tmp_path, FIXTURE_CONFIG.index_hash_slots, FIXTURE_CONFIG.index_max_entries,
-                         ManualClock(1_700_000_000_000))
+    index = IndexService(
+        tmp_path,
+        FIXTURE_CONFIG.index_hash_slots,
+        FIXTURE_CONFIG.index_max_entries,
+        ManualClock(1_700_000_000_000),
+    )
     for i in range(0, len(requests), chunk):  # dispatch rounds of different sizes give the same bytes
         index.build(requests[i : i + chunk])
     index.flush()
