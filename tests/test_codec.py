@@ -34,6 +34,7 @@ from rocketstore.codec.properties import (
     validate_property,
 )
 from rocketstore.errors import CorruptDataError
+from tests.conftest import missing_fixture
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-4.9.8"
 SAMPLE_COMMITLOG = FIXTURES / "store-sample" / "commitlog"
@@ -243,8 +244,20 @@ def test_host_round_trip_random(addr: bytes, port: int) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["nohost", "1.2.3.4:99999", "[::1]5", "x.y:1", "1.2.3.4:", "1.2.3.4:-1", ":80", "[::1]:", "[::1:80",
-     "1.2.3:80", "256.1.1.1:80", "1.2.3.4:8a"],
+    [
+        "nohost",
+        "1.2.3.4:99999",
+        "[::1]5",
+        "x.y:1",
+        "1.2.3.4:",
+        "1.2.3.4:-1",
+        ":80",
+        "[::1]:",
+        "[::1:80",
+        "1.2.3:80",
+        "256.1.1.1:80",
+        "1.2.3.4:8a",
+    ],
 )
 def test_parse_host_rejects(text: str) -> None:
     with pytest.raises(ValueError):
@@ -272,8 +285,11 @@ def test_offset_msg_id_decode_accepts_lower_case() -> None:
 
 
 @settings(max_examples=60, deadline=None, database=None)
-@given(st.binary(min_size=4, max_size=4) | st.binary(min_size=16, max_size=16), st.integers(0, 65535),
-       st.integers(0, 2**63 - 1))
+@given(
+    st.binary(min_size=4, max_size=4) | st.binary(min_size=16, max_size=16),
+    st.integers(0, 65535),
+    st.integers(0, 2**63 - 1),
+)
 def test_offset_msg_id_round_trip(addr: bytes, port: int, offset: int) -> None:
     msg_id = encode_offset_msg_id(addr, port, offset)
     assert len(msg_id) == (32 if len(addr) == 4 else 56)
@@ -400,24 +416,31 @@ def reference_record(
     v2: bool = False,
 ) -> bytes:
     """A MESSAGE record packed field by field straight from STORE.md §2.1 (and the 5.x variant)."""
-    after_size = b"".join([
-        struct.pack(">i", cl.MESSAGE_MAGIC_V2 if v2 else cl.MESSAGE_MAGIC_V1),
-        struct.pack(">i", zlib.crc32(body) & 0x7FFFFFFF if crc is None else crc),
-        struct.pack(">i", queue_id),
-        struct.pack(">i", flag),
-        struct.pack(">q", queue_offset),
-        struct.pack(">q", physical_offset),
-        struct.pack(">i", sys_flag),
-        struct.pack(">q", born_timestamp),
-        born_addr, struct.pack(">i", born_port),
-        struct.pack(">q", store_timestamp),
-        store_addr, struct.pack(">i", store_port),
-        struct.pack(">i", reconsume_times),
-        struct.pack(">q", prepared_transaction_offset),
-        struct.pack(">i", len(body)), body,
-        struct.pack(">h", len(topic)) if v2 else struct.pack(">b", len(topic)), topic,
-        struct.pack(">h", len(properties)), properties,
-    ])
+    after_size = b"".join(
+        [
+            struct.pack(">i", cl.MESSAGE_MAGIC_V2 if v2 else cl.MESSAGE_MAGIC_V1),
+            struct.pack(">i", zlib.crc32(body) & 0x7FFFFFFF if crc is None else crc),
+            struct.pack(">i", queue_id),
+            struct.pack(">i", flag),
+            struct.pack(">q", queue_offset),
+            struct.pack(">q", physical_offset),
+            struct.pack(">i", sys_flag),
+            struct.pack(">q", born_timestamp),
+            born_addr,
+            struct.pack(">i", born_port),
+            struct.pack(">q", store_timestamp),
+            store_addr,
+            struct.pack(">i", store_port),
+            struct.pack(">i", reconsume_times),
+            struct.pack(">q", prepared_transaction_offset),
+            struct.pack(">i", len(body)),
+            body,
+            struct.pack(">h", len(topic)) if v2 else struct.pack(">b", len(topic)),
+            topic,
+            struct.pack(">h", len(properties)),
+            properties,
+        ]
+    )
     return struct.pack(">i", 4 + len(after_size)) + after_size
 
 
@@ -464,8 +487,9 @@ def check_decoded(
     body: bytes = fields["body"]
     assert rec.position == pos
     assert rec.total_size == len(raw)
-    assert rec.total_size == cl.record_length(fields["sys_flag"], len(body), len(fields["topic"]),
-                                              len(fields["properties"]), v2)
+    assert rec.total_size == cl.record_length(
+        fields["sys_flag"], len(body), len(fields["topic"]), len(fields["properties"]), v2
+    )
     assert rec.magic == (cl.MESSAGE_MAGIC_V2 if v2 else cl.MESSAGE_MAGIC_V1)
     assert rec.body_crc == zlib.crc32(body) & 0x7FFFFFFF == cl.body_crc(body)
     assert rec.queue_id == fields["queue_id"]
@@ -503,8 +527,28 @@ def test_encode_message_layout_matches_spec() -> None:
     assert struct.unpack_from(">i", raw, 0)[0] == len(raw)
     assert raw[4:8] == bytes.fromhex("DAA320A7")
     # TOTALSIZE per the §2.1 formula
-    expected = (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + len(fields["body"]) + 1
-                + len(fields["topic"]) + 2 + len(fields["properties"]))
+    expected = (
+        4
+        + 4
+        + 4
+        + 4
+        + 4
+        + 8
+        + 8
+        + 4
+        + 8
+        + 8
+        + 8
+        + 8
+        + 4
+        + 8
+        + 4
+        + len(fields["body"])
+        + 1
+        + len(fields["topic"])
+        + 2
+        + len(fields["properties"])
+    )
     assert len(raw) == expected
 
 
@@ -590,8 +634,9 @@ def test_v2_record_topic_length_over_127() -> None:
 def test_store_timestamp_position(sys_flag: int) -> None:
     born = V6_A if sys_flag & 0x10 else b"\x01\x02\x03\x04"
     store = V6_B if sys_flag & 0x20 else b"\x05\x06\x07\x08"
-    raw = sample_record(sys_flag=sys_flag, born_addr=born, store_addr=store,
-                        store_timestamp=0x0102030405060708)
+    raw = sample_record(
+        sys_flag=sys_flag, born_addr=born, store_addr=store, store_timestamp=0x0102030405060708
+    )
     pos = cl.store_timestamp_position(sys_flag)
     assert pos == (48 + 20 if sys_flag & 0x10 else 48 + 8)
     assert raw[pos : pos + 8] == bytes.fromhex("0102030405060708")
@@ -621,13 +666,26 @@ def test_patch_positions_through_memoryview() -> None:
 @FAST
 @given(record_fields())
 def test_record_template_matches_encode_message(fields: dict[str, Any]) -> None:
-    tpl = cl.RecordTemplate(fields["topic"], fields["born_addr"], fields["born_port"], fields["store_addr"],
-                            fields["store_port"])
-    raw, sys_flag = tpl.encode(fields["body"], fields["properties"], fields["queue_id"], fields["flag"],
-                               fields["sys_flag"] & ~0x30, fields["born_timestamp"])
+    tpl = cl.RecordTemplate(
+        fields["topic"], fields["born_addr"], fields["born_port"], fields["store_addr"], fields["store_port"]
+    )
+    raw, sys_flag = tpl.encode(
+        fields["body"],
+        fields["properties"],
+        fields["queue_id"],
+        fields["flag"],
+        fields["sys_flag"] & ~0x30,
+        fields["born_timestamp"],
+    )
     assert sys_flag == fields["sys_flag"]  # the host bits come from the template's addresses
-    expected = dict(fields, queue_offset=0, physical_offset=0, store_timestamp=0, reconsume_times=0,
-                    prepared_transaction_offset=0)
+    expected = dict(
+        fields,
+        queue_offset=0,
+        physical_offset=0,
+        store_timestamp=0,
+        reconsume_times=0,
+        prepared_transaction_offset=0,
+    )
     assert raw == cl.encode_message(**expected)
     assert tpl.timestamp_position == cl.store_timestamp_position(sys_flag)
 
@@ -706,9 +764,11 @@ FLIP_BASE_V6 = cl.encode_message(**sample_fields(body=b"xyz", sys_flag=0x10, bor
 
 
 @settings(max_examples=300, deadline=None, database=None)
-@given(st.sampled_from([FLIP_BASE, FLIP_BASE_V6]),
-       st.lists(st.tuples(st.integers(0, len(FLIP_BASE) - 1), st.integers(0, 255)), min_size=1, max_size=6),
-       st.booleans())
+@given(
+    st.sampled_from([FLIP_BASE, FLIP_BASE_V6]),
+    st.lists(st.tuples(st.integers(0, len(FLIP_BASE) - 1), st.integers(0, 255)), min_size=1, max_size=6),
+    st.booleans(),
+)
 def test_random_byte_flips_decode_or_raise_corrupt(
     base: bytes, flips: list[tuple[int, int]], crc: bool
 ) -> None:
@@ -1029,7 +1089,7 @@ def test_scan_over_damaged_records_terminates(flips: list[tuple[int, int]], crc:
 
 def test_cq_entry_layout() -> None:
     raw = cq.encode_entry(0x0102030405060708, 0x0A0B0C0D, -2)
-    assert raw == bytes.fromhex("0102030405060708" "0A0B0C0D" "FFFFFFFFFFFFFFFE")
+    assert raw == bytes.fromhex("01020304050607080A0B0C0DFFFFFFFFFFFFFFFE")
     assert len(raw) == cq.CQ_ENTRY_SIZE == 20
     assert cq.decode_entry(raw) == (0x0102030405060708, 0x0A0B0C0D, -2)
 
@@ -1192,16 +1252,19 @@ def test_checkpoint_short_buffer_raises() -> None:
 def test_checkpoint_fixture() -> None:
     path = FIXTURES / "store-sample" / "checkpoint"
     if not path.exists():
-        pytest.skip(f"RocketMQ fixture {path} is not present")
+        missing_fixture(f"RocketMQ fixture {path} is not present")
     raw = path.read_bytes()
     cp = cp_codec.decode_checkpoint(raw)
     assert len(raw) == 4096
     assert cp_codec.encode_checkpoint(cp) == raw
     listing = FIXTURES / "store-sample.expected.jsonl"
     if not listing.exists():
-        pytest.skip(f"{listing} is not present")
-    rows = [json.loads(line) for line in listing.read_text(encoding="utf-8").splitlines()
-            if '"kind": "checkpoint"' in line]
+        missing_fixture(f"{listing} is not present")
+    rows = [
+        json.loads(line)
+        for line in listing.read_text(encoding="utf-8").splitlines()
+        if '"kind": "checkpoint"' in line
+    ]
     assert len(rows) == 1
     assert cp.physic_msg_timestamp == rows[0]["physicMsgTimestamp"]
     assert cp.logics_msg_timestamp == rows[0]["logicsMsgTimestamp"]
@@ -1216,7 +1279,7 @@ def test_checkpoint_fixture() -> None:
 def fixture_segment(name: str) -> bytes:
     path = SAMPLE_COMMITLOG / name
     if not path.exists():
-        pytest.skip(f"RocketMQ 4.9.8 fixture {path} is not present (expected next to the repository)")
+        missing_fixture(f"RocketMQ 4.9.8 fixture {path} is not present (expected next to the repository)")
     return path.read_bytes()
 
 
@@ -1269,8 +1332,13 @@ def test_fixture_first_segment_scan() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["00000000000000000000", "00000000000000065536", "00000000000000131072", "00000000000000196608",
-     "00000000000000262144"],
+    [
+        "00000000000000000000",
+        "00000000000000065536",
+        "00000000000000131072",
+        "00000000000000196608",
+        "00000000000000262144",
+    ],
 )
 def test_fixture_reencodes_byte_for_byte(name: str) -> None:
     buf = fixture_segment(name)
@@ -1292,7 +1360,7 @@ def test_fixture_reencodes_byte_for_byte(name: str) -> None:
 def test_fixture_matches_rocketmq_listing() -> None:
     listing = FIXTURES / "store-sample.expected.jsonl"
     if not listing.exists() or not SAMPLE_COMMITLOG.is_dir():
-        pytest.skip(f"RocketMQ 4.9.8 fixture {listing} is not present")
+        missing_fixture(f"RocketMQ 4.9.8 fixture {listing} is not present")
     rows = [json.loads(line) for line in listing.read_text(encoding="utf-8").splitlines() if line.strip()]
     clrecs = [r for r in rows if r["kind"] == "clrec"]
     scan_ends = {r["file"]: r for r in rows if r["kind"] == "scan_end"}

@@ -18,8 +18,9 @@ import pytest
 from rocketstore import Message, MessageStore, PutStatus, StoreConfig, StoreLockedError
 from rocketstore.results import GetStatus, PutMessageResult
 
-CFG = StoreConfig(commitlog_segment_size=65536, consume_queue_entries=40, index_hash_slots=64,
-                  index_max_entries=256)
+CFG = StoreConfig(
+    commitlog_segment_size=65536, consume_queue_entries=40, index_hash_slots=64, index_max_entries=256
+)
 MESSAGE_MAGIC = -626843481
 BLANK_MAGIC = -875286124
 TOPIC_A = "ConcA"
@@ -67,6 +68,7 @@ def run_threads(targets: list[Callable[[], None]]) -> None:
                 fn()
             except BaseException as exc:
                 errors.append(exc)
+
         return run
 
     threads = [threading.Thread(target=wrap(t)) for t in targets]
@@ -136,6 +138,7 @@ def test_concurrent_puts_are_dense_distinct_and_intact(tmp_path: Path) -> None:
                 m = make_message("s", tid, seq)
                 out.append((m, store.put_message(m)))
             singles[tid] = out
+
         return run
 
     def batch_writer(tid: int) -> Callable[[], None]:
@@ -145,16 +148,20 @@ def test_concurrent_puts_are_dense_distinct_and_intact(tmp_path: Path) -> None:
                 msgs = [make_message("b", tid, b * BATCH + i) for i in range(BATCH)]
                 out.append(list(zip(msgs, store.put_messages(msgs))))
             batches[tid] = out
+
         return run
 
     with MessageStore.open(root, CFG) as store:
-        run_threads([single_writer(t) for t in range(SINGLE_THREADS)]
-                    + [batch_writer(100 + t) for t in range(BATCH_THREADS)])
+        run_threads(
+            [single_writer(t) for t in range(SINGLE_THREADS)]
+            + [batch_writer(100 + t) for t in range(BATCH_THREADS)]
+        )
         assert store.wait_dispatched(60)
         assert store.dispatch_behind_bytes == 0
 
         pairs = [p for out in singles.values() for p in out] + [
-            p for out in batches.values() for batch in out for p in batch]
+            p for out in batches.values() for batch in out for p in batch
+        ]
         assert len(pairs) == SINGLE_THREADS * SINGLE_PUTS + BATCH_THREADS * BATCHES * BATCH
         assert all(r.status is PutStatus.PUT_OK for _, r in pairs)
         assert len({r.physical_offset for _, r in pairs}) == len(pairs)
@@ -196,7 +203,11 @@ def test_concurrent_puts_are_dense_distinct_and_intact(tmp_path: Path) -> None:
             assert ext is not None, r
             assert ext.body == m.body
             assert (ext.topic, ext.queue_id, ext.queue_offset, ext.store_size) == (
-                r.topic, r.queue_id, r.queue_offset, r.wrote_bytes)
+                r.topic,
+                r.queue_id,
+                r.queue_offset,
+                r.wrote_bytes,
+            )
         # the index was built concurrently with the puts
         for m, r in pairs[::97]:
             for k in m.keys:
@@ -204,7 +215,8 @@ def test_concurrent_puts_are_dense_distinct_and_intact(tmp_path: Path) -> None:
 
     records = walk_commitlog(root)
     assert sorted((p, s, q) for p, s, q in records) == sorted(
-        (r.physical_offset, r.wrote_bytes, r.queue_offset) for _, r in pairs)
+        (r.physical_offset, r.wrote_bytes, r.queue_offset) for _, r in pairs
+    )
 
 
 # --- 2. readers racing writers -----------------------------------------------------------------
@@ -214,8 +226,12 @@ def test_readers_see_a_gapless_prefix_while_writers_put(tmp_path: Path) -> None:
     queues = [(TOPIC_A, 0), (TOPIC_A, 1), (TOPIC_B, 0)]
     reads: dict[int, dict[tuple[str, int], list[bytes]]] = {}
     read_during_writes: dict[int, int] = {}
-    ok_statuses = {GetStatus.FOUND, GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.NO_MESSAGE_IN_QUEUE,
-                   GetStatus.NO_MATCHED_LOGIC_QUEUE}
+    ok_statuses = {
+        GetStatus.FOUND,
+        GetStatus.OFFSET_OVERFLOW_ONE,
+        GetStatus.NO_MESSAGE_IN_QUEUE,
+        GetStatus.NO_MATCHED_LOGIC_QUEUE,
+    }
 
     def writer(tid: int) -> Callable[[], None]:
         def run() -> None:
@@ -228,6 +244,7 @@ def test_readers_see_a_gapless_prefix_while_writers_put(tmp_path: Path) -> None:
                 else:
                     rs = [store.put_message(m)]
                 assert all(r.status is PutStatus.PUT_OK for r in rs)
+
         return run
 
     def reader(rid: int) -> Callable[[], None]:
@@ -258,6 +275,7 @@ def test_readers_see_a_gapless_prefix_while_writers_put(tmp_path: Path) -> None:
                     time.sleep(0.001)  # caught up: let the writers run
             reads[rid] = got
             read_during_writes[rid] = during
+
         return run
 
     def writers_then_signal() -> None:
@@ -281,7 +299,7 @@ def test_readers_see_a_gapless_prefix_while_writers_put(tmp_path: Path) -> None:
     assert sum(len(v) for v in final.values()) == 4 * 1500 + 4 * 30
     for rid, got in reads.items():
         for q in queues:
-            assert got[q] == final[q][:len(got[q])], f"reader {rid} saw something that is not in {q}"
+            assert got[q] == final[q][: len(got[q])], f"reader {rid} saw something that is not in {q}"
     # the readers did race the writers (the whole point of the test)
     assert sum(read_during_writes.values()) > 0
 
@@ -292,6 +310,7 @@ def _capture(fn: Callable[[], None], errors: list[BaseException]) -> Callable[[]
             fn()
         except BaseException as exc:
             errors.append(exc)
+
     return run
 
 
@@ -315,8 +334,14 @@ print("CLOSED", flush=True)
 
 
 def other_process(path: Path, mode: str = "once") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", LOCK_SCRIPT, str(path), mode], env=dict(os.environ),
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", LOCK_SCRIPT, str(path), mode],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_store_lock_in_process_and_across_processes(tmp_path: Path) -> None:
@@ -340,9 +365,14 @@ def test_store_lock_in_process_and_across_processes(tmp_path: Path) -> None:
     assert proc.stdout.split() == ["OPENED", "CLOSED"]
 
     # the other way round: while another process holds the store, this one cannot open it
-    holder = subprocess.Popen([sys.executable, "-c", LOCK_SCRIPT, str(root), "hold"], env=dict(os.environ),
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_SCRIPT, str(root), "hold"],
+        env=dict(os.environ),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdin is not None
         assert holder.stdout.readline().strip() == "OPENED"

@@ -35,6 +35,7 @@ from rocketstore.codec.java_hash import index_key_hash
 from rocketstore.codec.java_hash import java_hash as codec_java_hash
 from rocketstore.errors import StoreConfigError
 from rocketstore.results import GetStatus, PutMessageResult
+from tests.conftest import missing_fixture
 
 # --- geometry and constants (STORE.md) -----------------------------------------------------------
 SEGMENT = 65536
@@ -43,8 +44,12 @@ CQ_FILE = CQ_ENTRIES * 20  # 800
 SLOTS = 64
 INDEX_MAX = 256
 INDEX_FILE = 40 + SLOTS * 4 + INDEX_MAX * 20  # 5416
-CFG = StoreConfig(commitlog_segment_size=SEGMENT, consume_queue_entries=CQ_ENTRIES, index_hash_slots=SLOTS,
-                  index_max_entries=INDEX_MAX)
+CFG = StoreConfig(
+    commitlog_segment_size=SEGMENT,
+    consume_queue_entries=CQ_ENTRIES,
+    index_hash_slots=SLOTS,
+    index_max_entries=INDEX_MAX,
+)
 MESSAGE_MAGIC = -626843481  # 0xDAA320A7
 BLANK_MAGIC = -875286124  # 0xCBD43194
 START_MS = 1_700_000_000_000
@@ -57,7 +62,7 @@ def java_hash(s: str) -> int:
     raw = s.encode("utf-16-be", "surrogatepass")
     h = 0
     for i in range(0, len(raw), 2):
-        h = (31 * h + int.from_bytes(raw[i:i + 2], "big")) & 0xFFFFFFFF
+        h = (31 * h + int.from_bytes(raw[i : i + 2], "big")) & 0xFFFFFFFF
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
@@ -107,31 +112,72 @@ class RawRecord:
 def parse_record(buf: bytes, pos: int) -> RawRecord:
     """A 4.x MESSAGE record at ``buf[pos:]``, field by field as STORE.md §2.1 lists them."""
     total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = struct.unpack_from(
-        ">iiiiiqqiq", buf, pos)
+        ">iiiiiqqiq", buf, pos
+    )
     assert magic == MESSAGE_MAGIC, f"bad magic {magic:#x} at {pos}"
     p = pos + 48
     born_len = 16 if sys_flag & 0x10 else 4
-    born_addr = buf[p:p + born_len]
+    born_addr = buf[p : p + born_len]
     (born_port, store_ts) = struct.unpack_from(">iq", buf, p + born_len)
     p += born_len + 12
     store_len = 16 if sys_flag & 0x20 else 4
-    store_addr = buf[p:p + store_len]
+    store_addr = buf[p : p + store_len]
     (store_port, reconsume, prepared, body_len) = struct.unpack_from(">iiqi", buf, p + store_len)
     p += store_len + 20
-    body = buf[p:p + body_len]
+    body = buf[p : p + body_len]
     p += body_len
     topic_len = buf[p]
-    topic = buf[p + 1:p + 1 + topic_len].decode("utf-8")
+    topic = buf[p + 1 : p + 1 + topic_len].decode("utf-8")
     p += 1 + topic_len
     (props_len,) = struct.unpack_from(">h", buf, p)
-    props = buf[p + 2:p + 2 + props_len]
+    props = buf[p + 2 : p + 2 + props_len]
     p += 2 + props_len
-    formula = (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + (born_len + 4) + 8 + (store_len + 4) + 4 + 8
-               + 4 + body_len + 1 + topic_len + 2 + props_len)
+    formula = (
+        4
+        + 4
+        + 4
+        + 4
+        + 4
+        + 8
+        + 8
+        + 4
+        + 8
+        + (born_len + 4)
+        + 8
+        + (store_len + 4)
+        + 4
+        + 8
+        + 4
+        + body_len
+        + 1
+        + topic_len
+        + 2
+        + props_len
+    )
     assert total == formula == p - pos, f"TOTALSIZE {total} at {pos}, the parts sum to {formula}"
-    return RawRecord(pos, total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_addr,
-                     born_port, store_ts, store_addr, store_port, reconsume, prepared, body, topic,
-                     decode_props(props), props)
+    return RawRecord(
+        pos,
+        total,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
+        sys_flag,
+        born_ts,
+        born_addr,
+        born_port,
+        store_ts,
+        store_addr,
+        store_port,
+        reconsume,
+        prepared,
+        body,
+        topic,
+        decode_props(props),
+        props,
+    )
 
 
 @dataclass
@@ -248,7 +294,7 @@ def check_index_structure(view: IndexFileView) -> dict[int, list[int]]:
 
 def check_index_model(views: Sequence[IndexFileView], keyed: Sequence[tuple[str, int, int]]) -> None:
     """The files hold exactly ``keyed`` ("topic#key", phyOffset, storeTs) in order, 255 per file."""
-    chunks = [keyed[i:i + INDEX_MAX - 1] for i in range(0, len(keyed), INDEX_MAX - 1)]
+    chunks = [keyed[i : i + INDEX_MAX - 1] for i in range(0, len(keyed), INDEX_MAX - 1)]
     assert [v.header[5] for v in views] == [len(c) + 1 for c in chunks]
     prev_end_ts = 0
     for view, chunk in zip(views, chunks):
@@ -302,8 +348,17 @@ def read_queue(store: MessageStore, topic: str, queue_id: int) -> list[Any]:
 
 # --- the workload ------------------------------------------------------------------------------
 TAGS = ["Tag0", "标签0", "😀", "TagLongName-xyz", None]
-ROUTES = [("TopicA", 0), ("TopicA", 1), ("TopicA", 2), ("TopicA", 3), ("TopicB", 0), ("TopicB", 1),
-          ("TopicA", 0), ("TopicB", 0), ("TopicC_x-1", 0)]
+ROUTES = [
+    ("TopicA", 0),
+    ("TopicA", 1),
+    ("TopicA", 2),
+    ("TopicA", 3),
+    ("TopicB", 0),
+    ("TopicB", 1),
+    ("TopicA", 0),
+    ("TopicB", 0),
+    ("TopicC_x-1", 0),
+]
 
 
 def make_messages(n: int, seed: int, *, uniq: bool = False) -> list[Message]:
@@ -317,13 +372,20 @@ def make_messages(n: int, seed: int, *, uniq: bool = False) -> list[Message]:
             keys.append(f"key-{i}")
             if i % 3 == 0:
                 keys.append(f"grp-{i % 7}")
-        msgs.append(Message(
-            topic=topic, body=body, tags=TAGS[i % len(TAGS)], keys=keys, queue_id=qid, flag=i % 3,
-            properties={"userProp": f"v{i}"} if i % 5 == 0 else None,
-            # IPv6 born hosts early on only: later big batches take the columnar batch path
-            born_host="[fe80::1:2:3:4]:40001" if i % 11 == 0 and i < 120 else None,
-            uniq_key=f"UNIQ{seed:04d}{i:024d}" if uniq and i % 2 == 0 else None,
-        ))
+        msgs.append(
+            Message(
+                topic=topic,
+                body=body,
+                tags=TAGS[i % len(TAGS)],
+                keys=keys,
+                queue_id=qid,
+                flag=i % 3,
+                properties={"userProp": f"v{i}"} if i % 5 == 0 else None,
+                # IPv6 born hosts early on only: later big batches take the columnar batch path
+                born_host="[fe80::1:2:3:4]:40001" if i % 11 == 0 and i < 120 else None,
+                uniq_key=f"UNIQ{seed:04d}{i:024d}" if uniq and i % 2 == 0 else None,
+            )
+        )
     return msgs
 
 
@@ -335,7 +397,7 @@ def chunked(msgs: Sequence[Message]) -> Iterator[list[Message]]:
     k = 0
     while i < len(msgs):
         size = CHUNKS[k % len(CHUNKS)]
-        yield list(msgs[i:i + size])
+        yield list(msgs[i : i + size])
         i += size
         k += 1
 
@@ -371,8 +433,16 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Written:
 # --- 0. the reference hash itself --------------------------------------------------------------
 def test_reference_java_hash_matches_jvm_values() -> None:
     # Values computed by the JVM (RocketMQ's fixture tagsCodes, and well-known String.hashCode values)
-    known = {"Tag0": 2598902, "Tag4": 2598906, "标签0": 26572473, "标签1": 26572474, "hello": 99162322,
-             "": 0, "😀": 1772899, "polygenelubricants": -(1 << 31)}
+    known = {
+        "Tag0": 2598902,
+        "Tag4": 2598906,
+        "标签0": 26572473,
+        "标签1": 26572474,
+        "hello": 99162322,
+        "": 0,
+        "😀": 1772899,
+        "polygenelubricants": -(1 << 31),
+    }
     for s, h in known.items():
         assert java_hash(s) == h, s
         assert codec_java_hash(s) == h, s
@@ -512,7 +582,7 @@ def test_roll_keeps_eight_bytes_for_the_blank_record(tmp_path: Path, mode: str, 
         if mode == "single":
             results = [store.put_message(m) for m in msgs]
         elif mode == "small-batches":
-            results = [r for i in range(0, len(msgs), 3) for r in store.put_messages(msgs[i:i + 3])]
+            results = [r for i in range(0, len(msgs), 3) for r in store.put_messages(msgs[i : i + 3])]
         else:
             results = store.put_messages(msgs)
         assert store.wait_dispatched(10)
@@ -536,8 +606,10 @@ def test_transaction_and_delay_records(tmp_path: Path) -> None:
     clock = ManualClock(START_MS)
     with MessageStore.open(tmp_path / "s", CFG.replace(generate_uniq_key=False), clock=clock) as store:
         flags = [0, 0x4, 0, 0xC, 0x8]
-        results = [store.put_message(Message("TopicA", f"tx{i}".encode(), queue_id=1, sys_flag=f))
-                   for i, f in enumerate(flags)]
+        results = [
+            store.put_message(Message("TopicA", f"tx{i}".encode(), queue_id=1, sys_flag=f))
+            for i, f in enumerate(flags)
+        ]
         d1 = store.put_message(Message("TopicA", b"later", tags="TagD", queue_id=1, delay_level=3))
         clock.advance(5)
         d2 = store.put_message(Message("TopicB", b"much later", queue_id=2, delay_level=99))
@@ -557,13 +629,23 @@ def test_transaction_and_delay_records(tmp_path: Path) -> None:
     rec = records[d1.physical_offset]
     assert (rec.topic, rec.queue_id, rec.queue_offset) == ("SCHEDULE_TOPIC_XXXX", 2, 0)
     assert {k: rec.props[k] for k in ("REAL_TOPIC", "REAL_QID", "DELAY", "TAGS")} == {
-        "REAL_TOPIC": "TopicA", "REAL_QID": "1", "DELAY": "3", "TAGS": "TagD"}
-    assert cq_entry(root, "SCHEDULE_TOPIC_XXXX", 2, 0) == (d1.physical_offset, d1.wrote_bytes,
-                                                           rec.store_ts + 10_000)
+        "REAL_TOPIC": "TopicA",
+        "REAL_QID": "1",
+        "DELAY": "3",
+        "TAGS": "TagD",
+    }
+    assert cq_entry(root, "SCHEDULE_TOPIC_XXXX", 2, 0) == (
+        d1.physical_offset,
+        d1.wrote_bytes,
+        rec.store_ts + 10_000,
+    )
     rec = records[d2.physical_offset]  # level 99 is clamped to the last level, 2h
     assert (rec.topic, rec.queue_id, rec.props["DELAY"]) == ("SCHEDULE_TOPIC_XXXX", 17, "18")
-    assert cq_entry(root, "SCHEDULE_TOPIC_XXXX", 17, 0) == (d2.physical_offset, d2.wrote_bytes,
-                                                            rec.store_ts + 7_200_000)
+    assert cq_entry(root, "SCHEDULE_TOPIC_XXXX", 17, 0) == (
+        d2.physical_offset,
+        d2.wrote_bytes,
+        rec.store_ts + 7_200_000,
+    )
 
 
 def test_ipv6_store_host_record_layout(tmp_path: Path) -> None:
@@ -592,8 +674,14 @@ def test_index_files_match_the_reference_model(written: Written) -> None:
     # the codec reads the same header
     for v in views:
         h = index_layout.decode_header((root / "index" / v.name).read_bytes())
-        assert (h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count,
-                h.index_count) == v.header
+        assert (
+            h.begin_timestamp,
+            h.end_timestamp,
+            h.begin_phy_offset,
+            h.end_phy_offset,
+            h.hash_slot_count,
+            h.index_count,
+        ) == v.header
 
     # every topic#key can be found by walking the chain of its slot, with the right phyOffset
     for key, phy, _ in keyed:
@@ -622,6 +710,7 @@ def test_index_entries_per_message(tmp_path: Path) -> None:
     cfg = CFG.replace(generate_uniq_key=False)
     clock = ManualClock(START_MS)
     with MessageStore.open(tmp_path / "s", cfg, clock=clock) as store:
+
         def count() -> int:
             assert store.wait_dispatched(10)
             return sum(h["indexCount"] - 1 for _, h in store.index_headers())
@@ -630,8 +719,11 @@ def test_index_entries_per_message(tmp_path: Path) -> None:
         assert count() == 0
         store.put_message(Message("TopicA", b"two keys", keys=["a1", "a2"]))
         assert count() == 2
-        r = store.put_message(Message("TopicA", b"uniq and two keys", keys=["b1", "b2"],
-                                      uniq_key="0A0B0C0D0E0F00112233445566778899"))
+        r = store.put_message(
+            Message(
+                "TopicA", b"uniq and two keys", keys=["b1", "b2"], uniq_key="0A0B0C0D0E0F00112233445566778899"
+            )
+        )
         assert count() == 5
         clock.advance(2500)
         r2 = store.put_message(Message("TopicB", b"one key", keys=["a1"]))
@@ -645,8 +737,14 @@ def test_index_entries_per_message(tmp_path: Path) -> None:
     assert view.header[0] == START_MS and view.header[1] == START_MS + 2500
     records = all_records(walk_commitlog(tmp_path / "s"))
     keyed = keyed_entries(records)
-    assert [k for k, _, _ in keyed] == ["TopicA#a1", "TopicA#a2", "TopicA#0A0B0C0D0E0F00112233445566778899",
-                                        "TopicA#b1", "TopicA#b2", "TopicB#a1"]
+    assert [k for k, _, _ in keyed] == [
+        "TopicA#a1",
+        "TopicA#a2",
+        "TopicA#0A0B0C0D0E0F00112233445566778899",
+        "TopicA#b1",
+        "TopicA#b2",
+        "TopicB#a1",
+    ]
     check_index_model([view], keyed)
     assert view.entries[6][2] == 2  # timeDiff in seconds since beginTimestamp
 
@@ -688,7 +786,8 @@ def test_single_and_batch_puts_write_identical_bytes(tmp_path: Path) -> None:
     single = write_deterministic(tmp_path / "single", msgs, batch=False)
     batch = write_deterministic(tmp_path / "batch", msgs, batch=True)
     assert [(r.physical_offset, r.queue_offset, r.store_timestamp) for r in single] == [
-        (r.physical_offset, r.queue_offset, r.store_timestamp) for r in batch]
+        (r.physical_offset, r.queue_offset, r.store_timestamp) for r in batch
+    ]
     a, b = file_snapshot(tmp_path / "single"), file_snapshot(tmp_path / "batch")
     assert sorted(a) == sorted(b)
     for d in ("commitlog", "consumequeue", "index"):
@@ -717,7 +816,10 @@ def test_reopened_store_reads_back_everything(tmp_path: Path) -> None:
             for ext, (m, r) in zip(got, pairs):
                 assert ext.body == m.body
                 assert (ext.physical_offset, ext.queue_offset, ext.store_timestamp) == (
-                    r.physical_offset, r.queue_offset, r.store_timestamp)
+                    r.physical_offset,
+                    r.queue_offset,
+                    r.store_timestamp,
+                )
                 assert ext.tags == m.tags and ext.keys == list(m.keys) and ext.flag == m.flag
                 assert ext.uniq_key == m.uniq_key
                 assert ext.msg_id == r.msg_id
@@ -737,7 +839,7 @@ def test_reopened_store_reads_back_everything(tmp_path: Path) -> None:
 def copy_fixture(name: str, dest: Path) -> Path:
     src = FIXTURES / name
     if not src.is_dir():
-        pytest.skip(f"RocketMQ 4.9.8 fixture store not found at {src}")
+        missing_fixture(f"RocketMQ 4.9.8 fixture store not found at {src}")
     shutil.copytree(src, dest)
     for dirpath, dirnames, filenames in os.walk(dest):
         for n in [*dirnames, *filenames]:
@@ -750,7 +852,7 @@ def copy_fixture(name: str, dest: Path) -> Path:
 def load_expected(name: str) -> list[dict[str, Any]]:
     path = FIXTURES / name
     if not path.is_file():
-        pytest.skip(f"RocketMQ 4.9.8 fixture listing not found at {path}")
+        missing_fixture(f"RocketMQ 4.9.8 fixture listing not found at {path}")
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
@@ -793,8 +895,19 @@ def test_rocketmq_index_files_match_the_reference_model() -> None:
     check_index_model(views, keyed)
     listed = [d for d in expected if d["kind"] == "index_file"]
     assert [(v.name, v.header) for v in views] == [
-        (d["name"], (d["beginTs"], d["endTs"], d["beginPhyOffset"], d["endPhyOffset"], d["hashSlotCount"],
-                     d["indexCount"])) for d in listed]
+        (
+            d["name"],
+            (
+                d["beginTs"],
+                d["endTs"],
+                d["beginPhyOffset"],
+                d["endPhyOffset"],
+                d["hashSlotCount"],
+                d["indexCount"],
+            ),
+        )
+        for d in listed
+    ]
 
 
 def test_rocketmq_store_sample_is_read_and_extended(tmp_path: Path) -> None:
@@ -808,9 +921,12 @@ def test_rocketmq_store_sample_is_read_and_extended(tmp_path: Path) -> None:
     # our spec walker reads RocketMQ's commitlog exactly as RocketMQ lists it
     walks = walk_commitlog(root)
     old = all_records(walks)
-    assert [(r.physical_offset, r.total, r.topic, r.queue_id, r.queue_offset, r.sys_flag, r.store_ts)
-            for r in old] == [(d["offset"], d["size"], d["topic"], d["queueId"], d["queueOffset"],
-                               d["sysFlag"], d["storeTs"]) for d in clrecs]
+    assert [
+        (r.physical_offset, r.total, r.topic, r.queue_id, r.queue_offset, r.sys_flag, r.store_ts) for r in old
+    ] == [
+        (d["offset"], d["size"], d["topic"], d["queueId"], d["queueOffset"], d["sysFlag"], d["storeTs"])
+        for d in clrecs
+    ]
     original = file_snapshot(root)
     last_old_seg = sorted(n for n in original if n.startswith("commitlog"))[-1]
 
@@ -831,9 +947,16 @@ def test_rocketmq_store_sample_is_read_and_extended(tmp_path: Path) -> None:
 
     clock = ManualClock(max(d["storeTs"] for d in clrecs) + 90_000)
     rng = random.Random(7)
-    new_msgs = [Message(topic=f"Topic{'ABC'[i % 3]}", body=f"new-{i:03d}|".encode() + rng.randbytes(1100),
-                        tags=TAGS[i % len(TAGS)], keys=[f"new-key-{i}"], queue_id=(i // 3) % 4)
-                for i in range(50)]
+    new_msgs = [
+        Message(
+            topic=f"Topic{'ABC'[i % 3]}",
+            body=f"new-{i:03d}|".encode() + rng.randbytes(1100),
+            tags=TAGS[i % len(TAGS)],
+            keys=[f"new-key-{i}"],
+            queue_id=(i // 3) % 4,
+        )
+        for i in range(50)
+    ]
     with MessageStore.open(root, CFG, clock=clock) as store:
         assert not store.abnormal_shutdown_detected
         assert store.max_phy_offset() == max_phy
@@ -861,19 +984,25 @@ def test_rocketmq_store_sample_is_read_and_extended(tmp_path: Path) -> None:
     walks = walk_commitlog(root)
     records = all_records(walks)
     assert len(walks) > 5, "the new messages were meant to roll into a new segment"
-    assert records[:len(old)] == old
-    assert [(r.physical_offset, r.total, r.queue_offset, r.body) for r in records[len(old):]] == [
-        (r.physical_offset, r.wrote_bytes, r.queue_offset, m.body) for m, r in zip(new_msgs, results)]
+    assert records[: len(old)] == old
+    assert [(r.physical_offset, r.total, r.queue_offset, r.body) for r in records[len(old) :]] == [
+        (r.physical_offset, r.wrote_bytes, r.queue_offset, m.body) for m, r in zip(new_msgs, results)
+    ]
     assert results[0].physical_offset == max_phy
     now = file_snapshot(root)
     for name, data in original.items():
         if name.startswith("commitlog") and name != last_old_seg:
             assert now[name] == data, name
-    assert now[last_old_seg][:max_phy - int(Path(last_old_seg).name)] == \
-        original[last_old_seg][:max_phy - int(Path(last_old_seg).name)]
+    assert (
+        now[last_old_seg][: max_phy - int(Path(last_old_seg).name)]
+        == original[last_old_seg][: max_phy - int(Path(last_old_seg).name)]
+    )
     for m, r in zip(new_msgs, results):
         assert cq_entry(root, r.topic, r.queue_id, r.queue_offset) == (
-            r.physical_offset, r.wrote_bytes, tags_code_ref(m.tags))
+            r.physical_offset,
+            r.wrote_bytes,
+            tags_code_ref(m.tags),
+        )
     # the index continues RocketMQ's last file, by the same rules
     index_views = [read_index_file(p) for p in sorted((root / "index").iterdir())]
     check_index_model(index_views, keyed_entries(records))
@@ -927,7 +1056,8 @@ def test_rocketmq_queries_return_rocketmq_hits(tmp_path: Path) -> None:
     ],
 )
 def test_geometry_mismatch_is_refused_and_changes_nothing(
-        tmp_path: Path, changes: dict[str, int], directory: str, actual: int, configured: int) -> None:
+    tmp_path: Path, changes: dict[str, int], directory: str, actual: int, configured: int
+) -> None:
     root = tmp_path / "s"
     with MessageStore.open(root, CFG) as store:
         results = store.put_messages(make_messages(30, seed=3))

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rocketstore import MessageExt, MessageStore
-from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture
+from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, missing_fixture
 
 SAMPLES = ["store-sample", "store-sample-crash"]
 
@@ -23,7 +23,7 @@ SAMPLES = ["store-sample", "store-sample-crash"]
 def expected(name: str, kind: str) -> list[dict[str, Any]]:
     path = FIXTURES / f"{name}.expected.jsonl"
     if not path.exists():
-        pytest.skip(f"{path} is not present")
+        missing_fixture(f"{path} is not present")
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return [r for r in rows if r.get("kind") == kind]
 

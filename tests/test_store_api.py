@@ -29,8 +29,9 @@ from rocketstore import (
 )
 
 SEG = 65536
-CFG = StoreConfig(commitlog_segment_size=SEG, consume_queue_entries=40, index_hash_slots=64,
-                  index_max_entries=256)
+CFG = StoreConfig(
+    commitlog_segment_size=SEG, consume_queue_entries=40, index_hash_slots=64, index_max_entries=256
+)
 T0 = 1_700_000_000_000
 BLANK_MAGIC = 0xCBD43194
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -86,11 +87,27 @@ def test_round_trip_every_field(tmp_path: Path) -> None:
     clock = ManualClock(T0 + 123)
     user_props = {"color": "blue", "n": "42", "ünï": "çödé"}
     msgs = [
-        Message(topic="RoundTrip", body=b"\x00payload\xff", tags="TagA", keys=["k1", "k2"],
-                properties=user_props, queue_id=3, flag=-7, born_timestamp=T0 - 5000,
-                born_host="10.1.2.3:5555"),
-        Message(topic="RoundTrip", body=b"v6 born", tags="TagB", keys=["k3"], queue_id=3,
-                flag=0x12345678, born_timestamp=T0 - 1, born_host="[fe80:0:0:0:1:2:3:4]:40005"),
+        Message(
+            topic="RoundTrip",
+            body=b"\x00payload\xff",
+            tags="TagA",
+            keys=["k1", "k2"],
+            properties=user_props,
+            queue_id=3,
+            flag=-7,
+            born_timestamp=T0 - 5000,
+            born_host="10.1.2.3:5555",
+        ),
+        Message(
+            topic="RoundTrip",
+            body=b"v6 born",
+            tags="TagB",
+            keys=["k3"],
+            queue_id=3,
+            flag=0x12345678,
+            born_timestamp=T0 - 1,
+            born_host="[fe80:0:0:0:1:2:3:4]:40005",
+        ),
     ]
     with open_store(tmp_path, clock=clock) as store:
         results = []
@@ -113,15 +130,31 @@ def test_round_trip_every_field(tmp_path: Path) -> None:
             # store host 127.0.0.1:10911, then the physical offset
             assert msg_id == f"7F00000100002A9F{r.physical_offset:016X}"
             expected: dict[str, Any] = {
-                "topic": "RoundTrip", "queue_id": 3, "queue_offset": i, "physical_offset": r.physical_offset,
-                "store_size": r.wrote_bytes, "msg_id": msg_id, "flag": m.flag,
-                "body_crc": zlib.crc32(m.body) & 0x7FFFFFFF, "reconsume_times": 0,
-                "prepared_transaction_offset": 0, "born_timestamp": m.born_timestamp,
-                "born_host": m.born_host, "store_timestamp": r.store_timestamp,
-                "store_host": "127.0.0.1:10911", "body": m.body,
-                "properties": {**(m.properties or {}), "KEYS": " ".join(m.keys), "TAGS": m.tags,
-                               "UNIQ_KEY": uniq},
-                "keys": list(m.keys), "tags": m.tags, "uniq_key": uniq, "tags_code": java_hash(m.tags or ""),
+                "topic": "RoundTrip",
+                "queue_id": 3,
+                "queue_offset": i,
+                "physical_offset": r.physical_offset,
+                "store_size": r.wrote_bytes,
+                "msg_id": msg_id,
+                "flag": m.flag,
+                "body_crc": zlib.crc32(m.body) & 0x7FFFFFFF,
+                "reconsume_times": 0,
+                "prepared_transaction_offset": 0,
+                "born_timestamp": m.born_timestamp,
+                "born_host": m.born_host,
+                "store_timestamp": r.store_timestamp,
+                "store_host": "127.0.0.1:10911",
+                "body": m.body,
+                "properties": {
+                    **(m.properties or {}),
+                    "KEYS": " ".join(m.keys),
+                    "TAGS": m.tags,
+                    "UNIQ_KEY": uniq,
+                },
+                "keys": list(m.keys),
+                "tags": m.tags,
+                "uniq_key": uniq,
+                "tags_code": java_hash(m.tags or ""),
                 "sys_flag": BORN_V6 if i == 1 else 0,
             }
             by_offset = store.look_message_by_offset(r.physical_offset)
@@ -210,8 +243,9 @@ def test_lookup_of_missing_offsets_returns_none(tmp_path: Path) -> None:
 
 
 def put_n(store: MessageStore, topic: str, n: int, qid: int = 0, body_size: int = 16, **kw: Any) -> list[Any]:
-    return store.put_messages([Message(topic=topic, body=bytes([i % 251]) * body_size, queue_id=qid, **kw)
-                               for i in range(n)])
+    return store.put_messages(
+        [Message(topic=topic, body=bytes([i % 251]) * body_size, queue_id=qid, **kw) for i in range(n)]
+    )
 
 
 def test_get_status_semantics(tmp_path: Path) -> None:
@@ -226,12 +260,20 @@ def test_get_status_semantics(tmp_path: Path) -> None:
 
         res = store.get_message("g", "G", 0, 5)
         assert (res.status, res.next_begin_offset, res.min_offset, res.max_offset) == (
-            GetStatus.OFFSET_OVERFLOW_ONE, 5, 0, 5)
+            GetStatus.OFFSET_OVERFLOW_ONE,
+            5,
+            0,
+            5,
+        )
         assert res.messages == []
 
         res = store.get_message("g", "G", 0, 9)
         assert (res.status, res.next_begin_offset, res.min_offset, res.max_offset) == (
-            GetStatus.OFFSET_OVERFLOW_BADLY, 0, 0, 5)
+            GetStatus.OFFSET_OVERFLOW_BADLY,
+            0,
+            0,
+            5,
+        )
 
         res = store.get_message("g", "G", 0, -1)
         assert (res.status, res.next_begin_offset, res.messages) == (GetStatus.OFFSET_TOO_SMALL, 0, [])
@@ -274,8 +316,9 @@ def test_get_caps_at_32_and_stops_at_consume_queue_segment_end(tmp_path: Path) -
 
 def test_tag_filter_stops_at_consume_queue_segment_end(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
-        store.put_messages([Message(topic="FS", body=b"x", tags="TagA" if i in (2, 38, 45) else "TagB")
-                            for i in range(50)])
+        store.put_messages(
+            [Message(topic="FS", body=b"x", tags="TagA" if i in (2, 38, 45) else "TagB") for i in range(50)]
+        )
         drain(store)
         res = store.get_message("g", "FS", 0, 39, 32, "TagA")
         assert (res.status, res.messages, res.next_begin_offset) == (GetStatus.NO_MATCHED_MESSAGE, [], 40)
@@ -357,9 +400,13 @@ def test_tag_filter(tmp_path: Path) -> None:
 def test_tag_filter_compares_real_tag_on_hash_collision(tmp_path: Path) -> None:
     assert java_hash("Aa") == java_hash("BB")
     with open_store(tmp_path) as store:
-        store.put_messages([Message(topic="H", body=b"bb0", tags="BB"),
-                            Message(topic="H", body=b"aa", tags="Aa"),
-                            Message(topic="H", body=b"bb1", tags="BB")])
+        store.put_messages(
+            [
+                Message(topic="H", body=b"bb0", tags="BB"),
+                Message(topic="H", body=b"aa", tags="Aa"),
+                Message(topic="H", body=b"bb1", tags="BB"),
+            ]
+        )
         store.put_messages([Message(topic="H2", body=b"bb", tags="BB")])
         drain(store)
         res = store.get_message("g", "H", 0, 0, 32, "Aa")
@@ -380,8 +427,9 @@ def test_tag_filter_compares_real_tag_on_hash_collision(tmp_path: Path) -> None:
 def test_query_multiple_keys_and_many_matches(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         multi = store.put_message(Message(topic="Q", body=b"multi", keys=["alpha", "beta", "gamma"]))
-        results = store.put_messages([Message(topic="Q", body=f"same{i}".encode(), keys=["same"])
-                                      for i in range(100)])
+        results = store.put_messages(
+            [Message(topic="Q", body=f"same{i}".encode(), keys=["same"]) for i in range(100)]
+        )
         drain(store)
         for k in ("alpha", "beta", "gamma"):
             found = store.query_message("Q", k)
@@ -400,8 +448,9 @@ def test_query_multiple_keys_and_many_matches(tmp_path: Path) -> None:
 
 def test_query_returns_a_message_once(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
-        r = store.put_message(Message(topic="Once", body=b"1", keys=["dup", "dup", "same-as-uniq"],
-                                      uniq_key="same-as-uniq"))
+        r = store.put_message(
+            Message(topic="Once", body=b"1", keys=["dup", "dup", "same-as-uniq"], uniq_key="same-as-uniq")
+        )
         drain(store)
         assert [m.physical_offset for m in store.query_message("Once", "dup")] == [r.physical_offset]
         assert [m.physical_offset for m in store.query_message("Once", "same-as-uniq")] == [r.physical_offset]
@@ -476,8 +525,9 @@ def test_query_across_index_file_rolls(tmp_path: Path) -> None:
         assert len([p for p in (tmp_path / "index").iterdir()]) >= 3
         for i in (0, 1, 127, 128, 200, 299):
             found = store.query_message("Roll", f"key{i}")
-            assert [(m.physical_offset, m.body) for m in found] == [(results[i].physical_offset,
-                                                                     f"b{i}".encode())]
+            assert [(m.physical_offset, m.body) for m in found] == [
+                (results[i].physical_offset, f"b{i}".encode())
+            ]
             assert found[0].uniq_key is not None
             u = store.query_by_uniq_key("Roll", found[0].uniq_key)
             assert u is not None and u.physical_offset == results[i].physical_offset
@@ -556,8 +606,9 @@ def test_earliest_message_time(tmp_path: Path) -> None:
 def test_delay_level_goes_to_schedule_topic(tmp_path: Path) -> None:
     clock = ManualClock(T0)
     with open_store(tmp_path, clock=clock) as store:
-        r = store.put_message(Message(topic="Real", body=b"later", tags="TagD", keys=["dk"], queue_id=1,
-                                      delay_level=3))
+        r = store.put_message(
+            Message(topic="Real", body=b"later", tags="TagD", keys=["dk"], queue_id=1, delay_level=3)
+        )
         clock.advance(10)
         r2 = store.put_message(Message(topic="Real", body=b"much later", queue_id=0, delay_level=99))
         drain(store)
@@ -593,8 +644,10 @@ def test_delay_level_goes_to_schedule_topic(tmp_path: Path) -> None:
 def test_transaction_flags(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         flags = [0, TX_PREPARED, TX_COMMIT, TX_ROLLBACK, 0, TX_PREPARED]
-        results = [store.put_message(Message(topic="Tx", body=f"m{i}".encode(), keys=[f"tx{i}"], sys_flag=f))
-                   for i, f in enumerate(flags)]
+        results = [
+            store.put_message(Message(topic="Tx", body=f"m{i}".encode(), keys=[f"tx{i}"], sys_flag=f))
+            for i, f in enumerate(flags)
+        ]
         drain(store)
         assert [r.queue_offset for r in results] == [0, 0, 1, 0, 2, 0]
         for r, f in zip(results, flags):
@@ -638,23 +691,37 @@ BAD_MESSAGES: list[tuple[str, Callable[[], Message], PutStatus]] = [
     ("str body", lambda: Message(topic="Good", body="text"), PutStatus.MESSAGE_ILLEGAL),  # type: ignore[arg-type]
     ("body over max", lambda: Message(topic="Good", body=b"x" * 1001), PutStatus.MESSAGE_ILLEGAL),
     ("record over segment", lambda: Message(topic="Good", body=b"x" * SEG), PutStatus.MESSAGE_SIZE_EXCEEDED),
-    ("properties too big", lambda: Message(topic="Good", body=b"x", properties={"p": "v" * 33_000}),
-     PutStatus.PROPERTIES_SIZE_EXCEEDED),
+    (
+        "properties too big",
+        lambda: Message(topic="Good", body=b"x", properties={"p": "v" * 33_000}),
+        PutStatus.PROPERTIES_SIZE_EXCEEDED,
+    ),
     ("key with space", lambda: Message(topic="Good", body=b"x", keys=["a b"]), PutStatus.MESSAGE_ILLEGAL),
-    ("reserved property", lambda: Message(topic="Good", body=b"x", properties={"KEYS": "k"}),
-     PutStatus.MESSAGE_ILLEGAL),
-    ("separator in value", lambda: Message(topic="Good", body=b"x", properties={"p": "a\x01b"}),
-     PutStatus.MESSAGE_ILLEGAL),
+    (
+        "reserved property",
+        lambda: Message(topic="Good", body=b"x", properties={"KEYS": "k"}),
+        PutStatus.MESSAGE_ILLEGAL,
+    ),
+    (
+        "separator in value",
+        lambda: Message(topic="Good", body=b"x", properties={"p": "a\x01b"}),
+        PutStatus.MESSAGE_ILLEGAL,
+    ),
     ("negative queue id", lambda: Message(topic="Good", body=b"x", queue_id=-1), PutStatus.MESSAGE_ILLEGAL),
-    ("str queue id", lambda: Message(topic="Good", body=b"x", queue_id="0"),  # type: ignore[arg-type]
-     PutStatus.MESSAGE_ILLEGAL),
+    (
+        "str queue id",
+        lambda: Message(topic="Good", body=b"x", queue_id="0"),  # type: ignore[arg-type]
+        PutStatus.MESSAGE_ILLEGAL,
+    ),
 ]
 
 
-@pytest.mark.parametrize(("make", "status"), [(m, s) for _, m, s in BAD_MESSAGES],
-                         ids=[name for name, _, _ in BAD_MESSAGES])
-def test_invalid_message_is_rejected_and_writes_nothing(tmp_path: Path, make: Callable[[], Message],
-                                                         status: PutStatus) -> None:
+@pytest.mark.parametrize(
+    ("make", "status"), [(m, s) for _, m, s in BAD_MESSAGES], ids=[name for name, _, _ in BAD_MESSAGES]
+)
+def test_invalid_message_is_rejected_and_writes_nothing(
+    tmp_path: Path, make: Callable[[], Message], status: PutStatus
+) -> None:
     root = tmp_path / "store"
     cfg_small = CFG.replace(max_message_size=1000)
     msg = make()
@@ -716,8 +783,12 @@ def test_invalid_message_in_batch_writes_none_of_it(tmp_path: Path) -> None:
         store.put_message(Message(topic="Batch", body=b"first"))
         drain(store)
         before = store.max_phy_offset()
-        batch = [Message(topic="Batch", body=b"a"), Message(topic="Batch", body=b"b"),
-                 Message(topic="Batch", body=b"c", keys=["bad key"]), Message(topic="Batch", body=b"d")]
+        batch = [
+            Message(topic="Batch", body=b"a"),
+            Message(topic="Batch", body=b"b"),
+            Message(topic="Batch", body=b"c", keys=["bad key"]),
+            Message(topic="Batch", body=b"d"),
+        ]
         with pytest.raises(InvalidMessageError) as info:
             store.put_messages(batch)
         assert info.value.status is PutStatus.MESSAGE_ILLEGAL
@@ -745,8 +816,14 @@ def test_batch_assigns_dense_offsets_per_queue(tmp_path: Path) -> None:
         results = store.put_messages(batch)
         assert [r.status for r in results] == [PutStatus.PUT_OK] * len(batch)
         assert [(r.topic, r.queue_id, r.queue_offset) for r in results] == [
-            ("Mix", 0, 0), ("Mix", 1, 1), ("Mix", 1, 0), ("Other", 0, 0), ("Mix", 0, 1),
-            (SCHEDULE_TOPIC, 0, 0), ("Mix", 1, 2)]
+            ("Mix", 0, 0),
+            ("Mix", 1, 1),
+            ("Mix", 1, 0),
+            ("Other", 0, 0),
+            ("Mix", 0, 1),
+            (SCHEDULE_TOPIC, 0, 0),
+            ("Mix", 1, 2),
+        ]
         for prev, nxt in itertools.pairwise(results):
             assert nxt.physical_offset == prev.physical_offset + prev.wrote_bytes
         drain(store)
@@ -764,8 +841,11 @@ def test_concurrent_puts_get_dense_offsets(tmp_path: Path) -> None:
 
         def worker(w: int) -> None:
             for i in range(50):
-                r = (store.put_message(Message(topic="Conc", body=f"{w}-{i}".encode())) if i % 2 else
-                     store.put_messages([Message(topic="Conc", body=f"{w}-{i}".encode())])[0])
+                r = (
+                    store.put_message(Message(topic="Conc", body=f"{w}-{i}".encode()))
+                    if i % 2
+                    else store.put_messages([Message(topic="Conc", body=f"{w}-{i}".encode())])[0]
+                )
                 with lock:
                     results.append(r)
 
@@ -911,8 +991,13 @@ def test_reopen_reads_everything_and_continues(tmp_path: Path) -> None:
             body = f"msg{i}-".encode() * 100
             q = i % 2
             bodies[q].append(body)
-            results.append(store.put_message(Message(topic="Re", body=body, queue_id=q,
-                                                     keys=[f"re{i}", "common"], tags="T" + str(i % 3))))
+            results.append(
+                store.put_message(
+                    Message(
+                        topic="Re", body=body, queue_id=q, keys=[f"re{i}", "common"], tags="T" + str(i % 3)
+                    )
+                )
+            )
             clock.advance(11)
         drain(store)
         max_phy = store.max_phy_offset()
@@ -930,9 +1015,11 @@ def test_reopen_reads_everything_and_continues(tmp_path: Path) -> None:
             assert store.max_offset_in_queue("Re", q) == 60
             assert [m.body for m in read_queue(store, "Re", q)] == bodies[q]
         assert [m.queue_offset for m in read_queue(store, "Re", 0, "T1")] == [
-            i // 2 for i in range(0, 120, 2) if i % 3 == 1]
+            i // 2 for i in range(0, 120, 2) if i % 3 == 1
+        ]
         assert [m.physical_offset for m in store.query_message("Re", "common")] == [
-            r.physical_offset for r in reversed(results)]
+            r.physical_offset for r in reversed(results)
+        ]
         for i in (0, 59, 119):
             found = store.query_message("Re", f"re{i}")
             assert [m.physical_offset for m in found] == [results[i].physical_offset]
@@ -947,7 +1034,9 @@ def test_reopen_reads_everything_and_continues(tmp_path: Path) -> None:
         assert [m.body for m in store.get_message("g", "Re", 1, 60).messages] == [b"new"]
         assert [m.body for m in store.query_message("Re", "fresh")] == [b"new"]
         assert [m.physical_offset for m in store.query_message("Re", "re3")] == [
-            new.physical_offset, results[3].physical_offset]
+            new.physical_offset,
+            results[3].physical_offset,
+        ]
     assert not (tmp_path / "abort").exists()
 
     with open_store(tmp_path, clock=clock) as store:
