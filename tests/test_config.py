@@ -82,7 +82,6 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 def test_settings_this_version_does_not_act_on_are_refused(tmp_path: Path) -> None:
     for i, cfg in enumerate(
         (
-            StoreConfig(flush_disk_type="SYNC_FLUSH"),
             StoreConfig(transient_store_pool_enable=True),
             StoreConfig(warm_mapped_file_enable=True),
         )

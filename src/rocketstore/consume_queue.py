@@ -67,11 +67,14 @@ class ConsumeQueue:
         self.files.load()
         self.min_logic_offset = self.files.min_offset
 
-    def recover(self) -> None:
-        """Keep the entries up to the last valid one (offset >= 0, size > 0); cut the rest."""
+    def recover(self) -> int:
+        """Keep the entries up to the last valid one (offset >= 0, size > 0); cut the rest.
+
+        Returns how many bytes of non-zero data were cut (a torn or damaged tail).
+        """
         files = self.files.files
         if not files:
-            return
+            return 0
         index = max(0, len(files) - 3)
         end = files[index].from_offset
         for mf in files[index:]:
@@ -84,10 +87,28 @@ class ConsumeQueue:
             del entries
             if valid < len(mf.buf) // CQ_ENTRY_SIZE:
                 break
+        damaged = self._nonzero_bytes_from(end)
+        if damaged:
+            log.warning(
+                "%r: cutting a damaged tail at queue offset %d (%d non-zero bytes after the last valid "
+                "entry)",
+                self,
+                end // CQ_ENTRY_SIZE,
+                damaged,
+            )
         self.files.truncate(end)
+        return damaged
 
-    def truncate_after(self, physical_offset: int) -> None:
-        """Drop entries pointing at or past ``physical_offset`` (the commitlog was cut there)."""
+    def _nonzero_bytes_from(self, logic: int) -> int:
+        mf = self.files.find(logic)
+        if mf is None:
+            return 0
+        tail = np.frombuffer(mf.buf, dtype=np.uint8)[logic - mf.from_offset :]
+        return int(np.count_nonzero(tail))
+
+    def truncate_after(self, physical_offset: int) -> int:
+        """Drop entries pointing at or past ``physical_offset`` (the commitlog was cut there);
+        returns how many were dropped."""
         files = self.files.files
         cut = None
         for mf in reversed(files):
@@ -99,17 +120,21 @@ class ConsumeQueue:
             del entries, beyond
             if cut > mf.from_offset:
                 break
-        if cut is not None:
-            log.info(
-                "%r: cutting entries from queue offset %d (they point past commitlog offset %d)",
-                self,
-                cut // CQ_ENTRY_SIZE,
-                physical_offset,
-            )
-            self.files.truncate(cut)
-            self.min_logic_offset = min(self.min_logic_offset, cut)
-            last = self.entry_at(self.max_offset - 1) if self.max_offset > self.min_offset else None
-            self.max_physical_offset = last[0] + last[1] if last else -1
+        if cut is None:
+            return 0
+        dropped = self.max_offset - cut // CQ_ENTRY_SIZE
+        log.info(
+            "%r: cutting %d entries from queue offset %d (they point past commitlog offset %d)",
+            self,
+            dropped,
+            cut // CQ_ENTRY_SIZE,
+            physical_offset,
+        )
+        self.files.truncate(cut)
+        self.min_logic_offset = min(self.min_logic_offset, cut)
+        last = self.entry_at(self.max_offset - 1) if self.max_offset > self.min_offset else None
+        self.max_physical_offset = last[0] + last[1] if last else -1
+        return dropped
 
     def correct_min_offset(self, commitlog_min_offset: int) -> None:
         """Move ``min_offset`` to the first entry whose record is still in the commitlog."""

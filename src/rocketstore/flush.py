@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from rocketstore.checkpoint import StoreCheckpoint
@@ -12,7 +13,7 @@ from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.index import IndexService
 from rocketstore.service import BackgroundService
 
-__all__ = ["CommitLogFlushService", "ConsumeQueueFlushService"]
+__all__ = ["CommitLogFlushService", "ConsumeQueueFlushService", "FlushRequest", "GroupCommitService"]
 
 FailureHandler = Callable[[BackgroundService, BaseException], None]
 
@@ -34,10 +35,10 @@ class _ThoroughTimer:
 
 
 class CommitLogFlushService(BackgroundService):
-    """ASYNC_FLUSH (RocketMQ's FlushRealTimeService): every ``flush_interval`` ms, msync the
-    commitlog when at least ``flush_least_pages`` pages are dirty, and fully every
-    ``flush_thorough_interval`` ms. Moves the checkpoint's physic timestamp. A failed msync
-    raises out of ``run_once``: the service stops and reports it, it is never ignored.
+    """ASYNC_FLUSH (RocketMQ's FlushRealTimeService): every ``flush_interval`` ms, or sooner when
+    a put wakes it, msync the commitlog when at least ``flush_least_pages`` pages are dirty, and
+    fully every ``flush_thorough_interval`` ms. Moves the checkpoint's physic timestamp. A failed
+    msync raises out of ``run_once``: the service stops and reports it, it is never ignored.
     """
 
     def __init__(
@@ -95,3 +96,81 @@ class ConsumeQueueFlushService(BackgroundService):
             self._index.flush()
         self._checkpoint.update(logics=logics or None, index=index_ts or None)
         self._checkpoint.flush()
+
+
+class FlushRequest:
+    """A put waiting for its bytes (up to ``target`` in the commitlog) to be durable.
+
+    The latch is a bare lock, taken at creation and released by ``finish``: waiting on it is
+    one C call, where a threading.Event costs a Condition round trip in Python.
+    """
+
+    __slots__ = ("_latch", "ok", "target")
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.ok = False
+        self._latch = threading.Lock()
+        self._latch.acquire()
+
+    def finish(self, ok: bool) -> None:
+        self.ok = ok
+        self._latch.release()
+
+    def wait(self, timeout: float) -> bool:
+        """True when flushed in time, False on timeout or flush failure."""
+        return self._latch.acquire(timeout=timeout) and self.ok
+
+
+class GroupCommitService(BackgroundService):
+    """SYNC_FLUSH (RocketMQ's GroupCommitService): puts submit a request for their end offset
+    and wait; the service swaps the request list under a lock, flushes the commitlog once for
+    all of them (group commit), and completes each request. A flush error fails every waiting
+    request and every later one: never reported as durable when it is not.
+    """
+
+    def __init__(
+        self, commitlog: CommitLog, checkpoint: StoreCheckpoint, on_failure: FailureHandler | None = None
+    ) -> None:
+        super().__init__("group-commit", interval=0.01, on_failure=on_failure)
+        self._commitlog = commitlog
+        self._checkpoint = checkpoint
+        self._lock = threading.Lock()
+        self._requests_write: list[FlushRequest] = []
+        self._requests_read: list[FlushRequest] = []
+        self._broken = False
+
+    def submit(self, target: int) -> FlushRequest:
+        request = FlushRequest(target)
+        with self._lock:
+            if self._broken:
+                request.finish(False)
+                return request
+            self._requests_write.append(request)
+        self.wakeup()
+        return request
+
+    def run_once(self) -> None:
+        with self._lock:
+            self._requests_read, self._requests_write = self._requests_write, self._requests_read
+        requests = self._requests_read
+        last = self._commitlog.files.last
+        timestamp = last.last_store_timestamp if last is not None else 0
+        try:
+            self._commitlog.files.flush(0)
+        except BaseException as exc:
+            self._fail(exc)  # known to the store before any waiter is released
+            with self._lock:
+                self._broken = True
+                pending = requests + self._requests_write
+                self._requests_write = []
+            for r in pending:
+                r.finish(False)
+            requests.clear()
+            raise
+        flushed = self._commitlog.files.flushed_where
+        for r in requests:
+            r.finish(flushed >= r.target)
+        requests.clear()
+        if timestamp:
+            self._checkpoint.update(physic=timestamp)

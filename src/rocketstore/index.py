@@ -197,7 +197,8 @@ class _IndexMapping(MappedFile):
         self.wrote_position = size
 
     def flush(self) -> int:
-        self.mm.flush()
+        if not self.readonly:
+            self.sync()
         return self.size
 
 

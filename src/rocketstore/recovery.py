@@ -35,6 +35,8 @@ class RecoveryReport:
     damage: str | None  # what was wrong with the first invalid record, when stop == "corrupt"
     segments_deleted: int  # segments wholly past end_offset, removed
     reput_from: int  # where dispatch resumes
+    queue_bytes_damaged: int = 0  # non-zero bytes cut after the last valid entry of consume queues
+    queue_entries_dropped: int = 0  # entries that pointed past end_offset
 
 
 def recover(
@@ -46,13 +48,13 @@ def recover(
     *,
     abnormal: bool,
 ) -> RecoveryReport:
-    for cq in queues:
-        cq.recover()
+    queue_damage = sum(cq.recover() for cq in queues)
     files = commitlog.files.files
     if not files:
         for cq in queues:
             cq.truncate_after(0)
-        return RecoveryReport(abnormal, 0, 0, 0, "end_of_data", None, 0, 0)
+        dropped = sum(cq.truncate_after(0) for cq in queues)
+        return RecoveryReport(abnormal, 0, 0, 0, "end_of_data", None, 0, 0, queue_damage, dropped)
 
     start_index = _abnormal_start(commitlog, checkpoint, config) if abnormal else max(0, len(files) - 3)
     scan_start = files[start_index].from_offset
@@ -86,13 +88,16 @@ def recover(
         deleted,
     )
 
-    for cq in queues:
-        if cq.max_physical_offset > end:
-            cq.truncate_after(end)
+    dropped = sum(cq.truncate_after(end) for cq in queues if cq.max_physical_offset > end)
     reput_from = max(queues.max_physical_offset(), commitlog.min_offset, 0)
     if abnormal:
         reput_from = min(reput_from, scan_start)
     if index is not None:
+        # The dispatcher writes queues before the index: after an unclean stop the index may
+        # lack the last records the queues have. Resume from the last indexed record.
+        last_indexed = index.last_indexed_offset
+        if last_indexed >= 0:
+            reput_from = min(reput_from, max(last_indexed, commitlog.min_offset))
         rebuild_from = index.truncate_after(end)
         if rebuild_from is not None:
             log.info("recovery: index entries past %d dropped; re-indexing from %d", end, rebuild_from)
@@ -104,7 +109,16 @@ def recover(
         cq.correct_min_offset(min_offset)
         table[(cq.topic, cq.queue_id)] = cq.max_offset
     return RecoveryReport(
-        abnormal, scan_start, end, records, scan.stop, damage, deleted, min(reput_from, end)
+        abnormal,
+        scan_start,
+        end,
+        records,
+        scan.stop,
+        damage,
+        deleted,
+        min(reput_from, end),
+        queue_damage,
+        dropped,
     )
 
 

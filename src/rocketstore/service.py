@@ -33,6 +33,7 @@ class BackgroundService:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing = threading.Lock()
 
     def run_once(self) -> None:
         raise NotImplementedError
@@ -70,7 +71,15 @@ class BackgroundService:
                 self.run_once()
             self.run_once()  # the final round: work accepted before stop() is done
         except BaseException as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Record and report a failure, once. A service may call it before it releases work that
+        depends on the outcome, so that the failure is known by then."""
+        with self._failing:
+            if self.failure is not None:
+                return
             self.failure = exc
-            log.exception("%s failed; the service has stopped", self.name)
-            if self._on_failure is not None:
-                self._on_failure(self, exc)
+        log.error("%s failed; the service has stopped", self.name, exc_info=exc)
+        if self._on_failure is not None:
+            self._on_failure(self, exc)

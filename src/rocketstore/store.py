@@ -16,9 +16,9 @@ from rocketstore.config import FlushDiskType, StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.dispatch import DispatchService
 from rocketstore.errors import CorruptDataError, StoreClosedError, StoreConfigError
-from rocketstore.flush import CommitLogFlushService, ConsumeQueueFlushService
+from rocketstore.flush import CommitLogFlushService, ConsumeQueueFlushService, GroupCommitService
 from rocketstore.index import IndexService
-from rocketstore.message import Message, MessageExt
+from rocketstore.message import PROPERTY_WAIT, Message, MessageExt
 from rocketstore.prepare import MessageEncoder
 from rocketstore.recovery import RecoveryReport, recover
 from rocketstore.results import GetMessageResult, GetStatus, PutMessageResult, PutStatus
@@ -71,6 +71,9 @@ class MessageStore:
         self._encoder = MessageEncoder(config, clock)
         self._services: list[BackgroundService] = []
         self._dispatcher: DispatchService | None = None
+        self._group_commit: GroupCommitService | None = None
+        self._flusher: CommitLogFlushService | None = None
+        self._flush_least_pages = config.flush_least_pages
         self.recovery: RecoveryReport | None = None
         self.abnormal_shutdown_detected = False
 
@@ -138,12 +141,19 @@ class MessageStore:
             table[(cq.topic, cq.queue_id)] = cq.max_offset
         self._dispatcher = dispatcher
         assert self._allocator is not None
+        commit_flusher: BackgroundService
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            commit_flusher = self._group_commit = GroupCommitService(
+                self._commitlog, self._checkpoint, on_failure=self._service_failed
+            )
+        else:
+            commit_flusher = self._flusher = CommitLogFlushService(
+                self._commitlog, self._checkpoint, self.config, self._clock, on_failure=self._service_failed
+            )
         self._services = [
             self._allocator,
             dispatcher,
-            CommitLogFlushService(
-                self._commitlog, self._checkpoint, self.config, self._clock, on_failure=self._service_failed
-            ),
+            commit_flusher,
             ConsumeQueueFlushService(
                 self._queues,
                 self._index,
@@ -230,13 +240,60 @@ class MessageStore:
         if unavailable is not None:
             log.warning("put refused: %s", unavailable)
             return [PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in msgs]
+        if self._page_cache_busy():
+            return [PutMessageResult(PutStatus.OS_PAGECACHE_BUSY) for _ in msgs]
         try:
             if batch is not None:
-                return self._commitlog.append_batch(batch)
-            return self._commitlog.append(prepared)
+                results = self._commitlog.append_batch(batch)
+            else:
+                results = self._commitlog.append(prepared)
         except OSError as exc:
             log.error("put failed, could not create or write a commitlog segment: %s", exc)
             return [PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in msgs]
+        return self._make_durable(msgs, results)
+
+    def _make_durable(
+        self, msgs: Sequence[Message], results: list[PutMessageResult]
+    ) -> list[PutMessageResult]:
+        """SYNC_FLUSH: wait for the group commit (unless every message says WAIT=false).
+        ASYNC_FLUSH: wake the flusher once enough pages are dirty."""
+        group = self._group_commit
+        if group is None:
+            last = self._commitlog.files.last
+            if (
+                self._flusher is not None
+                and last is not None
+                and last.dirty_pages() >= self._flush_least_pages
+            ):
+                self._flusher.wakeup()
+            return results
+        if all(m.properties and m.properties.get(PROPERTY_WAIT) == "false" for m in msgs):
+            return results
+        end = max(r.physical_offset + r.wrote_bytes for r in results)
+        if group.submit(end).wait(self.config.sync_flush_timeout / 1000):
+            return results
+        if self._failure is not None:
+            log.error("SYNC_FLUSH: the commitlog could not be flushed up to %d: %s", end, self._failure)
+        else:
+            log.error(
+                "SYNC_FLUSH: the commitlog was not flushed up to %d within %d ms",
+                end,
+                self.config.sync_flush_timeout,
+            )
+        return [r._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) for r in results]
+
+    def _page_cache_busy(self) -> bool:
+        """RocketMQ's isOSPageCacheBusy: the append lock has been held too long; fail fast."""
+        began = self._commitlog.begin_time_in_lock
+        if not began:
+            return False
+        held_ms = (self._clock.monotonic() - began) * 1000
+        return self.config.os_page_cache_busy_timeout < held_ms < 10_000_000
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the store refuses writes (a failed flush or dispatch), or None."""
+        return self._failure
 
     def _unavailable_reason(self) -> str | None:
         if self.readonly:
@@ -497,8 +554,6 @@ class MessageStore:
 
 def _refuse_unimplemented(config: StoreConfig) -> None:
     """Settings this version does not act on are refused rather than silently ignored."""
-    if config.flush_disk_type is not FlushDiskType.ASYNC_FLUSH:
-        raise StoreConfigError("flush_disk_type SYNC_FLUSH is not supported by this version; use ASYNC_FLUSH")
     if config.transient_store_pool_enable:
         raise StoreConfigError("transient_store_pool_enable is not supported by this version")
     if config.warm_mapped_file_enable:

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from rocketstore.errors import StoreConfigError
-from rocketstore.storage.paths import offset_from_name
+from rocketstore.storage.paths import fsync_directory, offset_from_name
 
 __all__ = ["OS_PAGE_SIZE", "MappedFile"]
 
@@ -64,11 +64,13 @@ class MappedFile:
             try:
                 os.ftruncate(fd, size)
                 _reserve(fd, size)
+                os.fsync(fd)
             except BaseException:
                 os.close(fd)
                 tmp.unlink(missing_ok=True)
                 raise
             os.replace(tmp, path)
+            fsync_directory(path.parent)
         else:
             fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
         try:
@@ -148,16 +150,26 @@ class MappedFile:
         return self.wrote_position // OS_PAGE_SIZE - self.flushed_position // OS_PAGE_SIZE
 
     def flush(self) -> int:
-        """msync everything written and not yet flushed; returns the new flushed position.
+        """Make everything written durable; returns the new flushed position.
 
-        Raises OSError on failure (callers must not swallow it).
+        fdatasync of the file rather than msync of the range: on Linux both write back pages
+        dirtied through the shared mapping, but CPython's mmap.flush holds the GIL for the whole
+        msync, freezing every producer thread, while os.fdatasync releases it. Raises OSError
+        on failure (callers must not swallow it).
         """
         wrote = self.wrote_position
         if wrote > self.flushed_position and not self.readonly:
-            start = self.flushed_position - self.flushed_position % OS_PAGE_SIZE
-            self.mm.flush(start, wrote - start)
+            self.sync()
             self.flushed_position = wrote
         return self.flushed_position
+
+    def sync(self) -> None:
+        """fdatasync the file (writes made through the mapping included). Raises OSError."""
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
     # --- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
