@@ -124,6 +124,7 @@ def test_flush_error_is_never_success_and_the_store_refuses_writes(tmp_path: Pat
             assert isinstance(store.failure, OSError) and store.failure.errno == errno.EIO
             later = store.put_message(Message(topic="T", body=b"after"))
             assert later.status is PutStatus.SERVICE_NOT_AVAILABLE
+            assert store.wait_dispatched(5)
             assert store.get_message("g", "T", 0, 0).messages[0].body == b"before"  # reads go on
         finally:
             MappedFile.sync = real  # type: ignore[method-assign]
