@@ -888,11 +888,10 @@ def test_decode_record_on_blank_raises() -> None:
         cl.decode_record(cl.encode_blank(8), 0)
 
 
-def test_bad_utf8_topic_or_properties_raises() -> None:
-    with pytest.raises(CorruptDataError):
-        cl.decode_record(sample_record(topic=b"\xff\xfe"), 0)
-    with pytest.raises(CorruptDataError):
-        cl.decode_record(sample_record(properties=b"a\x01\xc3"), 0)
+def test_bad_utf8_topic_or_properties_is_decoded_leniently_like_java() -> None:
+    # Java's new String(bytes, UTF_8) replaces invalid bytes; RocketMQ keeps such records.
+    assert cl.decode_record(sample_record(topic=b"\xff\xfe"), 0).topic == "\ufffd\ufffd"
+    assert cl.decode_record(sample_record(properties=b"a\x01\xc3"), 0).properties == "a\x01\ufffd"
 
 
 @pytest.mark.parametrize("pos", [-1, -100, 10**9])

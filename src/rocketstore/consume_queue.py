@@ -19,6 +19,7 @@ from rocketstore.codec.consume_queue_entry import (
     valid_prefix_length,
 )
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
+from rocketstore.message import TOPIC_PATTERN
 from rocketstore.storage.mapped_file_queue import MappedFileQueue
 
 __all__ = ["ConsumeQueue", "ConsumeQueueSet"]
@@ -306,9 +307,18 @@ class ConsumeQueueSet:
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get((topic, queue_id))
 
-    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue, created if needed; None (logged) for a topic that is not a safe name, which
+        only a damaged record can carry: it must never become a directory."""
         cq = self._queues.get((topic, queue_id))
         if cq is None:
+            if not TOPIC_PATTERN.fullmatch(topic) or not 0 <= queue_id <= 0xFFFF:
+                log.error(
+                    "not dispatching a record of topic %r queue %d to a consume queue: not a valid name",
+                    topic,
+                    queue_id,
+                )
+                return None
             cq = ConsumeQueue(
                 topic,
                 queue_id,
@@ -346,7 +356,9 @@ class ConsumeQueueSet:
             else:
                 group.append(req)
         for (topic, qid), group in by_queue.items():
-            self.get_or_create(topic, qid).put(group)
+            cq = self.get_or_create(topic, qid)
+            if cq is not None:
+                cq.put(group)
 
     def put_batch(self, batch: DispatchBatch) -> None:
         """Append a batch's entries, one bulk write per queue it touches."""
@@ -360,6 +372,8 @@ class ConsumeQueueSet:
         codes = np.asarray(batch.tags_codes, dtype=np.int64)
         for (topic, qid), members in groups.items():
             cq = self.get_or_create(topic, qid)
+            if cq is None:
+                continue
             idx = np.asarray(members, dtype=np.int64)
             if not cq.put_columns(
                 batch.queue_offsets[members[0]],

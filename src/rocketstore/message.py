@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -21,6 +22,7 @@ __all__ = [
     "PROPERTY_UNIQ_KEY",
     "PROPERTY_WAIT",
     "SCHEDULE_TOPIC",
+    "TOPIC_PATTERN",
     "Message",
     "MessageExt",
     "schedule_tags_code",
@@ -34,6 +36,8 @@ PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID: Final = "REAL_QID"
 PROPERTY_WAIT: Final = "WAIT"
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+# RocketMQ's topic rule; it also keeps every topic a safe directory name.
+TOPIC_PATTERN: Final = re.compile(r"[%|A-Za-z0-9_-]{1,127}")
 
 
 def schedule_tags_code(

@@ -17,7 +17,6 @@ keys with spaces, and properties that cannot be read back.
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,13 +53,13 @@ from rocketstore.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     SCHEDULE_TOPIC,
+    TOPIC_PATTERN,
     Message,
 )
 from rocketstore.results import PutStatus
 
 __all__ = ["MessageEncoder", "PreparedBatch", "PreparedMessage", "validate_topic"]
 
-_TOPIC_PATTERN = re.compile(r"[%|A-Za-z0-9_-]{1,127}")
 SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
 _RESERVED_PROPERTIES = frozenset(
     (
@@ -82,7 +81,7 @@ MIN_COLUMNAR_BATCH: Final = 16
 
 def validate_topic(topic: object, *, allow_system: bool = False) -> str:
     """Return ``topic`` if it may be stored (and used as a directory name), else raise."""
-    if not isinstance(topic, str) or not _TOPIC_PATTERN.fullmatch(topic):
+    if not isinstance(topic, str) or not TOPIC_PATTERN.fullmatch(topic):
         raise InvalidMessageError(
             f"invalid topic {topic!r}: topics are 1-127 characters of letters, digits, '_', '-', '%', '|'",
             _ILLEGAL,

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 
 from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec.commitlog_record import SegmentScan
+from rocketstore.codec.commitlog_record import scan_extent
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
@@ -62,13 +62,12 @@ def recover(
     records = 0
     scan = None
     for mf in files[start_index:]:
-        scan = SegmentScan(mf.buf, 0, mf.size, check_crc=config.check_crc_on_recover)
-        for _ in scan:
-            records += 1
+        scan = scan_extent(mf.buf, 0, mf.size, check_crc=config.check_crc_on_recover)
+        records += scan.records
         end = mf.from_offset + scan.position
         if scan.stop != "blank":
             break
-    assert scan is not None and scan.stop is not None
+    assert scan is not None
     damage = str(scan.error) if scan.error is not None else None
     if damage:
         log.warning(

@@ -31,7 +31,7 @@ the next segment, and every segment parses on its own from byte 0.
 
 Decoding checks every length against the buffer and TOTALSIZE against the sum of the parts
 before it allocates anything, so a corrupt length field cannot drive a huge allocation or a
-read past the record.
+read past the record. Topic and properties are decoded leniently, as RocketMQ does.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ __all__ = [
     "TX_PREPARED",
     "TX_ROLLBACK",
     "DecodedRecord",
+    "Extent",
     "RecordTemplate",
     "SegmentScan",
     "body_crc",
@@ -73,6 +74,7 @@ __all__ = [
     "patch_positions",
     "patch_positions_many",
     "record_length",
+    "scan_extent",
     "store_timestamp_position",
 ]
 
@@ -413,11 +415,11 @@ def decode_record(
         actual = zlib.crc32(memoryview(buf)[body_start : body_start + body_len]) & 0x7FFFFFFF
         if actual != crc:
             raise _corrupt(f"body CRC mismatch: stored {crc}, computed {actual}", pos)
-    try:
-        topic = topic_raw.decode("utf-8")
-        props = bytes(buf[p : p + props_len]).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _corrupt(f"topic or properties are not valid UTF-8: {exc.reason}", pos) from None
+    # Lenient like RocketMQ (Java's new String(bytes, UTF_8) replaces bad bytes): the CRC does
+    # not cover topic and properties, and recovery must not cut the log at a record RocketMQ
+    # would keep. Consumers of the topic string validate it before using it as a path.
+    topic = topic_raw.decode("utf-8", "replace")
+    props = bytes(buf[p : p + props_len]).decode("utf-8", "replace")
     return DecodedRecord(
         pos,
         total,
@@ -493,3 +495,118 @@ class SegmentScan:
                 return
             self.position = pos = pos + total
             yield rec
+
+
+@dataclass(frozen=True, slots=True)
+class Extent:
+    """Where the valid records of a segment end (see ``scan_extent``)."""
+
+    position: int  # just past the last valid record
+    records: int
+    stop: ScanStop
+    blank_size: int
+    error: CorruptDataError | None
+
+
+def _gather_int(
+    u8: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], width: int
+) -> npt.NDArray[np.int64]:
+    """Big-endian signed ints of ``width`` bytes at each offset."""
+    raw = np.ascontiguousarray(u8[offsets[:, None] + np.arange(width, dtype=np.int64)])
+    return raw.view(f">i{width}").ravel().astype(np.int64)
+
+
+def scan_extent(
+    buf: bytes | bytearray | memoryview,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    check_crc: bool = False,
+) -> Extent:
+    """How far the valid records of one segment reach, as fast as Python allows.
+
+    Equivalent to iterating a ``SegmentScan`` (same stop, same position, same validity rules)
+    without decoding each record: one lean loop follows TOTALSIZE from record to record, then
+    every record's structure is checked at once with numpy and each body's CRC with one C call.
+    The first invalid record is decoded again by ``decode_record`` for a precise error.
+    """
+    limit = len(buf) if end is None else min(end, len(buf))
+    unpack = _SIZE_MAGIC.unpack_from
+    positions: list[int] = []
+    append = positions.append
+    pos = start
+    stop: ScanStop = "end_of_data"
+    blank_size = 0
+    suspect = -1  # a record the walk itself found invalid
+    magics = (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2)
+    while pos + 8 <= limit:
+        total, magic = unpack(buf, pos)
+        if magic == BLANK_MAGIC:
+            stop, blank_size = "blank", total
+            break
+        if total == 0 and magic == 0:
+            break
+        if magic not in magics or total < _MIN_RECORD or pos + total > limit:
+            suspect = pos
+            break
+        append(pos)
+        pos += total
+    n = len(positions)
+    bad = n
+    if n:
+        bad = _first_invalid(buf, np.asarray(positions, dtype=np.int64), check_crc)
+    if bad < n:
+        suspect = positions[bad]
+    if suspect >= 0:
+        try:
+            decode_record(buf, suspect, limit, check_crc=check_crc)
+        except CorruptDataError as exc:
+            return Extent(suspect, bad, "corrupt", 0, exc)
+        raise AssertionError(f"scan_extent and decode_record disagree about the record at {suspect}")
+    return Extent(pos, n, stop, blank_size, None)
+
+
+def _first_invalid(
+    buf: bytes | bytearray | memoryview, starts: npt.NDArray[np.int64], check_crc: bool
+) -> int:
+    """Index of the first record at ``starts`` whose parts do not add up (or whose CRC fails)."""
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    totals = _gather_int(u8, starts, 4)
+    ends = starts + totals
+    sys_flags = _gather_int(u8, starts + 36, 4)
+    hosts = np.where(sys_flags & SYSFLAG_BORNHOST_V6, 20, 8) + np.where(
+        sys_flags & SYSFLAG_STOREHOST_V6, 20, 8
+    )
+    body_len_at = starts + _BODY_LEN_POS_BASE + hosts
+    ok = body_len_at + 4 <= ends
+    body_len_at = np.where(ok, body_len_at, starts)  # keep every gather inside its record
+    body_lens = _gather_int(u8, body_len_at, 4)
+    body_starts = body_len_at + 4
+    v2 = _gather_int(u8, starts + 4, 4) == MESSAGE_MAGIC_V2
+    topic_len_size = np.where(v2, 2, 1)
+    ok &= (body_lens >= 0) & (body_starts + body_lens + topic_len_size <= ends)
+    topic_len_at = np.where(ok, body_starts + body_lens, starts)
+    topic_lens = np.where(v2, _gather_int(u8, topic_len_at, 2) & 0xFFFF, u8[topic_len_at].astype(np.int64))
+    props_len_at = topic_len_at + topic_len_size + topic_lens
+    ok &= props_len_at + 2 <= ends
+    props_len_at = np.where(ok, props_len_at, starts)
+    props_lens = _gather_int(u8, props_len_at, 2)
+    expected = _BODY_LEN_POS_BASE + 4 + hosts + body_lens + topic_len_size + topic_lens + 2 + props_lens
+    ok &= (props_lens >= 0) & (expected == totals)
+    if check_crc:
+        stored = _gather_int(u8, starts + 8, 4)
+        view = memoryview(buf)
+        crc32 = zlib.crc32
+        computed = np.fromiter(
+            (
+                crc32(view[s : s + n])
+                for s, n in zip(np.where(ok, body_starts, 0).tolist(), np.where(ok, body_lens, 0).tolist())
+            ),
+            dtype=np.int64,
+            count=len(starts),
+        )
+        view.release()
+        ok &= (computed & 0x7FFFFFFF) == stored
+    del u8
+    failing = np.flatnonzero(~ok)
+    return int(failing[0]) if len(failing) else len(starts)

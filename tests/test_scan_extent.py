@@ -1,0 +1,94 @@
+"""scan_extent (the fast recovery scan) agrees with SegmentScan (the record-by-record decoder)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rocketstore.codec import commitlog_record as cl
+
+HOSTS = (b"\x7f\x00\x00\x01", b"\xfe\x80" + bytes(13) + b"\x01")
+
+
+def record(rng: random.Random) -> bytes:
+    born, store = rng.choice(HOSTS), rng.choice(HOSTS)
+    flag = (cl.SYSFLAG_BORNHOST_V6 if len(born) == 16 else 0) | (
+        cl.SYSFLAG_STOREHOST_V6 if len(store) == 16 else 0
+    )
+    return cl.encode_message(
+        body=rng.randbytes(rng.randint(0, 300)),
+        topic=b"T" * rng.randint(1, 20),
+        properties=rng.randbytes(rng.randint(0, 40)).replace(b"\x01", b"a").replace(b"\x02", b"b"),
+        queue_id=rng.randint(0, 7),
+        flag=0,
+        sys_flag=flag,
+        born_timestamp=1,
+        born_addr=born,
+        born_port=1,
+        store_addr=store,
+        store_port=2,
+    )
+
+
+def segment(seed: int, size: int = 8192) -> bytearray:
+    rng = random.Random(seed)
+    buf = bytearray(size)
+    pos = 0
+    while True:
+        rec = record(rng)
+        if pos + len(rec) + 8 > size:
+            if rng.random() < 0.5:
+                buf[pos : pos + 8] = cl.encode_blank(size - pos)
+            return buf
+        buf[pos : pos + len(rec)] = rec
+        pos += len(rec)
+
+
+def assert_same(buf: bytearray, check_crc: bool) -> None:
+    slow = cl.SegmentScan(buf, 0, len(buf), check_crc=check_crc)
+    count = sum(1 for _ in slow)
+    fast = cl.scan_extent(buf, 0, len(buf), check_crc=check_crc)
+    assert (fast.records, fast.position, fast.stop, fast.blank_size) == (
+        count,
+        slow.position,
+        slow.stop,
+        slow.blank_size,
+    )
+    assert (fast.error is None) == (slow.error is None)
+    if fast.error is not None and slow.error is not None:
+        assert fast.error.offset == slow.error.offset and str(fast.error) == str(slow.error)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    flips=st.lists(st.tuples(st.integers(0, 8191), st.integers(1, 255)), max_size=4),
+    check_crc=st.booleans(),
+)
+def test_agrees_with_segment_scan_on_damaged_segments(
+    seed: int, flips: list[tuple[int, int]], check_crc: bool
+) -> None:
+    buf = segment(seed)
+    for pos, xor in flips:
+        buf[pos] ^= xor
+    assert_same(buf, check_crc)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_agrees_on_truncated_segments(seed: int) -> None:
+    buf = segment(seed)
+    cut = random.Random(seed).randrange(len(buf))
+    buf[cut:] = bytes(len(buf) - cut)
+    assert_same(buf, True)
+
+
+def test_random_garbage_always_terminates() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        buf = bytearray(rng.randbytes(rng.randint(0, 600)))
+        if len(buf) >= 8 and rng.random() < 0.5:
+            buf[4:8] = cl.MESSAGE_MAGIC_V1.to_bytes(4, "big", signed=True)
+        assert_same(buf, True)
