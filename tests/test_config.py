@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore import FlushDiskType, MessageStore, StoreConfig, StoreConfigError
+from rocketstore import FlushDiskType, StoreConfig, StoreConfigError
 
 
 def test_defaults_are_rocketmq_defaults() -> None:
@@ -79,13 +79,6 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         StoreConfig.from_file(tmp_path / "absent.toml")
 
 
-def test_settings_this_version_does_not_act_on_are_refused(tmp_path: Path) -> None:
-    for i, cfg in enumerate(
-        (
-            StoreConfig(transient_store_pool_enable=True),
-            StoreConfig(warm_mapped_file_enable=True),
-        )
-    ):
-        with pytest.raises(StoreConfigError, match="not supported"):
-            MessageStore.open(tmp_path / f"s{i}", cfg)
-        assert not (tmp_path / f"s{i}").exists()
+def test_transient_pool_needs_async_flush() -> None:
+    with pytest.raises(StoreConfigError, match="ASYNC_FLUSH only"):
+        StoreConfig(transient_store_pool_enable=True, flush_disk_type="SYNC_FLUSH")

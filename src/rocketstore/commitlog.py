@@ -43,6 +43,12 @@ _request = partial(tuple.__new__, DispatchRequest)
 _result = partial(tuple.__new__, PutMessageResult)
 
 
+def _end_of(item: DispatchRequest | DispatchBatch) -> int:
+    if isinstance(item, DispatchBatch):
+        return item.end_offset
+    return item.physical_offset + item.size
+
+
 class _AppendScope:
     """``with log._appending:`` holds the append lock and, if the append fails, undoes whatever
     it made visible. One instance per log, reused: the lock serializes its users."""
@@ -251,7 +257,7 @@ class CommitLog:
                 qo = table.get(key, 0)
                 table[key] = qo + 1
             mf.write_at(pos, p.record)
-            patch_positions(mf.mm, pos, p.timestamp_position, qo, phys, now)
+            patch_positions(mf.write_target, pos, p.timestamp_position, qo, phys, now)
             mf.wrote_position = pos + length
             mf.last_store_timestamp = now
             code = now + p.delay_ms if p.delay_ms else p.tags_code
@@ -299,15 +305,33 @@ class CommitLog:
         count, wrote = position
         files = self.files.files
         for mf in files[count:]:
-            mf.wrote_position = 0
+            mf.rewind(0)
         if count:
-            files[count - 1].wrote_position = wrote
+            files[count - 1].rewind(wrote)
 
-    def take_dispatch_requests(self) -> list[DispatchRequest | DispatchBatch]:
-        """Everything appended since the last call, in log order (for the dispatcher)."""
+    def take_dispatch_requests(self, limit: int | None = None) -> list[DispatchRequest | DispatchBatch]:
+        """What was appended since the last call, in log order, ending at or below ``limit``
+        (the readable end of the log: with a transient pool, appended is not yet readable)."""
         with self._lock:
-            pending, self._pending = self._pending, []
-        return pending
+            pending = self._pending
+            if limit is None or not pending or _end_of(pending[-1]) <= limit:
+                self._pending = []
+                return pending
+            n = 0
+            while n < len(pending) and _end_of(pending[n]) <= limit:
+                n += 1
+            self._pending = pending[n:]
+            return pending[:n]
+
+    def first_pending_offset(self) -> int | None:
+        """Commitlog offset of the oldest appended record not yet taken by the dispatcher."""
+        with self._lock:
+            if not self._pending:
+                return None
+            first = self._pending[0]
+            return (
+                int(first.physical_offsets[0]) if isinstance(first, DispatchBatch) else first.physical_offset
+            )
 
     # --- reading -------------------------------------------------------------------------
     def message_at(
@@ -319,10 +343,10 @@ class CommitLog:
             return None
         pos = offset - mf.from_offset
         if size is None:
-            if pos + 4 > mf.wrote_position:
+            if pos + 4 > mf.read_position:
                 return None
             size = int.from_bytes(mf.buf[pos : pos + 4], "big", signed=True)
-        if size <= 0 or pos + size > mf.wrote_position:
+        if size <= 0 or pos + size > mf.read_position:
             return None
         return MessageExt(mf.buf[pos : pos + size], 0, tags_code, delay_levels_ms=self.config.delay_levels_ms)
 
@@ -345,7 +369,8 @@ class CommitLog:
         """
         mf = self.files.find(start)
         while mf is not None:
-            seg_end = mf.wrote_position if end is None else min(mf.wrote_position, end - mf.from_offset)
+            readable = mf.read_position
+            seg_end = readable if end is None else min(readable, end - mf.from_offset)
             scan = SegmentScan(mf.buf, start - mf.from_offset, seg_end, check_crc=check_crc)
             for rec in scan:
                 yield mf, rec

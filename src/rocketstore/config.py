@@ -114,6 +114,12 @@ class StoreConfig:
         ):
             _require(getattr(self, name) > 0, f"{name} must be positive (milliseconds)")
         _require(self.default_query_max_num >= 1, "default_query_max_num must be at least 1")
+        _require(
+            not (self.transient_store_pool_enable and self.flush_disk_type is FlushDiskType.SYNC_FLUSH),
+            "transient_store_pool_enable works with ASYNC_FLUSH only "
+            "(RocketMQ ignores the pool under SYNC_FLUSH)",
+        )
+        _require(self.transient_store_pool_size >= 1, "transient_store_pool_size must be at least 1")
         from rocketstore.codec.host import parse_host  # local: codec imports errors only
 
         try:

@@ -63,10 +63,11 @@ class DispatchService(BackgroundService):
                 break
             self._dispatch(list(parsed))
         snapshot = self._commitlog.max_offset
-        requests = self._commitlog.take_dispatch_requests()
+        requests = self._commitlog.take_dispatch_requests(snapshot)
         if requests:
             self._dispatch(requests)
-        if snapshot > self.dispatched_to:
+        waiting = self._commitlog.first_pending_offset()
+        if snapshot > self.dispatched_to and (waiting is None or waiting >= snapshot):
             self.dispatched_to = max(snapshot, self.reput_offset)
             with self.changed:
                 self.changed.notify_all()

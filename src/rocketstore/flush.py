@@ -13,7 +13,13 @@ from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.index import IndexService
 from rocketstore.service import BackgroundService
 
-__all__ = ["CommitLogFlushService", "ConsumeQueueFlushService", "FlushRequest", "GroupCommitService"]
+__all__ = [
+    "CommitLogFlushService",
+    "CommitService",
+    "ConsumeQueueFlushService",
+    "FlushRequest",
+    "GroupCommitService",
+]
 
 FailureHandler = Callable[[BackgroundService, BaseException], None]
 
@@ -61,6 +67,32 @@ class CommitLogFlushService(BackgroundService):
         timestamp = last.last_store_timestamp if last is not None else 0
         if self._commitlog.files.flush(0 if thorough else self._config.flush_least_pages) and timestamp:
             self._checkpoint.update(physic=timestamp)
+
+
+class CommitService(BackgroundService):
+    """The transient pool's committer (RocketMQ's CommitRealTimeService): every
+    ``commit_interval`` ms, or when woken by puts, copies appended bytes from the pooled write
+    buffers into the segment files once ``commit_least_pages`` pages are waiting (all of them
+    every ``commit_thorough_interval`` ms), then wakes the flusher."""
+
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        config: StoreConfig,
+        clock: Clock,
+        flusher: BackgroundService,
+        on_failure: FailureHandler | None = None,
+    ) -> None:
+        super().__init__("commit", config.commit_interval / 1000, on_failure)
+        self._commitlog = commitlog
+        self._least_pages = config.commit_least_pages
+        self._flusher = flusher
+        self._thorough = _ThoroughTimer(clock, config.commit_thorough_interval)
+
+    def run_once(self) -> None:
+        thorough = self._thorough.due(force=self._stopping.is_set())
+        if self._commitlog.files.commit(0 if thorough else self._least_pages):
+            self._flusher.wakeup()
 
 
 class ConsumeQueueFlushService(BackgroundService):

@@ -15,8 +15,13 @@ from rocketstore.commitlog import CommitLog
 from rocketstore.config import FlushDiskType, StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.dispatch import DispatchService
-from rocketstore.errors import CorruptDataError, StoreClosedError, StoreConfigError
-from rocketstore.flush import CommitLogFlushService, ConsumeQueueFlushService, GroupCommitService
+from rocketstore.errors import CorruptDataError, StoreClosedError
+from rocketstore.flush import (
+    CommitLogFlushService,
+    CommitService,
+    ConsumeQueueFlushService,
+    GroupCommitService,
+)
 from rocketstore.index import IndexService
 from rocketstore.message import PROPERTY_WAIT, Message, MessageExt
 from rocketstore.prepare import MessageEncoder
@@ -25,6 +30,7 @@ from rocketstore.results import GetMessageResult, GetStatus, PutMessageResult, P
 from rocketstore.service import BackgroundService
 from rocketstore.storage.allocate import AllocateService
 from rocketstore.storage.paths import StoreLayout
+from rocketstore.storage.transient_pool import TransientStorePool
 from rocketstore.store_lock import StoreLock
 
 __all__ = ["MessageStore"]
@@ -51,7 +57,14 @@ class MessageStore:
         self._closed = False
         self._failure: BaseException | None = None
         self._lock = StoreLock(layout.lock)
-        self._allocator = AllocateService() if not readonly else None
+        self._pool = (
+            TransientStorePool(config.transient_store_pool_size, config.commitlog_segment_size)
+            if config.transient_store_pool_enable and not readonly
+            else None
+        )
+        self._allocator = (
+            AllocateService(self._pool, warm=config.warm_mapped_file_enable) if not readonly else None
+        )
         self._commitlog = CommitLog(
             layout.commitlog,
             config,
@@ -73,7 +86,9 @@ class MessageStore:
         self._dispatcher: DispatchService | None = None
         self._group_commit: GroupCommitService | None = None
         self._flusher: CommitLogFlushService | None = None
+        self._committer: CommitService | None = None
         self._flush_least_pages = config.flush_least_pages
+        self._commit_least_pages = config.commit_least_pages
         self.recovery: RecoveryReport | None = None
         self.abnormal_shutdown_detected = False
 
@@ -94,7 +109,6 @@ class MessageStore:
         """
         layout = StoreLayout(path)
         cfg = config or StoreConfig()
-        _refuse_unimplemented(cfg)
         if readonly:
             if not layout.root.is_dir():
                 raise FileNotFoundError(f"no store directory at {str(layout.root)!r}")
@@ -150,8 +164,14 @@ class MessageStore:
             commit_flusher = self._flusher = CommitLogFlushService(
                 self._commitlog, self._checkpoint, self.config, self._clock, on_failure=self._service_failed
             )
+        if self._pool is not None:
+            self._committer = CommitService(
+                self._commitlog, self.config, self._clock, commit_flusher, on_failure=self._service_failed
+            )
+        # stopped in this order at close: each final round leaves nothing for the ones before it
         self._services = [
             self._allocator,
+            *([self._committer] if self._committer is not None else []),
             dispatcher,
             commit_flusher,
             ConsumeQueueFlushService(
@@ -550,14 +570,6 @@ class MessageStore:
 
     def __repr__(self) -> str:
         return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"
-
-
-def _refuse_unimplemented(config: StoreConfig) -> None:
-    """Settings this version does not act on are refused rather than silently ignored."""
-    if config.transient_store_pool_enable:
-        raise StoreConfigError("transient_store_pool_enable is not supported by this version")
-    if config.warm_mapped_file_enable:
-        raise StoreConfigError("warm_mapped_file_enable is not supported by this version")
 
 
 def _parse_tags(tags: str | Iterable[str] | None) -> tuple[frozenset[int], frozenset[str]] | None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import logging
 import mmap
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
 
 from rocketstore.errors import StoreConfigError
 from rocketstore.storage.paths import fsync_directory, offset_from_name
@@ -16,6 +21,8 @@ __all__ = ["OS_PAGE_SIZE", "MappedFile"]
 
 OS_PAGE_SIZE = 4096
 log = logging.getLogger(__name__)
+_libc_name = ctypes.util.find_library("c")
+_libc = ctypes.CDLL(_libc_name, use_errno=True) if _libc_name else None
 
 
 def _reserve(fd: int, size: int) -> None:
@@ -32,11 +39,16 @@ class MappedFile:
 
     Positions, in bytes from the start of the file:
 
-    - ``wrote_position``: end of the appended data; readers see only bytes below it.
+    - ``wrote_position``: end of the appended data.
+    - ``committed_position``: end of the data in the file itself. Equal to wrote_position,
+      except with a transient-pool ``write_buffer``: appends then go to that buffer and
+      ``commit`` copies them into the mapping.
+    - ``read_position``: what readers, dispatch and flushes may see: the committed data.
     - ``flushed_position``: bytes below it are known to be on disk.
 
     Thread safety: a single writer (whoever holds the owning log's append lock) appends and
-    moves ``wrote_position`` after the bytes are in place; readers read below it without locks.
+    moves ``wrote_position`` after the bytes are in place; one committer moves
+    ``committed_position``; readers read below ``read_position`` without locks.
     ``hold()``/``release()`` count readers that need the mapping for longer than a call; the
     mapping itself cannot be closed while a ``memoryview`` of it is alive (Python refuses), so
     a destroyed segment stays readable for whoever still holds a view of it.
@@ -53,6 +65,8 @@ class MappedFile:
         create: bool = False,
         readonly: bool = False,
         named_by_offset: bool = True,
+        write_buffer: bytearray | None = None,
+        on_buffer_free: Callable[[bytearray], None] | None = None,
     ) -> None:
         self.path = path
         self.size = size
@@ -84,7 +98,12 @@ class MappedFile:
         finally:
             os.close(fd)
         self.wrote_position = 0
+        self._committed = 0
         self.flushed_position = 0
+        self.write_buffer = write_buffer
+        self._on_buffer_free = on_buffer_free
+        # where appends land: the pooled buffer, or the mapping itself
+        self.write_target: bytearray | mmap.mmap = write_buffer if write_buffer is not None else self.mm
         self.last_store_timestamp = 0
         self._holders = 0
         self._lock = threading.Lock()
@@ -105,8 +124,52 @@ class MappedFile:
         return self.wrote_position >= self.size
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
-        """Copy ``data`` into the file at ``pos`` (does not move wrote_position)."""
-        self.mm[pos : pos + len(data)] = data
+        """Copy ``data`` to ``pos`` of the write target (does not move wrote_position)."""
+        self.write_target[pos : pos + len(data)] = data
+
+    @property
+    def committed_position(self) -> int:
+        return self._committed if self.write_buffer is not None else self.wrote_position
+
+    @committed_position.setter
+    def committed_position(self, value: int) -> None:
+        self._committed = value
+
+    @property
+    def read_position(self) -> int:
+        """Readers, dispatch and flushes see the bytes below this."""
+        return self._committed if self.write_buffer is not None else self.wrote_position
+
+    def commit(self) -> int:
+        """Copy appended bytes from the write buffer into the mapping; returns committed_position.
+
+        Once the segment is full and committed, its buffer goes back to the pool and the
+        segment behaves like any other.
+        """
+        buffer = self.write_buffer
+        if buffer is None:
+            return self.wrote_position
+        wrote, start = self.wrote_position, self._committed
+        if wrote > start:
+            self.mm[start:wrote] = memoryview(buffer)[start:wrote]
+            self._committed = wrote
+        if wrote >= self.size:
+            self.write_target = self.mm
+            self.write_buffer = None
+            if self._on_buffer_free is not None:
+                self._on_buffer_free(buffer)
+        return wrote
+
+    def uncommitted_pages(self) -> int:
+        return self.wrote_position // OS_PAGE_SIZE - self.committed_position // OS_PAGE_SIZE
+
+    def rewind(self, position: int) -> None:
+        """Forget appended bytes past ``position`` (an append that failed half way)."""
+        if self.write_buffer is not None and self._committed > position:
+            self.mm[position : self._committed] = bytes(self._committed - position)
+            self._committed = position
+        self.wrote_position = position
+        self.flushed_position = min(self.flushed_position, position)
 
     def clear_tail(self, pos: int) -> None:
         """Zero the bytes from ``pos`` so that truncated records cannot reappear after a crash.
@@ -124,10 +187,31 @@ class MappedFile:
             self.mm[pos:end] = zeros[:n]
             pos, end = end, min(self.size, end + chunk)
 
+    def warm(self) -> bool:
+        """Fault every page in now (a zero written to each), sync, and lock the pages in memory
+        where the OS allows; returns whether they were locked. Run off the hot path (the
+        allocator thread): writing into a fresh segment then never waits for a page fault, and
+        the first flush after a roll does not have to write the whole segment."""
+        pages = np.frombuffer(self.mm, dtype=np.uint8)
+        pages[::OS_PAGE_SIZE] = 0
+        del pages
+        self.sync()
+        anchor = ctypes.c_char.from_buffer(self.mm)
+        address = ctypes.addressof(anchor)
+        del anchor
+        if _libc is None or _libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(self.size)) != 0:
+            log.info(
+                "%s: pages touched but not locked in memory (mlock refused: %s)",
+                self.path,
+                os.strerror(ctypes.get_errno()) if _libc is not None else "no libc",
+            )
+            return False
+        return True
+
     # --- reading -------------------------------------------------------------------------
     def view(self, start: int = 0, end: int | None = None) -> memoryview:
-        """A zero-copy view of ``[start, end)`` (default: up to wrote_position)."""
-        return self.buf[start : self.wrote_position if end is None else end]
+        """A zero-copy view of ``[start, end)`` (default: up to read_position)."""
+        return self.buf[start : self.read_position if end is None else end]
 
     def hold(self) -> bool:
         """Register a reader; False if the segment is being destroyed."""
@@ -147,7 +231,7 @@ class MappedFile:
 
     # --- durability ----------------------------------------------------------------------
     def dirty_pages(self) -> int:
-        return self.wrote_position // OS_PAGE_SIZE - self.flushed_position // OS_PAGE_SIZE
+        return self.read_position // OS_PAGE_SIZE - self.flushed_position // OS_PAGE_SIZE
 
     def flush(self) -> int:
         """Make everything written durable; returns the new flushed position.
@@ -157,10 +241,10 @@ class MappedFile:
         msync, freezing every producer thread, while os.fdatasync releases it. Raises OSError
         on failure (callers must not swallow it).
         """
-        wrote = self.wrote_position
-        if wrote > self.flushed_position and not self.readonly:
+        readable = self.read_position
+        if readable > self.flushed_position and not self.readonly:
             self.sync()
-            self.flushed_position = wrote
+            self.flushed_position = readable
         return self.flushed_position
 
     def sync(self) -> None:
@@ -175,6 +259,10 @@ class MappedFile:
     def close(self) -> None:
         """Unmap. If readers still hold views, the mapping lives until they drop them."""
         self.available = False
+        if self.write_buffer is not None and self._on_buffer_free is not None:
+            self._on_buffer_free(self.write_buffer)
+        self.write_buffer = None
+        self.write_target = self.mm
         self.buf.release()
         try:
             self.mm.close()

@@ -84,7 +84,7 @@ class MappedFileQueue:
     @property
     def max_offset(self) -> int:
         files = self.files
-        return files[-1].from_offset + files[-1].wrote_position if files else 0
+        return files[-1].from_offset + files[-1].read_position if files else 0
 
     def find(self, offset: int) -> MappedFile | None:
         """The segment holding global ``offset``, or None."""
@@ -148,10 +148,25 @@ class MappedFileQueue:
         before = self.flushed_where
         mf.flush()
         self.flushed_where = mf.from_offset + mf.flushed_position
-        # a full segment was finished: the next one may have data too
-        if mf.is_full and mf is not self.last:
+        # a segment was flushed to its end: the next one may have data too
+        if mf.flushed_position >= mf.size and mf is not self.last:
             self.flush(0)
         return self.flushed_where > before
+
+    def commit(self, least_pages: int = 0) -> bool:
+        """Commit pooled write buffers into their files, oldest first; True if anything moved."""
+        moved = False
+        for mf in self.files:
+            if mf.write_buffer is None:
+                continue
+            if least_pages and not mf.wrote_position >= mf.size and mf.uncommitted_pages() < least_pages:
+                break
+            before = mf.committed_position
+            mf.commit()
+            moved |= mf.committed_position > before
+            if mf.committed_position < mf.size:
+                break
+        return moved
 
     def flush_all(self) -> None:
         for mf in self.files:
