@@ -4,8 +4,8 @@ Order: consume queues first (each keeps its entries up to the last valid one); t
 commitlog is scanned to its last valid record, from the third-last segment after a clean
 shutdown, or after a crash from the newest segment whose first record is older than the
 checkpoint says is safe; everything past that record is cut, and consume-queue entries and
-index files pointing past it are dropped. The dispatcher then resumes from ``reput_from``,
-re-dispatching whatever the queues or the index may lack (dispatch is idempotent).
+index files pointing past it are dropped. The dispatcher then resumes from ``reput_from``, the
+earliest point the queues or the index may lack (dispatch is idempotent).
 """
 
 from __future__ import annotations
@@ -88,9 +88,9 @@ def recover(
     )
 
     dropped = sum(cq.truncate_after(end) for cq in queues if cq.max_physical_offset > end)
+    # Queues were recovered to their valid entries and cut at the log's end, so dispatch resumes
+    # where they end (RocketMQ re-dispatches everything from scan_start: only duplicates).
     reput_from = max(queues.max_physical_offset(), commitlog.min_offset, 0)
-    if abnormal:
-        reput_from = min(reput_from, scan_start)
     if index is not None:
         # The dispatcher writes queues before the index: after an unclean stop the index may
         # lack the last records the queues have. Resume from the last indexed record.

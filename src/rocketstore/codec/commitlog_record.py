@@ -516,6 +516,19 @@ def _gather_int(
     return raw.view(f">i{width}").ravel().astype(np.int64)
 
 
+def _gather_i32(u8: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Big-endian int32 at each offset, read through four aligned views of the buffer."""
+    out = np.empty(len(offsets), dtype=np.int64)
+    size = len(u8)
+    phase = offsets & 3
+    for a in range(4):
+        pick = np.flatnonzero(phase == a)
+        if len(pick):
+            words = u8[a : a + (size - a) // 4 * 4].view(">i4")
+            out[pick] = words[(offsets[pick] - a) >> 2]
+    return out
+
+
 def scan_extent(
     buf: bytes | bytearray | memoryview,
     start: int = 0,
@@ -531,39 +544,45 @@ def scan_extent(
     The first invalid record is decoded again by ``decode_record`` for a precise error.
     """
     limit = len(buf) if end is None else min(end, len(buf))
-    unpack = _SIZE_MAGIC.unpack_from
+    # The walk only follows TOTALSIZE; magic codes (BLANK, zeros, garbage) are told apart below,
+    # all at once. A BLANK record's size reaches the segment end, so the walk steps onto it last.
+    unpack = _SYSFLAG.unpack_from
     positions: list[int] = []
     append = positions.append
     pos = start
-    stop: ScanStop = "end_of_data"
-    blank_size = 0
-    suspect = -1  # a record the walk itself found invalid
-    magics = (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2)
     while pos + 8 <= limit:
-        total, magic = unpack(buf, pos)
-        if magic == BLANK_MAGIC:
-            stop, blank_size = "blank", total
-            break
-        if total == 0 and magic == 0:
-            break
-        if magic not in magics or total < _MIN_RECORD or pos + total > limit:
-            suspect = pos
+        total = unpack(buf, pos)[0]
+        if total <= 0 or pos + total > limit:
             break
         append(pos)
         pos += total
-    n = len(positions)
-    bad = n
-    if n:
-        bad = _first_invalid(buf, np.asarray(positions, dtype=np.int64), check_crc)
+    walked_to = pos
+    starts = np.asarray(positions, dtype=np.int64)
+    magics = _gather_i32(np.frombuffer(buf, dtype=np.uint8), starts + 4) if len(starts) else starts
+    not_message = np.flatnonzero((magics != MESSAGE_MAGIC_V1) & (magics != MESSAGE_MAGIC_V2))
+    n = int(not_message[0]) if len(not_message) else len(starts)
+    candidates = starts[:n]
+    bad = _first_invalid(buf, candidates, check_crc) if n else 0
     if bad < n:
-        suspect = positions[bad]
-    if suspect >= 0:
-        try:
-            decode_record(buf, suspect, limit, check_crc=check_crc)
-        except CorruptDataError as exc:
-            return Extent(suspect, bad, "corrupt", 0, exc)
-        raise AssertionError(f"scan_extent and decode_record disagree about the record at {suspect}")
-    return Extent(pos, n, stop, blank_size, None)
+        return _corrupt_at(buf, int(candidates[bad]), limit, check_crc, bad)
+    pos = int(starts[n]) if n < len(starts) else walked_to
+    if pos + 8 <= limit:
+        total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC:
+            return Extent(pos, n, "blank", total, None)
+        if not (total == 0 and magic == 0):
+            return _corrupt_at(buf, pos, limit, check_crc, n)
+    return Extent(pos, n, "end_of_data", 0, None)
+
+
+def _corrupt_at(
+    buf: bytes | bytearray | memoryview, pos: int, limit: int, check_crc: bool, records: int
+) -> Extent:
+    try:
+        decode_record(buf, pos, limit, check_crc=check_crc)
+    except CorruptDataError as exc:
+        return Extent(pos, records, "corrupt", 0, exc)
+    raise AssertionError(f"scan_extent and decode_record disagree about the record at {pos}")
 
 
 def _first_invalid(
@@ -571,18 +590,18 @@ def _first_invalid(
 ) -> int:
     """Index of the first record at ``starts`` whose parts do not add up (or whose CRC fails)."""
     u8 = np.frombuffer(buf, dtype=np.uint8)
-    totals = _gather_int(u8, starts, 4)
+    totals = _gather_i32(u8, starts)
     ends = starts + totals
-    sys_flags = _gather_int(u8, starts + 36, 4)
+    sys_flags = _gather_i32(u8, starts + 36)
     hosts = np.where(sys_flags & SYSFLAG_BORNHOST_V6, 20, 8) + np.where(
         sys_flags & SYSFLAG_STOREHOST_V6, 20, 8
     )
     body_len_at = starts + _BODY_LEN_POS_BASE + hosts
     ok = body_len_at + 4 <= ends
     body_len_at = np.where(ok, body_len_at, starts)  # keep every gather inside its record
-    body_lens = _gather_int(u8, body_len_at, 4)
+    body_lens = _gather_i32(u8, body_len_at)
     body_starts = body_len_at + 4
-    v2 = _gather_int(u8, starts + 4, 4) == MESSAGE_MAGIC_V2
+    v2 = _gather_i32(u8, starts + 4) == MESSAGE_MAGIC_V2
     topic_len_size = np.where(v2, 2, 1)
     ok &= (body_lens >= 0) & (body_starts + body_lens + topic_len_size <= ends)
     topic_len_at = np.where(ok, body_starts + body_lens, starts)
@@ -594,17 +613,14 @@ def _first_invalid(
     expected = _BODY_LEN_POS_BASE + 4 + hosts + body_lens + topic_len_size + topic_lens + 2 + props_lens
     ok &= (props_lens >= 0) & (expected == totals)
     if check_crc:
-        stored = _gather_int(u8, starts + 8, 4)
+        stored = _gather_i32(u8, starts + 8)
         view = memoryview(buf)
-        crc32 = zlib.crc32
-        computed = np.fromiter(
-            (
-                crc32(view[s : s + n])
-                for s, n in zip(np.where(ok, body_starts, 0).tolist(), np.where(ok, body_lens, 0).tolist())
-            ),
-            dtype=np.int64,
-            count=len(starts),
-        )
+        first = np.where(ok, body_starts, 0)
+        last = first + np.where(ok, body_lens, 0)
+        # slicing and CRC in C: map() drives the iteration, no Python bytecode per record
+        bodies = map(view.__getitem__, map(slice, first.tolist(), last.tolist()))
+        computed = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=len(starts))
+        del bodies
         view.release()
         ok &= (computed & 0x7FFFFFFF) == stored
     del u8
