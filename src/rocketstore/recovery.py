@@ -68,7 +68,7 @@ def recover(
         if scan.stop != "blank":
             break
     assert scan is not None
-    damage = str(scan.error) if scan.error is not None else None
+    damage = scan.error.reason if scan.error is not None else None
     if damage:
         log.warning(
             "recovery: invalid record at commitlog offset %d, everything from there is cut: %s", end, damage
