@@ -222,6 +222,7 @@ class IndexService:
         self.readonly = readonly
         self.files: list[IndexFile] = []
         self.last_store_timestamp = 0
+        self._reindex_from: int | None = None
 
     def load(self) -> None:
         if not self.directory.is_dir():
@@ -264,6 +265,8 @@ class IndexService:
     def build(self, requests: Iterable[DispatchRequest]) -> None:
         """Index the keys of ``requests`` (in log order), many keys per numpy pass."""
         last_indexed = self.last_indexed_offset
+        if self._reindex_from is not None:
+            last_indexed = min(last_indexed, self._reindex_from - 1)
         keys: list[str] = []
         offsets: list[int] = []
         timestamps: list[int] = []
@@ -315,7 +318,7 @@ class IndexService:
         the caller re-dispatches from there and nothing before ``offset`` stays unindexed.
         """
         rebuild_from = None
-        keep = []
+        keep: list[IndexFile] = []
         for f in self.files:
             h = f.header
             if h.index_count <= 1 or h.end_phy_offset < offset:
@@ -326,6 +329,10 @@ class IndexService:
             log.info("deleting index file %s: it indexes records past commitlog offset %d", f.path, offset)
             f.destroy()
         self.files = keep
+        if rebuild_from is not None:
+            # The deleted file's first record may also end the previous file (a record whose keys
+            # were split across the two): it must be indexed again, not skipped as done.
+            self._reindex_from = rebuild_from
         return rebuild_from
 
     def flush(self) -> None:

@@ -48,7 +48,9 @@ def recover(
     *,
     abnormal: bool,
 ) -> RecoveryReport:
-    queue_damage = sum(cq.recover() for cq in queues)
+    cut = [(cq, cq.recover()) for cq in queues]
+    damaged_queues = [cq for cq, damaged_bytes in cut if damaged_bytes]
+    queue_damage = sum(damaged_bytes for _, damaged_bytes in cut)
     files = commitlog.files.files
     if not files:
         for cq in queues:
@@ -88,9 +90,13 @@ def recover(
     )
 
     dropped = sum(cq.truncate_after(end) for cq in queues if cq.max_physical_offset > end)
-    # Queues were recovered to their valid entries and cut at the log's end, so dispatch resumes
-    # where they end (RocketMQ re-dispatches everything from scan_start: only duplicates).
+    # Dispatch resumes where the queues end; a queue cut for damage, and after a crash every
+    # queue (one may have lost entries the others kept), from further back.
     reput_from = max(queues.max_physical_offset(), commitlog.min_offset, 0)
+    for cq in damaged_queues:
+        reput_from = min(reput_from, max(cq.max_physical_offset, commitlog.min_offset, 0))
+    if abnormal:
+        reput_from = min(reput_from, scan_start)
     if index is not None:
         # The dispatcher writes queues before the index: after an unclean stop the index may
         # lack the last records the queues have. Resume from the last indexed record.

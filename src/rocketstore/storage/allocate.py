@@ -9,6 +9,7 @@ segment is an all-zero file that recovery removes.
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from rocketstore.storage.paths import segment_name
 from rocketstore.storage.transient_pool import TransientStorePool
 
 __all__ = ["AllocateService"]
+
+log = logging.getLogger(__name__)
 
 
 class AllocateService(BackgroundService):
@@ -64,7 +67,12 @@ class AllocateService(BackgroundService):
                 path, size = self._wanted.pop(0)
                 if path in self._ready or path.exists():
                     continue
-                self._ready[path] = self._create(path, size)
+                try:
+                    self._ready[path] = self._create(path, size)
+                except OSError as exc:
+                    # Only an optimisation failed: the put that needs this segment creates it
+                    # itself and reports the error in its status if it persists.
+                    log.warning("could not pre-allocate %s: %s", path, exc)
 
     def stop(self, timeout: float | None = 30.0) -> None:
         with self._lock:

@@ -164,7 +164,11 @@ class MappedFile:
         return self.wrote_position // OS_PAGE_SIZE - self.committed_position // OS_PAGE_SIZE
 
     def rewind(self, position: int) -> None:
-        """Forget appended bytes past ``position`` (an append that failed half way)."""
+        """Erase appended bytes past ``position`` (an append that failed half way): zeroed, so
+        that recovery cannot find them after a restart either."""
+        wrote = self.wrote_position
+        if wrote > position:
+            self.write_target[position:wrote] = bytes(wrote - position)
         if self.write_buffer is not None and self._committed > position:
             self.mm[position : self._committed] = bytes(self._committed - position)
             self._committed = position
