@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from itertools import repeat
 from pathlib import Path
 from types import TracebackType
 
 import numpy as np
+import numpy.typing as npt
 
 from rocketstore.clock import Clock
 from rocketstore.codec.commitlog_record import (
@@ -20,13 +21,17 @@ from rocketstore.codec.commitlog_record import (
     TX_ROLLBACK,
     DecodedRecord,
     SegmentScan,
+    decode_record,
     encode_blank,
+    message_starts,
     patch_positions,
     patch_positions_many,
+    store_timestamps,
 )
 from rocketstore.codec.host import parse_host
 from rocketstore.config import StoreConfig
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest, dispatch_request_from_record
+from rocketstore.errors import CorruptDataError
 from rocketstore.message import MessageExt
 from rocketstore.prepare import PreparedBatch, PreparedMessage
 from rocketstore.results import PutMessageResult, PutStatus
@@ -383,6 +388,34 @@ class CommitLog:
             if end is not None and start >= end:
                 return
             mf = self.files.find(start)
+
+    def catch_up(
+        self,
+        start: int,
+        end: int,
+        needed: Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64]], npt.NDArray[np.bool_]],
+    ) -> tuple[list[DispatchRequest], int]:
+        """Dispatch information of the records of one segment from ``start`` (below ``end``)
+        for which ``needed(offsets, store_timestamps)`` is true, and the offset reached. Records
+        not needed are never decoded: re-dispatch after a restart skips what the queues and
+        index hold."""
+        mf = self.files.find(start)
+        if mf is None or start >= end:
+            return [], start
+        base = mf.from_offset
+        seg_end = min(mf.read_position, end - base)
+        local, stopped, blank = message_starts(mf.buf, start - base, seg_end)
+        reached = base + mf.size if blank else base + stopped
+        requests: list[DispatchRequest] = []
+        levels = self.config.delay_levels_ms
+        for pos in local[needed(local + base, store_timestamps(mf.buf, local))].tolist():
+            try:
+                rec = decode_record(mf.buf, pos, seg_end)
+            except CorruptDataError as exc:
+                log.error("dispatch stops at commitlog offset %d: %s", base + pos, exc.reason)
+                return requests, base + pos
+            requests.append(dispatch_request_from_record(rec, base, levels))
+        return requests, min(reached, end)
 
     def dispatch_requests(self, start: int, end: int | None = None) -> Iterator[DispatchRequest]:
         """Dispatch information re-derived from the bytes of ``[start, end)``."""

@@ -342,6 +342,19 @@ class ConsumeQueueSet:
             result.setdefault(topic, []).append(qid)
         return result
 
+    def physical_offsets_from(self, start: int) -> npt.NDArray[np.int64]:
+        """Sorted commitlog offsets of every entry (of every queue) pointing at or after ``start``."""
+        parts = []
+        for cq in self._queues.values():
+            for mf in reversed(cq.files.files):
+                entries = decode_entries(mf.buf[: mf.wrote_position])
+                offsets = entries["offset"].astype(np.int64)
+                parts.append(offsets[offsets >= start])
+                del entries
+                if len(offsets) and offsets[0] < start:
+                    break
+        return np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+
     def max_physical_offset(self) -> int:
         return max((cq.max_physical_offset for cq in self._queues.values()), default=-1)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from itertools import islice
+
+import numpy as np
+import numpy.typing as npt
 
 from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK
 from rocketstore.commitlog import CommitLog
@@ -17,7 +19,6 @@ from rocketstore.service import BackgroundService
 __all__ = ["DispatchService"]
 
 log = logging.getLogger(__name__)
-_CATCH_UP_BATCH = 4096
 
 
 class DispatchService(BackgroundService):
@@ -39,6 +40,7 @@ class DispatchService(BackgroundService):
         index: IndexService | None,
         *,
         reput_offset: int,
+        index_durable_until: int = 0,
         on_failure: Callable[[BackgroundService, BaseException], None] | None = None,
     ) -> None:
         super().__init__("dispatch", interval=0.001, on_failure=on_failure)
@@ -46,22 +48,15 @@ class DispatchService(BackgroundService):
         self._queues = queues
         self._index = index
         self.reput_offset = reput_offset
+        self._index_durable_until = index_durable_until
         self.catch_up_to = commitlog.max_offset
         self.dispatched_to = reput_offset
         self.last_store_timestamp = 0
         self.changed = threading.Condition()
 
     def run_once(self) -> None:
-        while self.reput_offset < self.catch_up_to:
-            parsed = list(
-                islice(
-                    self._commitlog.dispatch_requests(self.reput_offset, self.catch_up_to), _CATCH_UP_BATCH
-                )
-            )
-            if not parsed:  # only BLANK space left, or a corrupt record (CommitLog.scan logged it)
-                self.catch_up_to = self.reput_offset
-                break
-            self._dispatch(list(parsed))
+        if self.reput_offset < self.catch_up_to:
+            self._catch_up()
         snapshot = self._commitlog.max_offset
         requests = self._commitlog.take_dispatch_requests(snapshot)
         if requests:
@@ -72,6 +67,31 @@ class DispatchService(BackgroundService):
             with self.changed:
                 self.changed.notify_all()
 
+    def _catch_up(self) -> None:
+        """Re-dispatch what was written before this store was opened, skipping (undecoded) every
+        record that needs nothing: it has its queue entry, and so (the index is written first)
+        its index entries, durably so if it is no newer than the checkpoint's index time."""
+        queued = self._queues.physical_offsets_from(self.reput_offset)
+        durable = self._index_durable_until if self._index is not None else 1 << 62
+        rebuild = self._index.reindex_from if self._index is not None else None
+        rebuild_from = rebuild if rebuild is not None else 1 << 62
+
+        def needed(offsets: npt.NDArray[np.int64], stored: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+            done: npt.NDArray[np.bool_] = (
+                np.isin(offsets, queued) & (stored <= durable) & (offsets < rebuild_from)
+            )
+            return ~done
+
+        while self.reput_offset < self.catch_up_to:
+            requests, reached = self._commitlog.catch_up(self.reput_offset, self.catch_up_to, needed)
+            if requests:
+                self._dispatch(list(requests))
+            if reached <= self.reput_offset:  # a damaged record (logged): nothing more to follow
+                self.catch_up_to = self.reput_offset
+                break
+            self.reput_offset = reached
+            self.dispatched_to = max(self.dispatched_to, reached)
+
     def _dispatch(self, items: list[DispatchRequest | DispatchBatch]) -> None:
         """Dispatch in log order: runs of single requests, and whole batches in bulk."""
         run: list[DispatchRequest] = []
@@ -79,9 +99,9 @@ class DispatchService(BackgroundService):
             if isinstance(item, DispatchBatch):
                 self._dispatch_requests(run)
                 run = []
-                self._queues.put_batch(item)
-                if self._index is not None:
+                if self._index is not None:  # index first: a queued record is an indexed one
                     self._index.build_batch(item)
+                self._queues.put_batch(item)
                 self._advance(item.end_offset, item.store_timestamp)
             else:
                 run.append(item)
@@ -92,11 +112,11 @@ class DispatchService(BackgroundService):
     def _dispatch_requests(self, requests: list[DispatchRequest]) -> None:
         if not requests:
             return
+        if self._index is not None:  # index first: a queued record is an indexed one
+            self._index.build(requests)
         self._queues.put(
             [r for r in requests if r.sys_flag & SYSFLAG_TX_MASK not in (TX_PREPARED, TX_ROLLBACK)]
         )
-        if self._index is not None:
-            self._index.build(requests)
         last = requests[-1]
         self._advance(last.physical_offset + last.size, last.store_timestamp)
 

@@ -97,7 +97,9 @@ class CommitService(BackgroundService):
 
 class ConsumeQueueFlushService(BackgroundService):
     """RocketMQ's FlushConsumeQueueService: flushes consume queues and the index, then the
-    checkpoint with the logics and index timestamps of what was just made durable."""
+    checkpoint with the logics and index timestamps of what was just made durable. The index
+    timestamp is the store time up to which the index is complete (RocketMQ writes the time of
+    the last indexed record, which stands still while records without keys go by)."""
 
     def __init__(
         self,
@@ -120,8 +122,10 @@ class ConsumeQueueFlushService(BackgroundService):
     def run_once(self) -> None:
         thorough = self._thorough.due(force=self._stopping.is_set())
         least = 0 if thorough else self._config.flush_consume_queue_least_pages
+        # Captured before flushing: everything dispatched up to this store time is in the queues and,
+        # since dispatch writes the index first, in the index; after the flushes, durably so.
         logics = self._dispatched_timestamp()
-        index_ts = self._index.last_store_timestamp if self._index is not None else 0
+        index_ts = logics if self._index is not None else 0
         for cq in self._queues:
             cq.files.flush(least)
         if self._index is not None:

@@ -238,6 +238,17 @@ class IndexService:
         h = self.files[-1].header
         return h.end_phy_offset if h.index_count > 1 or h.end_phy_offset > 0 else -1
 
+    @property
+    def reindex_from(self) -> int | None:
+        """Recovery dropped index entries from this commitlog offset on; they must be rebuilt."""
+        return self._reindex_from
+
+    @property
+    def indexed_through(self) -> int:
+        """Records at or before this commitlog offset are indexed (-1: none known)."""
+        last = self.last_indexed_offset
+        return last if self._reindex_from is None else min(last, self._reindex_from - 1)
+
     def _writable_file(self) -> IndexFile:
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_full:
@@ -264,9 +275,7 @@ class IndexService:
 
     def build(self, requests: Iterable[DispatchRequest]) -> None:
         """Index the keys of ``requests`` (in log order), many keys per numpy pass."""
-        last_indexed = self.last_indexed_offset
-        if self._reindex_from is not None:
-            last_indexed = min(last_indexed, self._reindex_from - 1)
+        last_indexed = self.indexed_through
         keys: list[str] = []
         offsets: list[int] = []
         timestamps: list[int] = []

@@ -146,6 +146,7 @@ class MessageStore:
             self._queues,
             self._index,
             reput_offset=self.recovery.reput_from,
+            index_durable_until=self._checkpoint.value.index_msg_timestamp,
             on_failure=self._service_failed,
         )
         # Re-dispatch what the queues and index lack before any put, so queue offsets continue densely.
@@ -218,7 +219,7 @@ class MessageStore:
                 self._checkpoint.update(
                     physic=last.last_store_timestamp if last else None,
                     logics=self._dispatcher.last_store_timestamp or None,
-                    index=self._index.last_store_timestamp or None if self._index else None,
+                    index=self._dispatcher.last_store_timestamp or None if self._index else None,
                 )
                 self._checkpoint.flush()
                 self.layout.abort.unlink(missing_ok=True)

@@ -71,11 +71,13 @@ __all__ = [
     "decode_record",
     "encode_blank",
     "encode_message",
+    "message_starts",
     "patch_positions",
     "patch_positions_many",
     "record_length",
     "scan_extent",
     "store_timestamp_position",
+    "store_timestamps",
 ]
 
 MESSAGE_MAGIC_V1: Final = -626843481  # 0xDAA320A7
@@ -546,18 +548,7 @@ def scan_extent(
     limit = len(buf) if end is None else min(end, len(buf))
     # The walk only follows TOTALSIZE; magic codes (BLANK, zeros, garbage) are told apart below,
     # all at once. A BLANK record's size reaches the segment end, so the walk steps onto it last.
-    unpack = _SYSFLAG.unpack_from
-    positions: list[int] = []
-    append = positions.append
-    pos = start
-    while pos + 8 <= limit:
-        total = unpack(buf, pos)[0]
-        if total <= 0 or pos + total > limit:
-            break
-        append(pos)
-        pos += total
-    walked_to = pos
-    starts = np.asarray(positions, dtype=np.int64)
+    starts, walked_to = _walk(buf, start, limit)
     magics = _gather_i32(np.frombuffer(buf, dtype=np.uint8), starts + 4) if len(starts) else starts
     not_message = np.flatnonzero((magics != MESSAGE_MAGIC_V1) & (magics != MESSAGE_MAGIC_V2))
     n = int(not_message[0]) if len(not_message) else len(starts)
@@ -573,6 +564,51 @@ def scan_extent(
         if not (total == 0 and magic == 0):
             return _corrupt_at(buf, pos, limit, check_crc, n)
     return Extent(pos, n, "end_of_data", 0, None)
+
+
+def _walk(buf: bytes | bytearray | memoryview, start: int, limit: int) -> tuple[npt.NDArray[np.int64], int]:
+    """Positions reached by following TOTALSIZE from ``start``, and where the walk stopped."""
+    unpack = _SYSFLAG.unpack_from
+    positions: list[int] = []
+    append = positions.append
+    pos = start
+    while pos + 8 <= limit:
+        total = unpack(buf, pos)[0]
+        if total <= 0 or pos + total > limit:
+            break
+        append(pos)
+        pos += total
+    return np.asarray(positions, dtype=np.int64), pos
+
+
+def message_starts(
+    buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None
+) -> tuple[npt.NDArray[np.int64], int, bool]:
+    """Positions of the consecutive MESSAGE records from ``start``, the position after the last
+    of them, and whether a BLANK record follows there. Only sizes and magic codes are read:
+    for ranges already validated (by recovery, or because this store wrote them)."""
+    limit = len(buf) if end is None else min(end, len(buf))
+    starts, walked_to = _walk(buf, start, limit)
+    if len(starts):
+        magics = _gather_i32(np.frombuffer(buf, dtype=np.uint8), starts + 4)
+        other = np.flatnonzero((magics != MESSAGE_MAGIC_V1) & (magics != MESSAGE_MAGIC_V2))
+        if len(other):
+            starts, walked_to = starts[: int(other[0])], int(starts[int(other[0])])
+    blank = walked_to + 8 <= len(buf) and _SIZE_MAGIC.unpack_from(buf, walked_to)[1] == BLANK_MAGIC
+    return starts, walked_to, blank
+
+
+def store_timestamps(
+    buf: bytes | bytearray | memoryview, starts: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """STORETIMESTAMP of the records at ``starts``, read all at once."""
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    sys_flags = _gather_i32(u8, starts + 36)
+    at = starts + np.where(sys_flags & SYSFLAG_BORNHOST_V6, 68, 56)
+    high = _gather_i32(u8, at)
+    low = _gather_i32(u8, at + 4) & 0xFFFFFFFF
+    result: npt.NDArray[np.int64] = (high << 32) | low
+    return result
 
 
 def _corrupt_at(
