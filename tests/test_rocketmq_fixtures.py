@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from rocketstore import MessageExt, MessageStore
+from rocketstore.codec.commitlog_record import scan_extent
 from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, missing_fixture
 
 SAMPLES = ["store-sample", "store-sample-crash"]
@@ -69,14 +70,28 @@ def test_checkpoint(opened: tuple[str, MessageStore]) -> None:
     assert store.checkpoint == (cp["physicMsgTimestamp"], cp["logicsMsgTimestamp"], cp["indexMsgTimestamp"])
 
 
-def test_index_headers_of_clean_store(tmp_path: Path) -> None:
-    root = copy_fixture("store-sample", tmp_path)
-    with MessageStore.open(root, FIXTURE_CONFIG) as store:
-        got = store.index_headers()
-    want = expected("store-sample", "index_file")
-    assert [name for name, _ in got] == [w["name"] for w in want]
+def test_index_headers(opened: tuple[str, MessageStore]) -> None:
+    name, store = opened
+    got = store.index_headers()
+    want = expected(name, "index_file")
+    assert [n for n, _ in got] == [w["name"] for w in want]
     for (_, header), w in zip(got, want):
         assert header == {k: w[k] for k in header}
+
+
+@pytest.mark.parametrize("name", SAMPLES)
+def test_where_each_segment_ends(name: str) -> None:
+    """Every segment parses on its own from byte 0 and ends where RocketMQ says (scan_end rows)."""
+    for row in expected(name, "scan_end"):
+        data = (FIXTURES / name / "commitlog" / f"{row['file']:020d}").read_bytes()
+        scan = scan_extent(data, check_crc=True)
+        assert scan.records == row["records"]
+        assert scan.position == row["filePos"]
+        assert row["file"] + scan.position == row["offset"]
+        if row.get("magic") == "0xcbd43194":
+            assert scan.stop == "blank" and scan.blank_size == row["declaredTotalSize"]
+        else:
+            assert scan.stop == "end_of_data"
 
 
 def test_queue_ranges(opened: tuple[str, MessageStore]) -> None:
