@@ -335,6 +335,9 @@ class IndexService:
                 continue
             if h.begin_phy_offset < offset:
                 rebuild_from = h.begin_phy_offset
+            if self.readonly:
+                f.close()
+                continue
             log.info("deleting index file %s: it indexes records past commitlog offset %d", f.path, offset)
             f.destroy()
         self.files = keep

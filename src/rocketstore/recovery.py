@@ -34,6 +34,7 @@ class RecoveryReport:
     stop: str  # why the scan ended: "blank" (end of the last segment), "end_of_data" or "corrupt"
     damage: str | None  # what was wrong with the first invalid record, when stop == "corrupt"
     segments_deleted: int  # segments wholly past end_offset, removed
+    bytes_cut: int  # bytes of data (not zero fill) past end_offset that were dropped
     reput_from: int  # where dispatch resumes
     queue_bytes_damaged: int = 0  # non-zero bytes cut after the last valid entry of consume queues
     queue_entries_dropped: int = 0  # entries that pointed past end_offset
@@ -56,7 +57,7 @@ def recover(
         for cq in queues:
             cq.truncate_after(0)
         dropped = sum(cq.truncate_after(0) for cq in queues)
-        return RecoveryReport(abnormal, 0, 0, 0, "end_of_data", None, 0, 0, queue_damage, dropped)
+        return RecoveryReport(abnormal, 0, 0, 0, "end_of_data", None, 0, 0, 0, queue_damage, dropped)
 
     start_index = _abnormal_start(commitlog, checkpoint, config) if abnormal else max(0, len(files) - 3)
     scan_start = files[start_index].from_offset
@@ -76,16 +77,17 @@ def recover(
             "recovery: invalid record at commitlog offset %d, everything from there is cut: %s", end, damage
         )
     before = len(commitlog.files.files)
-    commitlog.files.truncate(end)
+    bytes_cut = commitlog.files.truncate(end)
     deleted = before - len(commitlog.files.files)
     log.info(
         "recovery (%s): scanned %d records from commitlog offset %d; the log ends at %d (%s); "
-        "%d later segment(s) deleted",
+        "%d bytes of data after it cut, %d later segment(s) deleted",
         "abnormal" if abnormal else "normal",
         records,
         scan_start,
         end,
         scan.stop,
+        bytes_cut,
         deleted,
     )
 
@@ -121,6 +123,7 @@ def recover(
         scan.stop,
         damage,
         deleted,
+        bytes_cut,
         min(reput_from, end),
         queue_damage,
         dropped,

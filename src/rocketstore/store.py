@@ -201,7 +201,7 @@ class MessageStore:
     def _shutdown(self, *, clean: bool) -> None:
         self._closed = True
         errors: list[BaseException] = []
-        for service in self._services:  # allocate, dispatch, flush-commitlog, flush-consume-queue
+        for service in self._services:  # in start order: see _start
             try:
                 service.stop()
             except BaseException as exc:

@@ -175,6 +175,21 @@ class MappedFile:
         self.wrote_position = position
         self.flushed_position = min(self.flushed_position, position)
 
+    def data_end(self, pos: int = 0) -> int:
+        """Position just past the last non-zero byte at or after ``pos``, found the way
+        ``clear_tail`` zeroes: 1 MiB chunks up to the first all-zero one."""
+        chunk = 1 << 20
+        end = pos
+        start = pos
+        while start < self.size:
+            stop = min(self.size, start - start % chunk + chunk)
+            nonzero = np.flatnonzero(np.frombuffer(self.mm, dtype=np.uint8, count=stop - start, offset=start))
+            if not len(nonzero):
+                break
+            end = start + int(nonzero[-1]) + 1
+            start = stop
+        return end
+
     def clear_tail(self, pos: int) -> None:
         """Zero the bytes from ``pos`` so that truncated records cannot reappear after a crash.
 

@@ -117,24 +117,36 @@ class MappedFileQueue:
         self.files = [*self.files, mf]
         return mf
 
-    def truncate(self, offset: int) -> None:
-        """Drop everything at or after global ``offset``: later segments deleted, the tail zeroed."""
+    def truncate(self, offset: int) -> int:
+        """Drop everything at or after global ``offset``: later segments deleted, the tail zeroed.
+
+        Returns how many bytes of data (non-zero extents) were dropped. A read-only queue only
+        forgets them: positions move, no byte of any file changes.
+        """
         keep = []
+        dropped = 0
         for mf in self.files:
             tail = mf.from_offset + self.file_size
             if tail <= offset:
                 keep.append(mf)
             elif mf.from_offset <= offset:
                 pos = offset - mf.from_offset
-                mf.clear_tail(pos)
+                dropped += max(0, mf.data_end(pos) - pos)
+                if not self.readonly:
+                    mf.clear_tail(pos)
                 mf.wrote_position = pos
                 mf.flushed_position = min(mf.flushed_position, pos)
                 keep.append(mf)
             else:
+                dropped += mf.data_end(0)
+                if self.readonly:
+                    mf.close()
+                    continue
                 log.info("deleting segment %s: it starts after the truncation point %d", mf.path, offset)
                 mf.destroy()
         self.files = keep
         self.flushed_where = min(self.flushed_where, offset)
+        return dropped
 
     def flush(self, least_pages: int = 0) -> bool:
         """Flush from ``flushed_where``; True if something was flushed. Raises OSError."""
