@@ -149,6 +149,27 @@ class IndexFile:
         h.end_timestamp = int(store_timestamps[-1])
         return m
 
+    def repair_slots(self) -> int:
+        """After a crash inside a batch of puts: entries and slots reach past the header's
+        indexCount (written last). Point each such slot back at the newest counted entry of its
+        chain, so chains are exactly what the header covers. Returns how many slots moved."""
+        count = self.header.index_count
+        slots = np.frombuffer(
+            self.buf, dtype=layout.SLOT_DTYPE, count=self.hash_slots, offset=layout.HEADER_SIZE
+        )
+        beyond = np.flatnonzero(slots >= count)
+        for slot in beyond.tolist():
+            current = int(slots[slot])
+            while current >= count:
+                if current >= self.max_entries:
+                    current = 0
+                    break
+                prev = _ENTRY.unpack_from(self.buf, self._entries_base + current * layout.ENTRY_SIZE)[3]
+                current = prev if 0 <= prev < current else 0
+            slots[slot] = current
+        del slots
+        return len(beyond)
+
     def time_matched(self, begin: int, end: int) -> bool:
         b, e = self.header.begin_timestamp, self.header.end_timestamp
         return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
@@ -229,6 +250,20 @@ class IndexService:
             return
         for path in sorted(p for p in self.directory.iterdir() if p.name.isdigit() and len(p.name) == 17):
             self.files.append(IndexFile(path, self.hash_slots, self.max_entries, readonly=self.readonly))
+        if not self.files:
+            return
+        last = self.files[-1]
+        if not self.readonly and (moved := last.repair_slots()):
+            log.warning(
+                "index file %s: %d hash slots pointed past the entry count (interrupted write); restored",
+                last.path,
+                moved,
+            )
+        h = last.header
+        if h.index_count >= self.max_entries or (h.index_count <= 1 and h.end_phy_offset > 0):
+            # The file filled up, maybe in the middle of one record's keys, and the next file
+            # was not written: that record's remaining keys may be missing. Index it again.
+            self._reindex_from = h.end_phy_offset
 
     @property
     def last_indexed_offset(self) -> int:
