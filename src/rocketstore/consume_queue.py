@@ -68,15 +68,19 @@ class ConsumeQueue:
         self.files.load()
         self.min_logic_offset = self.files.min_offset
 
-    def recover(self) -> int:
-        """Keep the entries up to the last valid one (offset >= 0, size > 0); cut the rest.
+    def recover(self, from_physical: int | None = None) -> int:
+        """Keep the entries up to the first invalid one (offset < 0 or size <= 0); cut the rest.
 
-        Returns how many bytes of non-zero data were cut (a torn or damaged tail).
+        Checked from the third-last segment, or (after a crash) from the segment holding the
+        first entry at or after commitlog offset ``from_physical``: entries before it are known
+        durable. Returns how many bytes of non-zero data were cut (a torn or damaged tail).
         """
         files = self.files.files
         if not files:
             return 0
         index = max(0, len(files) - 3)
+        if from_physical is not None:
+            index = min(index, self._segment_reaching(from_physical))
         end = files[index].from_offset
         for mf in files[index:]:
             entries = decode_entries(mf.buf)
@@ -100,6 +104,16 @@ class ConsumeQueue:
         self.files.truncate(end)
         return damaged
 
+    def _segment_reaching(self, physical: int) -> int:
+        """Index of the segment from which entries may point at or after ``physical``: segments
+        are skipped only while the next one starts with a valid entry older than it."""
+        files = self.files.files
+        for i in range(len(files) - 1):
+            offset, size, _ = decode_entry(files[i + 1].buf, 0)
+            if not (offset >= 0 and size > 0 and offset < physical):
+                return i
+        return max(0, len(files) - 1)
+
     def _nonzero_bytes_from(self, logic: int) -> int:
         mf = self.files.find(logic)
         if mf is None:
@@ -114,11 +128,16 @@ class ConsumeQueue:
         cut = None
         for mf in reversed(files):
             entries = decode_entries(mf.buf[: mf.wrote_position])
-            beyond = np.flatnonzero(entries["offset"] >= physical_offset)
+            offsets, sizes = entries["offset"].astype(np.int64), entries["size"].astype(np.int64)
+            # a record that starts before the cut but reaches past it is gone too (pre-blank
+            # entries, size Integer.MAX_VALUE, pad the start of a queue and stay)
+            beyond = np.flatnonzero(
+                (offsets >= physical_offset) | ((offsets + sizes > physical_offset) & (sizes < 0x7FFFFFFF))
+            )
             if len(beyond) == 0:
                 break
             cut = mf.from_offset + int(beyond[0]) * CQ_ENTRY_SIZE
-            del entries, beyond
+            del entries, beyond, offsets, sizes
             if cut > mf.from_offset:
                 break
         if cut is None:

@@ -125,12 +125,18 @@ class ConsumeQueueFlushService(BackgroundService):
         # Captured before flushing: everything dispatched up to this store time is in the queues and,
         # since dispatch writes the index first, in the index; after the flushes, durably so.
         logics = self._dispatched_timestamp()
-        index_ts = logics if self._index is not None else 0
-        for cq in self._queues:
+        targets = [(cq, cq.files.max_offset) for cq in self._queues]
+        for cq, _ in targets:
             cq.files.flush(least)
         if self._index is not None:
             self._index.flush()
-        self._checkpoint.update(logics=logics or None, index=index_ts or None)
+        # The logics time may only say "every queue is durable up to here" when every queue is:
+        # a round that left some below the least-pages threshold does not move it (as RocketMQ).
+        complete = all(cq.files.flushed_where >= target for cq, target in targets)
+        self._checkpoint.update(
+            logics=logics if complete and logics else None,
+            index=logics if self._index is not None and logics else None,
+        )
         self._checkpoint.flush()
 
 

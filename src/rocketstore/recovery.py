@@ -49,17 +49,21 @@ def recover(
     *,
     abnormal: bool,
 ) -> RecoveryReport:
-    cut = [(cq, cq.recover()) for cq in queues]
+    files = commitlog.files.files
+    start_index = 0
+    if files:
+        start_index = _abnormal_start(commitlog, checkpoint, config) if abnormal else max(0, len(files) - 3)
+    # After a crash, queue entries after the checkpoint's safe point may have holes: check from there.
+    from_physical = files[start_index].from_offset if files and abnormal else None
+    cut = [(cq, cq.recover(from_physical)) for cq in queues]
     damaged_queues = [cq for cq, damaged_bytes in cut if damaged_bytes]
     queue_damage = sum(damaged_bytes for _, damaged_bytes in cut)
-    files = commitlog.files.files
     if not files:
         for cq in queues:
             cq.truncate_after(0)
         dropped = sum(cq.truncate_after(0) for cq in queues)
         return RecoveryReport(abnormal, 0, 0, 0, "end_of_data", None, 0, 0, 0, queue_damage, dropped)
 
-    start_index = _abnormal_start(commitlog, checkpoint, config) if abnormal else max(0, len(files) - 3)
     scan_start = files[start_index].from_offset
     end = scan_start
     records = 0
