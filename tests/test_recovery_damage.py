@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import shutil
-import stat
 import struct
 from collections import Counter
 from collections.abc import Iterator
@@ -27,7 +25,7 @@ from typing import Any
 import pytest
 
 from rocketstore import GetStatus, ManualClock, Message, MessageExt, MessageStore, PutStatus, StoreConfig
-from tests.conftest import missing_fixture
+from tests.conftest import copy_fixture, missing_fixture
 
 SEG = 65536
 CFG = StoreConfig(
@@ -829,16 +827,7 @@ def _fixture_rows(name: str) -> list[dict[str, Any]]:
 
 
 def _crash_copy(dest: Path) -> Path:
-    src = FIXTURES / "store-sample-crash"
-    if not src.is_dir():
-        missing_fixture(f"RocketMQ fixture {src} is not present")
-    root = dest / "store-sample-crash"
-    shutil.copytree(src, root)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for n in dirnames + filenames:
-            p = Path(dirpath) / n
-            p.chmod(p.stat().st_mode | stat.S_IWUSR)
-    return root
+    return copy_fixture("store-sample-crash", dest)
 
 
 def _snapshot(store: MessageStore, clrecs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
