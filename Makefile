@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench crash clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/put_get.py
+
+# The crash harness at full size: 200 kill rounds per mode (SYNC, ASYNC, simulated power loss).
+crash: $(STAMP)
+	ROCKETSTORE_CRASH_ROUNDS=200 $(PY) -m pytest -m slow tests/crash -q -s
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,1 @@
+"""Crash harness: a writer subprocess killed at random moments, and checks of the reopened store."""
