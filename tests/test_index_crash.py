@@ -56,3 +56,25 @@ def test_slots_written_past_a_stale_header_are_restored(tmp_path: Path) -> None:
             assert len(store.query_message("T", f"old{i}")) == 1, f"old{i}"
         for i in range(20):
             assert len(store.query_message("T", f"new{i}")) == 1, f"new{i}"
+
+
+def test_index_pages_lost_in_a_power_loss_are_rebuilt(tmp_path: Path) -> None:
+    cfg = CFG.replace(index_hash_slots=64, index_max_entries=1024)
+    root = tmp_path / "s"
+    with MessageStore.open(root, cfg) as store:
+        store.put_message(Message(topic="T", body=b"first", keys=["k-first"]))
+    checkpoint = (root / "checkpoint").read_bytes()  # the last checkpoint that reached the disk
+    with MessageStore.open(root, cfg) as store:
+        store.put_messages([Message(topic="T", body=b"m", keys=[f"k{i}"]) for i in range(300)])
+        store.wait_dispatched()
+        index_file = store._index.files[-1].path  # type: ignore[union-attr]
+    data = bytearray(index_file.read_bytes())
+    data[4096:] = bytes(len(data) - 4096)  # only the first page (header, slots, first entries) survived
+    index_file.write_bytes(data)
+    (root / "checkpoint").write_bytes(checkpoint)
+    (root / "abort").touch()
+    with MessageStore.open(root, cfg) as store:
+        store.wait_dispatched()
+        assert len(store.query_message("T", "k-first")) == 1
+        missing = [i for i in range(300) if len(store.query_message("T", f"k{i}")) != 1]
+        assert missing == []

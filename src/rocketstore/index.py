@@ -354,6 +354,32 @@ class IndexService:
             if f.header.begin_timestamp < begin:
                 break
 
+    def drop_newer_than(self, timestamp: int) -> int | None:
+        """After a crash: drop the index files whose entries reach past ``timestamp`` (the
+        checkpoint's index time), since after a power loss their header may count entries that
+        never reached the disk. RocketMQ deletes them; here the commitlog offset to rebuild them
+        from is returned, and the caller re-dispatches from there."""
+        rebuild_from = None
+        keep: list[IndexFile] = []
+        for f in self.files:
+            h = f.header
+            if h.index_count <= 1 or h.end_timestamp <= timestamp:
+                keep.append(f)
+                continue
+            rebuild_from = (
+                h.begin_phy_offset if rebuild_from is None else min(rebuild_from, h.begin_phy_offset)
+            )
+            if self.readonly:
+                f.close()
+                continue
+            log.info("index file %s reaches past the checkpoint's index time; rebuilding it", f.path)
+            f.destroy()
+        self.files = keep
+        if rebuild_from is not None:
+            current = self._reindex_from
+            self._reindex_from = rebuild_from if current is None else min(current, rebuild_from)
+        return rebuild_from
+
     def truncate_after(self, offset: int) -> int | None:
         """Forget index entries of records at or past ``offset`` (the commitlog was cut there).
 
@@ -379,7 +405,8 @@ class IndexService:
         if rebuild_from is not None:
             # The deleted file's first record may also end the previous file (a record whose keys
             # were split across the two): it must be indexed again, not skipped as done.
-            self._reindex_from = rebuild_from
+            current = self._reindex_from
+            self._reindex_from = rebuild_from if current is None else min(current, rebuild_from)
         return rebuild_from
 
     def flush(self) -> None:

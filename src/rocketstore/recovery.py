@@ -110,6 +110,10 @@ def recover(
         if last_indexed >= 0:
             reput_from = min(reput_from, max(last_indexed, commitlog.min_offset))
         rebuild_from = index.truncate_after(end)
+        if abnormal:
+            dropped_from = index.drop_newer_than(checkpoint.value.index_msg_timestamp)
+            if dropped_from is not None:
+                rebuild_from = dropped_from if rebuild_from is None else min(rebuild_from, dropped_from)
         if rebuild_from is not None:
             log.info("recovery: index entries past %d dropped; re-indexing from %d", end, rebuild_from)
             reput_from = min(reput_from, rebuild_from)
