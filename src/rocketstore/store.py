@@ -282,6 +282,8 @@ class MessageStore:
         flusher, once enough pages wait."""
         group = self._group_commit
         if group is None:
+            if self._committer is None and not self._wake_flusher:
+                return results  # the default: a timed flusher, nothing to wake
             last = self._commitlog.files.last
             if last is None:
                 return results
