@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -359,26 +359,10 @@ class IndexService:
         checkpoint's index time), since after a power loss their header may count entries that
         never reached the disk. RocketMQ deletes them; here the commitlog offset to rebuild them
         from is returned, and the caller re-dispatches from there."""
-        rebuild_from = None
-        keep: list[IndexFile] = []
-        for f in self.files:
-            h = f.header
-            if h.index_count <= 1 or h.end_timestamp <= timestamp:
-                keep.append(f)
-                continue
-            rebuild_from = (
-                h.begin_phy_offset if rebuild_from is None else min(rebuild_from, h.begin_phy_offset)
-            )
-            if self.readonly:
-                f.close()
-                continue
-            log.info("index file %s reaches past the checkpoint's index time; rebuilding it", f.path)
-            f.destroy()
-        self.files = keep
-        if rebuild_from is not None:
-            current = self._reindex_from
-            self._reindex_from = rebuild_from if current is None else min(current, rebuild_from)
-        return rebuild_from
+        dropped = self._drop(
+            lambda h: h.end_timestamp > timestamp, "it reaches past the checkpoint's index time"
+        )
+        return self._rebuild_from(min((h.begin_phy_offset for h in dropped), default=None))
 
     def truncate_after(self, offset: int) -> int | None:
         """Forget index entries of records at or past ``offset`` (the commitlog was cut there).
@@ -387,27 +371,37 @@ class IndexService:
         ``offset`` is deleted whole and the commitlog offset its entries started at is returned:
         the caller re-dispatches from there and nothing before ``offset`` stays unindexed.
         """
-        rebuild_from = None
+        dropped = self._drop(
+            lambda h: h.end_phy_offset >= offset, f"it indexes records past commitlog offset {offset}"
+        )
+        return self._rebuild_from(
+            min((h.begin_phy_offset for h in dropped if h.begin_phy_offset < offset), default=None)
+        )
+
+    def _drop(self, doomed: Callable[[layout.IndexHeader], bool], reason: str) -> list[layout.IndexHeader]:
+        """Delete (read-only: only forget) the non-empty files ``doomed`` picks; their headers."""
         keep: list[IndexFile] = []
+        dropped: list[layout.IndexHeader] = []
         for f in self.files:
-            h = f.header
-            if h.index_count <= 1 or h.end_phy_offset < offset:
+            if f.header.index_count <= 1 or not doomed(f.header):
                 keep.append(f)
                 continue
-            if h.begin_phy_offset < offset:
-                rebuild_from = h.begin_phy_offset
+            dropped.append(f.header)
             if self.readonly:
                 f.close()
                 continue
-            log.info("deleting index file %s: it indexes records past commitlog offset %d", f.path, offset)
+            log.info("deleting index file %s: %s", f.path, reason)
             f.destroy()
         self.files = keep
-        if rebuild_from is not None:
-            # The deleted file's first record may also end the previous file (a record whose keys
-            # were split across the two): it must be indexed again, not skipped as done.
+        return dropped
+
+    def _rebuild_from(self, offset: int | None) -> int | None:
+        """Records from ``offset`` on must be indexed again, even those an older file's end names
+        (a record whose keys were split across two files)."""
+        if offset is not None:
             current = self._reindex_from
-            self._reindex_from = rebuild_from if current is None else min(current, rebuild_from)
-        return rebuild_from
+            self._reindex_from = offset if current is None else min(current, offset)
+        return offset
 
     def flush(self) -> None:
         for f in self.files[-2:]:
