@@ -23,7 +23,7 @@ GIB = 1 << 30
 
 
 def sync_put(root: Path, threads: int, per_thread: int) -> float:
-    cfg = StoreConfig(flush_disk_type="SYNC_FLUSH", generate_uniq_key=False, commitlog_segment_size=256 << 20)
+    cfg = StoreConfig(flush_disk_type="SYNC_FLUSH", generate_uniq_key=False)
     with MessageStore.open(root, cfg) as store:
 
         def producer(tid: int) -> None:
