@@ -19,8 +19,6 @@ from rocketstore.codec.commitlog_record import (
     SYSFLAG_TX_MASK,
     TX_PREPARED,
     TX_ROLLBACK,
-    DecodedRecord,
-    SegmentScan,
     decode_record,
     encode_blank,
     message_starts,
@@ -46,6 +44,10 @@ _PUT_OK = PutStatus.PUT_OK
 # Tuple constructors without the NamedTuple __new__ frame: the batch loop builds two per message.
 _request = partial(tuple.__new__, DispatchRequest)
 _result = partial(tuple.__new__, PutMessageResult)
+
+
+def _every_record(offsets: npt.NDArray[np.int64], _: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+    return np.ones(len(offsets), dtype=bool)
 
 
 def _end_of(item: DispatchRequest | DispatchBatch) -> int:
@@ -365,30 +367,6 @@ class CommitLog:
         except Exception:
             return -1
 
-    def scan(
-        self, start: int, end: int | None = None, *, check_crc: bool = False
-    ) -> Iterator[tuple[MappedFile, DecodedRecord]]:
-        """Records from global ``start`` to ``end`` (default: the end of the log), in order.
-
-        Jumps over BLANK records to the next segment; stops at the first invalid record.
-        """
-        mf = self.files.find(start)
-        while mf is not None:
-            readable = mf.read_position
-            seg_end = readable if end is None else min(readable, end - mf.from_offset)
-            scan = SegmentScan(mf.buf, start - mf.from_offset, seg_end, check_crc=check_crc)
-            for rec in scan:
-                yield mf, rec
-            if scan.stop == "corrupt":
-                log.error("commitlog record at %d is invalid: %s", mf.from_offset + scan.position, scan.error)
-                return
-            if scan.stop != "blank":
-                return
-            start = mf.from_offset + mf.size
-            if end is not None and start >= end:
-                return
-            mf = self.files.find(start)
-
     def catch_up(
         self,
         start: int,
@@ -418,10 +396,15 @@ class CommitLog:
         return requests, min(reached, end)
 
     def dispatch_requests(self, start: int, end: int | None = None) -> Iterator[DispatchRequest]:
-        """Dispatch information re-derived from the bytes of ``[start, end)``."""
-        levels = self.config.delay_levels_ms
-        for mf, rec in self.scan(start, end):
-            yield dispatch_request_from_record(rec, mf.from_offset, levels)
+        """Dispatch information re-derived from the bytes of ``[start, end)``, record by record
+        (up to the first BLANK-less end of data or damaged record)."""
+        stop = self.max_offset if end is None else end
+        while start < stop:
+            requests, reached = self.catch_up(start, stop, _every_record)
+            yield from requests
+            if reached <= start:
+                return
+            start = reached
 
     def close(self) -> None:
         self.files.close()

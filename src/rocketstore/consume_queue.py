@@ -48,7 +48,6 @@ class ConsumeQueue:
         self.files = MappedFileQueue(directory, entries_per_file * CQ_ENTRY_SIZE, readonly=readonly)
         self.max_physical_offset = -1  # end (offset + size) of the last entry's record
         self.min_logic_offset = 0  # byte position of the first live entry
-        self.last_store_timestamp = 0
 
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic}/{self.queue_id}, {self.min_offset}..{self.max_offset})"
@@ -189,7 +188,6 @@ class ConsumeQueue:
                     continue
             run.append(encode_entry(req.physical_offset, req.size, req.tags_code))
             self.max_physical_offset = req.physical_offset + req.size
-            self.last_store_timestamp = req.store_timestamp
             expected += 1
         self._write(b"".join(run))
         if refused:
@@ -209,7 +207,6 @@ class ConsumeQueue:
         physical_offsets: npt.NDArray[np.int64],
         sizes: npt.NDArray[np.int64],
         tags_codes: npt.ArrayLike,
-        store_timestamp: int,
     ) -> bool:
         """Append consecutive entries starting at ``first_queue_offset`` in one write.
 
@@ -222,7 +219,6 @@ class ConsumeQueue:
             return False
         self._write(encode_entries(physical_offsets, sizes, tags_codes))
         self.max_physical_offset = int(physical_offsets[-1] + sizes[-1])
-        self.last_store_timestamp = store_timestamp
         return True
 
     def _write(self, entries: bytes) -> None:
@@ -412,7 +408,6 @@ class ConsumeQueueSet:
                 batch.physical_offsets[idx],
                 batch.sizes[idx],
                 codes[idx],
-                batch.store_timestamp,
             ):
                 requests = batch.requests()
                 cq.put([requests[i] for i in members])

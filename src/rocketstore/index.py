@@ -83,11 +83,6 @@ class IndexFile:
     def write_header(self) -> None:
         self.buf[: layout.HEADER_SIZE] = layout.encode_header(self.header)
 
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        """Add ``key`` -> ``phy_offset``; False if the file is full."""
-        hashes = index_key_hashes([key])
-        return self.put_keys(hashes, np.array([phy_offset]), np.array([store_timestamp])) == 1
-
     def put_keys(
         self,
         key_hashes: npt.NDArray[np.int64],
@@ -242,7 +237,6 @@ class IndexService:
         self._clock = clock
         self.readonly = readonly
         self.files: list[IndexFile] = []
-        self.last_store_timestamp = 0
         self._reindex_from: int | None = None
 
     def load(self) -> None:
@@ -339,7 +333,6 @@ class IndexService:
             f = self._writable_file()
             done += f.put_keys(hashes[done:], phys[done:], stamps[done:])
             f.write_header()
-        self.last_store_timestamp = timestamps[-1]
 
     def lookup(self, topic: str, key: str, begin: int, end: int) -> Iterator[int]:
         """Candidate physical offsets for ``topic#key`` with index time in [begin, end], newest first."""

@@ -8,7 +8,6 @@ import errno
 import logging
 import mmap
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -48,10 +47,10 @@ class MappedFile:
 
     Thread safety: a single writer (whoever holds the owning log's append lock) appends and
     moves ``wrote_position`` after the bytes are in place; one committer moves
-    ``committed_position``; readers read below ``read_position`` without locks.
-    ``hold()``/``release()`` count readers that need the mapping for longer than a call; the
-    mapping itself cannot be closed while a ``memoryview`` of it is alive (Python refuses), so
-    a destroyed segment stays readable for whoever still holds a view of it.
+    ``committed_position``; readers read below ``read_position`` without locks. Readers hold
+    slices of ``buf``, and a mapping cannot be closed while a view of it is alive (Python
+    refuses): that is the reference count, so a destroyed segment stays readable for whoever
+    still holds a view of it.
 
     Crash behaviour: a new segment is created under a temporary name, sized, then renamed, so
     a crash never leaves a segment of the wrong size.
@@ -105,8 +104,6 @@ class MappedFile:
         # where appends land: the pooled buffer, or the mapping itself
         self.write_target: bytearray | mmap.mmap = write_buffer if write_buffer is not None else self.mm
         self.last_store_timestamp = 0
-        self._holders = 0
-        self._lock = threading.Lock()
         self.available = True
         # Readers slice this view; while any slice lives, the mapping cannot be closed under it.
         self.buf = memoryview(self.mm)
@@ -226,27 +223,6 @@ class MappedFile:
             )
             return False
         return True
-
-    # --- reading -------------------------------------------------------------------------
-    def view(self, start: int = 0, end: int | None = None) -> memoryview:
-        """A zero-copy view of ``[start, end)`` (default: up to read_position)."""
-        return self.buf[start : self.read_position if end is None else end]
-
-    def hold(self) -> bool:
-        """Register a reader; False if the segment is being destroyed."""
-        with self._lock:
-            if not self.available:
-                return False
-            self._holders += 1
-            return True
-
-    def release(self) -> None:
-        with self._lock:
-            self._holders -= 1
-
-    @property
-    def holders(self) -> int:
-        return self._holders
 
     # --- durability ----------------------------------------------------------------------
     def dirty_pages(self) -> int:
