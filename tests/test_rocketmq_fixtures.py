@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from rocketstore import MessageExt, MessageStore
-from rocketstore.codec.commitlog_record import scan_extent
+from rocketstore.codec.commitlog_scan import scan_extent
 from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, missing_fixture
 
 SAMPLES = ["store-sample", "store-sample-crash"]

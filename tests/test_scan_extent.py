@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import random
+import zlib
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketstore.codec import commitlog_record as cl
+from rocketstore.codec.commitlog_scan import _CRC_TABLES, _crc32, scan_extent
 
 HOSTS = (b"\x7f\x00\x00\x01", b"\xfe\x80" + bytes(13) + b"\x01")
 
@@ -50,7 +53,7 @@ def segment(seed: int, size: int = 8192) -> bytearray:
 def assert_same(buf: bytearray, check_crc: bool) -> None:
     slow = cl.SegmentScan(buf, 0, len(buf), check_crc=check_crc)
     count = sum(1 for _ in slow)
-    fast = cl.scan_extent(buf, 0, len(buf), check_crc=check_crc)
+    fast = scan_extent(buf, 0, len(buf), check_crc=check_crc)
     assert (fast.records, fast.position, fast.stop, fast.blank_size) == (
         count,
         slow.position,
@@ -92,3 +95,10 @@ def test_random_garbage_always_terminates() -> None:
         if len(buf) >= 8 and rng.random() < 0.5:
             buf[4:8] = cl.MESSAGE_MAGIC_V1.to_bytes(4, "big", signed=True)
         assert_same(buf, True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=200), lead=st.integers(0, 9))
+def test_crc_kernel_is_zlib_crc32(data: bytes, lead: int) -> None:
+    buf = np.frombuffer(bytes(lead) + data, dtype=np.uint8)
+    assert _crc32(buf, lead, len(data), _CRC_TABLES) == zlib.crc32(data)

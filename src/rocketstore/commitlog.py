@@ -21,11 +21,10 @@ from rocketstore.codec.commitlog_record import (
     TX_ROLLBACK,
     decode_record,
     encode_blank,
-    message_starts,
     patch_positions,
     patch_positions_many,
-    store_timestamps,
 )
+from rocketstore.codec.commitlog_scan import message_starts, store_timestamps
 from rocketstore.codec.host import parse_host
 from rocketstore.config import StoreConfig
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest, dispatch_request_from_record

@@ -368,7 +368,8 @@ class ConsumeQueueSet:
                 del entries
                 if len(offsets) and offsets[0] < start:
                     break
-        return np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+        # each part is sorted: the stable sort (timsort) merges the runs in near-linear time
+        return np.sort(np.concatenate(parts), kind="stable") if parts else np.empty(0, dtype=np.int64)
 
     def max_physical_offset(self) -> int:
         return max((cq.max_physical_offset for cq in self._queues.values()), default=-1)

@@ -77,9 +77,10 @@ class DispatchService(BackgroundService):
         rebuild_from = rebuild if rebuild is not None else 1 << 62
 
         def needed(offsets: npt.NDArray[np.int64], stored: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-            done: npt.NDArray[np.bool_] = (
-                np.isin(offsets, queued) & (stored <= durable) & (offsets < rebuild_from)
-            )
+            # both sorted: a binary search per record beats np.isin's hashing by far
+            at = np.minimum(np.searchsorted(queued, offsets), max(len(queued) - 1, 0))
+            in_queue = queued[at] == offsets if len(queued) else np.zeros(len(offsets), dtype=np.bool_)
+            done: npt.NDArray[np.bool_] = in_queue & (stored <= durable) & (offsets < rebuild_from)
             return ~done
 
         while self.reput_offset < self.catch_up_to:

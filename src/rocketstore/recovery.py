@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 
 from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec.commitlog_record import scan_extent
+from rocketstore.codec.commitlog_scan import scan_extent
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet

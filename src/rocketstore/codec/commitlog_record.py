@@ -63,21 +63,18 @@ __all__ = [
     "TX_PREPARED",
     "TX_ROLLBACK",
     "DecodedRecord",
-    "Extent",
     "RecordTemplate",
+    "ScanStop",
     "SegmentScan",
     "body_crc",
     "body_span",
     "decode_record",
     "encode_blank",
     "encode_message",
-    "message_starts",
     "patch_positions",
     "patch_positions_many",
     "record_length",
-    "scan_extent",
     "store_timestamp_position",
-    "store_timestamps",
 ]
 
 MESSAGE_MAGIC_V1: Final = -626843481  # 0xDAA320A7
@@ -497,168 +494,3 @@ class SegmentScan:
                 return
             self.position = pos = pos + total
             yield rec
-
-
-@dataclass(frozen=True, slots=True)
-class Extent:
-    """Where the valid records of a segment end (see ``scan_extent``)."""
-
-    position: int  # just past the last valid record
-    records: int
-    stop: ScanStop
-    blank_size: int
-    error: CorruptDataError | None
-
-
-def _gather_int(
-    u8: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], width: int
-) -> npt.NDArray[np.int64]:
-    """Big-endian signed ints of ``width`` bytes at each offset."""
-    raw = np.ascontiguousarray(u8[offsets[:, None] + np.arange(width, dtype=np.int64)])
-    return raw.view(f">i{width}").ravel().astype(np.int64)
-
-
-def _gather_i32(u8: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Big-endian int32 at each offset, read through four aligned views of the buffer."""
-    out = np.empty(len(offsets), dtype=np.int64)
-    size = len(u8)
-    phase = offsets & 3
-    for a in range(4):
-        pick = np.flatnonzero(phase == a)
-        if len(pick):
-            words = u8[a : a + (size - a) // 4 * 4].view(">i4")
-            out[pick] = words[(offsets[pick] - a) >> 2]
-    return out
-
-
-def scan_extent(
-    buf: bytes | bytearray | memoryview,
-    start: int = 0,
-    end: int | None = None,
-    *,
-    check_crc: bool = False,
-) -> Extent:
-    """How far the valid records of one segment reach, as fast as Python allows.
-
-    Equivalent to iterating a ``SegmentScan`` (same stop, same position, same validity rules)
-    without decoding each record: one lean loop follows TOTALSIZE from record to record, then
-    every record's structure is checked at once with numpy and each body's CRC with one C call.
-    The first invalid record is decoded again by ``decode_record`` for a precise error.
-    """
-    limit = len(buf) if end is None else min(end, len(buf))
-    # The walk only follows TOTALSIZE; magic codes (BLANK, zeros, garbage) are told apart below,
-    # all at once. A BLANK record's size reaches the segment end, so the walk steps onto it last.
-    starts, walked_to = _walk(buf, start, limit)
-    magics = _gather_i32(np.frombuffer(buf, dtype=np.uint8), starts + 4) if len(starts) else starts
-    not_message = np.flatnonzero((magics != MESSAGE_MAGIC_V1) & (magics != MESSAGE_MAGIC_V2))
-    n = int(not_message[0]) if len(not_message) else len(starts)
-    candidates = starts[:n]
-    bad = _first_invalid(buf, candidates, check_crc) if n else 0
-    if bad < n:
-        return _corrupt_at(buf, int(candidates[bad]), limit, check_crc, bad)
-    pos = int(starts[n]) if n < len(starts) else walked_to
-    if pos + 8 <= limit:
-        total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
-        if magic == BLANK_MAGIC:
-            return Extent(pos, n, "blank", total, None)
-        if not (total == 0 and magic == 0):
-            return _corrupt_at(buf, pos, limit, check_crc, n)
-    return Extent(pos, n, "end_of_data", 0, None)
-
-
-def _walk(buf: bytes | bytearray | memoryview, start: int, limit: int) -> tuple[npt.NDArray[np.int64], int]:
-    """Positions reached by following TOTALSIZE from ``start``, and where the walk stopped."""
-    unpack = _SYSFLAG.unpack_from
-    positions: list[int] = []
-    append = positions.append
-    pos = start
-    while pos + 8 <= limit:
-        total = unpack(buf, pos)[0]
-        if total <= 0 or pos + total > limit:
-            break
-        append(pos)
-        pos += total
-    return np.asarray(positions, dtype=np.int64), pos
-
-
-def message_starts(
-    buf: bytes | bytearray | memoryview, start: int = 0, end: int | None = None
-) -> tuple[npt.NDArray[np.int64], int, bool]:
-    """Positions of the consecutive MESSAGE records from ``start``, the position after the last
-    of them, and whether a BLANK record follows there. Only sizes and magic codes are read:
-    for ranges already validated (by recovery, or because this store wrote them)."""
-    limit = len(buf) if end is None else min(end, len(buf))
-    starts, walked_to = _walk(buf, start, limit)
-    if len(starts):
-        magics = _gather_i32(np.frombuffer(buf, dtype=np.uint8), starts + 4)
-        other = np.flatnonzero((magics != MESSAGE_MAGIC_V1) & (magics != MESSAGE_MAGIC_V2))
-        if len(other):
-            starts, walked_to = starts[: int(other[0])], int(starts[int(other[0])])
-    blank = walked_to + 8 <= len(buf) and _SIZE_MAGIC.unpack_from(buf, walked_to)[1] == BLANK_MAGIC
-    return starts, walked_to, blank
-
-
-def store_timestamps(
-    buf: bytes | bytearray | memoryview, starts: npt.NDArray[np.int64]
-) -> npt.NDArray[np.int64]:
-    """STORETIMESTAMP of the records at ``starts``, read all at once."""
-    u8 = np.frombuffer(buf, dtype=np.uint8)
-    sys_flags = _gather_i32(u8, starts + 36)
-    at = starts + np.where(sys_flags & SYSFLAG_BORNHOST_V6, 68, 56)
-    high = _gather_i32(u8, at)
-    low = _gather_i32(u8, at + 4) & 0xFFFFFFFF
-    result: npt.NDArray[np.int64] = (high << 32) | low
-    return result
-
-
-def _corrupt_at(
-    buf: bytes | bytearray | memoryview, pos: int, limit: int, check_crc: bool, records: int
-) -> Extent:
-    try:
-        decode_record(buf, pos, limit, check_crc=check_crc)
-    except CorruptDataError as exc:
-        return Extent(pos, records, "corrupt", 0, exc)
-    raise AssertionError(f"scan_extent and decode_record disagree about the record at {pos}")
-
-
-def _first_invalid(
-    buf: bytes | bytearray | memoryview, starts: npt.NDArray[np.int64], check_crc: bool
-) -> int:
-    """Index of the first record at ``starts`` whose parts do not add up (or whose CRC fails)."""
-    u8 = np.frombuffer(buf, dtype=np.uint8)
-    totals = _gather_i32(u8, starts)
-    ends = starts + totals
-    sys_flags = _gather_i32(u8, starts + 36)
-    hosts = np.where(sys_flags & SYSFLAG_BORNHOST_V6, 20, 8) + np.where(
-        sys_flags & SYSFLAG_STOREHOST_V6, 20, 8
-    )
-    body_len_at = starts + _BODY_LEN_POS_BASE + hosts
-    ok = body_len_at + 4 <= ends
-    body_len_at = np.where(ok, body_len_at, starts)  # keep every gather inside its record
-    body_lens = _gather_i32(u8, body_len_at)
-    body_starts = body_len_at + 4
-    v2 = _gather_i32(u8, starts + 4) == MESSAGE_MAGIC_V2
-    topic_len_size = np.where(v2, 2, 1)
-    ok &= (body_lens >= 0) & (body_starts + body_lens + topic_len_size <= ends)
-    topic_len_at = np.where(ok, body_starts + body_lens, starts)
-    topic_lens = np.where(v2, _gather_int(u8, topic_len_at, 2) & 0xFFFF, u8[topic_len_at].astype(np.int64))
-    props_len_at = topic_len_at + topic_len_size + topic_lens
-    ok &= props_len_at + 2 <= ends
-    props_len_at = np.where(ok, props_len_at, starts)
-    props_lens = _gather_int(u8, props_len_at, 2)
-    expected = _BODY_LEN_POS_BASE + 4 + hosts + body_lens + topic_len_size + topic_lens + 2 + props_lens
-    ok &= (props_lens >= 0) & (expected == totals)
-    if check_crc:
-        stored = _gather_i32(u8, starts + 8)
-        view = memoryview(buf)
-        first = np.where(ok, body_starts, 0)
-        last = first + np.where(ok, body_lens, 0)
-        # slicing and CRC in C: map() drives the iteration, no Python bytecode per record
-        bodies = map(view.__getitem__, map(slice, first.tolist(), last.tolist()))
-        computed = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=len(starts))
-        del bodies
-        view.release()
-        ok &= (computed & 0x7FFFFFFF) == stored
-    del u8
-    failing = np.flatnonzero(~ok)
-    return int(failing[0]) if len(failing) else len(starts)

@@ -1,0 +1,242 @@
+"""Fast scans over commitlog segments: where the valid records end, and where records start.
+
+``commitlog_record`` owns the record layout and decodes one record at a time; this module walks
+millions of them. The walks are compiled with numba (one machine-code loop per segment, no
+Python work per record) and release the GIL. They apply exactly the validity rules of
+``decode_record``; whenever a walk stops at an invalid record, that record is decoded again by
+``decode_record`` so the error names what is wrong, in the decoder's words.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass
+from typing import Final
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from rocketstore.codec.commitlog_record import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC_V1,
+    MESSAGE_MAGIC_V2,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    ScanStop,
+    decode_record,
+)
+from rocketstore.errors import CorruptDataError
+
+__all__ = ["Extent", "message_starts", "scan_extent", "store_timestamps"]
+
+Buffer = bytes | bytearray | memoryview
+
+_BODY_LEN_POS_BASE: Final = 68  # BODYLENGTH is at 68 + born host length + store host length
+_MAGIC = struct.Struct(">i")
+_STOP_END_OF_DATA: Final = 0
+_STOP_BLANK: Final = 1
+_STOP_CORRUPT: Final = 2
+_STOPS: Final[tuple[ScanStop, ...]] = ("end_of_data", "blank", "corrupt")
+
+
+def _crc_tables() -> npt.NDArray[np.uint32]:
+    """Slicing-by-8 tables for the zlib CRC-32 (polynomial 0xEDB88320); row 0 is the classic one."""
+    table = np.zeros((8, 256), dtype=np.uint32)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        table[0, i] = c
+    for k in range(1, 8):
+        table[k] = (table[k - 1] >> 8) ^ table[0, table[k - 1] & 0xFF]
+    return table
+
+
+_CRC_TABLES: Final = _crc_tables()
+# zlib is the reference; the kernel must agree with it before it may judge a single record.
+assert zlib.crc32(b"123456789") == 0xCBF43926
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _i32(u8: npt.NDArray[np.uint8], pos: int) -> int:
+    v = (np.int64(u8[pos]) << 24) | (np.int64(u8[pos + 1]) << 16) | (np.int64(u8[pos + 2]) << 8) | u8[pos + 3]
+    return int(v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _i16(u8: npt.NDArray[np.uint8], pos: int) -> int:
+    v = (np.int64(u8[pos]) << 8) | u8[pos + 1]
+    return int(v - 65536 if v >= 32768 else v)
+
+
+@numba.njit(cache=True, nogil=True)
+def _crc32(u8: npt.NDArray[np.uint8], start: int, length: int, tables: npt.NDArray[np.uint32]) -> int:
+    """zlib.crc32 of ``u8[start:start+length]``, eight bytes a step."""
+    c = np.uint32(0xFFFFFFFF)
+    p = start
+    end = start + length
+    while p + 8 <= end:
+        c ^= (
+            np.uint32(u8[p])
+            | (np.uint32(u8[p + 1]) << 8)
+            | (np.uint32(u8[p + 2]) << 16)
+            | (np.uint32(u8[p + 3]) << 24)
+        )
+        c = (
+            tables[7, c & 0xFF]
+            ^ tables[6, (c >> 8) & 0xFF]
+            ^ tables[5, (c >> 16) & 0xFF]
+            ^ tables[4, c >> 24]
+            ^ tables[3, u8[p + 4]]
+            ^ tables[2, u8[p + 5]]
+            ^ tables[1, u8[p + 6]]
+            ^ tables[0, u8[p + 7]]
+        )
+        p += 8
+    while p < end:
+        c = tables[0, (c ^ u8[p]) & 0xFF] ^ (c >> 8)
+        p += 1
+    return int(c ^ np.uint32(0xFFFFFFFF))
+
+
+@numba.njit(cache=True, nogil=True)
+def _message_is_valid(
+    u8: npt.NDArray[np.uint8], pos: int, total: int, v2: bool, check_crc: bool, tables: npt.NDArray[np.uint32]
+) -> bool:
+    """The checks of ``decode_record`` on a MESSAGE record that lies inside the buffer: the parts
+    add up to TOTALSIZE (and the body's CRC matches)."""
+    end = pos + total
+    if total < 40:
+        return False
+    sys_flag = _i32(u8, pos + 36)
+    hosts = (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8) + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8)
+    body_len_at = pos + _BODY_LEN_POS_BASE + hosts
+    if body_len_at + 4 > end:
+        return False
+    body_len = _i32(u8, body_len_at)
+    body_start = body_len_at + 4
+    topic_len_size = 2 if v2 else 1
+    if body_len < 0 or body_start + body_len + topic_len_size > end:
+        return False
+    topic_len_at = body_start + body_len
+    topic_len = np.int64(u8[topic_len_at])
+    if v2:
+        topic_len = (topic_len << 8) | u8[topic_len_at + 1]
+    props_len_at = topic_len_at + topic_len_size + topic_len
+    if props_len_at + 2 > end:
+        return False
+    props_len = _i16(u8, props_len_at)
+    if props_len < 0 or props_len_at + 2 + props_len != end:
+        return False
+    if check_crc:
+        return _crc32(u8, body_start, body_len, tables) & 0x7FFFFFFF == _i32(u8, pos + 8)
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan(
+    u8: npt.NDArray[np.uint8], start: int, limit: int, check_crc: bool, tables: npt.NDArray[np.uint32]
+) -> tuple[int, int, int, int]:
+    """(records, position, stop code, blank size): ``SegmentScan``'s walk without decoding."""
+    pos = start
+    records = 0
+    while True:
+        if pos + 8 > limit:
+            return records, pos, _STOP_END_OF_DATA, 0
+        total = _i32(u8, pos)
+        magic = _i32(u8, pos + 4)
+        if magic == BLANK_MAGIC:
+            return records, pos, _STOP_BLANK, total
+        if total == 0 and magic == 0:
+            return records, pos, _STOP_END_OF_DATA, 0
+        if magic != MESSAGE_MAGIC_V1 and magic != MESSAGE_MAGIC_V2:
+            return records, pos, _STOP_CORRUPT, 0
+        if total <= 0 or pos + total > limit:
+            return records, pos, _STOP_CORRUPT, 0
+        if not _message_is_valid(u8, pos, total, magic == MESSAGE_MAGIC_V2, check_crc, tables):
+            return records, pos, _STOP_CORRUPT, 0
+        records += 1
+        pos += total
+
+
+@numba.njit(cache=True, nogil=True)
+def _message_starts(u8: npt.NDArray[np.uint8], start: int, limit: int) -> tuple[npt.NDArray[np.int64], int]:
+    """Positions of the consecutive MESSAGE records from ``start`` (sizes and magics only)."""
+    starts = np.empty(max(0, (limit - start) // 40 + 1), dtype=np.int64)
+    n = 0
+    pos = start
+    while pos + 8 <= limit:
+        total = _i32(u8, pos)
+        magic = _i32(u8, pos + 4)
+        if (magic != MESSAGE_MAGIC_V1 and magic != MESSAGE_MAGIC_V2) or total <= 0 or pos + total > limit:
+            break
+        starts[n] = pos
+        n += 1
+        pos += total
+    return starts[:n].copy(), pos
+
+
+@dataclass(frozen=True, slots=True)
+class Extent:
+    """Where the valid records of a segment end (see ``scan_extent``)."""
+
+    position: int  # just past the last valid record
+    records: int
+    stop: ScanStop
+    blank_size: int
+    error: CorruptDataError | None
+
+
+def scan_extent(buf: Buffer, start: int = 0, end: int | None = None, *, check_crc: bool = False) -> Extent:
+    """How far the valid records of one segment reach: the same stop, position and validity
+    rules as iterating a ``SegmentScan``, without decoding the records."""
+    limit = len(buf) if end is None else min(end, len(buf))
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        records, pos, stop, blank_size = _scan(u8, start, limit, check_crc, _CRC_TABLES)
+    finally:
+        del u8  # an mmap cannot close while a numpy view of it lives
+    if stop != _STOP_CORRUPT:
+        return Extent(pos, records, _STOPS[stop], blank_size, None)
+    try:
+        decode_record(buf, pos, limit, check_crc=check_crc)
+    except CorruptDataError as exc:
+        return Extent(pos, records, "corrupt", 0, exc)
+    raise AssertionError(f"scan_extent and decode_record disagree about the record at {pos}")
+
+
+def message_starts(
+    buf: Buffer, start: int = 0, end: int | None = None
+) -> tuple[npt.NDArray[np.int64], int, bool]:
+    """Positions of the consecutive MESSAGE records from ``start``, the position after the last
+    of them, and whether a BLANK record follows there. Only sizes and magic codes are read:
+    for ranges already validated (by recovery, or because this store wrote them)."""
+    limit = len(buf) if end is None else min(end, len(buf))
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        starts, walked_to = _message_starts(u8, start, limit)
+    finally:
+        del u8
+    blank = walked_to + 8 <= len(buf) and _MAGIC.unpack_from(buf, walked_to + 4)[0] == BLANK_MAGIC
+    return starts, walked_to, blank
+
+
+def store_timestamps(buf: Buffer, starts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """STORETIMESTAMP of the records at ``starts`` (MESSAGE records known to be well formed)."""
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        return _store_timestamps(u8, starts)
+    finally:
+        del u8
+
+
+@numba.njit(cache=True, nogil=True)
+def _store_timestamps(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    out = np.empty(len(starts), dtype=np.int64)
+    for i in range(len(starts)):
+        pos = starts[i]
+        at = pos + (68 if _i32(u8, pos + 36) & SYSFLAG_BORNHOST_V6 else 56)
+        out[i] = (np.int64(_i32(u8, at)) << 32) | (np.int64(_i32(u8, at + 4)) & 0xFFFFFFFF)
+    return out
