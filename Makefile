@@ -25,8 +25,14 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check src tests benchmarks
 	$(PY) -m mypy
 
+# Peers for benchmarks/compare.py: Python ones from the `bench` extra, redis-server from apt when
+# this machine allows it (compare.py skips, with a line saying so, whatever is still missing).
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	command -v redis-server >/dev/null || (apt-get install -y -qq redis-server >/dev/null 2>&1 \
+		|| echo "redis-server could not be installed: compare.py will skip Redis Streams")
 	$(PY) benchmarks/put_get.py
+	$(PY) benchmarks/compare.py
 
 # The crash harness at full size: 200 kill rounds per mode (SYNC, ASYNC, simulated power loss).
 crash: $(STAMP)

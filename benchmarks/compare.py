@@ -461,7 +461,7 @@ def cases() -> list[Case]:
         Case("lmdb-sync", "lmdb", "LMDB", f"sync=True, writemap=False, putmulti {BATCH}/txn", per_txn, False,
              lmdb_runner(True)),
         Case("redis-everysec", "redis", "Redis Streams", f"AOF everysec, XADD pipelined x{BATCH}",
-             "AOF written before reply (process-crash safe); fsync every second", False,
+             "AOF write() before reply (process-crash safe); fsync every second", False,
              redis_runner("everysec")),
         Case("redis-always", "redis", "Redis Streams", f"AOF always, XADD pipelined x{BATCH}",
              "AOF fsync before reply, per event-loop pass (group commit)", False, redis_runner("always")),

@@ -190,7 +190,8 @@ class GroupCommitService(BackgroundService):
                 request.finish(False)
                 return request
             self._requests_write.append(request)
-        self.wakeup()
+        if not self._wake.is_set():  # one wake-up per round is enough; setting it again costs a lock
+            self.wakeup()
         return request
 
     def run_once(self) -> None:
