@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -8,7 +9,7 @@ from typing import NoReturn
 
 import pytest
 
-from rocketstore import StoreConfig
+from rocketstore import ManualClock, StoreConfig
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-4.9.8"
 
@@ -42,3 +43,18 @@ def copy_fixture(name: str, dest: Path) -> Path:
 @pytest.fixture
 def small_config() -> StoreConfig:
     return FIXTURE_CONFIG
+
+
+def fixture_clock(name: str) -> ManualClock:
+    """A clock stopped at the last record RocketMQ stored in the fixture: none of its delayed
+    messages is due yet (each fixture was written in under 5 s; the shortest delay is 30 s), so
+    the store holds exactly what RocketMQ read back. Their delivery is tested on its own."""
+    listing = FIXTURES / f"{name}.expected.jsonl"
+    if not listing.exists():
+        missing_fixture(f"RocketMQ fixture listing {listing} is not present")
+    last = max(
+        row["storeTs"]
+        for row in map(json.loads, listing.read_text("utf-8").splitlines())
+        if row.get("kind") == "clrec"
+    )
+    return ManualClock(last)

@@ -37,8 +37,16 @@ from rocketstore import (
 from rocketstore.storage.mapped_file import MappedFile
 
 SEG = 65536
+# The small filesystems here are nearly full on purpose: reclamation (which would rightly delete
+# old segments of a disk this full) is kept out of these tests of write errors.
 CFG = StoreConfig(
-    commitlog_segment_size=SEG, consume_queue_entries=40, index_hash_slots=64, index_max_entries=256
+    commitlog_segment_size=SEG,
+    consume_queue_entries=40,
+    index_hash_slots=64,
+    index_max_entries=256,
+    disk_max_used_space_ratio=100,
+    disk_clean_forcibly_ratio=100,
+    disk_warning_ratio=100,
 )
 QUEUES = [("TopicA", 0), ("TopicA", 1), ("TopicB", 0)]
 BODY = 300

@@ -16,7 +16,7 @@ import pytest
 
 from rocketstore import MessageExt, MessageStore
 from rocketstore.codec.commitlog_scan import scan_extent
-from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, missing_fixture
+from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, fixture_clock, missing_fixture
 
 SAMPLES = ["store-sample", "store-sample-crash"]
 
@@ -44,7 +44,7 @@ def opened(
 ) -> Iterator[tuple[str, MessageStore]]:
     name = request.param
     root = copy_fixture(name, tmp_path_factory.mktemp(name))
-    store = MessageStore.open(root, FIXTURE_CONFIG)
+    store = MessageStore.open(root, FIXTURE_CONFIG, clock=fixture_clock(name))
     assert store.wait_dispatched(10)
     yield name, store
     store.close()
@@ -211,12 +211,13 @@ def test_key_queries(opened: tuple[str, MessageStore]) -> None:
 
 def test_reopen_after_recovery_is_clean_and_identical(tmp_path: Path) -> None:
     root = copy_fixture("store-sample-crash", tmp_path)
-    with MessageStore.open(root, FIXTURE_CONFIG) as store:
+    clock = fixture_clock("store-sample-crash")
+    with MessageStore.open(root, FIXTURE_CONFIG, clock=clock) as store:
         assert store.abnormal_shutdown_detected
         before = [(m.msg_id, m.body) for m in store.get_message("g", "TopicA", 0, 0, 32).messages]
         max_phy = store.max_phy_offset()
     assert not (root / "abort").exists()
-    with MessageStore.open(root, FIXTURE_CONFIG) as store:
+    with MessageStore.open(root, FIXTURE_CONFIG, clock=clock) as store:
         assert not store.abnormal_shutdown_detected
         assert store.max_phy_offset() == max_phy
         assert [(m.msg_id, m.body) for m in store.get_message("g", "TopicA", 0, 0, 32).messages] == before

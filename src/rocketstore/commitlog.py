@@ -345,16 +345,19 @@ class CommitLog:
     ) -> MessageExt | None:
         """The record at global ``offset`` (None if the offset is outside the readable log)."""
         mf = self.files.find(offset)
-        if mf is None or not mf.available:
+        if mf is None:
+            return None
+        buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
+        if not mf.available:
             return None
         pos = offset - mf.from_offset
         if size is None:
             if pos + 4 > mf.read_position:
                 return None
-            size = int.from_bytes(mf.buf[pos : pos + 4], "big", signed=True)
+            size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
         if size <= 0 or pos + size > mf.read_position:
             return None
-        return MessageExt(mf.buf[pos : pos + size], 0, tags_code, delay_levels_ms=self.config.delay_levels_ms)
+        return MessageExt(buf[pos : pos + size], 0, tags_code, delay_levels_ms=self.config.delay_levels_ms)
 
     def store_timestamp_at(self, offset: int) -> int:
         """Store time of the record at ``offset`` (-1 if unreadable)."""

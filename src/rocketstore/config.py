@@ -72,6 +72,12 @@ class StoreConfig:
     delete_consume_queue_files_interval: int = 100
     destroy_mapped_file_interval_forcibly: int = 120_000
     manual_delete_file_several_times: int = 20
+    # lifecycle: delayed delivery, topics, consumer offsets
+    schedule_tick: int = (
+        100  # RocketMQ's DELAY_FOR_A_WHILE: how often each delay level looks for due messages
+    )
+    default_topic_queue_nums: int = 4
+    flush_consumer_offset_interval: int = 5_000
     # --- reading ----------------------------------------------------------------------------
     default_query_max_num: int = 32
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
@@ -115,9 +121,12 @@ class StoreConfig:
             "flush_consume_queue_interval",
             "clean_resource_interval",
             "os_page_cache_busy_timeout",
+            "schedule_tick",
+            "flush_consumer_offset_interval",
         ):
             _require(getattr(self, name) > 0, f"{name} must be positive (milliseconds)")
         _require(self.default_query_max_num >= 1, "default_query_max_num must be at least 1")
+        _require(1 <= self.default_topic_queue_nums <= 1024, "default_topic_queue_nums must be in 1..1024")
         _require(
             not (self.transient_store_pool_enable and self.flush_disk_type is FlushDiskType.SYNC_FLUSH),
             "transient_store_pool_enable works with ASYNC_FLUSH only "
@@ -249,6 +258,8 @@ _ROCKETMQ_NAMES: dict[str, tuple[str, Any]] = {
     "maxHashSlotNum": ("index_hash_slots", int),
     "maxIndexNum": ("index_max_entries", int),
     "maxMessageSize": ("max_message_size", int),
+    "defaultTopicQueueNums": ("default_topic_queue_nums", int),
+    "flushConsumerOffsetInterval": ("flush_consumer_offset_interval", int),
     "flushDiskType": ("flush_disk_type", None),
     "flushIntervalCommitLog": ("flush_interval", int),
     "flushCommitLogLeastPages": ("flush_least_pages", int),

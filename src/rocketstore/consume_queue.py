@@ -20,6 +20,7 @@ from rocketstore.codec.consume_queue_entry import (
 )
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.message import TOPIC_PATTERN
+from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.mapped_file_queue import MappedFileQueue
 
 __all__ = ["ConsumeQueue", "ConsumeQueueSet"]
@@ -157,17 +158,35 @@ class ConsumeQueue:
 
     def correct_min_offset(self, commitlog_min_offset: int) -> None:
         """Move ``min_offset`` to the first entry whose record is still in the commitlog."""
-        first = self.files.first
-        if first is None:
-            return
-        entries = decode_entries(first.buf[: first.wrote_position])
-        live = np.flatnonzero(entries["offset"] >= commitlog_min_offset)
-        if len(live):
-            self.min_logic_offset = max(
-                self.min_logic_offset, first.from_offset + int(live[0]) * CQ_ENTRY_SIZE
-            )
-        else:
-            self.min_logic_offset = max(self.min_logic_offset, self.files.max_offset)
+        for mf in self.files.files:
+            entries = decode_entries(mf.buf[: mf.wrote_position])
+            live = np.flatnonzero(entries["offset"] >= commitlog_min_offset)
+            del entries
+            if len(live):
+                self.min_logic_offset = max(
+                    self.min_logic_offset, mf.from_offset + int(live[0]) * CQ_ENTRY_SIZE
+                )
+                return
+        self.min_logic_offset = max(self.min_logic_offset, self.files.max_offset)
+
+    def delete_expired(
+        self, commitlog_min_offset: int, *, now_ms: int, forcibly_after_ms: int, pause: Callable[[], None]
+    ) -> int:
+        """After the commitlog lost its oldest segments: move ``min_offset`` past the entries that
+        point below ``commitlog_min_offset``, then delete the segments holding only such entries
+        (never the newest). Returns how many segments were deleted."""
+        self.correct_min_offset(commitlog_min_offset)
+
+        def expired(mf: MappedFile) -> bool:
+            if mf.wrote_position < CQ_ENTRY_SIZE:
+                return False
+            last = decode_entry(mf.buf, mf.wrote_position - CQ_ENTRY_SIZE)
+            return last[0] < commitlog_min_offset
+
+        deleted = self.files.delete_oldest(
+            expired, now_ms=now_ms, forcibly_after_ms=forcibly_after_ms, max_files=1 << 30, pause=pause
+        )
+        return len(deleted)
 
     # --- writing -------------------------------------------------------------------------
     def put(self, requests: Sequence[DispatchRequest]) -> None:
@@ -247,10 +266,11 @@ class ConsumeQueue:
         mf = self.files.find(logic)
         if mf is None or offset < 0:
             return None
+        buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
         pos = logic - mf.from_offset
-        if pos + CQ_ENTRY_SIZE > mf.wrote_position:
+        if not mf.available or pos + CQ_ENTRY_SIZE > mf.wrote_position:
             return None
-        return decode_entry(mf.buf, pos)
+        return decode_entry(buf, pos)
 
     def entries(self, offset: int, max_count: int) -> npt.NDArray[np.void] | None:
         """Up to ``max_count`` entries from ``offset``, within its segment (a zero-copy array)."""
@@ -258,11 +278,12 @@ class ConsumeQueue:
         mf = self.files.find(logic)
         if mf is None:
             return None
+        buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
         pos = logic - mf.from_offset
         end = min(mf.wrote_position, pos + max_count * CQ_ENTRY_SIZE)
-        if pos >= end:
+        if not mf.available or pos >= end:
             return None
-        return decode_entries(mf.buf[pos:end])
+        return decode_entries(buf[pos:end])
 
     def next_segment_offset(self, offset: int) -> int:
         """The first queue offset of the segment after the one holding ``offset``."""

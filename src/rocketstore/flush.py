@@ -11,7 +11,7 @@ from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.index import IndexService
-from rocketstore.service import BackgroundService
+from rocketstore.service import BackgroundService, FailureHandler
 
 __all__ = [
     "CommitLogFlushService",
@@ -20,8 +20,6 @@ __all__ = [
     "FlushRequest",
     "GroupCommitService",
 ]
-
-FailureHandler = Callable[[BackgroundService, BaseException], None]
 
 
 class _ThoroughTimer:

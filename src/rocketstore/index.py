@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -204,6 +205,11 @@ class IndexFile:
         self.buf = memoryview(b"")
         self._file.destroy()
 
+    def delete_when_unread(self, now_ms: int, forcibly_after_ms: int) -> bool:
+        """Reclaim this file (see ``MappedFile.delete_when_unread``); True when it is gone."""
+        self.buf = memoryview(b"")
+        return self._file.delete_when_unread(now_ms, forcibly_after_ms)
+
 
 class _IndexMapping(MappedFile):
     """An index file is a fixed-size mapped file whose name is a time, not an offset."""
@@ -238,6 +244,7 @@ class IndexService:
         self.readonly = readonly
         self.files: list[IndexFile] = []
         self._reindex_from: int | None = None
+        self._files_lock = threading.Lock()  # the dispatcher adds files, the cleaner removes them
 
     def load(self) -> None:
         if not self.directory.is_dir():
@@ -294,7 +301,8 @@ class IndexService:
         f = IndexFile(
             path, self.hash_slots, self.max_entries, create=True, end_phy_offset=end_phy, end_timestamp=end_ts
         )
-        self.files = [*self.files, f]
+        with self._files_lock:
+            self.files = [*self.files, f]
         return f
 
     def build_batch(self, batch: DispatchBatch) -> None:
@@ -395,6 +403,21 @@ class IndexService:
             current = self._reindex_from
             self._reindex_from = offset if current is None else min(current, offset)
         return offset
+
+    def delete_expired(self, commitlog_min_offset: int, *, now_ms: int, forcibly_after_ms: int) -> int:
+        """Delete the files (never the newest) whose every entry points below the commitlog's
+        min offset, oldest first; stops at one still being read. Returns how many were deleted."""
+        deleted = 0
+        for f in self.files[:-1]:
+            if f.header.end_phy_offset >= commitlog_min_offset:
+                break
+            if not f.delete_when_unread(now_ms, forcibly_after_ms):
+                break
+            log.info("deleted index file %s: it indexes only reclaimed records", f.path)
+            with self._files_lock:
+                self.files = [g for g in self.files if g is not f]
+            deleted += 1
+        return deleted
 
     def flush(self) -> None:
         for f in self.files[-2:]:

@@ -24,6 +24,9 @@ class PutStatus(enum.Enum):
     MESSAGE_SIZE_EXCEEDED = "MESSAGE_SIZE_EXCEEDED"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    # the disk is above disk_warning_ratio: no put is taken until reclamation frees space
+    # (RocketMQ answers SERVICE_NOT_AVAILABLE and says why only in its log)
+    DISK_FULL = "DISK_FULL"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 

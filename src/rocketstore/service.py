@@ -12,9 +12,12 @@ import logging
 import threading
 from collections.abc import Callable
 
-__all__ = ["BackgroundService"]
+__all__ = ["BackgroundService", "FailureHandler"]
 
 log = logging.getLogger(__name__)
+
+
+FailureHandler = Callable[["BackgroundService", BaseException], None]
 
 
 class BackgroundService:

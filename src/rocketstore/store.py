@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 
 from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.cleanup import CleanService, DiskUsage, ReclaimReport, disk_used_ratio
 from rocketstore.clock import Clock, SystemClock
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.codec.message_id import decode_offset_msg_id
@@ -23,15 +25,19 @@ from rocketstore.flush import (
     GroupCommitService,
 )
 from rocketstore.index import IndexService
-from rocketstore.message import PROPERTY_WAIT, Message, MessageExt
-from rocketstore.prepare import MessageEncoder
+from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageExt
+from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
+from rocketstore.prepare import MessageEncoder, validate_topic
 from rocketstore.recovery import RecoveryReport, recover
 from rocketstore.results import GetMessageResult, GetStatus, PutMessageResult, PutStatus
+from rocketstore.schedule import ScheduleService
 from rocketstore.service import BackgroundService
+from rocketstore.stats import StoreStats
 from rocketstore.storage.allocate import AllocateService
 from rocketstore.storage.paths import StoreLayout
 from rocketstore.storage.transient_pool import TransientStorePool
 from rocketstore.store_lock import StoreLock
+from rocketstore.topics import PROPERTY_SHARDING_KEY, TopicConfig, TopicTable
 
 __all__ = ["MessageStore"]
 
@@ -49,11 +55,20 @@ class MessageStore:
     in the put status; any call on a closed store raises ``StoreClosedError``.
     """
 
-    def __init__(self, layout: StoreLayout, config: StoreConfig, clock: Clock, *, readonly: bool) -> None:
+    def __init__(
+        self,
+        layout: StoreLayout,
+        config: StoreConfig,
+        clock: Clock,
+        *,
+        readonly: bool,
+        disk_usage: DiskUsage = disk_used_ratio,
+    ) -> None:
         self.layout = layout
         self.config = config
         self.readonly = readonly
         self._clock = clock
+        self._disk_usage = disk_usage
         self._closed = False
         self._failure: BaseException | None = None
         self._lock = StoreLock(layout.lock)
@@ -81,6 +96,13 @@ class MessageStore:
             else None
         )
         self._checkpoint = StoreCheckpoint(layout.checkpoint, readonly=readonly)
+        self._topics = TopicTable(
+            layout.config / "topics.json", clock, config.default_topic_queue_nums, readonly=readonly
+        )
+        self._offsets = ConsumerOffsets(layout.config / "consumerOffset.json", readonly=readonly)
+        self._stats = StoreStats(clock)
+        self._cleaner: CleanService | None = None
+        self._scheduler: ScheduleService | None = None
         self._encoder = MessageEncoder(config, clock)
         self._services: list[BackgroundService] = []
         self._dispatcher: DispatchService | None = None
@@ -102,11 +124,14 @@ class MessageStore:
         *,
         clock: Clock | None = None,
         readonly: bool = False,
+        disk_usage: DiskUsage | None = None,
     ) -> MessageStore:
         """Open (creating if needed) the store at ``path``, recover it, start its services.
 
         ``readonly=True`` takes no lock and writes nothing: no abort file, no recovery writes,
         no dispatch; it reads what is on disk, for stores another process may have open.
+        ``clock`` and ``disk_usage`` (the used fraction of the disk holding a path) replace the
+        real ones, for tests and simulations.
         """
         layout = StoreLayout(path)
         cfg = config or StoreConfig()
@@ -115,7 +140,9 @@ class MessageStore:
                 raise FileNotFoundError(f"no store directory at {str(layout.root)!r}")
         else:
             layout.create_directories()
-        store = cls(layout, cfg, clock or SystemClock(), readonly=readonly)
+        store = cls(
+            layout, cfg, clock or SystemClock(), readonly=readonly, disk_usage=disk_usage or disk_used_ratio
+        )
         try:
             store._start()
         except BaseException:
@@ -139,6 +166,8 @@ class MessageStore:
             self.config,
             abnormal=self.abnormal_shutdown_detected,
         )
+        self._topics.load(self._queues.topics())
+        self._offsets.load()
         if self.readonly:
             return
         self.layout.abort.touch()
@@ -156,6 +185,27 @@ class MessageStore:
         for cq in self._queues:
             table[(cq.topic, cq.queue_id)] = cq.max_offset
         self._dispatcher = dispatcher
+        # Delivery resumes only now: every queue is complete, so copies delivered before a
+        # crash can be recognised (see schedule.py).
+        scheduler = self._scheduler = ScheduleService(
+            self._commitlog,
+            self._queues,
+            self.put_message,
+            self.layout.config / "delayOffset.json",
+            self.config,
+            self._clock,
+            on_failure=self._service_failed,
+        )
+        scheduler.load()
+        self._cleaner = CleanService(
+            self._commitlog,
+            self._queues,
+            self._index,
+            self.config,
+            self._clock,
+            self._disk_usage,
+            on_failure=self._service_failed,
+        )
         assert self._allocator is not None
         commit_flusher: BackgroundService
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
@@ -171,7 +221,11 @@ class MessageStore:
                 self._commitlog, self.config, self._clock, commit_flusher, on_failure=self._service_failed
             )
         # stopped in this order at close: each final round leaves nothing for the ones before it
+        # (the scheduler's last deliveries are puts: the writing services stop after it)
         self._services = [
+            scheduler,
+            self._cleaner,
+            self._stats,
             self._allocator,
             *([self._committer] if self._committer is not None else []),
             dispatcher,
@@ -184,6 +238,9 @@ class MessageStore:
                 self._clock,
                 lambda: dispatcher.last_store_timestamp,
                 on_failure=self._service_failed,
+            ),
+            OffsetFlushService(
+                self._offsets, self.config.flush_consumer_offset_interval, on_failure=self._service_failed
             ),
         ]
         for service in self._services:
@@ -211,6 +268,7 @@ class MessageStore:
                 errors.append(service.failure)
         if clean and not self.readonly and self._dispatcher is not None and not errors:
             try:
+                self._offsets.persist()
                 self._commitlog.files.flush_all()
                 for cq in self._queues:
                     cq.files.flush_all()
@@ -252,10 +310,16 @@ class MessageStore:
         return self.put_messages((msg,))[0]
 
     def put_messages(self, msgs: Sequence[Message]) -> list[PutMessageResult]:
-        """Store a batch under one lock acquisition: all of it, or (bad message) none of it."""
+        """Store a batch under one lock acquisition: all of it, or (bad message) none of it.
+
+        A message whose ``queue_id`` is None goes to a queue of the topic's choosing: by its
+        ``__SHARDINGKEY`` property when it has one, else round robin. A topic not yet known
+        is created with ``default_topic_queue_nums`` queues.
+        """
         self._check_open()
         if not msgs:
             return []
+        msgs = self._place(msgs)
         batch = self._encoder.prepare_batch(msgs)
         prepared = [] if batch is not None else self._encoder.prepare_many(msgs)
         unavailable = self._unavailable_reason()
@@ -264,6 +328,12 @@ class MessageStore:
             return [PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in msgs]
         if self._page_cache_busy():
             return [PutMessageResult(PutStatus.OS_PAGECACHE_BUSY) for _ in msgs]
+        if self._cleaner is not None and self._cleaner.disk_full:
+            log.warning(
+                "put refused: the disk is full (above disk_warning_ratio %d%%)",
+                self.config.disk_warning_ratio,
+            )
+            return [PutMessageResult(PutStatus.DISK_FULL) for _ in msgs]
         try:
             if batch is not None:
                 results = self._commitlog.append_batch(batch)
@@ -272,7 +342,24 @@ class MessageStore:
         except OSError as exc:
             log.error("put failed, could not create or write a commitlog segment: %s", exc)
             return [PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in msgs]
+        self._stats.count_put(len(results), sum(r.wrote_bytes for r in results))
         return self._make_durable(msgs, results)
+
+    def _place(self, msgs: Sequence[Message]) -> Sequence[Message]:
+        """Queue ids for messages without one; topic configs for topics first written to."""
+        topics = self._topics
+        placed: list[Message] | None = None
+        for i, m in enumerate(msgs):
+            if m.queue_id is None:
+                if placed is None:
+                    placed = list(msgs)
+                props = m.properties
+                key = props.get(PROPERTY_SHARDING_KEY) if props else None
+                placed[i] = dataclasses.replace(m, queue_id=topics.select_queue(validate_topic(m.topic), key))
+            elif m.topic not in topics and isinstance(m.queue_id, int) and not self.readonly:
+                topic = validate_topic(m.topic)
+                topics.create(topic, max(self.config.default_topic_queue_nums, m.queue_id + 1))
+        return msgs if placed is None else placed
 
     def _make_durable(
         self, msgs: Sequence[Message], results: list[PutMessageResult]
@@ -454,6 +541,7 @@ class MessageStore:
                 skip_below = -1
                 i += 1
         del entries
+        self._stats.count_get(len(messages))
         return GetMessageResult(status, offset + i, min_offset, max_offset, messages)
 
     # --- lookups ---------------------------------------------------------------------------
@@ -577,6 +665,104 @@ class MessageStore:
             )
             for f in self._index.files
         ]
+
+    # --- topics and consumer offsets -------------------------------------------------------
+    def create_topic(
+        self, topic: str, queues: int | None = None, *, perm: int = 6, order: bool = False
+    ) -> TopicConfig:
+        """Create a topic (or change its queue count and permissions); ``config/topics.json``
+        is rewritten at once."""
+        self._check_open()
+        return self._topics.create(
+            validate_topic(topic), queues or self.config.default_topic_queue_nums, perm=perm, order=order
+        )
+
+    def topic_configs(self) -> dict[str, TopicConfig]:
+        """Every known topic's configuration (from topics.json, creation, or queues on disk)."""
+        self._check_open()
+        return self._topics.all()
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Remember where ``group`` is in a queue (written to consumerOffset.json periodically
+        and at close)."""
+        self._check_open()
+        self._offsets.commit(group, topic, queue_id, offset)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The offset ``group`` committed for a queue, -1 if none."""
+        self._check_open()
+        return self._offsets.query(group, topic, queue_id)
+
+    def consumer_offsets(self) -> dict[tuple[str, str], dict[int, int]]:
+        """(topic, group) -> {queue id: committed offset}."""
+        self._check_open()
+        return self._offsets.table()
+
+    # --- reclaiming and delayed delivery ---------------------------------------------------
+    def reclaim(self) -> ReclaimReport:
+        """A manual reclamation round now (STORE.md §9): arms manual deletion for the next
+        rounds too, as RocketMQ's executeDeleteFilesManually does."""
+        self._check_open()
+        if self._cleaner is None:
+            raise StoreClosedError(f"store {str(self.layout.root)!r} is read-only: nothing can be reclaimed")
+        self._cleaner.request_delete()
+        return self._cleaner.reclaim()
+
+    @property
+    def disk_full(self) -> bool:
+        return self._cleaner is not None and self._cleaner.disk_full
+
+    def delay_progress(self) -> dict[int, tuple[int, int]]:
+        """Per delay level with messages: (next offset to deliver, max offset of its queue)."""
+        self._check_open()
+        result = {}
+        for topic_queue in self._queues:
+            if topic_queue.topic == SCHEDULE_TOPIC:
+                level = topic_queue.queue_id + 1
+                done = self._scheduler.offsets.get(level, 0) if self._scheduler is not None else 0
+                result[level] = (max(done, topic_queue.min_offset), topic_queue.max_offset)
+        return dict(sorted(result.items()))
+
+    # --- runtime statistics ------------------------------------------------------------------
+    def runtime_info(self) -> dict[str, object]:
+        """The store's state, like RocketMQ's brokerStatus (its key names where it has them).
+        TPS figures are per second over the last 10 s, 1 min and 10 min."""
+        self._check_open()
+        rates = self._stats.rates()
+        commitlog = self._commitlog
+        last = commitlog.files.last
+        flushed = commitlog.files.flushed_where
+        committed = last.from_offset + last.committed_position if last is not None else 0
+        cq_root = self.layout.consume_queue if self.layout.consume_queue.exists() else self.layout.root
+        info: dict[str, object] = {
+            "bootTimestamp": self._stats.boot_ms,
+            "runtimeMillis": self._clock.now_ms() - self._stats.boot_ms,
+            "putTps": rates["put"],
+            "getFoundTps": rates["get_found"],
+            "getMissTps": rates["get_miss"],
+            "getTransferedTps": rates["get_transferred"],
+            **self._stats.totals(),
+            "commitLogDiskRatio": round(self._disk_usage(commitlog.files.directory), 4),
+            "consumeQueueDiskRatio": round(self._disk_usage(cq_root), 4),
+            "commitLogMinOffset": commitlog.min_offset,
+            "commitLogMaxOffset": commitlog.max_offset,
+            "dispatchBehindBytes": self.dispatch_behind_bytes,
+            "remainHowManyDataToCommit": max(0, commitlog.max_offset - committed) if self._pool else 0,
+            "remainHowManyDataToFlush": max(0, commitlog.max_offset - flushed),
+            "earliestMessageTimeStamp": self.earliest_message_time(),
+            "pageCacheLockTimeMills": self._lock_held_ms(),
+            "remainTransientStoreBufferNumbs": self._pool.available if self._pool is not None else 0,
+            "diskFull": self.disk_full,
+            "abnormalShutdownDetected": self.abnormal_shutdown_detected,
+            "readonly": self.readonly,
+            "failure": repr(self._failure) if self._failure is not None else None,
+            "delayedPending": {lvl: hi - lo for lvl, (lo, hi) in self.delay_progress().items() if hi > lo},
+        }
+        return info
+
+    def _lock_held_ms(self) -> int:
+        began = self._commitlog.begin_time_in_lock
+        return int((self._clock.monotonic() - began) * 1000) if began else 0
 
     def __repr__(self) -> str:
         return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"

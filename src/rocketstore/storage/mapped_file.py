@@ -105,6 +105,7 @@ class MappedFile:
         self.write_target: bytearray | mmap.mmap = write_buffer if write_buffer is not None else self.mm
         self.last_store_timestamp = 0
         self.available = True
+        self._shutdown_at = 0
         # Readers slice this view; while any slice lives, the mapping cannot be closed under it.
         self.buf = memoryview(self.mm)
 
@@ -263,6 +264,36 @@ class MappedFile:
             self.mm.close()
         except BufferError:
             log.debug("%s still has readers; it is unmapped when they finish", self.path)
+
+    @property
+    def last_modified_ms(self) -> int:
+        """The file's mtime (the time of its last write reaching the file), as RocketMQ's expiry uses."""
+        return os.stat(self.path).st_mtime_ns // 1_000_000
+
+    def delete_when_unread(self, now_ms: int, forcibly_after_ms: int) -> bool:
+        """Reclaim this segment: stop serving it, then delete it once no reader holds a view of
+        it, or anyway ``forcibly_after_ms`` after the first attempt (readers still holding views
+        keep valid pages: an unlinked file stays mapped until its last view goes). True when
+        the file is gone; call again later when False.
+
+        Order matters for lock-free readers, which take ``buf`` before checking ``available``:
+        ``available`` falls first, so a reader either sees it down or holds the old view, and
+        then the mapping waits for that view.
+        """
+        if self.available:
+            self.available = False
+            self._shutdown_at = now_ms
+            self.buf = memoryview(b"")  # the old view dies with its last reader: no release() under them
+        try:
+            self.mm.close()
+        except BufferError:
+            if now_ms - self._shutdown_at < forcibly_after_ms:
+                return False
+            log.warning(
+                "%s: still read %d ms after its deletion began; deleted anyway", self.path, forcibly_after_ms
+            )
+        self.path.unlink(missing_ok=True)
+        return True
 
     def destroy(self) -> None:
         """Delete the file and unmap it (readers holding views keep reading valid memory)."""

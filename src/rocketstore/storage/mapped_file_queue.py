@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
@@ -41,6 +42,9 @@ class MappedFileQueue:
         self._allocate = allocator or _create
         self.files: list[MappedFile] = []
         self.flushed_where = 0
+        # The writer appends segments and the cleaner removes them: each replaces the list under
+        # this lock, so neither loses the other's change. Readers never take it.
+        self._files_lock = threading.Lock()
 
     # --- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -114,7 +118,8 @@ class MappedFileQueue:
         else:
             start = last.from_offset + self.file_size
         mf = self._allocate(self.directory / segment_name(start), self.file_size)
-        self.files = [*self.files, mf]
+        with self._files_lock:
+            self.files = [*self.files, mf]
         return mf
 
     def truncate(self, offset: int) -> int:
@@ -144,9 +149,38 @@ class MappedFileQueue:
                     continue
                 log.info("deleting segment %s: it starts after the truncation point %d", mf.path, offset)
                 mf.destroy()
-        self.files = keep
+        with self._files_lock:
+            self.files = keep
         self.flushed_where = min(self.flushed_where, offset)
         return dropped
+
+    # --- reclaiming ----------------------------------------------------------------------
+    def delete_oldest(
+        self,
+        expired: Callable[[MappedFile], bool],
+        *,
+        now_ms: int,
+        forcibly_after_ms: int,
+        max_files: int,
+        pause: Callable[[], None],
+    ) -> list[MappedFile]:
+        """Delete segments from the oldest while ``expired`` says so, never the newest one, at most
+        ``max_files``, calling ``pause`` between two deletions. Stops at the first segment that
+        is still read (it is retried next time). Returns the deleted segments."""
+        deleted: list[MappedFile] = []
+        for mf in self.files[:-1]:
+            if len(deleted) >= max_files or not expired(mf):
+                break
+            if deleted:
+                pause()
+            if not mf.delete_when_unread(now_ms, forcibly_after_ms):
+                log.info("segment %s is still being read; deleting it later", mf.path.name)
+                break
+            log.info("deleted expired segment %s", mf.path)
+            deleted.append(mf)
+            with self._files_lock:
+                self.files = [f for f in self.files if f is not mf]
+        return deleted
 
     def flush(self, least_pages: int = 0) -> bool:
         """Flush from ``flushed_where``; True if something was flushed. Raises OSError."""

@@ -1,0 +1,170 @@
+"""The JSON files under ``{root}/config``, in the shapes RocketMQ 4.9's broker writes them.
+
+``topics.json``::
+
+    {"dataVersion": {"counter": 3, "timestamp": 1700000000000},
+     "topicConfigTable": {"TopicA": {"topicName": "TopicA", "readQueueNums": 4, "writeQueueNums": 4,
+                                     "perm": 6, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0,
+                                     "order": false}}}
+
+``consumerOffset.json``: ``{"offsetTable": {"TopicA@groupA": {"0": 12, "1": 5}}}``
+``delayOffset.json``: ``{"offsetTable": {"4": 10}}`` (delay level -> offset in its schedule queue),
+plus ``rocketstoreCommitLogOffset``: the commitlog's end when rocketstore wrote the file.
+
+RocketMQ writes these with fastjson, which leaves integer map keys unquoted (``{0:12}``): not
+JSON. They are read either way; they are written as standard JSON (quoted keys), which fastjson
+reads back into the same integer keys.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from rocketstore.errors import CorruptDataError
+
+__all__ = [
+    "PERM_READ",
+    "PERM_WRITE",
+    "TopicConfig",
+    "decode_delay_offsets",
+    "decode_json",
+    "decode_offsets",
+    "decode_topics",
+    "encode_delay_offsets",
+    "encode_offsets",
+    "encode_topics",
+]
+
+PERM_WRITE = 0x2
+PERM_READ = 0x4
+# an unquoted integer key, as fastjson writes them: `{0:12,` or `,3:` (strings never start a key here)
+# rocketstore's extra field in delayOffset.json (fastjson ignores fields it does not know)
+_DELAY_MARK = "rocketstoreCommitLogOffset"
+_BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    topic: str
+    read_queues: int = 4
+    write_queues: int = 4
+    perm: int = PERM_READ | PERM_WRITE
+    order: bool = False
+    sys_flag: int = 0
+    filter_type: str = "SINGLE_TAG"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queues,
+            "topicFilterType": self.filter_type,
+            "topicName": self.topic,
+            "topicSysFlag": self.sys_flag,
+            "writeQueueNums": self.write_queues,
+        }
+
+
+def decode_json(text: str, what: str) -> dict[str, Any]:
+    """Parse one of the config files, fastjson's bare integer keys included."""
+    try:
+        value = json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
+    except json.JSONDecodeError as exc:
+        raise CorruptDataError(f"{what}: not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise CorruptDataError(f"{what}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _table(doc: dict[str, Any], key: str, what: str) -> dict[str, Any]:
+    table = doc.get(key, {})
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise CorruptDataError(f"{what}: {key!r} must be an object")
+    return table
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CorruptDataError(f"{what}: expected an integer, got {value!r}")
+    return value
+
+
+def decode_topics(text: str, what: str = "topics.json") -> tuple[dict[str, TopicConfig], int]:
+    """The topic table and the data version counter."""
+    doc = decode_json(text, what)
+    version = doc.get("dataVersion") or {}
+    counter = version.get("counter", 0) if isinstance(version, dict) else 0
+    topics: dict[str, TopicConfig] = {}
+    for name, raw in _table(doc, "topicConfigTable", what).items():
+        if not isinstance(raw, dict):
+            raise CorruptDataError(f"{what}: topic {name!r} must be an object")
+        topics[name] = TopicConfig(
+            topic=str(raw.get("topicName", name)),
+            read_queues=_int(raw.get("readQueueNums", 4), f"{what}: {name}.readQueueNums"),
+            write_queues=_int(raw.get("writeQueueNums", 4), f"{what}: {name}.writeQueueNums"),
+            perm=_int(raw.get("perm", PERM_READ | PERM_WRITE), f"{what}: {name}.perm"),
+            order=bool(raw.get("order", False)),
+            sys_flag=_int(raw.get("topicSysFlag", 0), f"{what}: {name}.topicSysFlag"),
+            filter_type=str(raw.get("topicFilterType", "SINGLE_TAG")),
+        )
+    return topics, _int(counter, f"{what}: dataVersion.counter")
+
+
+def encode_topics(topics: dict[str, TopicConfig], counter: int, timestamp: int) -> bytes:
+    doc = {
+        "dataVersion": {"counter": counter, "timestamp": timestamp},
+        "topicConfigTable": {name: topics[name].to_json() for name in sorted(topics)},
+    }
+    return json.dumps(doc, indent=1).encode()
+
+
+def decode_offsets(text: str, what: str = "consumerOffset.json") -> dict[tuple[str, str], dict[int, int]]:
+    """``(topic, group) -> {queue id: offset}``; keys are ``topic@group`` on disk."""
+    result: dict[tuple[str, str], dict[int, int]] = {}
+    for key, queues in _table(decode_json(text, what), "offsetTable", what).items():
+        topic, sep, group = key.partition("@")
+        if not sep or not isinstance(queues, dict):
+            raise CorruptDataError(f"{what}: bad entry {key!r} (want 'topic@group': {{queue: offset}})")
+        result[(topic, group)] = {
+            int(q): _int(v, f"{what}: {key} queue {q}") for q, v in queues.items() if _queue_key(q, what)
+        }
+    return result
+
+
+def _queue_key(q: str, what: str) -> bool:
+    if not q.lstrip("-").isdigit():
+        raise CorruptDataError(f"{what}: queue id {q!r} is not an integer")
+    return True
+
+
+def encode_offsets(table: dict[tuple[str, str], dict[int, int]]) -> bytes:
+    doc = {
+        "offsetTable": {
+            f"{topic}@{group}": {str(q): off for q, off in sorted(queues.items())}
+            for (topic, group), queues in sorted(table.items())
+        }
+    }
+    return json.dumps(doc, indent=1).encode()
+
+
+def decode_delay_offsets(text: str, what: str = "delayOffset.json") -> tuple[dict[int, int], int]:
+    """delay level -> queue offset of the next message to deliver, and the commitlog offset
+    rocketstore noted at the write (0 in RocketMQ's files, which have no such field)."""
+    doc = decode_json(text, what)
+    table = _table(doc, "offsetTable", what)
+    offsets = {
+        int(level): _int(off, f"{what}: level {level}")
+        for level, off in table.items()
+        if _queue_key(level, what)
+    }
+    return offsets, _int(doc.get(_DELAY_MARK, 0), f"{what}: {_DELAY_MARK}")
+
+
+def encode_delay_offsets(offsets: dict[int, int], physical_mark: int) -> bytes:
+    doc = {"offsetTable": {str(k): v for k, v in sorted(offsets.items())}, _DELAY_MARK: physical_mark}
+    return json.dumps(doc, indent=1).encode()

@@ -1,0 +1,96 @@
+"""Topics (``config/topics.json``): queue counts and permissions, and which queue a put without
+one goes to.
+
+A topic is known once it is created, found in ``topics.json``, or has consume queues on disk
+(stores written by a broker that kept its topic table elsewhere). A put to an unknown topic
+creates it with ``default_topic_queue_nums`` queues, as RocketMQ's autoCreateTopicEnable does.
+Every change is written at once, atomically (new file, fsync, rename): the table is small and
+changes rarely.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from rocketstore.clock import Clock
+from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig, decode_topics, encode_topics
+from rocketstore.codec.java_hash import java_hash
+from rocketstore.errors import StoreConfigError
+from rocketstore.storage.paths import atomic_write
+
+__all__ = ["PROPERTY_SHARDING_KEY", "TopicConfig", "TopicTable"]
+
+PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # RocketMQ 5's name for an ordering/sharding key
+_MAX_QUEUES = 1024
+
+
+class TopicTable:
+    def __init__(self, path: Path, clock: Clock, default_queues: int, *, readonly: bool = False) -> None:
+        self.path = path
+        self._clock = clock
+        self._default_queues = default_queues
+        self._readonly = readonly
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicConfig] = {}
+        self._counter = 0
+        self._round_robin: dict[str, itertools.count[int]] = {}
+
+    def load(self, queues_on_disk: Mapping[str, Iterable[int]]) -> None:
+        if self.path.exists():
+            self._topics, self._counter = decode_topics(self.path.read_text("utf-8"), str(self.path))
+        for topic, qids in queues_on_disk.items():
+            if topic not in self._topics:
+                n = max(qids, default=-1) + 1
+                self._topics[topic] = TopicConfig(topic, n, n)
+
+    def __contains__(self, topic: str) -> bool:
+        return topic in self._topics
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self._topics.get(topic)
+
+    def all(self) -> dict[str, TopicConfig]:
+        return dict(self._topics)
+
+    def create(
+        self, topic: str, queues: int, *, perm: int = PERM_READ | PERM_WRITE, order: bool = False
+    ) -> TopicConfig:
+        """Create ``topic`` or change its queue count and permissions; written at once."""
+        if not 1 <= queues <= _MAX_QUEUES:
+            raise StoreConfigError(f"topic {topic!r}: queues must be 1..{_MAX_QUEUES}, not {queues}")
+        if perm & ~(PERM_READ | PERM_WRITE | 0x1):
+            raise StoreConfigError(f"topic {topic!r}: perm {perm} has unknown bits")
+        config = TopicConfig(topic, queues, queues, perm, order)
+        with self._lock:
+            if self._topics.get(topic) != config:
+                self._topics[topic] = config
+                self._persist()
+        return config
+
+    def select_queue(self, topic: str, sharding_key: str | None) -> int:
+        """The queue for a put that named none: by the sharding key's hash when there is one
+        (the same key, the same queue), else round robin over the topic's write queues."""
+        config = self._topics.get(topic)
+        if config is None:
+            n = self._default_queues
+            config = TopicConfig(topic, n, n) if self._readonly else self.create(topic, n)
+        n = max(1, config.write_queues)
+        if sharding_key:
+            return abs(java_hash(sharding_key)) % n
+        counter = self._round_robin.get(topic)
+        if counter is None:
+            counter = self._round_robin.setdefault(topic, itertools.count())
+        return next(counter) % n
+
+    def writable(self, topic: str) -> bool:
+        config = self._topics.get(topic)
+        return config is None or bool(config.perm & PERM_WRITE)
+
+    def _persist(self) -> None:
+        if self._readonly:
+            raise StoreConfigError("the store is open read-only: topics cannot be changed")
+        self._counter += 1
+        atomic_write(self.path, encode_topics(self._topics, self._counter, self._clock.now_ms()))
