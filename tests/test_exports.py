@@ -17,12 +17,14 @@ PUBLIC = {
     "MessageStore",
     "PutMessageResult",
     "PutStatus",
+    "ReclaimReport",
     "RocketStoreError",
     "StoreClosedError",
     "StoreConfig",
     "StoreConfigError",
     "StoreLockedError",
     "SystemClock",
+    "TopicConfig",
 }
 
 

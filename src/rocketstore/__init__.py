@@ -1,6 +1,8 @@
 """rocketstore: a durable message store, byte-compatible with Apache RocketMQ 4.9 store directories."""
 
+from rocketstore.cleanup import ReclaimReport
 from rocketstore.clock import Clock, ManualClock, SystemClock
+from rocketstore.codec.config_json import TopicConfig
 from rocketstore.config import FlushDiskType, StoreConfig
 from rocketstore.errors import (
     CorruptDataError,
@@ -27,12 +29,14 @@ __all__ = [
     "MessageStore",
     "PutMessageResult",
     "PutStatus",
+    "ReclaimReport",
     "RocketStoreError",
     "StoreClosedError",
     "StoreConfig",
     "StoreConfigError",
     "StoreLockedError",
     "SystemClock",
+    "TopicConfig",
 ]
 
 __version__ = "0.1.0"
