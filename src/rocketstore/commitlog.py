@@ -110,7 +110,7 @@ class CommitLog:
         self.config = config
         self._clock = clock
         self.files = MappedFileQueue(
-            directory, config.commitlog_segment_size, allocator=allocator, readonly=readonly
+            directory, config.commitlog_segment_size, allocator=allocator, readonly=readonly, keep_fds=True
         )
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()

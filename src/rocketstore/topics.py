@@ -63,6 +63,8 @@ class TopicTable:
             raise StoreConfigError(f"topic {topic!r}: queues must be 1..{_MAX_QUEUES}, not {queues}")
         if perm & ~(PERM_READ | PERM_WRITE | 0x1):
             raise StoreConfigError(f"topic {topic!r}: perm {perm} has unknown bits")
+        if self._readonly:
+            raise StoreConfigError("the store is open read-only: topics cannot be changed")
         config = TopicConfig(topic, queues, queues, perm, order)
         with self._lock:
             if self._topics.get(topic) != config:
@@ -90,7 +92,5 @@ class TopicTable:
         return config is None or bool(config.perm & PERM_WRITE)
 
     def _persist(self) -> None:
-        if self._readonly:
-            raise StoreConfigError("the store is open read-only: topics cannot be changed")
         self._counter += 1
         atomic_write(self.path, encode_topics(self._topics, self._counter, self._clock.now_ms()))

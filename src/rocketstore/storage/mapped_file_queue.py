@@ -34,9 +34,16 @@ class MappedFileQueue:
     """
 
     def __init__(
-        self, directory: Path, file_size: int, *, allocator: Allocator | None = None, readonly: bool = False
+        self,
+        directory: Path,
+        file_size: int,
+        *,
+        allocator: Allocator | None = None,
+        readonly: bool = False,
+        keep_fds: bool = False,
     ) -> None:
         self.directory = directory
+        self.keep_fds = keep_fds  # see MappedFile.sync
         self.file_size = file_size
         self.readonly = readonly
         self._allocate = allocator or _create
@@ -56,6 +63,7 @@ class MappedFileQueue:
         for name in names:
             mf = MappedFile(self.directory / name, self.file_size, readonly=self.readonly)
             mf.wrote_position = mf.flushed_position = self.file_size
+            mf.keep_fd = self.keep_fds
             files.append(mf)
         for prev, cur in pairwise(files):
             if cur.from_offset != prev.from_offset + self.file_size:
@@ -118,6 +126,7 @@ class MappedFileQueue:
         else:
             start = last.from_offset + self.file_size
         mf = self._allocate(self.directory / segment_name(start), self.file_size)
+        mf.keep_fd = self.keep_fds
         with self._files_lock:
             self.files = [*self.files, mf]
         return mf
