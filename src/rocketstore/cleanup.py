@@ -88,9 +88,9 @@ class CleanService(BackgroundService):
         self.last_report: ReclaimReport | None = None
 
     def request_delete(self) -> None:
-        """Arm manual deletion for the next ``manual_delete_file_several_times`` rounds."""
+        """Arm manual deletion for the next ``manual_delete_file_several_times`` rounds (the
+        first of which is whoever runs a round next: the caller, or the service's thread)."""
         self._manual_rounds = self._config.manual_delete_file_several_times
-        self.wakeup()
 
     def run_once(self) -> None:
         self.reclaim()
@@ -102,12 +102,11 @@ class CleanService(BackgroundService):
         self.last_report = report
         return report
 
-    def _round(self) -> ReclaimReport:
+    def check_disk(self) -> float:
+        """Measure the disk, set or lift the disk-full flag; the used fraction."""
         cfg = self._config
-        now = self._clock.now_ms()
         ratio = self._disk_usage(self._commitlog.files.directory)
         percent = ratio * 100
-        clean_immediately = percent > cfg.disk_clean_forcibly_ratio
         if percent > cfg.disk_warning_ratio:
             if not self.disk_full:
                 log.error(
@@ -119,6 +118,14 @@ class CleanService(BackgroundService):
         elif self.disk_full:
             log.info("disk back to %.1f%% used: puts accepted again", percent)
             self.disk_full = False
+        return ratio
+
+    def _round(self) -> ReclaimReport:
+        cfg = self._config
+        now = self._clock.now_ms()
+        ratio = self.check_disk()
+        percent = ratio * 100
+        clean_immediately = percent > cfg.disk_clean_forcibly_ratio
         triggers = []
         if time.localtime(now / 1000).tm_hour in self._hours:
             triggers.append("time")

@@ -177,7 +177,9 @@ class IndexFile:
         strictly decreasing entry numbers, so a corrupt chain cannot loop.
         """
         key_hash = index_key_hash(key)
-        buf, h = self.buf, self.header
+        buf, h = self.buf, self.header  # the view first: see MappedFile.delete_when_unread
+        if not self._file.available:
+            return
         count = h.index_count
         current = _SLOT.unpack_from(buf, layout.HEADER_SIZE + (key_hash % self.hash_slots) * 4)[0]
         if current <= 0 or current > count or count <= 1:
@@ -206,7 +208,8 @@ class IndexFile:
         self._file.destroy()
 
     def delete_when_unread(self, now_ms: int, forcibly_after_ms: int) -> bool:
-        """Reclaim this file (see ``MappedFile.delete_when_unread``); True when it is gone."""
+        """Reclaim this file (see ``MappedFile.delete_when_unread``); True when it is gone. Lookups
+        skip it from the first attempt on (it is unavailable), so an empty view is never read."""
         self.buf = memoryview(b"")
         return self._file.delete_when_unread(now_ms, forcibly_after_ms)
 

@@ -8,15 +8,19 @@ interval: consumers then re-read a few messages (at-least-once, as with RocketMQ
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
 from rocketstore.codec.config_json import decode_offsets, encode_offsets
 from rocketstore.errors import StoreConfigError
+from rocketstore.message import TOPIC_PATTERN
 from rocketstore.service import BackgroundService, FailureHandler
 from rocketstore.storage.paths import atomic_write
 
-__all__ = ["ConsumerOffsets", "OffsetFlushService"]
+__all__ = ["GROUP_PATTERN", "ConsumerOffsets", "OffsetFlushService"]
+
+GROUP_PATTERN = re.compile(r"[%|A-Za-z0-9_-]{1,255}")
 
 
 class ConsumerOffsets:
@@ -34,8 +38,12 @@ class ConsumerOffsets:
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         if self._readonly:
             raise StoreConfigError("the store is open read-only: offsets cannot be committed")
-        if not group or "@" in group:
-            raise StoreConfigError(f"consumer group {group!r}: must be non-empty and without '@'")
+        if not isinstance(group, str) or not GROUP_PATTERN.fullmatch(group):
+            raise StoreConfigError(
+                f"consumer group {group!r}: want 1-255 letters, digits, '_', '-', '%' or '|'"
+            )
+        if not isinstance(topic, str) or not TOPIC_PATTERN.fullmatch(topic):
+            raise StoreConfigError(f"topic {topic!r}: not a valid topic name")
         if offset < 0 or queue_id < 0:
             raise StoreConfigError(f"offset and queue id must be >= 0, got queue {queue_id} offset {offset}")
         with self._lock:

@@ -17,7 +17,7 @@ from rocketstore.commitlog import CommitLog
 from rocketstore.config import FlushDiskType, StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.dispatch import DispatchService
-from rocketstore.errors import CorruptDataError, StoreClosedError
+from rocketstore.errors import CorruptDataError, InvalidMessageError, StoreClosedError, StoreConfigError
 from rocketstore.flush import (
     CommitLogFlushService,
     CommitService,
@@ -197,7 +197,7 @@ class MessageStore:
             on_failure=self._service_failed,
         )
         scheduler.load()
-        self._cleaner = CleanService(
+        self._cleaner = cleaner = CleanService(
             self._commitlog,
             self._queues,
             self._index,
@@ -206,6 +206,7 @@ class MessageStore:
             self._disk_usage,
             on_failure=self._service_failed,
         )
+        cleaner.check_disk()  # a store opened on a full disk refuses puts from the start
         assert self._allocator is not None
         commit_flusher: BackgroundService
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
@@ -359,6 +360,11 @@ class MessageStore:
             elif m.topic not in topics and isinstance(m.queue_id, int) and not self.readonly:
                 topic = validate_topic(m.topic)
                 topics.create(topic, max(self.config.default_topic_queue_nums, m.queue_id + 1))
+            if not topics.writable(m.topic):
+                raise InvalidMessageError(
+                    f"topic {m.topic!r} is not writable (perm {topics.perm(m.topic)})",
+                    PutStatus.MESSAGE_ILLEGAL,
+                )
         return msgs if placed is None else placed
 
     def _make_durable(
@@ -473,6 +479,13 @@ class MessageStore:
         """
         self._check_open()
         del group  # accepted for RocketMQ's signature; consumer offsets are kept elsewhere
+        result = self._get_message(topic, queue_id, offset, max_msgs, tags)
+        self._stats.count_get(len(result.messages))  # every call that finds nothing is a miss
+        return result
+
+    def _get_message(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: str | Iterable[str] | None
+    ) -> GetMessageResult:
         cq = self._queues.get(topic, queue_id)
         if cq is None:
             return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
@@ -541,7 +554,6 @@ class MessageStore:
                 skip_below = -1
                 i += 1
         del entries
-        self._stats.count_get(len(messages))
         return GetMessageResult(status, offset + i, min_offset, max_offset, messages)
 
     # --- lookups ---------------------------------------------------------------------------
@@ -673,9 +685,8 @@ class MessageStore:
         """Create a topic (or change its queue count and permissions); ``config/topics.json``
         is rewritten at once."""
         self._check_open()
-        return self._topics.create(
-            validate_topic(topic), queues or self.config.default_topic_queue_nums, perm=perm, order=order
-        )
+        count = self.config.default_topic_queue_nums if queues is None else queues
+        return self._topics.create(validate_topic(topic), count, perm=perm, order=order)
 
     def topic_configs(self) -> dict[str, TopicConfig]:
         """Every known topic's configuration (from topics.json, creation, or queues on disk)."""
@@ -699,13 +710,17 @@ class MessageStore:
         return self._offsets.table()
 
     # --- reclaiming and delayed delivery ---------------------------------------------------
-    def reclaim(self) -> ReclaimReport:
-        """A manual reclamation round now (STORE.md §9): arms manual deletion for the next
-        rounds too, as RocketMQ's executeDeleteFilesManually does."""
+    def reclaim(self, *, manual: bool = True) -> ReclaimReport:
+        """Run one reclamation round now (STORE.md §9) and say what it did. ``manual`` arms the
+        manual trigger first, for this round and the next ones (RocketMQ's
+        executeDeleteFilesManually); ``manual=False`` runs exactly what the periodic round would."""
         self._check_open()
         if self._cleaner is None:
-            raise StoreClosedError(f"store {str(self.layout.root)!r} is read-only: nothing can be reclaimed")
-        self._cleaner.request_delete()
+            raise StoreConfigError(
+                f"store {str(self.layout.root)!r} is open read-only: nothing can be reclaimed"
+            )
+        if manual:
+            self._cleaner.request_delete()
         return self._cleaner.reclaim()
 
     @property

@@ -91,6 +91,10 @@ class TopicTable:
         config = self._topics.get(topic)
         return config is None or bool(config.perm & PERM_WRITE)
 
+    def perm(self, topic: str) -> int | None:
+        config = self._topics.get(topic)
+        return config.perm if config is not None else None
+
     def _persist(self) -> None:
         self._counter += 1
         atomic_write(self.path, encode_topics(self._topics, self._counter, self._clock.now_ms()))

@@ -40,10 +40,10 @@ __all__ = [
 
 PERM_WRITE = 0x2
 PERM_READ = 0x4
-# an unquoted integer key, as fastjson writes them: `{0:12,` or `,3:` (strings never start a key here)
 # rocketstore's extra field in delayOffset.json (fastjson ignores fields it does not know)
 _DELAY_MARK = "rocketstoreCommitLogOffset"
-_BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+# a JSON string (left alone), or an unquoted integer key as fastjson writes them: `{0:12,` / `,3:`
+_STRING_OR_BARE_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)')
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +71,18 @@ class TopicConfig:
 def decode_json(text: str, what: str) -> dict[str, Any]:
     """Parse one of the config files, fastjson's bare integer keys included."""
     try:
-        value = json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
+        value = json.loads(_STRING_OR_BARE_KEY.sub(_quote_bare_key, text))
     except json.JSONDecodeError as exc:
-        raise CorruptDataError(f"{what}: not valid JSON: {exc}") from None
+        raise CorruptDataError(f"{what}: not valid JSON: {exc}", path=what) from None
     if not isinstance(value, dict):
-        raise CorruptDataError(f"{what}: expected a JSON object, got {type(value).__name__}")
+        raise CorruptDataError(f"{what}: expected a JSON object, got {type(value).__name__}", path=what)
     return value
+
+
+def _quote_bare_key(m: re.Match[str]) -> str:
+    if m.group(1) is not None:
+        return m.group(1)
+    return f'{m.group(2)}"{m.group(3)}"{m.group(4)}'
 
 
 def _table(doc: dict[str, Any], key: str, what: str) -> dict[str, Any]:
