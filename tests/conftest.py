@@ -58,3 +58,11 @@ def fixture_clock(name: str) -> ManualClock:
         if row.get("kind") == "clrec"
     )
     return ManualClock(last)
+
+
+@pytest.fixture(autouse=True)
+def half_full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores opened without their own ``disk_usage`` probe see a half-full disk: how full the
+    machine running the tests is must not trigger reclamation or the disk-full flag. (Tests of
+    those pass a probe of their own.)"""
+    monkeypatch.setattr("rocketstore.store.disk_used_ratio", lambda _path: 0.5)

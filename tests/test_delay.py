@@ -226,7 +226,8 @@ _WRITER = """
 import sys, time
 from rocketstore import Message, MessageStore, StoreConfig
 cfg = StoreConfig(commitlog_segment_size=65536, consume_queue_entries=40, index_hash_slots=64,
-                  index_max_entries=256, schedule_tick=5, message_delay_level="1s 2s")
+                  index_max_entries=256, schedule_tick=5, message_delay_level="1s 2s",
+                  disk_max_used_space_ratio=100, disk_clean_forcibly_ratio=100, disk_warning_ratio=100)
 store = MessageStore.open(sys.argv[1], cfg)
 n = int(sys.argv[2])
 for i in range(n):

@@ -198,8 +198,8 @@ class ScheduleService(BackgroundService):
         latest_due = now + self._delays[level - 1]
         while offset < cq.max_offset:
             entries = cq.entries(offset, _READ_AHEAD)
-            if entries is None:  # reclaimed under us: continue from the queue's new start
-                offset = max(offset + 1, cq.min_offset)
+            if entries is None:  # a segment reclaimed under us: go on after it
+                offset = max(cq.next_segment_offset(offset), cq.min_offset)
                 continue
             for phy, size, due in zip(
                 entries["offset"].tolist(), entries["size"].tolist(), entries["tags_code"].tolist()

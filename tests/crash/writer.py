@@ -64,13 +64,17 @@ SHADOW_TMP_SUFFIX = ".shadow-tmp"
 
 
 def crash_config(flush: str, segment_size: int = 65536, cq_entries: int = 100) -> StoreConfig:
-    """A small geometry so that commitlog, consume-queue and index files roll often."""
+    """A small geometry so that commitlog, consume-queue and index files roll often. Disk-usage
+    reclamation is kept out: how full the test machine's disk is must not decide what survives."""
     return StoreConfig(
         flush_disk_type=FlushDiskType(flush),
         commitlog_segment_size=segment_size,
         consume_queue_entries=cq_entries,
         index_hash_slots=128,
         index_max_entries=512,
+        disk_max_used_space_ratio=100,
+        disk_clean_forcibly_ratio=100,
+        disk_warning_ratio=100,
     )
 
 
