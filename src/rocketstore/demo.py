@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from rocketstore.cli import main as cli
 from rocketstore.config import StoreConfig
 from rocketstore.message import Message
 from rocketstore.store import MessageStore
@@ -54,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         single = store.put_message(
             Message(topic="Orders", body="héllo, 世界".encode(), tags="greeting", keys=["hello"], queue_id=0)
         )
-        delayed = store.put_message(Message(topic="Orders", body=b"remind me in 10s", delay_level=3))
+        delayed = store.put_message(
+            Message(topic="Orders", body=b"remind me in 10s", keys=["reminder"], delay_level=3, queue_id=1)
+        )
         store.wait_dispatched()
         elapsed = time.perf_counter() - started
         print(
@@ -71,11 +74,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"  {topic:<22} {ranges}")
 
-        print("\nconsumer 'demo-group' reads Orders/0 from offset", run)
-        got = store.get_message("demo-group", "Orders", 0, run, max_msgs=5)
+        group = "demo-group"
+        start = max(store.query_offset(group, "Orders", 0), 0)
+        got = store.get_message(group, "Orders", 0, start, max_msgs=5)
+        print(f"\nconsumer {group!r} reads Orders/0 from its committed offset {start}:")
         print(f"  {got.status.name}: {len(got.messages)} messages, next offset {got.next_begin_offset}")
         for m in got.messages:
             print(f"  #{m.queue_offset} tags={m.tags} keys={m.keys} body={m.body.decode()!r}")
+        store.commit_offset(group, "Orders", 0, got.next_begin_offset)
+        print(f"  committed offset {got.next_begin_offset} (config/consumerOffset.json, kept across runs)")
 
         paid = store.get_message("demo-group", "Payments", 1, 0, max_msgs=32, tags="paid")
         print(f"\nPayments/1 filtered by tag 'paid': {len(paid.messages)} of {paid.next_begin_offset} read")
@@ -96,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{time.strftime('%H:%M:%S', time.localtime(sched.tags_code / 1000))} "
                 f"(real topic {sched.properties['REAL_TOPIC']})"
             )
-    print("\nstore closed cleanly; run again to append another round")
+    print("\nstore closed cleanly. What the `rocketstore` command says about it:\n")
+    cli(["status", str(root)])
+    print()
+    cli(["topics", str(root)])
+    print("\nrun again to append another round; try `.venv/bin/rocketstore --help`")
     return 0
 
 
