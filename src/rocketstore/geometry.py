@@ -21,7 +21,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.errors import StoreConfigError
 from rocketstore.storage.paths import StoreLayout, is_segment_name
 
-__all__ = ["detect_geometry", "looks_like_store"]
+__all__ = ["detect_geometry", "index_split", "looks_like_store"]
 
 _RATIOS = (4, 1, 2, 8, 16, 3, 5, 10)  # entries per slot to try, the usual one first
 
@@ -67,7 +67,7 @@ def detect_geometry(root: str | os.PathLike[str], base: StoreConfig | None = Non
         else []
     )
     if index_files:
-        slots, entries = _index_split(index_files[-1])
+        slots, entries = index_split(index_files[-1])
         changes["index_hash_slots"] = slots
         changes["index_max_entries"] = entries
     return cfg.replace(**changes) if changes else cfg
@@ -86,7 +86,7 @@ def _common_size(directory: Path, what: str) -> int | None:
     return sizes.pop() if sizes else None
 
 
-def _index_split(path: Path) -> tuple[int, int]:
+def index_split(path: Path) -> tuple[int, int]:
     """(hash slots, max entries) of one index file."""
     size = path.stat().st_size
     body = size - layout.HEADER_SIZE

@@ -95,19 +95,25 @@ from rocketstore.codec.checkpoint import CHECKPOINT_FILE_SIZE
 from rocketstore.codec.commitlog_record import (
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_STOREHOST_V6,
     DecodedRecord,
     decode_record,
 )
+from rocketstore.codec.commitlog_scan import find_record_start as _find_record_start
 from rocketstore.codec.commitlog_scan import message_starts, scan_extent
+from rocketstore.codec.commitlog_scan import property_span as _property
+from rocketstore.codec.commitlog_scan import read_i32 as _be32
+from rocketstore.codec.commitlog_scan import read_i64 as _be64
+from rocketstore.codec.commitlog_scan import record_layout as _layout
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
 from rocketstore.codec.consume_queue_entry import ENTRY_DTYPE as CQ_ENTRY_DTYPE
+from rocketstore.codec.java_hash import index_hash_of as _index_hash
 from rocketstore.codec.java_hash import index_key_hash, tags_code
+from rocketstore.codec.java_hash import java_hash_utf8 as _hash_utf8
+from rocketstore.codec.java_hash import signed32 as _signed32
 from rocketstore.codec.properties import decode_properties
 from rocketstore.config import StoreConfig
 from rocketstore.errors import StoreConfigError
-from rocketstore.geometry import _index_split, detect_geometry, looks_like_store
+from rocketstore.geometry import detect_geometry, index_split, looks_like_store
 from rocketstore.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SCHEDULE_TOPIC
 from rocketstore.storage.paths import StoreLayout, is_segment_name, segment_name
 
@@ -134,7 +140,6 @@ _PRE_BLANK_SIZE: Final = 0x7FFFFFFF  # fillPreBlank entry: (0, Integer.MAX_VALUE
 _INDEX_NAME_DIGITS: Final = 17
 _TOTAL_SIZE = struct.Struct(">i")
 _LIVE_RETRIES: Final = 4  # looks again at the tail of a segment a writer may be appending to
-_RESYNC_TAIL: Final = 36  # MAGICCODE and PHYSICALOFFSET (at +28) must fit to recognise a record start
 
 
 @dataclass(frozen=True)
@@ -363,7 +368,7 @@ def _geometry(paths: StoreLayout, config: StoreConfig | None) -> StoreConfig:
         size = index_sizes.most_common(1)[0][0]
         for p in reversed([p for p in index_files if p.stat().st_size == size]):
             try:
-                changes["index_hash_slots"], changes["index_max_entries"] = _index_split(p)
+                changes["index_hash_slots"], changes["index_max_entries"] = index_split(p)
                 break
             except StoreConfigError:
                 continue
@@ -1212,139 +1217,11 @@ def _misplaced(view: memoryview, seg: _Segment, starts: I64, rel: int, where: in
 # that scan_extent validated reach these kernels, so every length they read is within bounds.
 _QUEUEID_AT: Final = 12
 _QUEUEOFFSET_AT: Final = 20
-_PHYSICALOFFSET_AT: Final = 28
-_SYSFLAG_AT: Final = 36
-_BORNHOST_AT: Final = 48
 _MASK32: Final = 0xFFFFFFFF
 assert struct.pack(">ii", MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2) == b"\xda\xa3\x20\xa7\xda\xa3\x20\xab"
 _TAGS_NAME: Final = np.frombuffer(PROPERTY_TAGS.encode(), dtype=np.uint8)
 _KEYS_NAME: Final = np.frombuffer(PROPERTY_KEYS.encode(), dtype=np.uint8)
 _UNIQ_NAME: Final = np.frombuffer(PROPERTY_UNIQ_KEY.encode(), dtype=np.uint8)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _be32(u8: npt.NDArray[np.uint8], pos: int) -> int:
-    v = (np.int64(u8[pos]) << 24) | (np.int64(u8[pos + 1]) << 16) | (np.int64(u8[pos + 2]) << 8) | u8[pos + 3]
-    return int(v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _be64(u8: npt.NDArray[np.uint8], pos: int) -> int:
-    return int((np.int64(_be32(u8, pos)) << 32) | (np.int64(_be32(u8, pos + 4)) & _MASK32))
-
-
-@numba.njit(cache=True, nogil=True)
-def _find_record_start(u8: npt.NDArray[np.uint8], start: int, limit: int, seg_start: int) -> int:
-    q = start
-    while q + _RESYNC_TAIL <= limit:
-        if (
-            u8[q + 4] == 0xDA
-            and u8[q + 5] == 0xA3
-            and u8[q + 6] == 0x20
-            and (u8[q + 7] == 0xA7 or u8[q + 7] == 0xAB)  # MESSAGE_MAGIC_V1 or _V2
-            and _be64(u8, q + _PHYSICALOFFSET_AT) == seg_start + q
-        ):
-            return q
-        q += 1
-    return -1
-
-
-@numba.njit(cache=True, nogil=True)
-def _layout(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int, int, int, int]:
-    """(topic start, topic length, properties start, properties length, store timestamp)."""
-    sys_flag = _be32(u8, pos + _SYSFLAG_AT)
-    born = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
-    store = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
-    store_ts = _be64(u8, pos + _BORNHOST_AT + born)
-    body_len_at = pos + _BORNHOST_AT + born + 8 + store + 4 + 8
-    t = body_len_at + 4 + _be32(u8, body_len_at)
-    if _be32(u8, pos + 4) == MESSAGE_MAGIC_V2:
-        topic_len = (np.int64(u8[t]) << 8) | u8[t + 1]
-        t += 2
-    else:
-        topic_len = np.int64(u8[t])
-        t += 1
-    props_at = t + topic_len
-    props_len = (np.int64(u8[props_at]) << 8) | u8[props_at + 1]
-    return t, int(topic_len), props_at + 2, int(props_len), store_ts
-
-
-@numba.njit(cache=True, nogil=True)
-def _property(
-    u8: npt.NDArray[np.uint8], start: int, end: int, name: npt.NDArray[np.uint8]
-) -> tuple[int, int]:
-    """[start, end) of the value of property ``name`` (its last entry), or (-1, -1): the split of
-    ``decode_properties`` on bytes (entries split on 0x02, name and value on the first 0x01, empty
-    names and values skipped). 0x01 and 0x02 never occur inside a UTF-8 sequence, so splitting
-    the bytes splits the decoded text the same way."""
-    found_start, found_end = -1, -1
-    p = start
-    while p < end:
-        e = p
-        while e < end and u8[e] != 2:
-            e += 1
-        k = p
-        while k < e and u8[k] != 1:
-            k += 1
-        if p < k < e - 1 and k - p == len(name):
-            same = True
-            for j in range(len(name)):
-                if u8[p + j] != name[j]:
-                    same = False
-                    break
-            if same:
-                found_start, found_end = k + 1, e
-        p = e + 1
-    return found_start, found_end
-
-
-@numba.njit(cache=True, nogil=True)
-def _hash_utf8(u8: npt.NDArray[np.uint8], start: int, end: int, h: int) -> tuple[int, bool]:
-    """Java's String.hashCode continued from ``h`` (unsigned 32-bit) over the UTF-16 code units of
-    the UTF-8 text ``u8[start:end]``; False when the bytes are not strict UTF-8 (the caller then
-    decodes them in Python, replacing bad bytes as the store's decoder does)."""
-    i = start
-    while i < end:
-        b0 = np.int64(u8[i])
-        if b0 < 0x80:
-            cp = b0
-            i += 1
-        elif 0xC2 <= b0 <= 0xDF:
-            if i + 1 >= end or u8[i + 1] & 0xC0 != 0x80:
-                return h, False
-            cp = ((b0 & 0x1F) << 6) | (u8[i + 1] & 0x3F)
-            i += 2
-        elif 0xE0 <= b0 <= 0xEF:
-            if i + 2 >= end:
-                return h, False
-            b1, b2 = np.int64(u8[i + 1]), np.int64(u8[i + 2])
-            lo = 0xA0 if b0 == 0xE0 else 0x80
-            hi = 0x9F if b0 == 0xED else 0xBF
-            if not lo <= b1 <= hi or b2 & 0xC0 != 0x80:
-                return h, False
-            cp = ((b0 & 0x0F) << 12) | ((b1 & 0x3F) << 6) | (b2 & 0x3F)
-            i += 3
-        elif 0xF0 <= b0 <= 0xF4:
-            if i + 3 >= end:
-                return h, False
-            b1, b2, b3 = np.int64(u8[i + 1]), np.int64(u8[i + 2]), np.int64(u8[i + 3])
-            lo = 0x90 if b0 == 0xF0 else 0x80
-            hi = 0x8F if b0 == 0xF4 else 0xBF
-            if not lo <= b1 <= hi or b2 & 0xC0 != 0x80 or b3 & 0xC0 != 0x80:
-                return h, False
-            cp = (((b0 & 0x07) << 18) | ((b1 & 0x3F) << 12) | ((b2 & 0x3F) << 6) | (b3 & 0x3F)) - 0x10000
-            h = (h * 31 + 0xD800 + (cp >> 10)) & _MASK32  # a surrogate pair: two code units
-            cp = 0xDC00 + (cp & 0x3FF)
-            i += 4
-        else:
-            return h, False
-        h = (h * 31 + cp) & _MASK32
-    return h, True
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _signed32(h: int) -> int:
-    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 @numba.njit(cache=True, nogil=True)
@@ -1398,12 +1275,6 @@ def _check_queue_kernel(
         elif tags[i] != code:
             out[i] = _Q_TAGS
     return out
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _index_hash(h: int) -> int:
-    s = _signed32(h)
-    return 0 if s == -(1 << 31) else abs(s)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -29,12 +29,26 @@ from rocketstore.codec.commitlog_record import (
 )
 from rocketstore.errors import CorruptDataError
 
-__all__ = ["Extent", "message_starts", "scan_extent", "store_timestamps"]
+__all__ = [
+    "Extent",
+    "find_record_start",
+    "message_starts",
+    "property_span",
+    "read_i32",
+    "read_i64",
+    "record_layout",
+    "scan_extent",
+    "store_timestamps",
+]
 
 Buffer = bytes | bytearray | memoryview
 
 _BODY_LEN_POS_BASE: Final = 68  # BODYLENGTH is at 68 + born host length + store host length
 _MAGIC = struct.Struct(">i")
+_PHYSICALOFFSET_AT: Final = 28
+_SYSFLAG_AT: Final = 36
+_BORNHOST_AT: Final = 48
+_RESYNC_TAIL: Final = 36  # MAGICCODE and PHYSICALOFFSET (at +28) must fit to recognise a record start
 _STOP_END_OF_DATA: Final = 0
 _STOP_BLANK: Final = 1
 _STOP_CORRUPT: Final = 2
@@ -60,7 +74,7 @@ assert zlib.crc32(b"123456789") == 0xCBF43926
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _i32(u8: npt.NDArray[np.uint8], pos: int) -> int:
+def read_i32(u8: npt.NDArray[np.uint8], pos: int) -> int:
     v = (np.int64(u8[pos]) << 24) | (np.int64(u8[pos + 1]) << 16) | (np.int64(u8[pos + 2]) << 8) | u8[pos + 3]
     return int(v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v)
 
@@ -110,12 +124,12 @@ def _message_is_valid(
     end = pos + total
     if total < 40:
         return False
-    sys_flag = _i32(u8, pos + 36)
+    sys_flag = read_i32(u8, pos + 36)
     hosts = (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8) + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8)
     body_len_at = pos + _BODY_LEN_POS_BASE + hosts
     if body_len_at + 4 > end:
         return False
-    body_len = _i32(u8, body_len_at)
+    body_len = read_i32(u8, body_len_at)
     body_start = body_len_at + 4
     topic_len_size = 2 if v2 else 1
     if body_len < 0 or body_start + body_len + topic_len_size > end:
@@ -131,7 +145,7 @@ def _message_is_valid(
     if props_len < 0 or props_len_at + 2 + props_len != end:
         return False
     if check_crc:
-        return _crc32(u8, body_start, body_len, tables) & 0x7FFFFFFF == _i32(u8, pos + 8)
+        return _crc32(u8, body_start, body_len, tables) & 0x7FFFFFFF == read_i32(u8, pos + 8)
     return True
 
 
@@ -145,8 +159,8 @@ def _scan(
     while True:
         if pos + 8 > limit:
             return records, pos, _STOP_END_OF_DATA, 0
-        total = _i32(u8, pos)
-        magic = _i32(u8, pos + 4)
+        total = read_i32(u8, pos)
+        magic = read_i32(u8, pos + 4)
         if magic == BLANK_MAGIC:
             return records, pos, _STOP_BLANK, total
         if total == 0 and magic == 0:
@@ -168,8 +182,8 @@ def _message_starts(u8: npt.NDArray[np.uint8], start: int, limit: int) -> tuple[
     n = 0
     pos = start
     while pos + 8 <= limit:
-        total = _i32(u8, pos)
-        magic = _i32(u8, pos + 4)
+        total = read_i32(u8, pos)
+        magic = read_i32(u8, pos + 4)
         if (magic != MESSAGE_MAGIC_V1 and magic != MESSAGE_MAGIC_V2) or total <= 0 or pos + total > limit:
             break
         starts[n] = pos
@@ -237,6 +251,80 @@ def _store_timestamps(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) 
     out = np.empty(len(starts), dtype=np.int64)
     for i in range(len(starts)):
         pos = starts[i]
-        at = pos + (68 if _i32(u8, pos + 36) & SYSFLAG_BORNHOST_V6 else 56)
-        out[i] = (np.int64(_i32(u8, at)) << 32) | (np.int64(_i32(u8, at + 4)) & 0xFFFFFFFF)
+        at = pos + (68 if read_i32(u8, pos + 36) & SYSFLAG_BORNHOST_V6 else 56)
+        out[i] = (np.int64(read_i32(u8, at)) << 32) | (np.int64(read_i32(u8, at + 4)) & 0xFFFFFFFF)
     return out
+
+
+# --- field readers for checks over many records (verify) -------------------------------------
+@numba.njit(cache=True, nogil=True, inline="always")
+def read_i64(u8: npt.NDArray[np.uint8], pos: int) -> int:
+    return int((np.int64(read_i32(u8, pos)) << 32) | (np.int64(read_i32(u8, pos + 4)) & 0xFFFFFFFF))
+
+
+@numba.njit(cache=True, nogil=True)
+def find_record_start(u8: npt.NDArray[np.uint8], start: int, limit: int, seg_start: int) -> int:
+    """The first position from ``start`` that looks like a MESSAGE record of this segment (its magic,
+    and a PHYSICALOFFSET naming that very position), or -1: where a scan may pick up again after
+    a damaged record."""
+    q = start
+    while q + _RESYNC_TAIL <= limit:
+        if (
+            u8[q + 4] == 0xDA
+            and u8[q + 5] == 0xA3
+            and u8[q + 6] == 0x20
+            and (u8[q + 7] == 0xA7 or u8[q + 7] == 0xAB)  # MESSAGE_MAGIC_V1 or _V2
+            and read_i64(u8, q + _PHYSICALOFFSET_AT) == seg_start + q
+        ):
+            return q
+        q += 1
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def record_layout(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int, int, int, int]:
+    """(topic start, topic length, properties start, properties length, store timestamp)."""
+    sys_flag = read_i32(u8, pos + _SYSFLAG_AT)
+    born = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
+    store = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
+    store_ts = read_i64(u8, pos + _BORNHOST_AT + born)
+    body_len_at = pos + _BORNHOST_AT + born + 8 + store + 4 + 8
+    t = body_len_at + 4 + read_i32(u8, body_len_at)
+    if read_i32(u8, pos + 4) == MESSAGE_MAGIC_V2:
+        topic_len = (np.int64(u8[t]) << 8) | u8[t + 1]
+        t += 2
+    else:
+        topic_len = np.int64(u8[t])
+        t += 1
+    props_at = t + topic_len
+    props_len = (np.int64(u8[props_at]) << 8) | u8[props_at + 1]
+    return t, int(topic_len), props_at + 2, int(props_len), store_ts
+
+
+@numba.njit(cache=True, nogil=True)
+def property_span(
+    u8: npt.NDArray[np.uint8], start: int, end: int, name: npt.NDArray[np.uint8]
+) -> tuple[int, int]:
+    """[start, end) of the value of property ``name`` (its last entry), or (-1, -1): the split of
+    ``decode_properties`` on bytes (entries split on 0x02, name and value on the first 0x01, empty
+    names and values skipped). 0x01 and 0x02 never occur inside a UTF-8 sequence, so splitting
+    the bytes splits the decoded text the same way."""
+    found_start, found_end = -1, -1
+    p = start
+    while p < end:
+        e = p
+        while e < end and u8[e] != 2:
+            e += 1
+        k = p
+        while k < e and u8[k] != 1:
+            k += 1
+        if p < k < e - 1 and k - p == len(name):
+            same = True
+            for j in range(len(name)):
+                if u8[p + j] != name[j]:
+                    same = False
+                    break
+            if same:
+                found_start, found_end = k + 1, e
+        p = e + 1
+    return found_start, found_end

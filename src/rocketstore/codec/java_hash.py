@@ -11,10 +11,20 @@ import operator
 from collections.abc import Sequence
 from functools import lru_cache
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["index_key_hash", "index_key_hashes", "java_hash", "java_hashes", "tags_code"]
+__all__ = [
+    "index_hash_of",
+    "index_key_hash",
+    "index_key_hashes",
+    "java_hash",
+    "java_hash_utf8",
+    "java_hashes",
+    "signed32",
+    "tags_code",
+]
 
 _MASK = 0xFFFFFFFF
 _MAX_PRECOMPUTED = 256
@@ -88,3 +98,59 @@ def index_key_hashes(keys: Sequence[str]) -> npt.NDArray[np.int64]:
     h = java_hashes(keys)
     result: npt.NDArray[np.int64] = np.where(h == -0x80000000, 0, np.abs(h))
     return result
+
+
+# --- compiled forms, for kernels that hash text straight from a mapped record (verify) ----------
+@numba.njit(cache=True, nogil=True)
+def java_hash_utf8(u8: npt.NDArray[np.uint8], start: int, end: int, h: int) -> tuple[int, bool]:
+    """Java's String.hashCode continued from ``h`` (unsigned 32-bit) over the UTF-16 code units of
+    the UTF-8 text ``u8[start:end]``; False when the bytes are not strict UTF-8 (the caller then
+    decodes them in Python, replacing bad bytes as the store's decoder does)."""
+    i = start
+    while i < end:
+        b0 = np.int64(u8[i])
+        if b0 < 0x80:
+            cp = b0
+            i += 1
+        elif 0xC2 <= b0 <= 0xDF:
+            if i + 1 >= end or u8[i + 1] & 0xC0 != 0x80:
+                return h, False
+            cp = ((b0 & 0x1F) << 6) | (u8[i + 1] & 0x3F)
+            i += 2
+        elif 0xE0 <= b0 <= 0xEF:
+            if i + 2 >= end:
+                return h, False
+            b1, b2 = np.int64(u8[i + 1]), np.int64(u8[i + 2])
+            lo = 0xA0 if b0 == 0xE0 else 0x80
+            hi = 0x9F if b0 == 0xED else 0xBF
+            if not lo <= b1 <= hi or b2 & 0xC0 != 0x80:
+                return h, False
+            cp = ((b0 & 0x0F) << 12) | ((b1 & 0x3F) << 6) | (b2 & 0x3F)
+            i += 3
+        elif 0xF0 <= b0 <= 0xF4:
+            if i + 3 >= end:
+                return h, False
+            b1, b2, b3 = np.int64(u8[i + 1]), np.int64(u8[i + 2]), np.int64(u8[i + 3])
+            lo = 0x90 if b0 == 0xF0 else 0x80
+            hi = 0x8F if b0 == 0xF4 else 0xBF
+            if not lo <= b1 <= hi or b2 & 0xC0 != 0x80 or b3 & 0xC0 != 0x80:
+                return h, False
+            cp = (((b0 & 0x07) << 18) | ((b1 & 0x3F) << 12) | ((b2 & 0x3F) << 6) | (b3 & 0x3F)) - 0x10000
+            h = (h * 31 + 0xD800 + (cp >> 10)) & 0xFFFFFFFF  # a surrogate pair: two code units
+            cp = 0xDC00 + (cp & 0x3FF)
+            i += 4
+        else:
+            return h, False
+        h = (h * 31 + cp) & 0xFFFFFFFF
+    return h, True
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def signed32(h: int) -> int:
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def index_hash_of(h: int) -> int:
+    s = signed32(h)
+    return 0 if s == -(1 << 31) else abs(s)
