@@ -35,7 +35,7 @@ from rocketstore.codec.java_hash import index_key_hash
 from rocketstore.codec.java_hash import java_hash as codec_java_hash
 from rocketstore.errors import StoreConfigError
 from rocketstore.results import GetStatus, PutMessageResult
-from tests.conftest import missing_fixture
+from tests.conftest import fixture_clock, missing_fixture
 
 # --- geometry and constants (STORE.md) -----------------------------------------------------------
 SEGMENT = 65536
@@ -945,7 +945,7 @@ def test_rocketmq_store_sample_is_read_and_extended(tmp_path: Path) -> None:
             assert ext is not None
             check_fixture_message(ext, {**d, "cq": {"tagsCode": ext.tags_code}})
 
-    clock = ManualClock(max(d["storeTs"] for d in clrecs) + 90_000)
+    clock = ManualClock(max(d["storeTs"] for d in clrecs) + 20_000)  # before any delayed message is due
     rng = random.Random(7)
     new_msgs = [
         Message(
@@ -1022,7 +1022,8 @@ def test_rocketmq_store_sample_is_read_and_extended(tmp_path: Path) -> None:
 def test_opening_and_closing_a_rocketmq_store_leaves_its_data_files_alone(tmp_path: Path) -> None:
     root = copy_fixture("store-sample", tmp_path / "store")
     before = file_snapshot(root)
-    with MessageStore.open(root, CFG) as store:
+    # (a clock at the fixture's time: delivering its due delayed messages would rightly write)
+    with MessageStore.open(root, CFG, clock=fixture_clock("store-sample")) as store:
         assert store.wait_dispatched(10)
     after = file_snapshot(root)
     data_files = [n for n in before if n.startswith(("commitlog", "consumequeue", "index"))]

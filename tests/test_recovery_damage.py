@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from rocketstore import GetStatus, ManualClock, Message, MessageExt, MessageStore, PutStatus, StoreConfig
-from tests.conftest import copy_fixture, missing_fixture
+from tests.conftest import copy_fixture, fixture_clock, missing_fixture
 
 SEG = 65536
 CFG = StoreConfig(
@@ -866,7 +866,8 @@ def test_rocketmq_crash_sample_recovers_and_reopens_identically(tmp_path: Path) 
     assert clrecs[-1]["offset"] + clrecs[-1]["size"] == CRASH_END
     root = _crash_copy(tmp_path)
     assert (root / "abort").exists() and (root / "commitlog" / ZERO_SEGMENT).exists()
-    with MessageStore.open(root, CFG) as store:
+    clock = fixture_clock("store-sample-crash")  # its delayed messages stay undelivered, as in RocketMQ
+    with MessageStore.open(root, CFG, clock=clock) as store:
         rep = store.recovery
         assert rep is not None and rep.abnormal and store.abnormal_shutdown_detected
         assert rep.end_offset == CRASH_END and store.max_phy_offset() == CRASH_END
@@ -886,7 +887,7 @@ def test_rocketmq_crash_sample_recovers_and_reopens_identically(tmp_path: Path) 
             assert m.body == body
         assert store.look_message_by_offset(CRASH_END) is None
     assert not (root / "abort").exists()
-    with MessageStore.open(root, CFG) as again:
+    with MessageStore.open(root, CFG, clock=clock) as again:
         rep = again.recovery
         assert rep is not None and not rep.abnormal and not again.abnormal_shutdown_detected
         assert rep.end_offset == CRASH_END and rep.segments_deleted == 0

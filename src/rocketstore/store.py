@@ -190,7 +190,7 @@ class MessageStore:
         scheduler = self._scheduler = ScheduleService(
             self._commitlog,
             self._queues,
-            self.put_message,
+            self._deliver_delayed,
             self.layout.config / "delayOffset.json",
             self.config,
             self._clock,
@@ -309,6 +309,16 @@ class MessageStore:
     def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message. Raises InvalidMessageError (nothing written) for a bad message."""
         return self.put_messages((msg,))[0]
+
+    def _deliver_delayed(self, msg: Message) -> PutMessageResult:
+        """The scheduler's put: while the store closes it gets a status, not StoreClosedError (its
+        message then stays due and is delivered after the next open)."""
+        if self._closed:
+            return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE)
+        try:
+            return self.put_messages((msg,))[0]
+        except StoreClosedError:
+            return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE)
 
     def put_messages(self, msgs: Sequence[Message]) -> list[PutMessageResult]:
         """Store a batch under one lock acquisition: all of it, or (bad message) none of it.
