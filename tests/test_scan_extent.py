@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketstore.codec import commitlog_record as cl
-from rocketstore.codec.commitlog_scan import _CRC_TABLES, _crc32, scan_extent
+from rocketstore.codec.commitlog_scan import scan_extent
+from rocketstore.codec.crc import CRC_TABLES, crc32
 
 HOSTS = (b"\x7f\x00\x00\x01", b"\xfe\x80" + bytes(13) + b"\x01")
 
@@ -101,4 +102,4 @@ def test_random_garbage_always_terminates() -> None:
 @given(data=st.binary(max_size=200), lead=st.integers(0, 9))
 def test_crc_kernel_is_zlib_crc32(data: bytes, lead: int) -> None:
     buf = np.frombuffer(bytes(lead) + data, dtype=np.uint8)
-    assert _crc32(buf, lead, len(data), _CRC_TABLES) == zlib.crc32(data)
+    assert crc32(buf, lead, len(data), CRC_TABLES) == zlib.crc32(data)

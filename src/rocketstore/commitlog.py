@@ -193,16 +193,36 @@ class CommitLog:
         topics, queue_ids = batch.topics, batch.queue_ids
         table = self.topic_queue_table
         phys = np.empty(n, dtype=np.int64)
+        # One topic (the usual batch): each message's rank within its queue is known before the
+        # lock; under it, only one table lookup per queue.
+        single = topics[0] if len(set(topics)) == 1 else None
+        if single is not None:
+            qids, inverse, counts = np.unique(
+                np.asarray(queue_ids, dtype=np.int64), return_inverse=True, return_counts=True
+            )
+            group_start = np.zeros(len(qids), dtype=np.int64)
+            np.cumsum(counts[:-1], out=group_start[1:])
+            rank = np.empty(n, dtype=np.int64)
+            rank[np.argsort(inverse, kind="stable")] = np.arange(n, dtype=np.int64) - np.repeat(
+                group_start, counts
+            )
         with self._appending:
             advanced: dict[tuple[str, int], int] = {}
-            queue_offsets: list[int] = []
-            for key in zip(topics, queue_ids):
-                qo = advanced.get(key, -1)
-                if qo < 0:
-                    qo = table.get(key, 0)
-                advanced[key] = qo + 1
-                queue_offsets.append(qo)
-            qos = np.asarray(queue_offsets, dtype=np.int64)
+            if single is not None:
+                keys = [(single, q) for q in qids.tolist()]
+                bases = np.fromiter((table.get(k, 0) for k in keys), dtype=np.int64, count=len(keys))
+                qos = bases[inverse] + rank
+                advanced = dict(zip(keys, (bases + counts).tolist()))
+                queue_offsets = qos.tolist()
+            else:
+                queue_offsets = []
+                for key in zip(topics, queue_ids):
+                    qo = advanced.get(key, -1)
+                    if qo < 0:
+                        qo = table.get(key, 0)
+                    advanced[key] = qo + 1
+                    queue_offsets.append(qo)
+                qos = np.asarray(queue_offsets, dtype=np.int64)
             now = self._stamp()
             mf = self.files.last_for_append()
             i = 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +36,7 @@ from rocketstore.codec.commitlog_record import (
     TX_COMMIT,
     TX_NOT,
     RecordTemplate,
+    encode_batch,
     encode_message,
     store_timestamp_position,
 )
@@ -156,6 +157,9 @@ class MessageEncoder:
         for m in msgs:
             if type(m) is not Message or m.delay_level or m.sys_flag or m.born_host is not None:
                 return None
+        plain = self._prepare_plain(msgs)
+        if plain is not None:
+            return plain
         uniqs: list[str | None] = list(self._uniq.take(n)) if self._uniq is not None else [None] * n
         records: list[bytes] = []
         topics: list[str] = []
@@ -228,6 +232,107 @@ class MessageEncoder:
             uniqs,
             self._store_v6,
             template.timestamp_position,
+        )
+
+    def _prepare_plain(self, msgs: Sequence[Message]) -> PreparedBatch | None:
+        """The common batch (one topic; bytes bodies; tags and keys but no other properties, no
+        caller-given UNIQ_KEY) with no per-message Python beyond reading its fields: columns are
+        gathered and checked in bulk, and one compiled loop encodes every record. None when the
+        batch is anything else, or anything about it is invalid: the general path then encodes
+        it, or names the bad message."""
+        n = len(msgs)
+        topic = msgs[0].topic
+        topic_bytes = self._topics.get(topic)
+        if topic_bytes is None:
+            try:
+                topic_bytes = self._topics[validate_topic(topic)] = topic.encode()
+            except InvalidMessageError:
+                return None
+        if any(m.topic != topic for m in msgs):
+            return None
+        if any(m.properties or m.uniq_key is not None for m in msgs):
+            return None
+        bodies = [m.body for m in msgs]
+        queue_ids = [m.queue_id for m in msgs]
+        flags = [m.flag for m in msgs]
+        borns = [m.born_timestamp for m in msgs]
+        if set(map(type, bodies)) != {bytes} or set(map(type, queue_ids)) != {int}:
+            return None
+        if set(map(type, flags)) != {int} or not set(map(type, borns)) <= {int, type(None)}:
+            return None
+        try:
+            qids = np.array(queue_ids, dtype=np.int64)
+            flag_arr = np.array(flags, dtype=np.int64)
+            now = self._clock.now_ms()
+            born_arr = np.array([now if b is None else b for b in borns], dtype=np.int64)
+        except OverflowError:
+            return None
+        body_lens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
+        if (
+            qids.min() < 0
+            or qids.max() > _MAX_QUEUE_ID
+            or flag_arr.min() < -0x80000000
+            or flag_arr.max() > 0x7FFFFFFF
+            or body_lens.max() > self._max_body
+        ):
+            return None
+        tags = [m.tags for m in msgs]
+        prefixes: dict[str | None, str] = {None: ""}
+        for t in set(tags) - {None}:
+            if type(t) is not str or not t or "\x01" in t or "\x02" in t:
+                return None
+            prefixes[t] = f"{PROPERTY_TAGS}\x01{t}\x02"
+        keys_texts: list[str | None] = [None] * n
+        for i, m in enumerate(msgs):
+            keys = m.keys
+            if keys:
+                if isinstance(keys, str):
+                    keys = [keys]
+                for k in keys:
+                    if type(k) is not str or not k or " " in k or "\x01" in k or "\x02" in k:
+                        return None
+                keys_texts[i] = " ".join(keys)
+        uniqs: list[str | None] = list(self._uniq.take(n)) if self._uniq is not None else [None] * n
+        keys_part = [f"{PROPERTY_KEYS}\x01{k}\x02" if k is not None else "" for k in keys_texts]
+        if uniqs[0] is not None:
+            texts = [
+                f"{kp}{prefixes[t]}{PROPERTY_UNIQ_KEY}\x01{u}" for kp, t, u in zip(keys_part, tags, uniqs)
+            ]
+        else:
+            texts = [f"{kp}{prefixes[t]}"[:-1] for kp, t in zip(keys_part, tags)]
+        joined = "".join(texts)
+        props = joined.encode()
+        if len(props) == len(joined):  # ASCII: a character is a byte
+            props_lens = np.fromiter(map(len, texts), dtype=np.int64, count=n)
+        else:
+            props_lens = np.fromiter((len(t.encode()) for t in texts), dtype=np.int64, count=n)
+        if props_lens.max() > _MAX_PROPERTIES_BYTES:
+            return None
+        blob, starts, lengths = encode_batch(
+            topic_bytes,
+            self._store_addr + self._store_port.to_bytes(4, "big"),
+            b"".join(bodies),
+            body_lens,
+            props,
+            props_lens,
+            qids,
+            flag_arr,
+            born_arr,
+        )
+        if lengths.max() > self._max_record:
+            return None
+        codes = {t: tags_code(t) for t in prefixes}
+        return PreparedBatch(
+            blob,
+            starts,
+            lengths,
+            [topic] * n,
+            cast("list[int]", queue_ids),  # every one an int: checked above
+            [codes[t] for t in tags],
+            keys_texts,
+            uniqs,
+            self._store_v6,
+            store_timestamp_position(self._store_v6 | (SYSFLAG_BORNHOST_V6 if self._store_v6 else 0)),
         )
 
     def prepare_many(self, msgs: Sequence[Message]) -> list[PreparedMessage]:

@@ -357,25 +357,34 @@ class MessageStore:
         return self._make_durable(msgs, results)
 
     def _place(self, msgs: Sequence[Message]) -> Sequence[Message]:
-        """Queue ids for messages without one; topic configs for topics first written to."""
+        """Queue ids for messages without one; topic configs for topics first written to. Work
+        per topic of the batch, and per message only for messages that name no queue."""
         topics = self._topics
-        placed: list[Message] | None = None
+        try:
+            batch_topics = {m.topic for m in msgs}
+        except TypeError:  # an unhashable "topic": let validation name it
+            for m in msgs:
+                validate_topic(m.topic)
+            raise
+        for topic in batch_topics:
+            if topic not in topics and not self.readonly and isinstance(topic, str):
+                named = [m.queue_id for m in msgs if m.topic == topic and type(m.queue_id) is int]
+                if named:  # (messages naming no queue create it in select_queue)
+                    count = max(self.config.default_topic_queue_nums, max(named) + 1)
+                    topics.create(validate_topic(topic), count)
+            if not topics.writable(topic):
+                raise InvalidMessageError(
+                    f"topic {topic!r} is not writable (perm {topics.perm(topic)})", PutStatus.MESSAGE_ILLEGAL
+                )
+        if all(m.queue_id is not None for m in msgs):
+            return msgs
+        placed = list(msgs)
         for i, m in enumerate(msgs):
             if m.queue_id is None:
-                if placed is None:
-                    placed = list(msgs)
                 props = m.properties
                 key = props.get(PROPERTY_SHARDING_KEY) if props else None
                 placed[i] = dataclasses.replace(m, queue_id=topics.select_queue(validate_topic(m.topic), key))
-            elif m.topic not in topics and isinstance(m.queue_id, int) and not self.readonly:
-                topic = validate_topic(m.topic)
-                topics.create(topic, max(self.config.default_topic_queue_nums, m.queue_id + 1))
-            if not topics.writable(m.topic):
-                raise InvalidMessageError(
-                    f"topic {m.topic!r} is not writable (perm {topics.perm(m.topic)})",
-                    PutStatus.MESSAGE_ILLEGAL,
-                )
-        return msgs if placed is None else placed
+        return placed
 
     def _make_durable(
         self, msgs: Sequence[Message], results: list[PutMessageResult]

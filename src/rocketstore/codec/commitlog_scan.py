@@ -10,7 +10,6 @@ Python work per record) and release the GIL. They apply exactly the validity rul
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,6 +26,7 @@ from rocketstore.codec.commitlog_record import (
     ScanStop,
     decode_record,
 )
+from rocketstore.codec.crc import CRC_TABLES, crc32
 from rocketstore.errors import CorruptDataError
 
 __all__ = [
@@ -55,24 +55,6 @@ _STOP_CORRUPT: Final = 2
 _STOPS: Final[tuple[ScanStop, ...]] = ("end_of_data", "blank", "corrupt")
 
 
-def _crc_tables() -> npt.NDArray[np.uint32]:
-    """Slicing-by-8 tables for the zlib CRC-32 (polynomial 0xEDB88320); row 0 is the classic one."""
-    table = np.zeros((8, 256), dtype=np.uint32)
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
-        table[0, i] = c
-    for k in range(1, 8):
-        table[k] = (table[k - 1] >> 8) ^ table[0, table[k - 1] & 0xFF]
-    return table
-
-
-_CRC_TABLES: Final = _crc_tables()
-# zlib is the reference; the kernel must agree with it before it may judge a single record.
-assert zlib.crc32(b"123456789") == 0xCBF43926
-
-
 @numba.njit(cache=True, nogil=True, inline="always")
 def read_i32(u8: npt.NDArray[np.uint8], pos: int) -> int:
     v = (np.int64(u8[pos]) << 24) | (np.int64(u8[pos + 1]) << 16) | (np.int64(u8[pos + 2]) << 8) | u8[pos + 3]
@@ -83,36 +65,6 @@ def read_i32(u8: npt.NDArray[np.uint8], pos: int) -> int:
 def _i16(u8: npt.NDArray[np.uint8], pos: int) -> int:
     v = (np.int64(u8[pos]) << 8) | u8[pos + 1]
     return int(v - 65536 if v >= 32768 else v)
-
-
-@numba.njit(cache=True, nogil=True)
-def _crc32(u8: npt.NDArray[np.uint8], start: int, length: int, tables: npt.NDArray[np.uint32]) -> int:
-    """zlib.crc32 of ``u8[start:start+length]``, eight bytes a step."""
-    c = np.uint32(0xFFFFFFFF)
-    p = start
-    end = start + length
-    while p + 8 <= end:
-        c ^= (
-            np.uint32(u8[p])
-            | (np.uint32(u8[p + 1]) << 8)
-            | (np.uint32(u8[p + 2]) << 16)
-            | (np.uint32(u8[p + 3]) << 24)
-        )
-        c = (
-            tables[7, c & 0xFF]
-            ^ tables[6, (c >> 8) & 0xFF]
-            ^ tables[5, (c >> 16) & 0xFF]
-            ^ tables[4, c >> 24]
-            ^ tables[3, u8[p + 4]]
-            ^ tables[2, u8[p + 5]]
-            ^ tables[1, u8[p + 6]]
-            ^ tables[0, u8[p + 7]]
-        )
-        p += 8
-    while p < end:
-        c = tables[0, (c ^ u8[p]) & 0xFF] ^ (c >> 8)
-        p += 1
-    return int(c ^ np.uint32(0xFFFFFFFF))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -145,7 +97,7 @@ def _message_is_valid(
     if props_len < 0 or props_len_at + 2 + props_len != end:
         return False
     if check_crc:
-        return _crc32(u8, body_start, body_len, tables) & 0x7FFFFFFF == read_i32(u8, pos + 8)
+        return crc32(u8, body_start, body_len, tables) & 0x7FFFFFFF == read_i32(u8, pos + 8)
     return True
 
 
@@ -209,7 +161,7 @@ def scan_extent(buf: Buffer, start: int = 0, end: int | None = None, *, check_cr
     limit = len(buf) if end is None else min(end, len(buf))
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
-        records, pos, stop, blank_size = _scan(u8, start, limit, check_crc, _CRC_TABLES)
+        records, pos, stop, blank_size = _scan(u8, start, limit, check_crc, CRC_TABLES)
     finally:
         del u8  # an mmap cannot close while a numpy view of it lives
     if stop != _STOP_CORRUPT:
