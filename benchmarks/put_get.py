@@ -2,9 +2,10 @@
 
 Workloads (100-byte bodies, one topic x 8 queues): single puts and batch puts, each without keys
 (and without a generated UNIQ_KEY) and with KEYS + UNIQ_KEY indexed; then get_message 32 at a
-time over every queue. Message objects are built before the clock starts; the put figures
-include everything the store does under put_* (validation, encoding, append), and
-"+dispatch" adds the wait until consume queues and index have caught up.
+time over every queue, and read_batch (the columnar bulk read) 4096 at a time. Message objects
+are built before the clock starts; the put figures include everything the store does under
+put_* (validation, encoding, append), and "+dispatch" adds the wait until consume queues and
+index have caught up.
 
     python benchmarks/put_get.py [--messages N] [--batch B] [--dir DIR]
 """
@@ -72,6 +73,25 @@ def run_get(root: Path, with_body: bool) -> tuple[float, int, int]:
     return elapsed, count, nbytes
 
 
+def run_read_batch(root: Path) -> tuple[float, int, int]:
+    """Every queue through ``read_batch`` (columns, bodies copied into one buffer per batch)."""
+    cfg = StoreConfig(commitlog_segment_size=256 << 20)
+    count = nbytes = 0
+    with MessageStore.open(root, cfg) as store:
+        start = time.perf_counter()
+        for qid in range(QUEUES):
+            offset = 0
+            while True:
+                batch = store.read_batch("BenchTopic", qid, offset, 4096)
+                if len(batch) == 0:
+                    break
+                count += len(batch)
+                nbytes += len(batch.body)
+                offset = batch.next_offset
+        elapsed = time.perf_counter() - start
+    return elapsed, count, nbytes
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=200_000)
@@ -100,6 +120,8 @@ def main() -> None:
         row("get_message x32", count, get_s, count * len(BODY))
         get_s, count, nbytes = run_get(base / "s2", True)
         row("get_message x32 + body", count, get_s, nbytes)
+        get_s, count, nbytes = run_read_batch(base / "s2")
+        row("read_batch x4096 (columns + bodies)", count, get_s, nbytes)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

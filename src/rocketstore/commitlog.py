@@ -24,7 +24,7 @@ from rocketstore.codec.commitlog_record import (
     patch_positions,
     patch_positions_many,
 )
-from rocketstore.codec.commitlog_scan import message_starts, store_timestamps
+from rocketstore.codec.commitlog_scan import copy_bodies, gather_records, message_starts, store_timestamps
 from rocketstore.codec.host import parse_host
 from rocketstore.config import StoreConfig
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest, dispatch_request_from_record
@@ -378,6 +378,44 @@ class CommitLog:
         if size <= 0 or pos + size > mf.read_position:
             return None
         return MessageExt(buf[pos : pos + size], 0, tags_code, delay_levels_ms=self.config.delay_levels_ms)
+
+    def gather(
+        self, physical_offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], with_bodies: bool
+    ) -> tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64], bytearray, npt.NDArray[np.int64]]:
+        """Columns of the records at ``physical_offsets`` (in log order), segment by segment:
+        (how many from the first are readable, born timestamps, store timestamps, bodies back to
+        back, body offsets). Stops at the first record that is missing or does not match its size."""
+        n = len(physical_offsets)
+        born = np.empty(n, dtype=np.int64)
+        stored = np.empty(n, dtype=np.int64)
+        body_at = np.empty(n, dtype=np.int64)
+        body_len = np.zeros(n, dtype=np.int64)
+        pieces: list[tuple[memoryview, int, int]] = []  # (segment view, first, last) of each run
+        done = 0
+        while done < n:
+            mf = self.files.find(int(physical_offsets[done]))
+            if mf is None:
+                break
+            buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
+            if not mf.available:
+                break
+            end = int(np.searchsorted(physical_offsets, mf.from_offset + mf.size, side="left"))
+            local = physical_offsets[done:end] - mf.from_offset
+            b, s, at, ln, ok = gather_records(buf, local, sizes[done:end], mf.read_position)
+            born[done : done + ok], stored[done : done + ok] = b[:ok], s[:ok]
+            body_at[done : done + ok], body_len[done : done + ok] = at[:ok], ln[:ok]
+            pieces.append((buf, done, done + ok))
+            done += ok
+            if ok < end - (done - ok):
+                break
+        offsets = np.zeros(done + 1, dtype=np.int64)
+        if with_bodies:
+            np.cumsum(body_len[:done], out=offsets[1:])
+        bodies = bytearray(int(offsets[-1]))
+        if with_bodies:
+            for buf, first, last in pieces:
+                copy_bodies(buf, body_at[first:last], body_len[first:last], bodies, int(offsets[first]))
+        return done, born[:done], stored[:done], bodies, offsets
 
     def store_timestamp_at(self, offset: int) -> int:
         """Store time of the record at ``offset`` (-1 if unreadable)."""

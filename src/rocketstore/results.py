@@ -6,10 +6,13 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+import numpy.typing as npt
+
 if TYPE_CHECKING:
     from rocketstore.message import MessageExt
 
-__all__ = ["GetMessageResult", "GetStatus", "PutMessageResult", "PutStatus"]
+__all__ = ["GetMessageResult", "GetStatus", "MessageBatch", "PutMessageResult", "PutStatus"]
 
 
 class PutStatus(enum.Enum):
@@ -82,3 +85,29 @@ class GetMessageResult:
     @property
     def found(self) -> bool:
         return self.status is GetStatus.FOUND
+
+
+@dataclass(frozen=True)
+class MessageBatch:
+    """Consecutive messages of one queue as columns (``MessageStore.read_batch``): no Python object
+    per message, ready for Arrow (``body`` + ``body_offsets`` is Arrow's binary layout). Message i's
+    body is ``body[body_offsets[i]:body_offsets[i + 1]]``; ``body`` is empty when bodies were not
+    asked for. ``next_offset`` is where the next read of the queue starts."""
+
+    topic: str
+    queue_id: int
+    queue_offsets: npt.NDArray[np.int64]
+    physical_offsets: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+    tags_codes: npt.NDArray[np.int64]
+    born_timestamps: npt.NDArray[np.int64]
+    store_timestamps: npt.NDArray[np.int64]
+    body: bytearray
+    body_offsets: npt.NDArray[np.int64]
+    next_offset: int
+
+    def __len__(self) -> int:
+        return len(self.queue_offsets)
+
+    def body_at(self, i: int) -> memoryview:
+        return memoryview(self.body)[int(self.body_offsets[i]) : int(self.body_offsets[i + 1])]

@@ -8,6 +8,8 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 
+import numpy as np
+
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.cleanup import CleanService, DiskUsage, ReclaimReport, disk_used_ratio
 from rocketstore.clock import Clock, SystemClock
@@ -29,7 +31,7 @@ from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageE
 from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
 from rocketstore.prepare import MessageEncoder, validate_topic
 from rocketstore.recovery import RecoveryReport, recover
-from rocketstore.results import GetMessageResult, GetStatus, PutMessageResult, PutStatus
+from rocketstore.results import GetMessageResult, GetStatus, MessageBatch, PutMessageResult, PutStatus
 from rocketstore.schedule import ScheduleService
 from rocketstore.service import BackgroundService
 from rocketstore.stats import StoreStats
@@ -574,6 +576,57 @@ class MessageStore:
                 i += 1
         del entries
         return GetMessageResult(status, offset + i, min_offset, max_offset, messages)
+
+    def read_batch(
+        self, topic: str, queue_id: int, offset: int, max_count: int = 4096, *, bodies: bool = True
+    ) -> MessageBatch:
+        """Up to ``max_count`` consecutive messages of a queue from ``offset``, as columns (see
+        ``MessageBatch``): for bulk readers (Spark, exports, ``tail``) that want no Python object
+        per message. Reads within one consume-queue segment, like ``get_message``, and stops
+        before a message whose record is gone (a batch starting on one is empty, and its
+        ``next_offset`` steps over it); an offset below the queue's min starts at the min; at the
+        end of the queue the batch is empty and ``next_offset`` stays."""
+        self._check_open()
+        empty = np.empty(0, dtype=np.int64)
+        cq = self._queues.get(topic, queue_id)
+        start = max(offset, cq.min_offset) if cq is not None else offset
+        entries = cq.entries(start, max_count) if cq is not None and start < cq.max_offset else None
+        if entries is None:
+            nxt = cq.next_segment_offset(start) if cq is not None and start < cq.max_offset else start
+            return MessageBatch(
+                topic,
+                queue_id,
+                empty,
+                empty,
+                empty,
+                empty,
+                empty,
+                empty,
+                bytearray(),
+                np.zeros(1, dtype=np.int64),
+                nxt,
+            )
+        phys = entries["offset"].astype(np.int64)
+        sizes = entries["size"].astype(np.int64)
+        codes = entries["tags_code"].astype(np.int64)
+        del entries
+        n, born, stored, body, body_offsets = self._commitlog.gather(phys, sizes, bodies)
+        queue_offsets = np.arange(start, start + n, dtype=np.int64)
+        self._stats.count_get(n)
+        nxt = start + n if n else start + 1  # a first message whose record is gone is stepped over
+        return MessageBatch(
+            topic,
+            queue_id,
+            queue_offsets,
+            phys[:n],
+            sizes[:n],
+            codes[:n],
+            born,
+            stored,
+            body,
+            body_offsets,
+            nxt,
+        )
 
     # --- lookups ---------------------------------------------------------------------------
     def look_message_by_offset(self, physical_offset: int) -> MessageExt | None:

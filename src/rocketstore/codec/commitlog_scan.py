@@ -31,7 +31,9 @@ from rocketstore.errors import CorruptDataError
 
 __all__ = [
     "Extent",
+    "copy_bodies",
     "find_record_start",
+    "gather_records",
     "message_starts",
     "property_span",
     "read_i32",
@@ -280,3 +282,76 @@ def property_span(
                 found_start, found_end = k + 1, e
         p = e + 1
     return found_start, found_end
+
+
+# --- columnar reads: many records' fields and bodies without a Python object per record -------
+@numba.njit(cache=True, nogil=True)
+def _gather(
+    u8: npt.NDArray[np.uint8], positions: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], limit: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
+    """(born timestamps, store timestamps, body starts, body lengths, how many records in a row
+    are readable): a record is readable when it lies below ``limit``, its TOTALSIZE is the
+    consume-queue size and its body fits inside it."""
+    n = len(positions)
+    born = np.empty(n, dtype=np.int64)
+    stored = np.empty(n, dtype=np.int64)
+    body_at = np.empty(n, dtype=np.int64)
+    body_len = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        p = positions[i]
+        size = sizes[i]
+        if p < 0 or size < 88 or p + size > limit or read_i32(u8, p) != size:
+            return born, stored, body_at, body_len, i
+        sys_flag = read_i32(u8, p + _SYSFLAG_AT)
+        b = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
+        s = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
+        length_at = p + _BORNHOST_AT + b + 8 + s + 4 + 8
+        blen = read_i32(u8, length_at)
+        if blen < 0 or length_at + 4 + blen > p + size:
+            return born, stored, body_at, body_len, i
+        born[i] = read_i64(u8, p + 40)
+        stored[i] = read_i64(u8, p + _BORNHOST_AT + b)
+        body_at[i] = length_at + 4
+        body_len[i] = blen
+    return born, stored, body_at, body_len, n
+
+
+@numba.njit(cache=True, nogil=True)
+def _copy_bodies(
+    u8: npt.NDArray[np.uint8],
+    body_at: npt.NDArray[np.int64],
+    body_len: npt.NDArray[np.int64],
+    out: npt.NDArray[np.uint8],
+    out_at: int,
+) -> None:
+    q = out_at
+    for i in range(len(body_at)):
+        a = body_at[i]
+        for k in range(body_len[i]):
+            out[q + k] = u8[a + k]
+        q += body_len[i]
+
+
+def gather_records(
+    buf: Buffer, positions: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], limit: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
+    """Born and store timestamps, body starts and lengths of the records at ``positions`` of one
+    segment (each ``sizes[i]`` bytes, as its consume-queue entry says), and how many of them, from
+    the first, are readable below ``limit``."""
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        return _gather(u8, positions.astype(np.int64), sizes.astype(np.int64), limit)
+    finally:
+        del u8
+
+
+def copy_bodies(
+    buf: Buffer, body_at: npt.NDArray[np.int64], body_len: npt.NDArray[np.int64], out: bytearray, out_at: int
+) -> None:
+    """Copy the bodies at ``body_at`` (lengths ``body_len``) of a segment back to back into ``out``."""
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    dest = np.frombuffer(out, dtype=np.uint8)
+    try:
+        _copy_bodies(u8, body_at, body_len, dest, out_at)
+    finally:
+        del u8, dest
