@@ -13,6 +13,7 @@ PUBLIC = {
     "InvalidMessageError",
     "ManualClock",
     "Message",
+    "MessageBatch",
     "MessageExt",
     "MessageStore",
     "PutMessageResult",

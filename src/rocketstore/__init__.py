@@ -13,7 +13,7 @@ from rocketstore.errors import (
     StoreLockedError,
 )
 from rocketstore.message import Message, MessageExt
-from rocketstore.results import GetMessageResult, GetStatus, PutMessageResult, PutStatus
+from rocketstore.results import GetMessageResult, GetStatus, MessageBatch, PutMessageResult, PutStatus
 from rocketstore.store import MessageStore
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "InvalidMessageError",
     "ManualClock",
     "Message",
+    "MessageBatch",
     "MessageExt",
     "MessageStore",
     "PutMessageResult",
