@@ -335,18 +335,9 @@ class MessageStore:
         msgs = self._place(msgs)
         batch = self._encoder.prepare_batch(msgs)
         prepared = [] if batch is not None else self._encoder.prepare_many(msgs)
-        unavailable = self._unavailable_reason()
-        if unavailable is not None:
-            log.warning("put refused: %s", unavailable)
-            return [PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in msgs]
-        if self._page_cache_busy():
-            return [PutMessageResult(PutStatus.OS_PAGECACHE_BUSY) for _ in msgs]
-        if self._cleaner is not None and self._cleaner.disk_full:
-            log.warning(
-                "put refused: the disk is full (above disk_warning_ratio %d%%)",
-                self.config.disk_warning_ratio,
-            )
-            return [PutMessageResult(PutStatus.DISK_FULL) for _ in msgs]
+        refused = self._refusal()
+        if refused is not None:
+            return [PutMessageResult(refused) for _ in msgs]
         try:
             if batch is not None:
                 results = self._commitlog.append_batch(batch)
@@ -387,6 +378,22 @@ class MessageStore:
                 key = props.get(PROPERTY_SHARDING_KEY) if props else None
                 placed[i] = dataclasses.replace(m, queue_id=topics.select_queue(validate_topic(m.topic), key))
         return placed
+
+    def _refusal(self) -> PutStatus | None:
+        """Why the store takes no put now (logged), or None."""
+        unavailable = self._unavailable_reason()
+        if unavailable is not None:
+            log.warning("put refused: %s", unavailable)
+            return PutStatus.SERVICE_NOT_AVAILABLE
+        if self._page_cache_busy():
+            return PutStatus.OS_PAGECACHE_BUSY
+        if self._cleaner is not None and self._cleaner.disk_full:
+            log.warning(
+                "put refused: the disk is full (above disk_warning_ratio %d%%)",
+                self.config.disk_warning_ratio,
+            )
+            return PutStatus.DISK_FULL
+        return None
 
     def _make_durable(
         self, msgs: Sequence[Message], results: list[PutMessageResult]
