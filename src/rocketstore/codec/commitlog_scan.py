@@ -69,6 +69,16 @@ def _i16(u8: npt.NDArray[np.uint8], pos: int) -> int:
     return int(v - 65536 if v >= 32768 else v)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _field_positions(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int]:
+    """Where STORETIMESTAMP and BODYLENGTH sit in the record at ``pos``: both move with the
+    host lengths (8 for IPv4, 20 for IPv6) that SYSFLAG announces."""
+    sys_flag = read_i32(u8, pos + _SYSFLAG_AT)
+    born = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
+    store = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
+    return pos + _BORNHOST_AT + born, pos + _BODY_LEN_POS_BASE + born + store
+
+
 @numba.njit(cache=True, nogil=True)
 def _message_is_valid(
     u8: npt.NDArray[np.uint8], pos: int, total: int, v2: bool, check_crc: bool, tables: npt.NDArray[np.uint32]
@@ -78,9 +88,7 @@ def _message_is_valid(
     end = pos + total
     if total < 40:
         return False
-    sys_flag = read_i32(u8, pos + 36)
-    hosts = (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8) + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8)
-    body_len_at = pos + _BODY_LEN_POS_BASE + hosts
+    body_len_at = _field_positions(u8, pos)[1]
     if body_len_at + 4 > end:
         return False
     body_len = read_i32(u8, body_len_at)
@@ -204,9 +212,7 @@ def store_timestamps(buf: Buffer, starts: npt.NDArray[np.int64]) -> npt.NDArray[
 def _store_timestamps(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     out = np.empty(len(starts), dtype=np.int64)
     for i in range(len(starts)):
-        pos = starts[i]
-        at = pos + (68 if read_i32(u8, pos + 36) & SYSFLAG_BORNHOST_V6 else 56)
-        out[i] = (np.int64(read_i32(u8, at)) << 32) | (np.int64(read_i32(u8, at + 4)) & 0xFFFFFFFF)
+        out[i] = read_i64(u8, _field_positions(u8, starts[i])[0])
     return out
 
 
@@ -238,11 +244,8 @@ def find_record_start(u8: npt.NDArray[np.uint8], start: int, limit: int, seg_sta
 @numba.njit(cache=True, nogil=True)
 def record_layout(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int, int, int, int]:
     """(topic start, topic length, properties start, properties length, store timestamp)."""
-    sys_flag = read_i32(u8, pos + _SYSFLAG_AT)
-    born = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
-    store = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
-    store_ts = read_i64(u8, pos + _BORNHOST_AT + born)
-    body_len_at = pos + _BORNHOST_AT + born + 8 + store + 4 + 8
+    store_ts_at, body_len_at = _field_positions(u8, pos)
+    store_ts = read_i64(u8, store_ts_at)
     t = body_len_at + 4 + read_i32(u8, body_len_at)
     if read_i32(u8, pos + 4) == MESSAGE_MAGIC_V2:
         topic_len = (np.int64(u8[t]) << 8) | u8[t + 1]
@@ -302,15 +305,12 @@ def _gather(
         size = sizes[i]
         if p < 0 or size < 88 or p + size > limit or read_i32(u8, p) != size:
             return born, stored, body_at, body_len, i
-        sys_flag = read_i32(u8, p + _SYSFLAG_AT)
-        b = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
-        s = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
-        length_at = p + _BORNHOST_AT + b + 8 + s + 4 + 8
+        store_ts_at, length_at = _field_positions(u8, p)
         blen = read_i32(u8, length_at)
         if blen < 0 or length_at + 4 + blen > p + size:
             return born, stored, body_at, body_len, i
         born[i] = read_i64(u8, p + 40)
-        stored[i] = read_i64(u8, p + _BORNHOST_AT + b)
+        stored[i] = read_i64(u8, store_ts_at)
         body_at[i] = length_at + 4
         body_len[i] = blen
     return born, stored, body_at, body_len, n
