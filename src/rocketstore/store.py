@@ -435,11 +435,7 @@ class MessageStore:
 
     def _page_cache_busy(self) -> bool:
         """RocketMQ's isOSPageCacheBusy: the append lock has been held too long; fail fast."""
-        began = self._commitlog.begin_time_in_lock
-        if not began:
-            return False
-        held_ms = (self._clock.monotonic() - began) * 1000
-        return self.config.os_page_cache_busy_timeout < held_ms < 10_000_000
+        return self.config.os_page_cache_busy_timeout < self._lock_held_ms() < 10_000_000
 
     @property
     def failure(self) -> BaseException | None:
@@ -844,7 +840,7 @@ class MessageStore:
             "remainHowManyDataToCommit": max(0, commitlog.max_offset - committed) if self._pool else 0,
             "remainHowManyDataToFlush": max(0, commitlog.max_offset - flushed),
             "earliestMessageTimeStamp": self.earliest_message_time(),
-            "pageCacheLockTimeMills": self._lock_held_ms(),
+            "pageCacheLockTimeMills": int(self._lock_held_ms()),
             "remainTransientStoreBufferNumbs": self._pool.available if self._pool is not None else 0,
             "diskFull": self.disk_full,
             "abnormalShutdownDetected": self.abnormal_shutdown_detected,
@@ -854,9 +850,10 @@ class MessageStore:
         }
         return info
 
-    def _lock_held_ms(self) -> int:
+    def _lock_held_ms(self) -> float:
+        """How long the current append has held the commitlog lock (0 when none holds it)."""
         began = self._commitlog.begin_time_in_lock
-        return int((self._clock.monotonic() - began) * 1000) if began else 0
+        return (self._clock.monotonic() - began) * 1000 if began else 0.0
 
     def __repr__(self) -> str:
         return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"
