@@ -21,6 +21,7 @@ __all__ = [
     "PROPERTY_TAGS",
     "PROPERTY_UNIQ_KEY",
     "PROPERTY_WAIT",
+    "RESERVED_PROPERTIES",
     "SCHEDULE_TOPIC",
     "TOPIC_PATTERN",
     "Message",
@@ -36,6 +37,18 @@ PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID: Final = "REAL_QID"
 PROPERTY_WAIT: Final = "WAIT"
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+# Written by the store from a Message's own fields (keys, tags, uniq_key, delay_level): a Message
+# may not carry them in ``properties``, and a delivered delayed message gets them from its fields.
+RESERVED_PROPERTIES: Final = frozenset(
+    (
+        PROPERTY_KEYS,
+        PROPERTY_TAGS,
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_DELAY,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QUEUE_ID,
+    )
+)
 # RocketMQ's topic rule; it also keeps every topic a safe directory name.
 TOPIC_PATTERN: Final = re.compile(r"[%|A-Za-z0-9_-]{1,127}")
 

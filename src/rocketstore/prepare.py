@@ -53,6 +53,7 @@ from rocketstore.message import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    RESERVED_PROPERTIES,
     SCHEDULE_TOPIC,
     TOPIC_PATTERN,
     Message,
@@ -62,16 +63,6 @@ from rocketstore.results import PutStatus
 __all__ = ["MessageEncoder", "PreparedBatch", "PreparedMessage", "validate_topic"]
 
 SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
-_RESERVED_PROPERTIES = frozenset(
-    (
-        PROPERTY_KEYS,
-        PROPERTY_TAGS,
-        PROPERTY_UNIQ_KEY,
-        PROPERTY_DELAY,
-        PROPERTY_REAL_TOPIC,
-        PROPERTY_REAL_QUEUE_ID,
-    )
-)
 _USER_SYSFLAG_BITS: Final = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TX_MASK
 _MAX_PROPERTIES_BYTES: Final = 32767
 _MAX_QUEUE_ID: Final = 65535
@@ -466,7 +457,7 @@ class MessageEncoder:
             props[PROPERTY_TAGS] = msg.tags
         if msg.properties:
             for name, value in msg.properties.items():
-                if name in _RESERVED_PROPERTIES and not internal:
+                if name in RESERVED_PROPERTIES and not internal:
                     raise InvalidMessageError(
                         f"property {name!r} is set by the store from the Message fields", _ILLEGAL
                     )

@@ -28,12 +28,9 @@ from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.errors import CorruptDataError, InvalidMessageError
 from rocketstore.message import (
-    PROPERTY_DELAY,
-    PROPERTY_KEYS,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
+    RESERVED_PROPERTIES,
     SCHEDULE_TOPIC,
     Message,
     MessageExt,
@@ -47,16 +44,6 @@ __all__ = ["ScheduleService"]
 log = logging.getLogger(__name__)
 
 Put = Callable[[Message], PutMessageResult]
-_NOT_COPIED = frozenset(
-    (
-        PROPERTY_DELAY,
-        PROPERTY_REAL_TOPIC,
-        PROPERTY_REAL_QUEUE_ID,
-        PROPERTY_KEYS,
-        PROPERTY_TAGS,
-        PROPERTY_UNIQ_KEY,
-    )
-)
 _READ_AHEAD = 32
 
 
@@ -76,7 +63,7 @@ def real_message(msg: MessageExt) -> Message:
         body=msg.body,
         tags=msg.tags,
         keys=msg.keys,
-        properties={k: v for k, v in props.items() if k not in _NOT_COPIED},
+        properties={k: v for k, v in props.items() if k not in RESERVED_PROPERTIES},
         queue_id=int(qid),
         flag=msg.flag,
         uniq_key=msg.uniq_key,
