@@ -85,7 +85,6 @@ class CleanService(BackgroundService):
         self._lock = threading.Lock()  # one round at a time: the thread's and a manual reclaim()
         self._queues_cleaned_below = 0
         self.disk_full = False
-        self.last_report: ReclaimReport | None = None
 
     def request_delete(self) -> None:
         """Arm manual deletion for the next ``manual_delete_file_several_times`` rounds (the
@@ -98,9 +97,7 @@ class CleanService(BackgroundService):
     def reclaim(self) -> ReclaimReport:
         """One cleaning round (what the service runs every interval); also callable directly."""
         with self._lock:
-            report = self._round()
-        self.last_report = report
-        return report
+            return self._round()
 
     def check_disk(self) -> float:
         """Measure the disk, set or lift the disk-full flag; the used fraction."""

@@ -103,7 +103,6 @@ class ScheduleService(BackgroundService):
         self._delays = config.delay_levels_ms
         self.offsets: dict[int, int] = {}
         self._persisted_at_physical = 0  # the commitlog's end when progress was last written
-        self.delivered = 0
 
     def load(self) -> None:
         """Read saved progress, then skip what was delivered after it (see the module doc)."""
@@ -172,7 +171,6 @@ class ScheduleService(BackgroundService):
         now = self._clock.now_ms()
         delivered = sum(self._deliver_level(level, now) for level in range(1, len(self._delays) + 1))
         if delivered:
-            self.delivered += delivered
             self.persist()
 
     def _deliver_level(self, level: int, now: int) -> int:
@@ -224,14 +222,3 @@ class ScheduleService(BackgroundService):
         mark = self._commitlog.max_offset
         atomic_write(self.path, encode_delay_offsets(self.offsets, mark))
         self._persisted_at_physical = mark
-
-    def pending(self) -> dict[int, int]:
-        """Messages not yet delivered, per level that has any."""
-        result = {}
-        for level in range(1, len(self._delays) + 1):
-            cq = self._queues.get(SCHEDULE_TOPIC, level - 1)
-            if cq is not None:
-                left = cq.max_offset - max(self.offsets.get(level, 0), cq.min_offset)
-                if left > 0:
-                    result[level] = left
-        return result
