@@ -137,15 +137,16 @@ def decode_offsets(text: str, what: str = "consumerOffset.json") -> dict[tuple[s
         if not sep or not isinstance(queues, dict):
             raise CorruptDataError(f"{what}: bad entry {key!r} (want 'topic@group': {{queue: offset}})")
         result[(topic, group)] = {
-            int(q): _int(v, f"{what}: {key} queue {q}") for q, v in queues.items() if _queue_key(q, what)
+            _int_key(q, f"{what}: queue id"): _int(v, f"{what}: {key} queue {q}") for q, v in queues.items()
         }
     return result
 
 
-def _queue_key(q: str, what: str) -> bool:
-    if not q.lstrip("-").isdigit():
-        raise CorruptDataError(f"{what}: queue id {q!r} is not an integer")
-    return True
+def _int_key(key: str, what: str) -> int:
+    """A map key that must be an integer (queue id, delay level), as an int."""
+    if not key.lstrip("-").isdigit():
+        raise CorruptDataError(f"{what} {key!r} is not an integer")
+    return int(key)
 
 
 def encode_offsets(table: dict[tuple[str, str], dict[int, int]]) -> bytes:
@@ -164,9 +165,8 @@ def decode_delay_offsets(text: str, what: str = "delayOffset.json") -> tuple[dic
     doc = decode_json(text, what)
     table = _table(doc, "offsetTable", what)
     offsets = {
-        int(level): _int(off, f"{what}: level {level}")
+        _int_key(level, f"{what}: delay level"): _int(off, f"{what}: level {level}")
         for level, off in table.items()
-        if _queue_key(level, what)
     }
     return offsets, _int(doc.get(_DELAY_MARK, 0), f"{what}: {_DELAY_MARK}")
 
