@@ -128,6 +128,11 @@ class MessageEncoder:
         self._clock = clock
         self._store_addr, self._store_port = parse_host(config.store_host)
         self._store_v6 = SYSFLAG_STOREHOST_V6 if len(self._store_addr) == 16 else 0
+        # a plain batch is born at the store host: its records share these
+        self._store_host_bytes = self._store_addr + self._store_port.to_bytes(4, "big")
+        self._plain_timestamp_position = store_timestamp_position(
+            SYSFLAG_BORNHOST_V6 if self._store_v6 else 0
+        )
         self._max_body = config.max_message_size
         self._max_record = min(
             config.max_message_size, config.commitlog_segment_size - END_FILE_MIN_BLANK_LENGTH
@@ -301,7 +306,7 @@ class MessageEncoder:
             return None
         blob, starts, lengths = encode_batch(
             topic_bytes,
-            self._store_addr + self._store_port.to_bytes(4, "big"),
+            self._store_host_bytes,
             b"".join(bodies),
             body_lens,
             props,
@@ -323,7 +328,7 @@ class MessageEncoder:
             keys_texts,
             uniqs,
             self._store_v6,
-            store_timestamp_position(self._store_v6 | (SYSFLAG_BORNHOST_V6 if self._store_v6 else 0)),
+            self._plain_timestamp_position,
         )
 
     def prepare_many(self, msgs: Sequence[Message]) -> list[PreparedMessage]:
