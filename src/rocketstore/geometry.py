@@ -11,6 +11,8 @@ it: every used slot and every entry's chain link names an entry below the header
 from __future__ import annotations
 
 import os
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.errors import StoreConfigError
 from rocketstore.storage.paths import StoreLayout, is_segment_name
 
-__all__ = ["detect_geometry", "index_split", "looks_like_store"]
+__all__ = ["detect_geometry", "index_split", "looks_like_store", "survey_geometry"]
 
 _RATIOS = (4, 1, 2, 8, 16, 3, 5, 10)  # entries per slot to try, the usual one first
 
@@ -35,55 +37,80 @@ def detect_geometry(root: str | os.PathLike[str], base: StoreConfig | None = Non
     """``base`` (default: RocketMQ's defaults) with the segment and index sizes found in
     ``root``'s files. Raises StoreConfigError when the files disagree or cannot be read as a
     store's."""
+    cfg, problems = survey_geometry(root, base)
+    if problems:
+        raise StoreConfigError(problems[0])
+    return cfg
+
+
+def survey_geometry(
+    root: str | os.PathLike[str], base: StoreConfig | None = None
+) -> tuple[StoreConfig, list[str]]:
+    """The geometry most of ``root``'s files were written with, and what disagrees with it (for
+    a checker, which reports the disagreements itself). Raises StoreConfigError only when
+    ``root`` is no store directory."""
     paths = StoreLayout(root)
-    cfg = base or StoreConfig()
     if not paths.root.is_dir():
         raise StoreConfigError(f"no store directory at {str(paths.root)!r}")
     if not looks_like_store(paths.root):
         raise StoreConfigError(
             f"{str(paths.root)!r} is not a store directory (no commitlog, consumequeue or checkpoint)"
         )
+    problems: list[str] = []
     changes: dict[str, int] = {}
-    seg = _common_size(paths.commitlog, "commitlog segments")
+    seg = _most_common_size([paths.commitlog], "commitlog segments", problems)
     if seg is not None:
         changes["commitlog_segment_size"] = seg
-    cq_sizes = {
-        _common_size(q, f"consume queue {q.parent.name}/{q.name}")
-        for topic in _subdirs(paths.consume_queue)
-        for q in _subdirs(topic)
-    } - {None}
-    if len(cq_sizes) > 1:
-        raise StoreConfigError(f"consume-queue files of different sizes: {sorted(s or 0 for s in cq_sizes)}")
-    if cq_sizes:
-        size = cq_sizes.pop() or 0
-        if size % CQ_ENTRY_SIZE:
-            raise StoreConfigError(
-                f"consume-queue files of {size} bytes: not a whole number of 20-byte entries"
-            )
-        changes["consume_queue_entries"] = size // CQ_ENTRY_SIZE
+    queue_dirs = [q for topic in _subdirs(paths.consume_queue) for q in _subdirs(topic)]
+    cq = _most_common_size(queue_dirs, "consume-queue files", problems)
+    if cq is not None:
+        if cq % CQ_ENTRY_SIZE:
+            problems.append(f"consume-queue files of {cq} bytes: not a whole number of 20-byte entries")
+        else:
+            changes["consume_queue_entries"] = cq // CQ_ENTRY_SIZE
     index_files = (
-        sorted(p for p in paths.index.glob("*") if p.is_file() and p.name.isdigit())
+        sorted(p for p in paths.index.iterdir() if p.is_file() and p.name.isdigit())
         if paths.index.is_dir()
         else []
     )
-    if index_files:
-        slots, entries = index_split(index_files[-1])
-        changes["index_hash_slots"] = slots
-        changes["index_max_entries"] = entries
-    return cfg.replace(**changes) if changes else cfg
+    index_size = _most_common_size([paths.index], "index files", problems, names=str.isdigit)
+    # the newest file of the usual size whose contents settle the split; a newest file that
+    # cannot be split is a problem even when an older one can
+    for k, p in enumerate(reversed([p for p in index_files if p.stat().st_size == index_size])):
+        try:
+            changes["index_hash_slots"], changes["index_max_entries"] = index_split(p)
+            break
+        except StoreConfigError as exc:
+            if k == 0:
+                problems.append(str(exc))
+    cfg = base or StoreConfig()
+    for name, value in changes.items():
+        try:
+            cfg = cfg.replace(**{name: value})
+        except StoreConfigError as exc:  # not a possible geometry: keep the configured one
+            problems.append(str(exc))
+    return cfg, problems
 
 
 def _subdirs(path: Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_dir()) if path.is_dir() else []
 
 
-def _common_size(directory: Path, what: str) -> int | None:
-    if not directory.is_dir():
-        return None
-    sizes = {p.stat().st_size for p in directory.iterdir() if p.is_file() and is_segment_name(p.name)}
+def _most_common_size(
+    directories: list[Path], what: str, problems: list[str], names: Callable[[str], bool] = is_segment_name
+) -> int | None:
+    """The most common size of the files named like ``names`` in ``directories``; files of other
+    sizes are recorded in ``problems``."""
+    sizes = Counter(
+        p.stat().st_size
+        for d in directories
+        if d.is_dir()
+        for p in d.iterdir()
+        if p.is_file() and names(p.name)
+    )
     if len(sizes) > 1:
-        raise StoreConfigError(f"{what} in {directory} have different sizes: {sorted(sizes)}")
-    return sizes.pop() if sizes else None
+        problems.append(f"{what} of different sizes: {sorted(sizes)}")
+    return sizes.most_common(1)[0][0] if sizes else None
 
 
 def index_split(path: Path) -> tuple[int, int]:

@@ -112,8 +112,7 @@ from rocketstore.codec.java_hash import java_hash_utf8 as _hash_utf8
 from rocketstore.codec.java_hash import signed32 as _signed32
 from rocketstore.codec.properties import decode_properties
 from rocketstore.config import StoreConfig
-from rocketstore.errors import StoreConfigError
-from rocketstore.geometry import detect_geometry, index_split, looks_like_store
+from rocketstore.geometry import survey_geometry
 from rocketstore.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SCHEDULE_TOPIC
 from rocketstore.storage.paths import StoreLayout, is_segment_name, segment_name
 
@@ -338,53 +337,9 @@ class _Refs:
 
 # --- geometry -------------------------------------------------------------------------------
 def _geometry(paths: StoreLayout, config: StoreConfig | None) -> StoreConfig:
-    """``config``, else the geometry the files were written with. When the files disagree (which
-    the checks then report), the most common size of each kind of file wins."""
-    if config is not None:
-        return config
-    try:
-        cfg = detect_geometry(paths.root)
-        sizes_agree = True
-    except StoreConfigError:
-        if not looks_like_store(paths.root):
-            raise
-        cfg, sizes_agree = StoreConfig(), False
-    index_files = _index_files(paths)[0]
-    index_sizes = Counter(p.stat().st_size for p in index_files)
-    changes: dict[str, int] = {}
-    if not sizes_agree:
-        seg = _most_common(p.stat().st_size for _, p in _named_files(paths.commitlog)[0])
-        if seg is not None:
-            changes["commitlog_segment_size"] = seg
-        cq = _most_common(
-            p.stat().st_size
-            for topic in _subdirs(paths.consume_queue)
-            for q in _subdirs(topic)
-            for _, p in _named_files(q)[0]
-        )
-        if cq is not None and cq % CQ_ENTRY_SIZE == 0:
-            changes["consume_queue_entries"] = cq // CQ_ENTRY_SIZE
-    if index_sizes and (not sizes_agree or len(index_sizes) > 1):
-        size = index_sizes.most_common(1)[0][0]
-        for p in reversed([p for p in index_files if p.stat().st_size == size]):
-            try:
-                changes["index_hash_slots"], changes["index_max_entries"] = index_split(p)
-                break
-            except StoreConfigError:
-                continue
-    for name, value in changes.items():
-        with contextlib.suppress(StoreConfigError):  # not a possible geometry: keep the default
-            cfg = cfg.replace(**{name: value})
-    return cfg
-
-
-def _most_common(sizes: Iterator[int]) -> int | None:
-    counts = Counter(sizes)
-    return counts.most_common(1)[0][0] if counts else None
-
-
-def _subdirs(path: Path) -> list[Path]:
-    return sorted(p for p in path.iterdir() if p.is_dir()) if path.is_dir() else []
+    """``config``, else the geometry most of the files were written with (where they disagree,
+    the checks report the odd ones)."""
+    return config if config is not None else survey_geometry(paths.root)[0]
 
 
 # --- consume queues -------------------------------------------------------------------------
