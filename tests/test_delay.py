@@ -276,3 +276,19 @@ def test_sigkill_during_delayed_delivery_loses_and_repeats_nothing(round_: int, 
     numbers = [int(b.split(b"-")[1]) for b in bodies]
     assert len(numbers) == len(set(numbers)), "a delayed message was delivered twice"
     assert acked <= set(numbers), f"lost: {sorted(acked - set(numbers))[:10]}"
+
+
+def test_a_readonly_store_reports_the_saved_progress(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    root = tmp_path / "s"
+    with MessageStore.open(root, CFG, clock=clock) as store:
+        for i in range(3):
+            assert store.put_message(Message("T", b"d%d" % i, queue_id=0, delay_level=1)).ok
+        assert store.put_message(Message("T", b"later", queue_id=0, delay_level=2)).ok
+        clock.advance(1_000)
+        assert wait_until(lambda: store.max_offset_in_queue("T", 0) == 3)
+        progress = store.delay_progress()
+    assert progress == {1: (3, 3), 2: (0, 1)}
+    with MessageStore.open(root, CFG, clock=clock, readonly=True) as ro:
+        assert ro.delay_progress() == progress
+        assert ro.runtime_info()["delayedPending"] == {2: 1}

@@ -104,13 +104,17 @@ class ScheduleService(BackgroundService):
         self.offsets: dict[int, int] = {}
         self._persisted_at_physical = 0  # the commitlog's end when progress was last written
 
-    def load(self) -> None:
-        """Read saved progress, then skip what was delivered after it (see the module doc)."""
+    def load_progress(self) -> None:
+        """Read the saved progress (a read-only store stops here)."""
         if self.path.exists():
             # Copies written before the last progress write are covered by it: look after it.
             self.offsets, self._persisted_at_physical = decode_delay_offsets(
                 self.path.read_text("utf-8"), str(self.path)
             )
+
+    def skip_delivered_before_crash(self) -> None:
+        """Move each level past the copies delivered after the saved progress (see the module
+        doc); the queues must be complete (dispatch caught up) when this runs."""
         repaired = False
         for level in range(1, len(self._delays) + 1):
             skipped = self._skip_delivered(level)

@@ -104,7 +104,15 @@ class MessageStore:
         self._offsets = ConsumerOffsets(layout.config / "consumerOffset.json", readonly=readonly)
         self._stats = StoreStats(clock)
         self._cleaner: CleanService | None = None
-        self._scheduler: ScheduleService | None = None
+        self._scheduler = ScheduleService(
+            self._commitlog,
+            self._queues,
+            self._deliver_delayed,
+            layout.config / "delayOffset.json",
+            config,
+            clock,
+            on_failure=self._service_failed,
+        )
         self._encoder = MessageEncoder(config, clock)
         self._services: list[BackgroundService] = []
         self._dispatcher: DispatchService | None = None
@@ -170,6 +178,7 @@ class MessageStore:
         )
         self._topics.load(self._queues.topics())
         self._offsets.load()
+        self._scheduler.load_progress()
         if self.readonly:
             return
         self.layout.abort.touch()
@@ -189,16 +198,8 @@ class MessageStore:
         self._dispatcher = dispatcher
         # Delivery resumes only now: every queue is complete, so copies delivered before a
         # crash can be recognised (see schedule.py).
-        scheduler = self._scheduler = ScheduleService(
-            self._commitlog,
-            self._queues,
-            self._deliver_delayed,
-            self.layout.config / "delayOffset.json",
-            self.config,
-            self._clock,
-            on_failure=self._service_failed,
-        )
-        scheduler.load()
+        scheduler = self._scheduler
+        scheduler.skip_delivered_before_crash()
         self._cleaner = cleaner = CleanService(
             self._commitlog,
             self._queues,
@@ -809,7 +810,7 @@ class MessageStore:
         for topic_queue in self._queues:
             if topic_queue.topic == SCHEDULE_TOPIC:
                 level = topic_queue.queue_id + 1
-                done = self._scheduler.offsets.get(level, 0) if self._scheduler is not None else 0
+                done = self._scheduler.offsets.get(level, 0)
                 result[level] = (max(done, topic_queue.min_offset), topic_queue.max_offset)
         return dict(sorted(result.items()))
 
