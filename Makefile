@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench crash clean
+.PHONY: run test lint bench crash clean java
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,10 +12,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# Spark (rocketstore.spark, `rocketstore spark`) runs on Java 17+: install a headless JRE when
+# `java` is missing and this machine lets us (root or password-less sudo, Debian/Ubuntu).
+java:
+	@command -v java >/dev/null 2>&1 || { \
+		echo "java not found: installing openjdk-17-jre-headless for Spark"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+		( $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless ) >/dev/null 2>&1 \
+			|| echo "could not install Java: the Spark tests cannot run here"; }
+
 run: $(STAMP)
 	$(PY) -m rocketstore.demo ./store
 
-test: $(STAMP)
+test: $(STAMP) java
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m mypy
 	$(PY) -m pytest

@@ -4,12 +4,16 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
 from rocketstore import ManualClock, StoreConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-4.9.8"
 
@@ -66,3 +70,19 @@ def half_full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
     machine running the tests is must not trigger reclamation or the disk-full flag. (Tests of
     those pass a probe of their own.)"""
     monkeypatch.setattr("rocketstore.store.disk_used_ratio", lambda _path: 0.5)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local[2] SparkSession for the Spark tests, Python workers on this interpreter, the
+    source registered with pushdown. Without Java the Spark tests skip (fail in CI)."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        if os.environ.get("CI"):
+            pytest.fail("Spark tests need Java 17+ (`make test` installs it where it can)")
+        pytest.skip("Spark tests need Java 17+")
+    from rocketstore.spark import session
+
+    s = session("local[2]", "rocketstore-tests", **{"spark.sql.shuffle.partitions": "4"})
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()

@@ -7,6 +7,7 @@ import rocketstore
 PUBLIC = {
     "Clock",
     "CorruptDataError",
+    "DataLossError",
     "FlushDiskType",
     "GetMessageResult",
     "GetStatus",
@@ -38,6 +39,7 @@ def test_export_list_is_pinned() -> None:
 def test_every_error_derives_from_one_base() -> None:
     for name in (
         "CorruptDataError",
+    "DataLossError",
         "InvalidMessageError",
         "StoreClosedError",
         "StoreConfigError",

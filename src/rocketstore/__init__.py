@@ -6,6 +6,7 @@ from rocketstore.codec.config_json import TopicConfig
 from rocketstore.config import FlushDiskType, StoreConfig
 from rocketstore.errors import (
     CorruptDataError,
+    DataLossError,
     InvalidMessageError,
     RocketStoreError,
     StoreClosedError,
@@ -19,6 +20,7 @@ from rocketstore.store import MessageStore
 __all__ = [
     "Clock",
     "CorruptDataError",
+    "DataLossError",
     "FlushDiskType",
     "GetMessageResult",
     "GetStatus",

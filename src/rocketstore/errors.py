@@ -7,8 +7,9 @@
     ├── StoreLockedError             another process (or another open in this one) holds the store
     ├── StoreClosedError             the store was used after close()
     ├── InvalidMessageError          a message that must not be stored; carries the PutStatus
-    └── CorruptDataError             bytes on disk (or given to a codec) that break the format;
-                                     carries the path and offset when known
+    ├── CorruptDataError             bytes on disk (or given to a codec) that break the format;
+    │                                carries the path and offset when known
+    └── DataLossError                a reader was promised messages that are gone (reclaimed)
 
 Bad input is rejected before anything is written. Corrupt files are reported with a
 ``CorruptDataError`` naming the file and offset; readers never loop on them.
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CorruptDataError",
+    "DataLossError",
     "InvalidMessageError",
     "RocketStoreError",
     "StoreClosedError",
@@ -78,3 +80,7 @@ class CorruptDataError(RocketStoreError):
         if offset is not None:
             where.append(f"offset {offset}")
         super().__init__(f"{reason} ({', '.join(where)})" if where else reason)
+
+
+class DataLossError(RocketStoreError):
+    """Messages a reader was to read next are gone: reclaimed (or damaged) before it got to them."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import struct
 import threading
 from pathlib import Path
 
@@ -35,8 +36,10 @@ class StoreLock:
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
             except OSError:
+                holder = _holder_pid(fd)
                 os.close(fd)
-                raise StoreLockedError(str(self.path.parent), f"{self.path} is locked") from None
+                who = f"process {holder} holds {self.path}" if holder else f"{self.path} is locked"
+                raise StoreLockedError(str(self.path.parent), who) from None
             os.pwrite(fd, b"lock", 0)
             os.fsync(fd)
             _held.add(self._key)
@@ -52,3 +55,16 @@ class StoreLock:
                 os.close(self._fd)
                 self._fd = None
                 _held.discard(self._key)
+
+
+_FLOCK = struct.Struct("hhqqi4x")  # Linux x86-64/arm64 struct flock: type, whence, start, len, pid
+
+
+def _holder_pid(fd: int) -> int | None:
+    """The process holding the lock on byte 0 (F_GETLK), or None when the platform won't say."""
+    try:
+        probe = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+        l_type, _, _, _, pid = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, probe))
+    except (OSError, struct.error):
+        return None
+    return pid if l_type != fcntl.F_UNLCK and pid > 0 else None

@@ -77,11 +77,10 @@ file; one more line counts the rest.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -114,6 +113,7 @@ from rocketstore.codec.properties import decode_properties
 from rocketstore.config import StoreConfig
 from rocketstore.geometry import survey_geometry
 from rocketstore.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SCHEDULE_TOPIC
+from rocketstore.storage.file_view import mapped_readonly
 from rocketstore.storage.paths import StoreLayout, is_segment_name, segment_name
 
 __all__ = ["DAMAGE_KINDS", "MAX_DAMAGE_PER_FILE", "Damage", "VerifyReport", "verify_store"]
@@ -256,28 +256,6 @@ class _DamageLog:
                 Damage(first.kind, file, first.offset, f"{more} more problems in this file, not listed")
             )
         return sorted(items, key=lambda d: (d.file, d.offset, d.kind))
-
-
-@contextlib.contextmanager
-def _mapped(path: Path) -> Iterator[memoryview]:
-    """The file's bytes, mapped read-only (an empty file gives an empty view)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
-    finally:
-        os.close(fd)
-    if mm is None:
-        yield memoryview(b"")
-        return
-    view = memoryview(mm)
-    try:
-        yield view
-    finally:
-        # every numpy view of the mapping is gone by now; if one leaked, the GC unmaps it later
-        with contextlib.suppress(BufferError):
-            view.release()
-            mm.close()
 
 
 def _named_files(directory: Path) -> tuple[list[tuple[int, Path]], list[Path]]:
@@ -429,7 +407,7 @@ def _read_queue(
         first = expect is None
         expect = start + file_size
         try:
-            with _mapped(path) as view:
+            with mapped_readonly(path) as view:
                 if len(view) != file_size:
                     damage.add(
                         "file_size",
@@ -560,7 +538,7 @@ def _read_index_file(
 ) -> int:
     slots, max_entries = cfg.index_hash_slots, cfg.index_max_entries
     expected = index_layout.file_size(slots, max_entries)
-    with _mapped(path) as view:
+    with mapped_readonly(path) as view:
         if len(view) != expected:
             damage.add(
                 "file_size",
@@ -781,7 +759,7 @@ def _check_commitlog(
                 f"commitlog segments missing from offset {missing} to {seg.start}",
             )
         try:
-            with _mapped(seg.path) as view:
+            with mapped_readonly(seg.path) as view:
                 if len(view) != seg_size:
                     damage.add(
                         "file_size",
@@ -900,7 +878,7 @@ def _closed_since(seg: _Segment, seg_size: int, check_crc: bool) -> bool:
     """Whether a segment that ended in zero fill when it was scanned now ends in a BLANK record:
     a writer rolled over to the next segment meanwhile."""
     try:
-        with _mapped(seg.path) as view:
+        with mapped_readonly(seg.path) as view:
             return scan_extent(view, seg.zero_at, seg.size, check_crc=check_crc).stop == "blank"
     except FileNotFoundError:
         return False

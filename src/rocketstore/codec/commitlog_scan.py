@@ -30,17 +30,21 @@ from rocketstore.codec.crc import CRC_TABLES, crc32
 from rocketstore.errors import CorruptDataError
 
 __all__ = [
+    "RECORD_FIELDS",
     "Extent",
     "copy_bodies",
     "find_record_start",
     "gather_records",
     "message_starts",
     "property_span",
+    "range_starts",
     "read_i32",
     "read_i64",
+    "record_fields",
     "record_layout",
     "scan_extent",
     "store_timestamps",
+    "well_formed",
 ]
 
 Buffer = bytes | bytearray | memoryview
@@ -355,3 +359,190 @@ def copy_bodies(
         _copy_bodies(u8, body_at, body_len, dest, out_at)
     finally:
         del u8, dest
+
+
+# --- every field of many records, and the records of a byte range (the Spark source) ---------
+RECORD_FIELDS: Final = (
+    "total_size",
+    "body_crc",
+    "queue_id",
+    "flag",
+    "queue_offset",
+    "physical_offset",
+    "sys_flag",
+    "born_timestamp",
+    "born_host_at",
+    "store_timestamp",
+    "store_host_at",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "body_at",
+    "body_len",
+    "topic_at",
+    "topic_len",
+    "properties_at",
+    "properties_len",
+)
+
+
+@numba.njit(cache=True, nogil=True)
+def _record_fields(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    n = len(starts)
+    out = np.empty((19, n), dtype=np.int64)
+    for i in range(n):
+        p = starts[i]
+        store_ts_at, body_len_at = _field_positions(u8, p)
+        sys_flag = read_i32(u8, p + _SYSFLAG_AT)
+        store_host_at = store_ts_at + 8
+        after_hosts = body_len_at - 12  # RECONSUMETIMES
+        body_len = read_i32(u8, body_len_at)
+        t = body_len_at + 4 + body_len
+        if read_i32(u8, p + 4) == MESSAGE_MAGIC_V2:
+            topic_len = (np.int64(u8[t]) << 8) | u8[t + 1]
+            t += 2
+        else:
+            topic_len = np.int64(u8[t])
+            t += 1
+        props_at = t + topic_len
+        out[0, i] = read_i32(u8, p)
+        out[1, i] = read_i32(u8, p + 8)
+        out[2, i] = read_i32(u8, p + 12)
+        out[3, i] = read_i32(u8, p + 16)
+        out[4, i] = read_i64(u8, p + 20)
+        out[5, i] = read_i64(u8, p + 28)
+        out[6, i] = sys_flag
+        out[7, i] = read_i64(u8, p + 40)
+        out[8, i] = p + _BORNHOST_AT
+        out[9, i] = read_i64(u8, store_ts_at)
+        out[10, i] = store_host_at
+        out[11, i] = read_i32(u8, after_hosts)
+        out[12, i] = read_i64(u8, after_hosts + 4)
+        out[13, i] = body_len_at + 4
+        out[14, i] = body_len
+        out[15, i] = t
+        out[16, i] = topic_len
+        out[17, i] = props_at + 2
+        out[18, i] = (np.int64(u8[props_at]) << 8) | u8[props_at + 1]
+    return out
+
+
+def record_fields(buf: Buffer, starts: npt.NDArray[np.int64]) -> dict[str, npt.NDArray[np.int64]]:
+    """Every header field of the well-formed MESSAGE records at ``starts``, by ``RECORD_FIELDS``
+    name, plus where the hosts, body, topic and properties lie in ``buf`` (``*_at``, ``*_len``)."""
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        table = _record_fields(u8, starts.astype(np.int64, copy=False))
+    finally:
+        del u8
+    return dict(zip(RECORD_FIELDS, table))
+
+
+@numba.njit(cache=True, nogil=True)
+def _boundary(
+    u8: npt.NDArray[np.uint8], at: int, limit: int, seg_start: int, tables: npt.NDArray[np.uint32]
+) -> int:
+    """The first record start at or after ``at``: a MESSAGE record that names its own position as
+    its PHYSICALOFFSET and is whole, body CRC included. Two readers given the same ``at`` agree
+    without talking to each other, which is what lets a segment be split into byte ranges."""
+    if at == 0:
+        return 0
+    q = at
+    while True:
+        q = find_record_start(u8, q, limit, seg_start)
+        if q < 0:
+            return limit
+        total = read_i32(u8, q)
+        if 0 < total <= limit - q and _message_is_valid(
+            u8, q, total, read_i32(u8, q + 4) == MESSAGE_MAGIC_V2, True, tables
+        ):
+            return q
+        q += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _range_starts(
+    u8: npt.NDArray[np.uint8],
+    begin: int,
+    end: int,
+    limit: int,
+    seg_start: int,
+    tables: npt.NDArray[np.uint32],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    first = _boundary(u8, begin, limit, seg_start, tables)
+    stop = limit if end >= limit else _boundary(u8, end, limit, seg_start, tables)
+    starts = np.empty(max(0, (stop - first) // 40 + 1), dtype=np.int64)
+    damaged = np.empty(2 * len(starts) + 2, dtype=np.int64)  # [from, to) pairs
+    n = 0
+    d = 0
+    pos = first
+    while pos < stop and pos + 8 <= limit:
+        total = read_i32(u8, pos)
+        magic = read_i32(u8, pos + 4)
+        if magic == BLANK_MAGIC or (total == 0 and magic == 0):
+            break
+        if (
+            (magic == MESSAGE_MAGIC_V1 or magic == MESSAGE_MAGIC_V2)  # noqa: SIM109 (numba)
+            and 0 < total <= limit - pos
+            and _message_is_valid(u8, pos, total, magic == MESSAGE_MAGIC_V2, False, tables)
+        ):
+            starts[n] = pos
+            n += 1
+            pos += total
+            continue
+        resume = _boundary(u8, pos + 1, limit, seg_start, tables)
+        damaged[d] = pos
+        damaged[d + 1] = min(resume, stop)
+        d += 2
+        pos = resume
+    return starts[:n].copy(), damaged[:d].copy()
+
+
+def range_starts(
+    buf: Buffer, begin: int, end: int, limit: int, seg_start: int
+) -> tuple[npt.NDArray[np.int64], list[tuple[int, int]]]:
+    """Starts of the records of segment ``buf`` (at log offset ``seg_start``) that belong to the
+    byte range [begin, end): those from the first record start at or after ``begin`` up to the
+    first at or after ``end`` (see ``_boundary``), so consecutive ranges share every record out
+    exactly once. ``limit`` is where the segment's data ends for this reader. Damaged stretches
+    are stepped over to the next record start and returned as (from, to) pairs."""
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        starts, damaged = _range_starts(u8, begin, end, min(limit, len(buf)), seg_start, CRC_TABLES)
+    finally:
+        del u8
+    return starts, [(int(a), int(b)) for a, b in damaged.reshape(-1, 2)]
+
+
+@numba.njit(cache=True, nogil=True)
+def _well_formed(
+    u8: npt.NDArray[np.uint8],
+    positions: npt.NDArray[np.int64],
+    sizes: npt.NDArray[np.int64],
+    tables: npt.NDArray[np.uint32],
+) -> npt.NDArray[np.bool_]:
+    out = np.zeros(len(positions), dtype=np.bool_)
+    limit = len(u8)
+    for i in range(len(positions)):
+        p = positions[i]
+        size = sizes[i]
+        if p < 0 or size < 40 or p + size > limit or read_i32(u8, p) != size:
+            continue
+        magic = read_i32(u8, p + 4)
+        if magic != MESSAGE_MAGIC_V1 and magic != MESSAGE_MAGIC_V2:
+            continue
+        out[i] = _message_is_valid(u8, p, size, magic == MESSAGE_MAGIC_V2, False, tables)
+    return out
+
+
+def well_formed(
+    buf: Buffer, positions: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """Whether a well-formed MESSAGE record of ``sizes[i]`` bytes starts at each of ``positions``
+    (consume-queue entries checked against the segment before their records are read)."""
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        return _well_formed(
+            u8, positions.astype(np.int64, copy=False), sizes.astype(np.int64, copy=False), CRC_TABLES
+        )
+    finally:
+        del u8

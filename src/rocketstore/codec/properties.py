@@ -7,13 +7,20 @@ name or empty value is skipped on read, so such entries are refused on write.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "NAME_VALUE_SEPARATOR",
     "PROPERTY_SEPARATOR",
+    "PropertySpans",
     "decode_properties",
     "encode_properties",
+    "property_spans",
     "validate_property",
 ]
 
@@ -47,3 +54,112 @@ def decode_properties(text: str) -> dict[str, str]:
         if sep and name and value:
             result[name] = value
     return result
+
+
+@dataclass(frozen=True)
+class PropertySpans:
+    """The properties of many records as byte spans of one buffer (``property_spans``): record
+    i's entries are ``entry_offsets[i]`` to ``entry_offsets[i + 1]``; ``wanted[j, i]`` is the
+    entry holding the j-th wanted name in record i, or -1."""
+
+    entry_offsets: npt.NDArray[np.int64]
+    name_at: npt.NDArray[np.int64]
+    name_len: npt.NDArray[np.int64]
+    value_at: npt.NDArray[np.int64]
+    value_len: npt.NDArray[np.int64]
+    wanted: npt.NDArray[np.int64]
+
+
+@numba.njit(cache=True, nogil=True)
+def _same(u8: npt.NDArray[np.uint8], a: int, b: int, n: int) -> bool:
+    for j in range(n):  # noqa: SIM110 (numba compiles the loop, not a generator)
+        if u8[a + j] != u8[b + j]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _property_spans(
+    u8: npt.NDArray[np.uint8],
+    at: npt.NDArray[np.int64],
+    length: npt.NDArray[np.int64],
+    names: npt.NDArray[np.uint8],
+    name_offsets: npt.NDArray[np.int64],
+) -> tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+]:
+    n = len(at)
+    cap = 0
+    for i in range(n):
+        cap += length[i] // 3 + 1  # an entry takes at least "a\x01b"
+    offsets = np.empty(n + 1, dtype=np.int64)
+    k_at = np.empty(cap, dtype=np.int64)
+    k_len = np.empty(cap, dtype=np.int64)
+    v_at = np.empty(cap, dtype=np.int64)
+    v_len = np.empty(cap, dtype=np.int64)
+    n_wanted = len(name_offsets) - 1
+    wanted = np.full((n_wanted, n), -1, dtype=np.int64)
+    e = 0
+    for i in range(n):
+        offsets[i] = e
+        first = e
+        p = at[i]
+        end = p + length[i]
+        while p < end:
+            stop = p
+            while stop < end and u8[stop] != 2:
+                stop += 1
+            sep = p
+            while sep < stop and u8[sep] != 1:
+                sep += 1
+            if p < sep < stop - 1:  # a separator, a name and a value: dict semantics (last wins)
+                klen = sep - p
+                slot = e
+                for q in range(first, e):
+                    if k_len[q] == klen and _same(u8, k_at[q], p, klen):
+                        slot = q
+                        break
+                k_at[slot] = p
+                k_len[slot] = klen
+                v_at[slot] = sep + 1
+                v_len[slot] = stop - sep - 1
+                if slot == e:
+                    for j in range(n_wanted):
+                        a = name_offsets[j]
+                        if klen == name_offsets[j + 1] - a:
+                            same = True
+                            for m in range(klen):
+                                if u8[p + m] != names[a + m]:
+                                    same = False
+                                    break
+                            if same:
+                                wanted[j, i] = e
+                    e += 1
+            p = stop + 1
+    offsets[n] = e
+    return offsets, k_at[:e].copy(), k_len[:e].copy(), v_at[:e].copy(), v_len[:e].copy(), wanted
+
+
+def property_spans(
+    buf: bytes | bytearray | memoryview,
+    at: npt.NDArray[np.int64],
+    length: npt.NDArray[np.int64],
+    wanted: Sequence[str] = (),
+) -> PropertySpans:
+    """Split the properties at ``buf[at[i]:at[i] + length[i]]`` of many records the way
+    ``decode_properties`` does, on bytes (0x01 and 0x02 never occur inside a UTF-8 sequence, so
+    splitting bytes splits the decoded text the same way), and find the ``wanted`` names."""
+    encoded = [w.encode() for w in wanted]
+    names = np.frombuffer(b"".join(encoded), dtype=np.uint8) if encoded else np.zeros(0, dtype=np.uint8)
+    name_offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    name_offsets[1:] = np.cumsum([len(w) for w in encoded])
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        return PropertySpans(*_property_spans(u8, at, length, names, name_offsets))
+    finally:
+        del u8
