@@ -39,7 +39,7 @@ def test_export_list_is_pinned() -> None:
 def test_every_error_derives_from_one_base() -> None:
     for name in (
         "CorruptDataError",
-    "DataLossError",
+        "DataLossError",
         "InvalidMessageError",
         "StoreClosedError",
         "StoreConfigError",

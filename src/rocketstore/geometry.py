@@ -33,18 +33,21 @@ def looks_like_store(root: Path) -> bool:
     return paths.commitlog.is_dir() or paths.consume_queue.is_dir() or paths.checkpoint.is_file()
 
 
-def detect_geometry(root: str | os.PathLike[str], base: StoreConfig | None = None) -> StoreConfig:
+def detect_geometry(
+    root: str | os.PathLike[str], base: StoreConfig | None = None, *, with_index: bool = True
+) -> StoreConfig:
     """``base`` (default: RocketMQ's defaults) with the segment and index sizes found in
     ``root``'s files. Raises StoreConfigError when the files disagree or cannot be read as a
-    store's."""
-    cfg, problems = survey_geometry(root, base)
+    store's. ``with_index=False`` leaves the index geometry as ``base`` has it: for readers that
+    do not use the index, since a live writer's index file cannot always be told apart."""
+    cfg, problems = survey_geometry(root, base, with_index=with_index)
     if problems:
         raise StoreConfigError(problems[0])
     return cfg
 
 
 def survey_geometry(
-    root: str | os.PathLike[str], base: StoreConfig | None = None
+    root: str | os.PathLike[str], base: StoreConfig | None = None, *, with_index: bool = True
 ) -> tuple[StoreConfig, list[str]]:
     """The geometry most of ``root``'s files were written with, and what disagrees with it (for
     a checker, which reports the disagreements itself). Raises StoreConfigError only when
@@ -70,10 +73,12 @@ def survey_geometry(
             changes["consume_queue_entries"] = cq // CQ_ENTRY_SIZE
     index_files = (
         sorted(p for p in paths.index.iterdir() if p.is_file() and p.name.isdigit())
-        if paths.index.is_dir()
+        if paths.index.is_dir() and with_index
         else []
     )
-    index_size = _most_common_size([paths.index], "index files", problems, names=str.isdigit)
+    index_size = _most_common_size(
+        [paths.index] if with_index else [], "index files", problems, names=str.isdigit
+    )
     # the newest file of the usual size whose contents settle the split; a newest file that
     # cannot be split is a problem even when an older one can
     for k, p in enumerate(reversed([p for p in index_files if p.stat().st_size == index_size])):

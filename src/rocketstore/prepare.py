@@ -65,7 +65,7 @@ __all__ = ["MessageEncoder", "PreparedBatch", "PreparedMessage", "validate_topic
 SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
 _USER_SYSFLAG_BITS: Final = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TX_MASK
 _MAX_PROPERTIES_BYTES: Final = 32767
-_MAX_QUEUE_ID: Final = 65535
+MAX_QUEUE_ID: Final = 65535
 _ILLEGAL = PutStatus.MESSAGE_ILLEGAL
 # Below this many messages the columnar path's numpy overhead costs more than it saves.
 MIN_COLUMNAR_BATCH: Final = 16
@@ -266,7 +266,7 @@ class MessageEncoder:
         body_lens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
         if (
             qids.min() < 0
-            or qids.max() > _MAX_QUEUE_ID
+            or qids.max() > MAX_QUEUE_ID
             or flag_arr.min() < -0x80000000
             or flag_arr.max() > 0x7FFFFFFF
             or body_lens.max() > self._max_body
@@ -427,9 +427,9 @@ class MessageEncoder:
                 f"body of {len(body)} bytes exceeds max_message_size {self._max_body}", _ILLEGAL
             )
         queue_id = msg.queue_id
-        if type(queue_id) is not int or not 0 <= queue_id <= _MAX_QUEUE_ID:
+        if type(queue_id) is not int or not 0 <= queue_id <= MAX_QUEUE_ID:
             raise InvalidMessageError(
-                f"queue_id must be an int in 0..{_MAX_QUEUE_ID}, not {queue_id!r}", _ILLEGAL
+                f"queue_id must be an int in 0..{MAX_QUEUE_ID}, not {queue_id!r}", _ILLEGAL
             )
         sys_flag = msg.sys_flag
         if type(sys_flag) is not int or sys_flag & ~_USER_SYSFLAG_BITS:

@@ -199,12 +199,10 @@ def verify_store(
     damage = _DamageLog()
     tick: Progress = progress or _no_progress
     queues = _Queues()
-    queue_refs = _Refs(
-        phy=np.int64, size=np.int64, tags=np.int64, qo=np.int64, queue=np.int32, file=np.int32, pos=np.int64
-    )
+    queue_refs = _queue_refs()
     queue_entries = _read_consume_queues(paths, cfg, queues, queue_refs, damage, tick)
     index_files: list[str] = []
-    index_refs = _Refs(phy=np.int64, key_hash=np.int32, file=np.int32, pos=np.int64)
+    index_refs = _index_refs()
     index_entries = _read_index_files(paths, cfg, index_files, index_refs, damage, tick)
     checker = _PointerCheck(queues, queue_refs, index_files, index_refs, damage)
     records, commitlog_range = _check_commitlog(paths, cfg, check_crc, checker, damage, tick)
@@ -247,6 +245,23 @@ class _DamageLog:
                 self.add(kind, file, int(where[i]), "")
                 return
             self.add(kind, file, int(where[i]), detail(i))
+
+    def per_file(self) -> dict[str, tuple[list[Damage], int]]:
+        """Per file: the damage listed, then the first one not listed (in the order added), and how
+        many were added in all. What ``absorb`` needs to merge logs kept apart (one per worker)."""
+        out: dict[str, tuple[list[Damage], int]] = {}
+        for d in self._items:
+            out.setdefault(d.file, ([], 0))[0].append(d)
+        for file, first in self._unlisted.items():
+            out.setdefault(file, ([], 0))[0].append(first)
+        return {file: (items, self._per_file[file]) for file, (items, _) in out.items()}
+
+    def absorb(self, part: dict[str, tuple[list[Damage], int]]) -> None:
+        """Add another log's ``per_file``, as if its damage had been added here, after this log's."""
+        for file, (items, count) in part.items():
+            for d in items:
+                self.add(d.kind, file, d.offset, d.detail)
+            self._per_file[file] += count - len(items)
 
     def result(self) -> list[Damage]:
         items = list(self._items)
@@ -341,12 +356,41 @@ class _Queues:
         return topic_bytes, offsets, ids, schedule
 
 
+def _queue_refs() -> _Refs:
+    return _Refs(
+        phy=np.int64, size=np.int64, tags=np.int64, qo=np.int64, queue=np.int32, file=np.int32, pos=np.int64
+    )
+
+
+def _index_refs() -> _Refs:
+    return _Refs(phy=np.int64, key_hash=np.int32, file=np.int32, pos=np.int64)
+
+
 def _read_consume_queues(
     paths: StoreLayout, cfg: StoreConfig, queues: _Queues, refs: _Refs, damage: _DamageLog, tick: Progress
 ) -> int:
     """Check each queue's files on their own and gather their entries as refs; returns how many
     entries were checked."""
-    found: list[tuple[str, int, Path, list[tuple[int, Path]]]] = []
+    found = _find_queues(paths, damage)
+    total = sum(len(files) for *_, files in found)
+    done = checked = 0
+    tick("consumequeue", 0, total)
+    for topic, queue_id, queue_dir, files in found:
+        queues.topics.append(topic)
+        queues.queue_ids.append(queue_id)
+        checked += _read_queue(paths, cfg, queue_dir, files, len(queues.topics) - 1, queues, refs, damage)
+        done += len(files)
+        tick("consumequeue", done, total)
+    refs.seal()
+    return checked
+
+
+_FoundQueue = tuple[str, int, Path, list[tuple[int, Path]]]  # topic, queue id, directory, files by offset
+
+
+def _find_queues(paths: StoreLayout, damage: _DamageLog) -> list[_FoundQueue]:
+    """Every queue directory ``{topic}/{queueId}`` and its files; anything else is reported."""
+    found: list[_FoundQueue] = []
     root = paths.consume_queue
     if root.is_dir():
         for topic_dir in sorted(root.iterdir()):
@@ -361,17 +405,7 @@ def _read_consume_queues(
                     found.append((topic_dir.name, int(queue_dir.name), queue_dir, files))
                 else:
                     damage.add("file_name", _rel(paths, queue_dir), 0, "not a queue directory (a queue id)")
-    total = sum(len(files) for *_, files in found)
-    done = checked = 0
-    tick("consumequeue", 0, total)
-    for topic, queue_id, queue_dir, files in found:
-        queues.topics.append(topic)
-        queues.queue_ids.append(queue_id)
-        checked += _read_queue(paths, cfg, queue_dir, files, len(queues.topics) - 1, queues, refs, damage)
-        done += len(files)
-        tick("consumequeue", done, total)
-    refs.seal()
-    return checked
+    return found
 
 
 def _read_queue(
@@ -520,9 +554,7 @@ def _index_files(paths: StoreLayout) -> tuple[list[Path], list[Path]]:
 def _read_index_files(
     paths: StoreLayout, cfg: StoreConfig, names: list[str], refs: _Refs, damage: _DamageLog, tick: Progress
 ) -> int:
-    files, strays = _index_files(paths)
-    for p in strays:
-        damage.add("file_name", _rel(paths, p), 0, "not an index file (17-digit yyyyMMddHHmmssSSS name)")
+    files = _find_index_files(paths, damage)
     checked = 0
     tick("index", 0, len(files))
     for i, path in enumerate(files):
@@ -531,6 +563,14 @@ def _read_index_files(
         tick("index", i + 1, len(files))
     refs.seal()
     return checked
+
+
+def _find_index_files(paths: StoreLayout, damage: _DamageLog) -> list[Path]:
+    """The index files, oldest first; anything else in ``index/`` is reported."""
+    files, strays = _index_files(paths)
+    for p in strays:
+        damage.add("file_name", _rel(paths, p), 0, "not an index file (17-digit yyyyMMddHHmmssSSS name)")
+    return files
 
 
 def _read_index_file(
@@ -732,6 +772,18 @@ def _check_commitlog(
     tick: Progress,
 ) -> tuple[int, tuple[int, int]]:
     seg_size = cfg.commitlog_segment_size
+    segments = _commitlog_segments(paths, cfg, damage)
+    tick("commitlog", 0, len(segments))
+    for i, seg in enumerate(segments):
+        _check_missing_segment(paths, segments, i, seg_size, damage)
+        _check_segment(seg, seg_size, check_crc, checker, damage, being_written=i >= len(segments) - 2)
+        tick("commitlog", i + 1, len(segments))
+    return _finish_commitlog(segments, seg_size, check_crc, checker, damage)
+
+
+def _commitlog_segments(paths: StoreLayout, cfg: StoreConfig, damage: _DamageLog) -> list[_Segment]:
+    """The segments to scan, by offset; stray and misnamed files are reported."""
+    seg_size = cfg.commitlog_segment_size
     files, strays = _named_files(paths.commitlog)
     for p in strays:
         damage.add("file_name", _rel(paths, p), 0, "not a commitlog segment (20-digit offset name)")
@@ -746,38 +798,61 @@ def _check_commitlog(
             )
         else:
             segments.append(_Segment(start, path, _rel(paths, path)))
-    min_offset = segments[0].start if segments else 0
-    records = 0
-    tick("commitlog", 0, len(segments))
-    for i, seg in enumerate(segments):
-        if i and seg.start != segments[i - 1].start + seg_size:
-            missing = segments[i - 1].start + seg_size
-            damage.add(
-                "missing_file",
-                _rel(paths, paths.commitlog / segment_name(missing)),
-                missing,
-                f"commitlog segments missing from offset {missing} to {seg.start}",
-            )
-        try:
-            with mapped_readonly(seg.path) as view:
-                if len(view) != seg_size:
-                    damage.add(
-                        "file_size",
-                        seg.rel,
-                        seg.start + min(len(view), seg_size),
-                        f"{len(view)} bytes, expected {seg_size}",
-                    )
-                seg.size = min(len(view), seg_size)
-                # a writer appends to one of the last two segments (the newest may be pre-allocated)
-                starts, unparsed = _scan_segment(
-                    view, seg, seg_size, check_crc, damage, being_written=i >= len(segments) - 2
+    return segments
+
+
+def _check_missing_segment(
+    paths: StoreLayout, segments: list[_Segment], i: int, seg_size: int, damage: _DamageLog
+) -> None:
+    """Segment ``i`` must follow segment ``i - 1`` directly."""
+    seg = segments[i]
+    if i and seg.start != segments[i - 1].start + seg_size:
+        missing = segments[i - 1].start + seg_size
+        damage.add(
+            "missing_file",
+            _rel(paths, paths.commitlog / segment_name(missing)),
+            missing,
+            f"commitlog segments missing from offset {missing} to {seg.start}",
+        )
+
+
+def _check_segment(
+    seg: _Segment,
+    seg_size: int,
+    check_crc: bool,
+    checker: _PointerCheck,
+    damage: _DamageLog,
+    *,
+    being_written: bool,
+) -> None:
+    """Scan one segment (filling in ``seg``) and check the refs pointing into it."""
+    try:
+        with mapped_readonly(seg.path) as view:
+            if len(view) != seg_size:
+                damage.add(
+                    "file_size",
+                    seg.rel,
+                    seg.start + min(len(view), seg_size),
+                    f"{len(view)} bytes, expected {seg_size}",
                 )
-                seg.scanned = True
-                checker.check_segment(view, seg, seg_size, starts, unparsed)
-        except FileNotFoundError:  # reclaimed while we looked: as if it had gone before
-            checker.skip(seg.start, seg.start + seg_size)
-        records += seg.records
-        tick("commitlog", i + 1, len(segments))
+            seg.size = min(len(view), seg_size)
+            # a writer appends to one of the last two segments (the newest may be pre-allocated)
+            starts, unparsed = _scan_segment(
+                view, seg, seg_size, check_crc, damage, being_written=being_written
+            )
+            seg.scanned = True
+            checker.check_segment(view, seg, seg_size, starts, unparsed)
+    except FileNotFoundError:  # reclaimed while we looked: as if it had gone before
+        checker.skip(seg.start, seg.start + seg_size)
+
+
+def _finish_commitlog(
+    segments: list[_Segment], seg_size: int, check_crc: bool, checker: _PointerCheck, damage: _DamageLog
+) -> tuple[int, tuple[int, int]]:
+    """After every segment was scanned: segments that end in zero fill before later data, refs
+    no segment covered; (valid records, commitlog range)."""
+    min_offset = segments[0].start if segments else 0
+    records = sum(seg.records for seg in segments)
     with_data = [i for i, seg in enumerate(segments) if seg.has_data]
     last = with_data[-1] if with_data else -1
     for seg in segments[:last]:

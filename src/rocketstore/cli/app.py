@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from rocketstore.cli.output import Output, format_time, message_row
+from rocketstore.cli.spark import spark_group
 from rocketstore.codec.host import format_host
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.config import StoreConfig
@@ -689,3 +690,6 @@ def bench(work_dir: Path | None, messages: int, body_size: int, as_json: bool) -
         ["workload", "msgs_per_s", "mb_per_s"],
         run_bench(work_dir, messages, body_size),
     )
+
+
+app.add_command(spark_group)

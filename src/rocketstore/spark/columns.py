@@ -130,10 +130,11 @@ def records_to_batch(
         msg_id = _msg_ids(u8, f["store_host_at"], store_v6, f["physical_offset"])
         if not include_body:
             body = pa.nulls(n, type=pa.string() if body_as == "string" else pa.binary())
+        elif body_as == "string":
+            body = _strings(u8, f["body_at"], f["body_len"])
         else:
             data, offsets = _gather_spans(u8, f["body_at"], f["body_len"])
-            body_type = pa.string() if body_as == "string" else pa.binary()
-            body = pa.Array.from_buffers(body_type, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+            body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     finally:
         del u8
     arrays = [

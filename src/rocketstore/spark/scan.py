@@ -152,7 +152,7 @@ class StoreFiles:
     @classmethod
     def at(cls, root: str | os.PathLike[str], config: StoreConfig | None = None) -> StoreFiles:
         """The store at ``root``, its geometry read from its files. Raises StoreConfigError."""
-        cfg = detect_geometry(root, config)
+        cfg = detect_geometry(root, config, with_index=False)
         return cls(str(Path(root).resolve()), cfg.commitlog_segment_size, cfg.consume_queue_entries)
 
     @property

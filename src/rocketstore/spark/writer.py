@@ -22,10 +22,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from rocketstore.codec.properties import validate_property
 from rocketstore.config import StoreConfig
 from rocketstore.errors import RocketStoreError, StoreLockedError
 from rocketstore.geometry import detect_geometry, looks_like_store
-from rocketstore.message import Message
+from rocketstore.message import RESERVED_PROPERTIES, Message
+from rocketstore.prepare import MAX_QUEUE_ID, validate_topic
 from rocketstore.storage.paths import StoreLayout
 from rocketstore.store import MessageStore
 from rocketstore.store_lock import StoreLock
@@ -59,8 +61,10 @@ def check_writable(path: str, columns: Sequence[str]) -> list[str]:
     return list(columns)
 
 
-def messages_from_table(table: pa.Table) -> list[Message]:
-    """One Message per row. Raises ValueError naming the row and column of a bad value."""
+def messages_from_table(table: pa.Table, config: StoreConfig) -> list[Message]:
+    """One Message per row, checked the way the store checks a put (topic, body size, queue id,
+    property names), so a bad row stops the task before it writes anything. Raises ValueError
+    naming the row."""
     cols: dict[str, list[Any]] = {name: table.column(name).to_pylist() for name in table.column_names}
     n = table.num_rows
     none = [None] * n
@@ -71,18 +75,38 @@ def messages_from_table(table: pa.Table) -> list[Message]:
         cols.get("delay_level", none),
         cols.get("born_timestamp", none),
     )
+    checked_topics: set[str] = set()
     out = []
     for i in range(n):
         try:
+            topic = _required(topics[i], "topic")
+            if topic not in checked_topics:
+                checked_topics.add(validate_topic(topic))
+            body = _body(_required(bodies[i], "body"))
+            if len(body) > config.max_message_size:
+                raise ValueError(
+                    f"body of {len(body)} bytes exceeds max_message_size {config.max_message_size}"
+                )
+            qid = queue_ids[i]
+            if qid is not None and not 0 <= qid <= MAX_QUEUE_ID:
+                raise ValueError(f"queue_id {qid} is outside 0..{MAX_QUEUE_ID}")
+            delay = delays[i] or 0
+            if not 0 <= delay <= config.max_delay_level:
+                raise ValueError(f"delay_level {delay} is outside 0..{config.max_delay_level}")
+            properties = dict(props[i]) if props[i] else None
+            for name, value in (properties or {}).items():
+                validate_property(name, value)
+                if name in RESERVED_PROPERTIES:
+                    raise ValueError(f"property {name!r} is set by the store; use the column instead")
             out.append(
                 Message(
-                    topic=_required(topics[i], "topic"),
-                    body=_body(_required(bodies[i], "body")),
+                    topic=topic,
+                    body=body,
                     tags=tags[i],
                     keys=_keys(keys[i]),
-                    properties=dict(props[i]) if props[i] else None,
-                    queue_id=queue_ids[i],
-                    delay_level=delays[i] or 0,
+                    properties=properties,
+                    queue_id=qid,
+                    delay_level=delay,
                     born_timestamp=_millis(born[i]),
                 )
             )
@@ -117,16 +141,27 @@ def _millis(value: dt.datetime | int | None) -> int | None:
     return round(value.timestamp() * 1000)
 
 
+def _config(path: str, config_file: str | None) -> StoreConfig:
+    base = StoreConfig.from_file(config_file) if config_file else StoreConfig()
+    return detect_geometry(path, base) if looks_like_store(Path(path)) else base
+
+
 def _open(path: str, config_file: str | None, lock_timeout: float) -> MessageStore:
-    root = Path(path)
-    if looks_like_store(root):
-        config = detect_geometry(root, StoreConfig.from_file(config_file) if config_file else None)
-    else:
-        config = StoreConfig.from_file(config_file) if config_file else StoreConfig()
+    """Open the store once this task's turn comes. The geometry is read while holding the lock:
+    a store another task is writing cannot be measured reliably."""
+    lock = StoreLock(StoreLayout(path).lock)
     deadline = time.monotonic() + lock_timeout
     while True:
         try:
-            return MessageStore.open(root, config)
+            if Path(path).is_dir():
+                lock.acquire()
+                try:
+                    config = _config(path, config_file)
+                finally:
+                    lock.release()
+            else:
+                config = _config(path, config_file)
+            return MessageStore.open(path, config)
         except StoreLockedError:
             if time.monotonic() >= deadline:
                 raise
@@ -140,7 +175,10 @@ def append_batches(
     batches = list(batches)
     if not batches:
         return 0, -1, -1
-    messages = messages_from_table(pa.Table.from_batches(batches))
+    # rows are checked against the configured limits; the store's own geometry is read later
+    messages = messages_from_table(
+        pa.Table.from_batches(batches), StoreConfig.from_file(config_file) if config_file else StoreConfig()
+    )
     del batches
     written = 0
     first = end = -1

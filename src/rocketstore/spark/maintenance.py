@@ -1,0 +1,638 @@
+"""Store maintenance on Spark: ``verify`` a store and ``rebuild`` its consume queues and index,
+with the work spread over Spark tasks. Both read the store through paths, so every executor must
+see the store directory (one machine, or a shared file system).
+
+verify(spark, store) -> VerifyReport
+    The checks and the report of ``rocketstore.verify.verify_store``, computed by the same
+    functions, only elsewhere:
+
+    - driver: lists the files (stray and misnamed files are reported here) and reads the
+      geometry;
+    - stage 1, one task per consume queue and one per index file: ``verify._read_queue`` /
+      ``verify._read_index_file`` check the file on its own and return the pointers into the
+      commitlog it holds (numpy columns), its damage and its counts;
+    - driver: numbers the queues and files in the order ``verify_store`` does, merges the
+      pointers and sorts them by commitlog offset (the same stable sort), and broadcasts the
+      queue names and file names;
+    - stage 2, one task per commitlog segment: ``verify._check_segment`` scans the segment and
+      checks the pointers into it (the driver sends each task only its slice of them);
+    - driver: ``verify._finish_commitlog`` (segments ending in zero fill before later data,
+      pointers no segment covers, the commitlog range) and the checkpoint's size.
+
+    Damage is listed up to ``MAX_DAMAGE_PER_FILE`` per file, and which ones are listed depends on
+    the order they were found. Every file's damage comes from tasks the driver merges in the
+    order ``verify_store`` visits them (the queue or index task first, then the segment tasks in
+    log order, then the driver's last checks), and each task hands back, per file, what it listed
+    plus its first unlisted damage and its count (``_DamageLog.per_file`` / ``absorb``): the merged
+    report is ``verify_store``'s, field by field. Tasks open every file read-only; only paths,
+    offsets, pointer columns, damage lists and counts travel between driver and tasks.
+
+rebuild(spark, store, config=None) -> dict[str, int]
+    New ``consumequeue/`` and ``index/`` from the commitlog, byte-identical to what the store's own
+    dispatch (``DispatchService``) writes for the same log:
+
+    - driver: takes the store's lock (a store open in a live process is refused:
+      StoreLockedError), reads the geometry, creates a staging directory ``.rebuild`` inside the
+      store root (same file system: the swap is a rename);
+    - stage 1, one task per segment: the records from byte 0 to the end of the valid data
+      (``scan_extent``, CRC checked as recovery does) are decoded into dispatch information by
+      ``dispatch_request_from_record``, the one owner of the dispatch rules (tagsCode, delivery
+      time in SCHEDULE_TOPIC_XXXX, KEYS and UNIQ_KEY), and kept as columns in the executors'
+      memory; the driver gets each segment's extent and decides where the log ends, as recovery
+      and dispatch do: at the first segment that does not end in a BLANK record (or at a record
+      that does not decode);
+    - stage 2, a shuffle: records up to the log's end are keyed by queue, leaving out PREPARED and
+      ROLLBACK records as dispatch does; a task per group of queues writes each queue with
+      ``ConsumeQueue.put_columns`` (``put`` when a queue does not start at 0 or has holes), in
+      commitlog order, which is queue order; one more key gathers the keyed records of every
+      segment, and its task feeds them, in commitlog order, to ``IndexService.build``, the writer
+      dispatch uses. The writers own the file formats: nothing here packs a byte;
+    - driver: the staged files are synced, then ``consumequeue/`` and ``index/`` are swapped in,
+      each with one rename (the old ones are moved aside first and deleted only after both new
+      ones are in place; a failed rename puts the old ones back); the checkpoint's logics and
+      index times become the store time of the last record dispatched, so the next open
+      neither trusts more than was rebuilt nor throws index files away.
+
+    Index file names. The store names an index file by the wall-clock time it creates it, so no
+    rebuild can reproduce names from the past. Here the file is named (through the same
+    ``IndexService._writable_file``, via the clock it asks) by the store time of the first record
+    whose keys it holds, one millisecond later while that name is not after the previous one's.
+    That is exactly the name the store gives when its clock reads a record's store time while
+    dispatching it (a ``ManualClock`` held still between putting and dispatching), which is how
+    the tests compare names; against a store written in real time the names differ by the
+    dispatch delay, and the contents are compared file by file in order.
+
+    Geometry: ``config`` (segment sizes, index slots and entries, delay levels, CRC on recovery);
+    None reads it from the files, which needs a consume-queue file and an index file to learn
+    those sizes from (without them RocketMQ's defaults are used).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import shutil
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from rocketstore.checkpoint import StoreCheckpoint
+from rocketstore.codec.checkpoint import Checkpoint
+from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK, decode_record
+from rocketstore.codec.commitlog_scan import message_starts, scan_extent
+from rocketstore.config import StoreConfig
+from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.dispatch_request import DispatchRequest, dispatch_request_from_record
+from rocketstore.errors import CorruptDataError, RocketStoreError, StoreLockedError
+from rocketstore.geometry import survey_geometry
+from rocketstore.index import IndexService
+from rocketstore.storage.file_view import mapped_readonly
+from rocketstore.storage.paths import StoreLayout, fsync_directory, is_segment_name
+from rocketstore.store_lock import StoreLock
+from rocketstore.verify import (
+    Damage,
+    VerifyReport,
+    _check_checkpoint,
+    _check_missing_segment,
+    _check_segment,
+    _commitlog_segments,
+    _DamageLog,
+    _find_index_files,
+    _find_queues,
+    _finish_commitlog,
+    _geometry,
+    _index_refs,
+    _PointerCheck,
+    _queue_refs,
+    _Queues,
+    _read_index_file,
+    _read_queue,
+    _Refs,
+    _rel,
+    _Segment,
+)
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+    from pyspark.sql import SparkSession
+
+__all__ = ["STAGING_DIR", "RebuildError", "rebuild", "verify"]
+
+log = logging.getLogger(__name__)
+
+_TASKS_PER_CORE: Final = 2
+STAGING_DIR: Final = ".rebuild"  # in the store root, beside consumequeue/ and index/
+I64 = npt.NDArray[np.int64]
+Columns = dict[str, npt.NDArray[Any]]
+PerFile = dict[str, tuple[list[Damage], int]]
+
+
+class RebuildError(RocketStoreError):
+    """The consume queues and index could not be rebuilt (the store is left as it was)."""
+
+
+# === verify ===================================================================================
+@dataclass(frozen=True)
+class _ReadJob:
+    """Stage 1 of verify: one queue (its directory and files) or one index file."""
+
+    kind: str  # "queue" or "index"
+    path: Path  # the queue directory, or the index file
+    files: tuple[tuple[int, Path], ...] = ()
+
+
+@dataclass(frozen=True)
+class _ReadResult:
+    checked: int  # entries checked
+    files: list[str]  # files read, in order (the pointers' "file" column numbers them from 0)
+    refs: Columns  # pointers into the commitlog, sorted by offset
+    damage: PerFile
+
+
+@dataclass(frozen=True)
+class _Meta:
+    """What every segment task needs to name and check what the pointers point from."""
+
+    topics: list[str]
+    queue_ids: list[int]
+    queue_files: list[str]
+    index_files: list[str]
+
+
+@dataclass(frozen=True)
+class _SegmentJob:
+    seg: _Segment
+    seg_size: int
+    check_crc: bool
+    being_written: bool
+    queue_refs: Columns  # the pointers into this segment
+    index_refs: Columns
+
+
+def verify(
+    spark: SparkSession, store: str, config: StoreConfig | None = None, *, check_crc: bool = True
+) -> VerifyReport:
+    """``verify_store(store, config, check_crc=check_crc)`` with the work on Spark tasks (see the
+    module docstring): the same report. Changes nothing."""
+    paths = StoreLayout(store)
+    if not paths.root.is_dir():
+        raise FileNotFoundError(f"no store directory at {str(paths.root)!r}")
+    cfg = _geometry(paths, config)
+    sc = spark.sparkContext
+    damage = _DamageLog()
+    found = _find_queues(paths, damage)
+    index_paths = _find_index_files(paths, damage)
+
+    jobs = [_ReadJob("queue", queue_dir, tuple(files)) for _, _, queue_dir, files in found]
+    jobs += [_ReadJob("index", p) for p in index_paths]
+    results: list[_ReadResult] = _run(sc, jobs, partial(_read_task, str(paths.root), cfg))
+    queues = _Queues()
+    queue_refs, index_refs = _queue_refs(), _index_refs()
+    index_names: list[str] = []
+    queue_entries = index_entries = 0
+    for job, res in zip(jobs, results):
+        damage.absorb(res.damage)
+        cols = dict(res.refs)
+        if job.kind == "queue":
+            topic, queue_id, _, _ = found[len(queues.topics)]
+            cols["queue"] = np.full(len(cols["phy"]), len(queues.topics), dtype=np.int32)
+            cols["file"] = cols["file"] + len(queues.files)
+            queues.topics.append(topic)
+            queues.queue_ids.append(queue_id)
+            queues.files += res.files
+            queue_refs.add(**cols)
+            queue_entries += res.checked
+        else:
+            cols["file"] = cols["file"] + len(index_names)
+            index_names += res.files
+            index_refs.add(**cols)
+            index_entries += res.checked
+    queue_refs.seal()
+    index_refs.seal()
+
+    seg_size = cfg.commitlog_segment_size
+    segments = _commitlog_segments(paths, cfg, damage)
+    meta = sc.broadcast(_Meta(queues.topics, queues.queue_ids, queues.files, index_names))
+    seg_jobs = []
+    for i, seg in enumerate(segments):
+        _check_missing_segment(paths, segments, i, seg_size, damage)
+        seg_jobs.append(
+            _SegmentJob(
+                seg,
+                seg_size,
+                check_crc,
+                i >= len(segments) - 2,
+                _slice(queue_refs, seg.start, seg_size),
+                _slice(index_refs, seg.start, seg_size),
+            )
+        )
+    scanned: list[tuple[_Segment, PerFile]] = _run(sc, seg_jobs, partial(_segment_task, meta))
+    meta.destroy()
+    checker = _PointerCheck(queues, queue_refs, index_names, index_refs, damage)
+    for i, (seg, part) in enumerate(scanned):
+        damage.absorb(part)
+        segments[i] = seg
+        checker.skip(seg.start, seg.start + seg_size)  # the segment's task checked these
+    records, commitlog_range = _finish_commitlog(segments, seg_size, check_crc, checker, damage)
+    _check_checkpoint(paths, damage)
+    return VerifyReport(damage.result(), records, queue_entries, index_entries, commitlog_range)
+
+
+def _run(sc: Any, jobs: list[Any], task: Any) -> list[Any]:
+    """``task(job)`` for every job, results in the jobs' order. Jobs are shared out over a few
+    Spark tasks per core: a Spark task costs far more than a small job."""
+    if not jobs:
+        return []
+    rdd: RDD[Any] = sc.parallelize(jobs, min(len(jobs), _TASKS_PER_CORE * max(1, sc.defaultParallelism)))
+    return rdd.map(task).collect()
+
+
+def _slice(refs: _Refs, start: int, size: int) -> Columns:
+    span = refs.span(start, start + size)
+    return {name: col[span] for name, col in refs.cols.items()}
+
+
+def _read_task(root: str, cfg: StoreConfig, job: _ReadJob) -> _ReadResult:
+    """Stage 1 of verify, on an executor: one queue's files or one index file."""
+    paths = StoreLayout(root)
+    damage = _DamageLog()
+    names: list[str] = []
+    if job.kind == "queue":
+        refs = _queue_refs()
+        queues = _Queues()
+        checked = _read_queue(paths, cfg, job.path, list(job.files), 0, queues, refs, damage)
+        names = queues.files
+    else:
+        refs = _index_refs()
+        checked = 0
+        with contextlib.suppress(FileNotFoundError):  # reclaimed while we looked
+            checked = _read_index_file(job.path, _rel(paths, job.path), cfg, names, refs, damage)
+    refs.seal()
+    return _ReadResult(checked, names, refs.cols, damage.per_file())
+
+
+def _segment_task(meta: Any, job: _SegmentJob) -> tuple[_Segment, PerFile]:
+    """Stage 2 of verify, on an executor: scan one segment, check the pointers into it."""
+    m: _Meta = meta.value  # a Broadcast[_Meta]
+    damage = _DamageLog()
+    queue_refs, index_refs = _queue_refs(), _index_refs()
+    for refs, cols in ((queue_refs, job.queue_refs), (index_refs, job.index_refs)):
+        refs.cols = cols
+        refs.done = np.zeros(len(cols["phy"]), dtype=bool)
+    queues = _Queues(m.topics, m.queue_ids, m.queue_files)
+    checker = _PointerCheck(queues, queue_refs, m.index_files, index_refs, damage)
+    _check_segment(job.seg, job.seg_size, job.check_crc, checker, damage, being_written=job.being_written)
+    return job.seg, damage.per_file()
+
+
+# === rebuild ==================================================================================
+@dataclass(frozen=True)
+class _Parsed:
+    """One segment's records as dispatch columns (stage 1 of rebuild, kept on the executors)."""
+
+    start: int  # the segment's commitlog offset
+    records: int
+    end: int  # commitlog offset just past the last record decoded
+    closed: bool  # the records end in a BLANK record: the log goes on in the next segment
+    last_store_timestamp: int  # of the last record, 0 when none
+    reason: str | None  # why the records end early, when they do (damage)
+    cols: Columns = field(default_factory=dict)  # phy, size, queue_id, queue_offset, tags, ts, sys_flag
+    topics: list[str] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)
+    uniq_keys: list[str | None] = field(default_factory=list)
+
+    def summary(self) -> _Parsed:
+        return _Parsed(
+            self.start, self.records, self.end, self.closed, self.last_store_timestamp, self.reason
+        )
+
+
+_INDEX_KEY: Final = ("", -1)  # the shuffle key of the index's records (no queue has it)
+_Key = tuple[str, int]
+
+
+def rebuild(spark: SparkSession, store: str, config: StoreConfig | None = None) -> dict[str, int]:
+    """Rebuild ``consumequeue/`` and ``index/`` of the closed store at ``store`` from its commitlog
+    (see the module docstring). Returns counts: segments and records read, queues and queue
+    entries written, index files and index entries written, and ``log_end``, the commitlog
+    offset the rebuild stopped at. Raises StoreLockedError when the store is open."""
+    paths = StoreLayout(store)
+    if not paths.commitlog.is_dir():
+        raise FileNotFoundError(f"no commitlog directory in {str(paths.root)!r}")
+    lock = StoreLock(paths.lock)
+    try:
+        lock.acquire()
+    except StoreLockedError as exc:
+        raise StoreLockedError(
+            str(paths.root), f"close it before rebuilding its consume queues and index ({exc})"
+        ) from None
+    try:
+        cfg = config if config is not None else survey_geometry(paths.root)[0]
+        staging = paths.root / STAGING_DIR
+        shutil.rmtree(staging, ignore_errors=True)  # what an interrupted rebuild left
+        (staging / "consumequeue").mkdir(parents=True)
+        (staging / "index").mkdir()
+        try:
+            summary = _rebuild_into(spark, paths, cfg, staging)
+            _swap_in(paths, staging)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        shutil.rmtree(staging, ignore_errors=True)
+        if summary["records"]:
+            _rewrite_checkpoint(paths, summary.pop("last_store_timestamp"))
+        else:
+            summary.pop("last_store_timestamp")
+        return summary
+    finally:
+        lock.release()
+
+
+def _rebuild_into(spark: SparkSession, paths: StoreLayout, cfg: StoreConfig, staging: Path) -> dict[str, int]:
+    """Stages 1 and 2 of rebuild: the new files in ``staging``; their counts."""
+    sc = spark.sparkContext
+    seg_size = cfg.commitlog_segment_size
+    starts = sorted(int(p.name) for p in paths.commitlog.iterdir() if is_segment_name(p.name) and p.is_file())
+    if any(s % seg_size for s in starts) or any(b - a != seg_size for a, b in itertools.pairwise(starts)):
+        raise RebuildError(
+            f"the commitlog of {str(paths.root)!r} is not a run of contiguous {seg_size}-byte segments "
+            "(see `rocketstore verify`): the store would not open, nothing to rebuild from"
+        )
+    parse = partial(
+        _parse_task, str(paths.commitlog), seg_size, cfg.check_crc_on_recover, cfg.delay_levels_ms
+    )
+    parsed: RDD[_Parsed] = sc.parallelize(starts, max(1, len(starts))).map(parse)
+    parsed.cache()
+    try:
+        log_end, used, records, last_ts = _log_end(parsed.map(_Parsed.summary).collect(), paths)
+        groups = max(1, min(len(starts) * 4, sc.defaultParallelism * 2))
+        written: list[tuple[str, int, int]] = (
+            parsed.flatMap(partial(_keyed, log_end))
+            .groupByKey(groups, partitionFunc=_partition)
+            .map(partial(_write_task, str(staging), cfg))
+            .collect()
+        )
+    finally:
+        parsed.unpersist()
+    queues = [w for w in written if w[0] == "queue"]
+    index = [w for w in written if w[0] == "index"]
+    for d in (staging / "consumequeue", staging / "index", staging):
+        fsync_directory(d)
+    return {
+        "segments": used,
+        "records": records,
+        "queues": len(queues),
+        "queue_entries": sum(w[1] for w in queues),
+        "queue_files": sum(w[2] for w in queues),
+        "index_files": sum(w[2] for w in index),
+        "index_entries": sum(w[1] for w in index),
+        "log_end": log_end,
+        "last_store_timestamp": last_ts,
+    }
+
+
+def _log_end(parsed: list[_Parsed], paths: StoreLayout) -> tuple[int, int, int, int]:
+    """Where dispatch would stop: at the end of the first segment not closed by a BLANK record.
+    (log end, segments up to it, records before it, store time of the last of them)."""
+    end = parsed[0].start if parsed else 0
+    used = records = last_ts = 0
+    for k, p in enumerate(parsed):
+        used += 1
+        records += p.records
+        end = p.end
+        if p.records:
+            last_ts = p.last_store_timestamp
+        if not p.closed:
+            if p.reason:
+                log.warning(
+                    "rebuild of %s: the log ends at commitlog offset %d: %s", paths.root, end, p.reason
+                )
+            ignored = sum(q.records for q in parsed[k + 1 :])
+            if ignored:
+                log.warning(
+                    "rebuild of %s: %d records after the end of the log (offset %d) are not dispatched; "
+                    "recovery drops them when the store is next opened",
+                    paths.root,
+                    ignored,
+                    end,
+                )
+            break
+    return end, used, records, last_ts
+
+
+def _parse_task(
+    commitlog: str, seg_size: int, check_crc: bool, levels: tuple[int, ...], start: int
+) -> _Parsed:
+    """Stage 1 of rebuild, on an executor: one segment's valid records as dispatch columns."""
+    with mapped_readonly(Path(commitlog) / f"{start:020d}") as view:
+        ext = scan_extent(view, 0, min(len(view), seg_size), check_crc=check_crc)
+        positions = message_starts(view, 0, ext.position)[0].tolist()
+        reason = ext.error.reason if ext.error is not None else None
+        end = ext.position
+        requests: list[DispatchRequest] = []
+        for pos in positions:
+            try:
+                rec = decode_record(view, pos, ext.position)
+            except CorruptDataError as exc:  # dispatch stops at a record it cannot decode
+                reason, end = exc.reason, pos
+                break
+            requests.append(dispatch_request_from_record(rec, start, levels))
+            del rec
+    closed = ext.stop == "blank" and end == ext.position
+    cols: Columns = {
+        "phy": np.array([r.physical_offset for r in requests], dtype=np.int64),
+        "size": np.array([r.size for r in requests], dtype=np.int64),
+        "queue_id": np.array([r.queue_id for r in requests], dtype=np.int64),
+        "queue_offset": np.array([r.queue_offset for r in requests], dtype=np.int64),
+        "tags": np.array([r.tags_code for r in requests], dtype=np.int64),
+        "ts": np.array([r.store_timestamp for r in requests], dtype=np.int64),
+        "sys_flag": np.array([r.sys_flag for r in requests], dtype=np.int64),
+    }
+    return _Parsed(
+        start,
+        len(requests),
+        start + end,
+        closed,
+        requests[-1].store_timestamp if requests else 0,
+        reason,
+        cols,
+        [r.topic for r in requests],
+        [r.keys for r in requests],
+        [r.uniq_key for r in requests],
+    )
+
+
+def _keyed(log_end: int, p: _Parsed) -> Iterator[tuple[_Key, tuple[int, Any]]]:
+    """A segment's records before ``log_end``, per queue they go to, and those with keys for the index."""
+    n = int(np.searchsorted(p.cols["phy"], log_end)) if p.records else 0
+    tx = p.cols["sys_flag"][:n] & SYSFLAG_TX_MASK
+    queued = (tx != TX_PREPARED) & (tx != TX_ROLLBACK)  # dispatch gives these no queue entry
+    members: dict[_Key, list[int]] = {}
+    for i in np.flatnonzero(queued).tolist():
+        members.setdefault((p.topics[i], int(p.cols["queue_id"][i])), []).append(i)
+    for key, rows in members.items():
+        idx = np.asarray(rows, dtype=np.int64)
+        yield key, (p.start, {name: p.cols[name][idx] for name in ("phy", "size", "queue_offset", "tags")})
+    keyed = [i for i in range(n) if p.uniq_keys[i] is not None or p.keys[i]]
+    if keyed:
+        idx = np.asarray(keyed, dtype=np.int64)
+        yield (
+            _INDEX_KEY,
+            (
+                p.start,
+                (
+                    p.cols["phy"][idx],
+                    p.cols["ts"][idx],
+                    [p.topics[i] for i in keyed],
+                    [p.keys[i] for i in keyed],
+                    [p.uniq_keys[i] for i in keyed],
+                ),
+            ),
+        )
+
+
+def _partition(key: _Key) -> int:
+    """Spreads the shuffle keys over the writing tasks the same way in every process (Python's
+    own string hash differs between processes)."""
+    return zlib.crc32(f"{key[0]}\0{key[1]}".encode())
+
+
+def _write_task(
+    staging: str, cfg: StoreConfig, group: tuple[_Key, Iterable[tuple[int, Any]]]
+) -> tuple[str, int, int]:
+    """Stage 2 of rebuild, on an executor: one queue, or the index, from every segment's part
+    in commitlog order. (kind, entries written, files written)."""
+    key, parts = group
+    chunks = [payload for _, payload in sorted(parts, key=lambda part: part[0])]
+    if key == _INDEX_KEY:
+        return _write_index(Path(staging) / "index", cfg, chunks)
+    return _write_queue(Path(staging) / "consumequeue", cfg, key, chunks)
+
+
+def _write_queue(root: Path, cfg: StoreConfig, key: _Key, chunks: list[Columns]) -> tuple[str, int, int]:
+    topic, queue_id = key
+    cols = {
+        name: np.concatenate([c[name] for c in chunks]) for name in ("phy", "size", "queue_offset", "tags")
+    }
+    qo = cols["queue_offset"]
+    queues = ConsumeQueueSet(root, cfg.consume_queue_entries)
+    try:
+        cq = queues.get_or_create(topic, queue_id)  # None (logged) for a name dispatch refuses too
+        if cq is None:
+            return "skipped", 0, 0
+        if qo[0] == 0 and bool(np.all(np.diff(qo) == 1)):
+            written = cq.put_columns(0, cols["phy"], cols["size"], cols["tags"])
+            assert written
+        else:  # after expiry, or holes and repeats: the entry-by-entry rules of dispatch
+            cq.put(
+                [
+                    DispatchRequest(phy, size, topic, queue_id, offset, code, 0, 0, None, None)
+                    for phy, size, offset, code in zip(
+                        cols["phy"].tolist(), cols["size"].tolist(), qo.tolist(), cols["tags"].tolist()
+                    )
+                ]
+            )
+        cq.files.flush_all()
+        result = ("queue", cq.max_offset - cq.min_offset, len(cq.files.files))
+        directory = cq.files.directory
+    finally:
+        queues.close()
+    fsync_directory(directory)
+    fsync_directory(directory.parent)
+    return result
+
+
+class _StoreTimeClock:
+    """The clock the rebuilt index is named by: the store time of the record being indexed."""
+
+    def __init__(self) -> None:
+        self.ms = 0
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def monotonic(self) -> float:
+        return self.ms / 1000.0
+
+
+def _write_index(directory: Path, cfg: StoreConfig, chunks: list[Any]) -> tuple[str, int, int]:
+    clock = _StoreTimeClock()
+    index = IndexService(directory, cfg.index_hash_slots, cfg.index_max_entries, clock)
+    try:
+        for phys, stamps, topics, keys, uniq_keys in chunks:
+            requests = [
+                DispatchRequest(phy, 0, topic, 0, 0, 0, ts, 0, k, u)
+                for phy, ts, topic, k, u in zip(phys.tolist(), stamps.tolist(), topics, keys, uniq_keys)
+            ]
+            _index_in_order(index, clock, requests)
+        index.flush()
+        result = ("index", sum(f.header.index_count - 1 for f in index.files), len(index.files))
+    finally:
+        index.close()
+    return result
+
+
+def _index_in_order(index: IndexService, clock: _StoreTimeClock, requests: list[DispatchRequest]) -> None:
+    """``index.build(requests)`` in runs that certainly fit the newest file; a record that may not
+    fit is indexed on its own with the clock at its store time, so a file it opens is named by it."""
+    i = 0
+    while i < len(requests):
+        files = index.files
+        room = index.max_entries - files[-1].header.index_count if files else 0
+        j, need = i, 0
+        while j < len(requests):
+            r = requests[j]
+            most = (r.uniq_key is not None) + (len(r.keys.split(" ")) if r.keys else 0)  # keys, at most
+            if need + most > room:
+                break
+            need += most
+            j += 1
+        j = max(j, i + 1)
+        clock.ms = requests[i].store_timestamp
+        index.build(requests[i:j])
+        i = j
+
+
+def _swap_in(paths: StoreLayout, staging: Path) -> None:
+    """Replace ``consumequeue/`` and ``index/`` by the staged ones, one rename each; the old ones
+    go to ``staging/old`` (deleted with the staging directory) and come back if a rename fails."""
+    aside = staging / "old"
+    aside.mkdir()
+    moved: list[str] = []
+    installed: list[str] = []
+    try:
+        for name in ("consumequeue", "index"):
+            live = paths.root / name
+            if live.exists():
+                os.rename(live, aside / name)
+                moved.append(name)
+            os.rename(staging / name, live)
+            installed.append(name)
+        fsync_directory(paths.root)
+    except BaseException:
+        for name in installed:
+            os.rename(paths.root / name, staging / name)
+        for name in moved:
+            os.rename(aside / name, paths.root / name)
+        raise
+
+
+def _rewrite_checkpoint(paths: StoreLayout, last_store_timestamp: int) -> None:
+    """The consume queues and the index now hold, durably, every record up to the last one:
+    their checkpoint times become its store time (the commitlog's time is left alone)."""
+    try:
+        checkpoint = StoreCheckpoint(paths.checkpoint)
+    except CorruptDataError:
+        paths.checkpoint.unlink()
+        checkpoint = StoreCheckpoint(paths.checkpoint)
+    physic = checkpoint.value.physic_msg_timestamp
+    checkpoint.value = Checkpoint(physic, last_store_timestamp, last_store_timestamp)
+    checkpoint.flush()
