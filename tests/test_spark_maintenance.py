@@ -27,6 +27,7 @@ from rocketstore.codec.commitlog_scan import message_starts
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
 from rocketstore.errors import StoreLockedError
 from rocketstore.spark import maintenance
+from rocketstore.storage.paths import StoreLayout
 from rocketstore.verify import MAX_DAMAGE_PER_FILE, VerifyReport, verify_store
 from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, fixture_clock, missing_fixture
 
@@ -296,3 +297,42 @@ def test_rebuild_of_a_rocketmq_store_gives_rocketmqs_files(spark: SparkSession, 
     clock = fixture_clock("store-sample")
     assert answers(root, FIXTURE_CONFIG, clock) == answers(reference, FIXTURE_CONFIG, clock)
     assert os.path.getsize(root / "checkpoint") == 4096
+
+
+@pytest.mark.parametrize("atomic", [True, False])
+def test_the_swap_keeps_the_old_directories_until_both_new_ones_are_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, atomic: bool
+) -> None:
+    if not atomic:
+        monkeypatch.setattr(maintenance, "_exchange", lambda a, b: False)
+    layout = StoreLayout(tmp_path / "s")
+    staging = layout.root / maintenance.STAGING_DIR
+    for d, tag in ((layout.root, "old"), (staging, "new")):
+        for name in ("consumequeue", "index"):
+            (d / name).mkdir(parents=True)
+            (d / name / tag).write_text(tag)
+    maintenance._swap_in(layout, staging)
+    assert (
+        [p.name for p in layout.consume_queue.iterdir()]
+        == [p.name for p in layout.index.iterdir()]
+        == ["new"]
+    )
+    assert (staging / "consumequeue" / "old").exists() and (staging / "index" / "old").exists()
+
+    maintenance._swap_in(layout, staging)  # back again; then a second swap that fails
+    real = maintenance._swap_directory
+
+    def failing(new: Path, live: Path, aside: Path) -> None:
+        if live.name == "index":
+            raise OSError("no")
+        real(new, live, aside)
+
+    monkeypatch.setattr(maintenance, "_swap_directory", failing)
+    with pytest.raises(OSError, match="no"):
+        maintenance._swap_in(layout, staging)
+    monkeypatch.setattr(maintenance, "_swap_directory", real)
+    assert (
+        [p.name for p in layout.consume_queue.iterdir()]
+        == [p.name for p in layout.index.iterdir()]
+        == ["old"]
+    )

@@ -134,7 +134,6 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from rocketstore import Message, MessageStore, StoreConfig
-from rocketstore.geometry import detect_geometry
     root, total = sys.argv[1], int(sys.argv[2])
     cfg = StoreConfig(commitlog_segment_size=1 << 20, consume_queue_entries=500)
     with MessageStore.open(root, cfg) as store:

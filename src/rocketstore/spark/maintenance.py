@@ -8,14 +8,16 @@ verify(spark, store) -> VerifyReport
 
     - driver: lists the files (stray and misnamed files are reported here) and reads the
       geometry;
-    - stage 1, one task per consume queue and one per index file: ``verify._read_queue`` /
-      ``verify._read_index_file`` check the file on its own and return the pointers into the
-      commitlog it holds (numpy columns), its damage and its counts;
+    - stage 1, a job per consume queue and one per index file, shared out over a few Spark tasks
+      per core (a Spark task costs more than checking a small file): ``verify._read_queue`` /
+      ``verify._read_index_file`` check the files on their own and return the pointers into the
+      commitlog they hold (numpy columns), their damage and their counts;
     - driver: numbers the queues and files in the order ``verify_store`` does, merges the
       pointers and sorts them by commitlog offset (the same stable sort), and broadcasts the
       queue names and file names;
-    - stage 2, one task per commitlog segment: ``verify._check_segment`` scans the segment and
-      checks the pointers into it (the driver sends each task only its slice of them);
+    - stage 2, a job per commitlog segment, shared out the same way: ``verify._check_segment``
+      scans the segment and checks the pointers into it (the driver sends each job only its
+      slice of them);
     - driver: ``verify._finish_commitlog`` (segments ending in zero fill before later data,
       pointers no segment covers, the commitlog range) and the checkpoint's size.
 
@@ -34,13 +36,13 @@ rebuild(spark, store, config=None) -> dict[str, int]
     - driver: takes the store's lock (a store open in a live process is refused:
       StoreLockedError), reads the geometry, creates a staging directory ``.rebuild`` inside the
       store root (same file system: the swap is a rename);
-    - stage 1, one task per segment: the records from byte 0 to the end of the valid data
-      (``scan_extent``, CRC checked as recovery does) are decoded into dispatch information by
-      ``dispatch_request_from_record``, the one owner of the dispatch rules (tagsCode, delivery
-      time in SCHEDULE_TOPIC_XXXX, KEYS and UNIQ_KEY), and kept as columns in the executors'
-      memory; the driver gets each segment's extent and decides where the log ends, as recovery
-      and dispatch do: at the first segment that does not end in a BLANK record (or at a record
-      that does not decode);
+    - stage 1, a job per segment (a few Spark tasks per core): the records from byte 0 to the end
+      of the valid data (``scan_extent``, CRC checked as recovery does) are decoded into
+      dispatch information by ``dispatch_request_from_record``, the one owner of the dispatch
+      rules (tagsCode, delivery time in SCHEDULE_TOPIC_XXXX, KEYS and UNIQ_KEY), and kept as
+      columns in the executors' memory; the driver gets each segment's extent and decides where
+      the log ends, as recovery and dispatch do: at the first segment that does not end in a
+      BLANK record (or at a record that does not decode);
     - stage 2, a shuffle: records up to the log's end are keyed by queue, leaving out PREPARED and
       ROLLBACK records as dispatch does; a task per group of queues writes each queue with
       ``ConsumeQueue.put_columns`` (``put`` when a queue does not start at 0 or has holes), in
@@ -48,10 +50,24 @@ rebuild(spark, store, config=None) -> dict[str, int]
       segment, and its task feeds them, in commitlog order, to ``IndexService.build``, the writer
       dispatch uses. The writers own the file formats: nothing here packs a byte;
     - driver: the staged files are synced, then ``consumequeue/`` and ``index/`` are swapped in,
-      each with one rename (the old ones are moved aside first and deleted only after both new
-      ones are in place; a failed rename puts the old ones back); the checkpoint's logics and
-      index times become the store time of the last record dispatched, so the next open
-      neither trusts more than was rebuilt nor throws index files away.
+      each in one atomic step (Linux's ``renameat2(RENAME_EXCHANGE)``; elsewhere two renames),
+      the old ones kept until both new ones are in place (a failed swap puts the first one
+      back: the store is left as it was), then deleted with the staging directory; the
+      checkpoint's logics and index times become the store time of the last record dispatched,
+      so the next open neither trusts more than was rebuilt nor throws index files away.
+
+    Why byte-identical: the files are written by the store's own writers, fed the same entries
+    in the same order. Each queue's entries come from the same records, with the same dispatch
+    information, in commitlog order, as dispatch feeds them; how dispatch splits them into
+    rounds does not change the bytes (a queue entry is 20 bytes at its offset's place; the index
+    writer's bytes are those of one putKey per key, whatever the rounds: tests/test_index_compat).
+
+    A crash in the middle: before the swaps the store is untouched (the next rebuild deletes the
+    staging directory); between them it has the new queues and the old index, which open as
+    they are; without an atomic exchange, a crash between the two renames of one directory
+    leaves it missing (the next open re-dispatches missing queues, not a missing index: run the
+    rebuild again); before the checkpoint is rewritten its times are the old ones, which at
+    worst make the next open re-dispatch more than it needs to.
 
     Index file names. The store names an index file by the wall-clock time it creates it, so no
     rebuild can reproduce names from the past. Here the file is named (through the same
@@ -70,10 +86,13 @@ rebuild(spark, store, config=None) -> dict[str, int]
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import itertools
 import logging
 import os
 import shutil
+import sys
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -315,8 +334,8 @@ class _Parsed:
         )
 
 
-_INDEX_KEY: Final = ("", -1)  # the shuffle key of the index's records (no queue has it)
-_Key = tuple[str, int]
+_Key = tuple[str, str, int]  # shuffle keys: ("queue", topic, queue id), or _INDEX_KEY
+_INDEX_KEY: Final = ("index", "", 0)
 
 
 def rebuild(spark: SparkSession, store: str, config: StoreConfig | None = None) -> dict[str, int]:
@@ -369,7 +388,8 @@ def _rebuild_into(spark: SparkSession, paths: StoreLayout, cfg: StoreConfig, sta
     parse = partial(
         _parse_task, str(paths.commitlog), seg_size, cfg.check_crc_on_recover, cfg.delay_levels_ms
     )
-    parsed: RDD[_Parsed] = sc.parallelize(starts, max(1, len(starts))).map(parse)
+    slices = max(1, min(len(starts), _TASKS_PER_CORE * max(1, sc.defaultParallelism)))
+    parsed: RDD[_Parsed] = sc.parallelize(starts, slices).map(parse)
     parsed.cache()
     try:
         log_end, used, records, last_ts = _log_end(parsed.map(_Parsed.summary).collect(), paths)
@@ -477,7 +497,7 @@ def _keyed(log_end: int, p: _Parsed) -> Iterator[tuple[_Key, tuple[int, Any]]]:
     queued = (tx != TX_PREPARED) & (tx != TX_ROLLBACK)  # dispatch gives these no queue entry
     members: dict[_Key, list[int]] = {}
     for i in np.flatnonzero(queued).tolist():
-        members.setdefault((p.topics[i], int(p.cols["queue_id"][i])), []).append(i)
+        members.setdefault(("queue", p.topics[i], int(p.cols["queue_id"][i])), []).append(i)
     for key, rows in members.items():
         idx = np.asarray(rows, dtype=np.int64)
         yield key, (p.start, {name: p.cols[name][idx] for name in ("phy", "size", "queue_offset", "tags")})
@@ -502,7 +522,7 @@ def _keyed(log_end: int, p: _Parsed) -> Iterator[tuple[_Key, tuple[int, Any]]]:
 def _partition(key: _Key) -> int:
     """Spreads the shuffle keys over the writing tasks the same way in every process (Python's
     own string hash differs between processes)."""
-    return zlib.crc32(f"{key[0]}\0{key[1]}".encode())
+    return zlib.crc32("\0".join(map(str, key)).encode())
 
 
 def _write_task(
@@ -518,7 +538,7 @@ def _write_task(
 
 
 def _write_queue(root: Path, cfg: StoreConfig, key: _Key, chunks: list[Columns]) -> tuple[str, int, int]:
-    topic, queue_id = key
+    _, topic, queue_id = key
     cols = {
         name: np.concatenate([c[name] for c in chunks]) for name in ("phy", "size", "queue_offset", "tags")
     }
@@ -602,27 +622,58 @@ def _index_in_order(index: IndexService, clock: _StoreTimeClock, requests: list[
 
 
 def _swap_in(paths: StoreLayout, staging: Path) -> None:
-    """Replace ``consumequeue/`` and ``index/`` by the staged ones, one rename each; the old ones
-    go to ``staging/old`` (deleted with the staging directory) and come back if a rename fails."""
-    aside = staging / "old"
-    aside.mkdir()
-    moved: list[str] = []
-    installed: list[str] = []
+    """Put the staged ``consumequeue/`` and ``index/`` in place, each in one atomic step: the
+    old ones end up in ``staging`` (deleted with it), and come back if the second swap fails."""
+    done: list[str] = []
     try:
         for name in ("consumequeue", "index"):
-            live = paths.root / name
-            if live.exists():
-                os.rename(live, aside / name)
-                moved.append(name)
-            os.rename(staging / name, live)
-            installed.append(name)
+            _swap_directory(staging / name, paths.root / name, staging / "old")
+            done.append(name)
         fsync_directory(paths.root)
     except BaseException:
-        for name in installed:
-            os.rename(paths.root / name, staging / name)
-        for name in moved:
-            os.rename(aside / name, paths.root / name)
+        for name in reversed(done):  # the old one back
+            if (staging / name).exists():
+                _swap_directory(staging / name, paths.root / name, staging / "old")
+            else:
+                os.rename(paths.root / name, staging / name)
         raise
+
+
+def _swap_directory(new: Path, live: Path, aside: Path) -> None:
+    """Make ``new`` the directory at ``live``; whatever was at ``live`` is then at ``new``."""
+    if not live.exists():
+        os.rename(new, live)
+    elif not _exchange(new, live):  # no atomic exchange here: the old one aside, the new one in
+        aside.mkdir(exist_ok=True)
+        old = aside / live.name
+        os.rename(live, old)
+        try:
+            os.rename(new, live)
+        except BaseException:
+            os.rename(old, live)
+            raise
+        os.rename(old, new)
+
+
+_AT_FDCWD: Final = -100
+_RENAME_EXCHANGE: Final = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories in one step (Linux ``renameat2(RENAME_EXCHANGE)``): no moment where
+    either name is missing. False where the system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
 
 
 def _rewrite_checkpoint(paths: StoreLayout, last_store_timestamp: int) -> None:
