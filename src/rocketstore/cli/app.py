@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -30,6 +30,9 @@ from rocketstore.geometry import detect_geometry, looks_like_store
 from rocketstore.message import Message, MessageExt
 from rocketstore.results import GetStatus
 from rocketstore.store import MessageStore
+
+if TYPE_CHECKING:
+    from rocketstore.verify import VerifyReport
 
 __all__ = ["app", "main"]
 
@@ -444,18 +447,23 @@ def verify(ctx: click.Context, store_dir: Path, no_crc: bool, as_json: bool) -> 
     cfg = _config(ctx, store_dir)
     with _progress(out, "verifying") as progress:
         report = verify_store(store_dir, cfg, check_crc=not no_crc, progress=progress)
-    if as_json:
-        out.json(report.to_dict())
-    else:
-        lo, hi = report.commitlog_range
-        out.line(
-            f"checked {report.records:,} records (commitlog {lo}..{hi}), "
-            f"{report.queue_entries:,} queue entries, {report.index_entries:,} index entries"
-        )
-        if report.damage:
-            out.rows("damage", ["kind", "file", "offset", "detail"], (d.to_dict() for d in report.damage))
-        out.line("clean" if report.clean else f"DAMAGED: {len(report.damage)} problem(s)")
+    print_verify_report(out, report)
     ctx.exit(0 if report.clean else 1)
+
+
+def print_verify_report(out: Output, report: VerifyReport) -> None:
+    """A verify report as `rocketstore verify` prints it (also `rocketstore spark verify`)."""
+    if out.as_json:
+        out.json(report.to_dict())
+        return
+    lo, hi = report.commitlog_range
+    out.line(
+        f"checked {report.records:,} records (commitlog {lo}..{hi}), "
+        f"{report.queue_entries:,} queue entries, {report.index_entries:,} index entries"
+    )
+    if report.damage:
+        out.rows("damage", ["kind", "file", "offset", "detail"], (d.to_dict() for d in report.damage))
+    out.line("clean" if report.clean else f"DAMAGED: {len(report.damage)} problem(s)")
 
 
 @contextlib.contextmanager

@@ -27,7 +27,6 @@ from rocketstore.cli.output import Output
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from rocketstore.verify import VerifyReport
 
 __all__ = ["spark_group"]
 
@@ -122,7 +121,10 @@ def verify(ctx: click.Context, store_dir: Path, no_crc: bool, master: str, as_js
     _check_store(store_dir)
     with _session(master) as spark:
         report = maintenance.verify(spark, str(store_dir), check_crc=not no_crc)
-    _print_verify_report(ctx, store_dir, report, no_crc=no_crc, as_json=as_json)
+    from rocketstore.cli.app import print_verify_report
+
+    print_verify_report(Output(as_json), report)
+    ctx.exit(0 if report.clean else 1)
 
 
 @spark_group.command()
@@ -207,24 +209,3 @@ def _one_line(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     return _SQLSTATE.sub("", _CONDITION.sub("", lines[0])) or type(exc).__name__
-
-
-def _print_verify_report(
-    ctx: click.Context, store_dir: Path, report: VerifyReport, *, no_crc: bool, as_json: bool
-) -> None:
-    """Print ``report`` with the `rocketstore verify` command itself, so the two print alike and
-    exit alike (0 clean, 1 damaged). That command keeps its printing inside its body, after its
-    call to ``rocketstore.verify.verify_store``: it is run with that function standing in for
-    one that hands back the report Spark made (restored at once; the CLI is one thread)."""
-    import rocketstore.verify as checks
-    from rocketstore.cli.app import verify as verify_command
-
-    def spark_report(*_args: Any, **_kwargs: Any) -> VerifyReport:
-        return report
-
-    original = checks.verify_store
-    setattr(checks, "verify_store", spark_report)  # noqa: B010 (mypy rejects assigning to a def)
-    try:
-        ctx.invoke(verify_command, store_dir=store_dir, no_crc=no_crc, as_json=as_json)
-    finally:
-        setattr(checks, "verify_store", original)  # noqa: B010

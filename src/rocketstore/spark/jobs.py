@@ -6,8 +6,8 @@ source's schema, every column) to a new directory ``out``:
 - ``parquet``: Hive-style partitions ``out/topic=<topic>/date=<yyyy-MM-dd>/part-*.parquet``, where
   ``date`` is the UTC date of ``store_timestamp``. ``topic`` and ``date`` live in the directory
   names, not in the files (``spark.read.parquet(out)`` gives them back as columns).
-- ``json``: JSON Lines part files, one object per message with the schema's columns (``body`` in
-  base64, as Spark writes binary; times in ISO-8601).
+- ``json``: JSON Lines part files, one object per message with every column of the schema (nulls
+  written as null; ``body`` in base64, as Spark writes binary; times in ISO-8601).
 
 It returns how many rows it wrote, counted by an ``Observation`` on the written frame: the count
 comes from the same pass that writes, so the store is read once and nothing is cached.
@@ -83,14 +83,16 @@ def export(spark: SparkSession, store: str, out: str, *, fmt: str = "parquet", *
         df = df.withColumn("date", F.date_from_unix_date(day).cast("string"))
         _write_new(df.write.partitionBy(*PARTITION_COLUMNS).format("parquet"), out)
     else:
-        _write_new(df.select(*COLUMNS).write.format("json"), out)
+        # every line has every column (null as null), not only the ones a message happens to have
+        _write_new(df.select(*COLUMNS).write.format("json").option("ignoreNullFields", "false"), out)
     return int(written.get["rows"])
 
 
 def refuse_existing(path: str | os.PathLike[str]) -> None:
-    """FileExistsError if ``path`` exists (the jobs call it first; callers may call it before
-    they start Spark). A local path is checked before any work starts; for other file systems (``scheme://``)
-    Spark's own check in ``errorifexists`` mode is turned into the same error by ``_write_new``."""
+    """FileExistsError if ``path`` exists. The jobs call it before any work; a caller may call it
+    before it starts Spark at all. Only local paths are looked at here: on other file systems
+    (``scheme://...``) Spark's own check (mode ``errorifexists``) gives the same error, through
+    ``_write_new``."""
     if "://" not in str(path) and os.path.lexists(path):
         raise FileExistsError(
             f"{path} already exists: the job writes a new directory, remove it or pick another"
