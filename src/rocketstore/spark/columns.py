@@ -20,6 +20,7 @@ asked for.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Final, Literal
 
 import numba
@@ -66,6 +67,7 @@ _WANTED = ("TAGS", "KEYS", "UNIQ_KEY")
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 
 
+@cache
 def arrow_schema(body_as: BodyAs = "binary") -> pa.Schema:
     """The Arrow form of the schema, exactly as PySpark expects it back from a Python source."""
     types = {
@@ -174,10 +176,7 @@ def _gather_kernel(
     offsets[n] = total
     out = np.empty(total, dtype=np.uint8)
     for i in range(n):
-        a = at[i]
-        o = offsets[i]
-        for k in range(length[i]):
-            out[o + k] = u8[a + k]
+        out[offsets[i] : offsets[i] + length[i]] = u8[at[i] : at[i] + length[i]]
     return out, offsets
 
 
@@ -196,6 +195,8 @@ def _strings(u8: npt.NDArray[np.uint8], at: I64, length: I64) -> pa.Array:
     UTF-8 become U+FFFD."""
     data, offsets = _gather_spans(u8, at, length)
     arr = pa.Array.from_buffers(pa.string(), len(at), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    if not len(data) or data.max() < 0x80:
+        return arr  # ASCII is valid UTF-8
     try:
         arr.validate(full=True)
     except pa.ArrowInvalid:
@@ -263,8 +264,31 @@ def _split_keys(u8: npt.NDArray[np.uint8], at: I64, length: I64, entry: I64) -> 
     return pa.ListArray.from_arrays(pa.array(offsets), keys, type=_KEYS_LIST, mask=mask)
 
 
+@numba.njit(cache=True, nogil=True)
+def _ipv4_host_keys(u8: npt.NDArray[np.uint8], at: I64) -> I64:
+    """Address and port of each IPv4 host as one integer (the 8 bytes, big-endian)."""
+    out = np.empty(len(at), dtype=np.int64)
+    for i in range(len(at)):
+        v = np.int64(0)
+        for k in range(8):
+            v = (v << 8) | u8[at[i] + k]
+        out[i] = v
+    return out
+
+
 def _hosts(u8: npt.NDArray[np.uint8], at: I64, v6: npt.NDArray[np.bool_]) -> pa.Array:
     """Each host in Java's text form, formatted once per distinct host."""
+    if not v6.any():
+        keys = _ipv4_host_keys(u8, at)
+        if (keys == keys[0]).all():  # one broker, or one producer host: the usual case
+            unique, inverse = keys[:1], np.zeros(len(keys), dtype=np.int64)
+        else:
+            unique, inverse = np.unique(keys, return_inverse=True)
+        texts = [
+            format_host(int(k >> 32 & 0xFFFFFFFF).to_bytes(4, "big"), int(np.int32(k & 0xFFFFFFFF)))
+            for k in unique
+        ]
+        return pa.array(texts, type=pa.string()).take(pa.array(inverse.ravel().astype(np.int64)))
     rows = np.zeros((len(at), 21), dtype=np.uint8)
     rows[:, 20] = v6
     for width, sel in ((8, ~v6), (20, v6)):
@@ -299,11 +323,25 @@ def _msg_ids(u8: npt.NDArray[np.uint8], store_at: I64, v6: npt.NDArray[np.bool_]
             ],
             type=pa.string(),
         )
-    raw = np.empty((n, 16), dtype=np.uint8)
-    raw[:, :8] = u8[store_at[:, None] + np.arange(8)]
-    raw[:, 8:] = physical.astype(">i8").view(np.uint8).reshape(n, 8)
-    hexed = np.empty((n, 32), dtype=np.uint8)
-    hexed[:, 0::2] = _HEX_DIGITS[raw >> 4]
-    hexed[:, 1::2] = _HEX_DIGITS[raw & 15]
+    hexed = _ipv4_msg_ids(u8, store_at, physical, _HEX_DIGITS)
     offsets = np.arange(0, 32 * n + 1, 32, dtype=np.int32)
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(hexed)])
+
+
+@numba.njit(cache=True, nogil=True)
+def _ipv4_msg_ids(
+    u8: npt.NDArray[np.uint8], store_at: I64, physical: I64, digits: npt.NDArray[np.uint8]
+) -> npt.NDArray[np.uint8]:
+    """32 upper-case hex digits a record: store address and port (8 bytes), physical offset."""
+    out = np.empty(32 * len(store_at), dtype=np.uint8)
+    for i in range(len(store_at)):
+        o = 32 * i
+        for k in range(8):
+            b = u8[store_at[i] + k]
+            out[o + 2 * k] = digits[b >> 4]
+            out[o + 2 * k + 1] = digits[b & 15]
+        p = physical[i]
+        for k in range(16):
+            out[o + 31 - k] = digits[p & 15]
+            p >>= 4
+    return out
