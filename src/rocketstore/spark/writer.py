@@ -15,12 +15,14 @@ or one string of space-separated keys), ``tags``, ``properties`` (map of strings
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rocketstore.codec.properties import validate_property
 from rocketstore.config import StoreConfig
@@ -63,74 +65,82 @@ def check_writable(path: str, columns: Sequence[str]) -> list[str]:
 
 def messages_from_table(table: pa.Table, config: StoreConfig) -> list[Message]:
     """One Message per row, checked the way the store checks a put (topic, body size, queue id,
-    property names), so a bad row stops the task before it writes anything. Raises ValueError
-    naming the row."""
-    cols: dict[str, list[Any]] = {name: table.column(name).to_pylist() for name in table.column_names}
+    delay level, property names), so a bad row stops the task before it writes anything. The
+    checks run per column; only building the Message is per row. Raises ValueError naming the
+    first bad row."""
     n = table.num_rows
-    none = [None] * n
-    topics, bodies = cols["topic"], cols["body"]
-    keys, tags, props = cols.get("keys", none), cols.get("tags", none), cols.get("properties", none)
-    queue_ids, delays, born = (
-        cols.get("queue_id", none),
-        cols.get("delay_level", none),
-        cols.get("born_timestamp", none),
-    )
-    checked_topics: set[str] = set()
-    out = []
-    for i in range(n):
+    for name in REQUIRED:
+        nulls = table.column(name).is_null()
+        if pc.any(nulls).as_py():
+            _fail(_first(nulls), f"{name} is null")
+    topics = table.column("topic")
+    for topic in pc.unique(topics).to_pylist():
         try:
-            topic = _required(topics[i], "topic")
-            if topic not in checked_topics:
-                checked_topics.add(validate_topic(topic))
-            body = _body(_required(bodies[i], "body"))
-            if len(body) > config.max_message_size:
-                raise ValueError(
-                    f"body of {len(body)} bytes exceeds max_message_size {config.max_message_size}"
-                )
-            qid = queue_ids[i]
-            if qid is not None and not 0 <= qid <= MAX_QUEUE_ID:
-                raise ValueError(f"queue_id {qid} is outside 0..{MAX_QUEUE_ID}")
-            delay = delays[i] or 0
-            if not 0 <= delay <= config.max_delay_level:
-                raise ValueError(f"delay_level {delay} is outside 0..{config.max_delay_level}")
-            properties = dict(props[i]) if props[i] else None
-            for name, value in (properties or {}).items():
+            validate_topic(topic)
+        except ValueError as exc:
+            _fail(_first(pc.equal(topics, topic)), str(exc))
+    body = table.column("body")
+    sizes = pc.binary_length(body)
+    too_big = pc.greater(sizes, config.max_message_size)
+    if pc.any(too_big).as_py():
+        row = _first(too_big)
+        _fail(row, f"body of {sizes[row].as_py()} bytes exceeds max_message_size {config.max_message_size}")
+    _check_range(table, "queue_id", 0, MAX_QUEUE_ID)
+    _check_range(table, "delay_level", 0, config.max_delay_level)
+    none = [None] * n
+    props = table.column("properties").to_pylist() if "properties" in table.column_names else none
+    for row, entries in enumerate(props):
+        for name, value in entries or ():
+            try:
                 validate_property(name, value)
-                if name in RESERVED_PROPERTIES:
-                    raise ValueError(f"property {name!r} is set by the store; use the column instead")
-            out.append(
-                Message(
-                    topic=topic,
-                    body=body,
-                    tags=tags[i],
-                    keys=_keys(keys[i]),
-                    properties=properties,
-                    queue_id=qid,
-                    delay_level=delay,
-                    born_timestamp=_millis(born[i]),
-                )
-            )
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"row {i}: {exc}") from None
-    return out
+            except ValueError as exc:
+                _fail(row, str(exc))
+            if name in RESERVED_PROPERTIES:
+                _fail(row, f"property {name!r} is set by the store; use the column instead")
+    bodies = [v.encode("utf-8") if isinstance(v, str) else v for v in body.to_pylist()]
+    keys = [_keys(v) for v in table.column("keys").to_pylist()] if "keys" in table.column_names else none
+    born = (
+        [_millis(v) for v in table.column("born_timestamp").to_pylist()]
+        if "born_timestamp" in table.column_names
+        else none
+    )
+
+    def column(name: str) -> list[Any]:
+        return table.column(name).to_pylist() if name in table.column_names else none
+
+    delays = [d or 0 for d in column("delay_level")]
+    return [
+        Message(t, b, tg, k or (), dict(p) if p else None, q, 0, d, None, bt)
+        for t, b, tg, k, p, q, d, bt in zip(
+            topics.to_pylist(), bodies, column("tags"), keys, props, column("queue_id"), delays, born
+        )
+    ]
 
 
-def _required(value: Any, name: str) -> Any:
+def _first(mask: pa.ChunkedArray) -> int:
+    return int(pc.index(mask, True).as_py())
+
+
+def _fail(row: int, problem: str) -> NoReturn:
+    raise ValueError(f"row {row}: {problem}")
+
+
+def _check_range(table: pa.Table, name: str, low: int, high: int) -> None:
+    if name not in table.column_names:
+        return
+    col = table.column(name)
+    outside = pc.or_kleene(pc.less(col, low), pc.greater(col, high))
+    if pc.any(outside).as_py():
+        row = _first(pc.fill_null(outside, False))
+        _fail(row, f"{name} {col[row].as_py()} is outside {low}..{high}")
+
+
+def _keys(value: str | list[str] | None) -> list[str] | None:
     if value is None:
-        raise ValueError(f"{name} is null")
-    return value
-
-
-def _body(value: bytes | str) -> bytes:
-    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
-
-
-def _keys(value: str | list[str] | None) -> tuple[str, ...]:
-    if value is None:
-        return ()
+        return None
     if isinstance(value, str):
-        return tuple(k for k in value.split(" ") if k)
-    return tuple(k for k in value if k)
+        return [k for k in value.split(" ") if k]
+    return [k for k in value if k]
 
 
 def _millis(value: dt.datetime | int | None) -> int | None:
@@ -180,22 +190,28 @@ def append_batches(
         pa.Table.from_batches(batches), StoreConfig.from_file(config_file) if config_file else StoreConfig()
     )
     del batches
+    # one topic per put lets the store encode the whole batch in one compiled pass; a stable
+    # sort keeps each topic's rows (and so each queue's) in the order they came
+    order = sorted(range(len(messages)), key=lambda i: messages[i].topic)
+    runs = [list(g) for _, g in itertools.groupby(order, key=lambda i: messages[i].topic)]
     written = 0
     first = end = -1
     store = _open(path, config_file, lock_timeout)
     try:
-        for k in range(0, len(messages), _CHUNK):
-            results = store.put_messages(messages[k : k + _CHUNK])
-            for i, result in enumerate(results):
-                if not result.ok:
+        for run in runs:
+            for k in range(0, len(run), _CHUNK):
+                rows = run[k : k + _CHUNK]
+                results = store.put_messages([messages[i] for i in rows])
+                failed = next((j for j, r in enumerate(results) if not r.ok), None)
+                if failed is not None:
                     raise RocketStoreError(
-                        f"row {k + i} was not appended to {path}: {result.status.name} "
-                        f"({written} rows of this task were appended before it)"
+                        f"row {rows[failed]} was not appended to {path}: {results[failed].status.name} "
+                        f"({written + failed} rows of this task were appended before it)"
                     )
                 if first < 0:
-                    first = result.physical_offset
-                end = result.physical_offset + result.wrote_bytes
-                written += 1
+                    first = results[0].physical_offset
+                end = results[-1].physical_offset + results[-1].wrote_bytes
+                written += len(results)
     finally:
         store.close()
     return written, first, end
