@@ -21,7 +21,7 @@ java:
 		( $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless ) >/dev/null 2>&1 \
 			|| echo "could not install Java: the Spark tests cannot run here"; }
 
-run: $(STAMP)
+run: $(STAMP) java
 	$(PY) -m rocketstore.demo ./store
 
 test: $(STAMP) java

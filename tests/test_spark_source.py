@@ -291,3 +291,46 @@ def test_a_frame_the_sink_cannot_write_is_refused_before_anything_is_written(
     if (store / "commitlog").exists():
         with MessageStore.open(store, detect_geometry(store), readonly=True) as s:
             assert s.max_phy_offset == 0
+
+
+def test_starting_timestamp_and_max_messages_per_trigger(spark: SparkSession, tmp_path: Path) -> None:
+    """Each queue starts at its first message stored at or after the time; no micro-batch takes
+    more than maxMessagesPerTrigger messages."""
+    from rocketstore import ManualClock
+
+    root = tmp_path / "store"
+    clock = ManualClock(1_800_000_000_000)
+    cfg = StoreConfig(commitlog_segment_size=64 * 1024, consume_queue_entries=100)
+    with MessageStore.open(root, cfg, clock=clock) as store:
+        for second in range(10):  # 10 rounds, one second apart, 20 messages per queue each
+            store.put_messages(
+                [Message(topic="P", body=f"{second}".encode(), queue_id=q % 2) for q in range(40)]
+            )
+            clock.advance(1000)
+        assert store.wait_dispatched(10)
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    (
+        spark.readStream.format("rocketstore")
+        .option("startingTimestamp", str(1_800_000_000_000 + 4000))
+        .option("maxMessagesPerTrigger", "50")
+        .load(str(root))
+        .select("queue_id", "queue_offset", "body")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+        .awaitTermination(120)
+    )
+    rows = spark.read.parquet(str(out)).collect()
+    assert sorted(int(r["body"]) for r in rows) == sorted([s for s in range(4, 10) for _ in range(40)])
+    for q in range(2):
+        assert sorted(r["queue_offset"] for r in rows if r["queue_id"] == q) == list(range(80, 200))
+    # the file sink's log lists the files of each micro-batch
+    per_batch = []
+    logs = [p for p in (out / "_spark_metadata").iterdir() if p.name.isdigit()]
+    for log in sorted(logs, key=lambda p: int(p.name)):
+        files = [json.loads(line)["path"] for line in log.read_text().splitlines()[1:]]
+        per_batch.append(sum(spark.read.parquet(f).count() for f in files))
+    assert sum(per_batch) == 240
+    assert len(per_batch) >= 5 and max(per_batch) <= 50

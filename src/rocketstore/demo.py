@@ -9,6 +9,8 @@ store does not reserve gigabytes of disk; open it with ``DEMO_CONFIG``.
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -107,8 +109,32 @@ def main(argv: list[str] | None = None) -> int:
     cli(["status", str(root)])
     print()
     cli(["topics", str(root)])
+    _on_spark(root)
     print("\nrun again to append another round; try `.venv/bin/rocketstore --help`")
     return 0
+
+
+def _on_spark(root: Path) -> None:
+    """The store read back as a DataFrame through the `rocketstore` Spark source."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        print("\n(Java is not installed: the Spark part of the demo is skipped)")
+        return
+    from pyspark.sql import functions as F
+
+    from rocketstore.spark import session
+
+    print("\nthe same store as a Spark DataFrame (spark.read.format('rocketstore')):\n", flush=True)
+    spark = session("local[2]", "rocketstore-demo")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        df = spark.read.format("rocketstore").option("source", "queues").load(str(root))
+        df.groupBy("topic").agg(
+            F.count("*").alias("messages"),
+            F.sum(F.length("body")).alias("body_bytes"),
+            F.max("store_timestamp").alias("last_stored"),
+        ).orderBy("topic").show(truncate=False)
+    finally:
+        spark.stop()
 
 
 if __name__ == "__main__":

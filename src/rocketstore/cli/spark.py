@@ -181,7 +181,7 @@ def _session(master: str) -> Iterator[SparkSession]:
 
     owned = SparkSession.getActiveSession() is None
     # the progress bar is for a person watching; in a pipe or a log it is noise
-    conf = {} if sys.stderr.isatty() else {"spark.ui.showConsoleProgress": "false"}
+    conf = {"spark.ui.showConsoleProgress": "true"} if sys.stderr.isatty() else {}
     try:
         spark = session(master, "rocketstore-cli", **conf)
     except (PySparkException, Py4JError) as exc:
