@@ -203,10 +203,15 @@ class CommitlogRange:
 
 
 def _first_store_time(view: memoryview) -> int | None:
-    starts = range_starts(view, 0, 1, len(view), 0)[0] if len(view) >= 8 else np.empty(0, dtype=np.int64)
-    if not len(starts):
+    """STORETIMESTAMP of the record a segment starts with (every segment starts with one), or
+    None when it does not start with a whole MESSAGE record."""
+    if len(view) < 8:
         return None
-    return int(store_timestamps(view, starts[:1])[0])
+    first = np.zeros(1, dtype=np.int64)
+    size = np.array([int.from_bytes(view[0:4], "big", signed=True)], dtype=np.int64)
+    if not well_formed(view, first, size)[0]:
+        return None
+    return int(store_timestamps(view, first)[0])
 
 
 def plan_commitlog(files: StoreFiles, bounds: ScanBounds, min_partitions: int) -> list[CommitlogRange]:
