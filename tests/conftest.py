@@ -64,12 +64,16 @@ def fixture_clock(name: str) -> ManualClock:
     return ManualClock(last)
 
 
-@pytest.fixture(autouse=True)
-def half_full_disk(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stores opened without their own ``disk_usage`` probe see a half-full disk: how full the
-    machine running the tests is must not trigger reclamation or the disk-full flag. (Tests of
-    those pass a probe of their own.)"""
-    monkeypatch.setattr("rocketstore.store.disk_used_ratio", lambda _path: 0.5)
+@pytest.fixture(autouse=True, scope="session")
+def half_full_disk() -> Iterator[None]:
+    """Stores opened in this process without their own ``disk_usage`` probe see a half-full disk,
+    from the first fixture of the session on (module-scoped ones included): how full the machine
+    running the tests is must not trigger reclamation or the disk-full flag. (Tests of those pass
+    a probe of their own; stores opened by other processes, Spark's workers among them, are given
+    disk ratios of 100 in their configuration instead.)"""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("rocketstore.store.disk_used_ratio", lambda _path: 0.5)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -135,7 +135,14 @@ WRITER = textwrap.dedent(
     import sys, time
     from rocketstore import Message, MessageStore, StoreConfig
     root, total = sys.argv[1], int(sys.argv[2])
-    cfg = StoreConfig(commitlog_segment_size=1 << 20, consume_queue_entries=500)
+    cfg = StoreConfig(
+        commitlog_segment_size=1 << 20,
+        consume_queue_entries=500,
+        # how full the test machine's disk is must not reclaim what the test reads
+        disk_max_used_space_ratio=100,
+        disk_clean_forcibly_ratio=100,
+        disk_warning_ratio=100,
+    )
     with MessageStore.open(root, cfg) as store:
         print("open", flush=True)
         for k in range(0, total, 500):
@@ -241,7 +248,11 @@ def test_a_million_rows_round_trip(spark: SparkSession, tmp_path: Path) -> None:
 
     store = tmp_path / "store"
     conf = tmp_path / "store.toml"
-    conf.write_text("commitlog_segment_size = 67108864\nconsume_queue_entries = 300000\n")
+    conf.write_text(
+        "commitlog_segment_size = 67108864\nconsume_queue_entries = 300000\n"
+        # the tasks' stores must not reclaim what the test reads, however full the disk is
+        "disk_max_used_space_ratio = 100\ndisk_clean_forcibly_ratio = 100\ndisk_warning_ratio = 100\n"
+    )
     n = 1_000_000
     df = spark.range(n, numPartitions=4).select(
         F.concat(F.lit("W"), (F.col("id") % 3).cast("string")).alias("topic"),
