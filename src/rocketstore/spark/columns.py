@@ -6,7 +6,7 @@ gathered into Arrow's (offsets, data) layout by a third. What stays in Python is
 plus one formatting per *distinct* host (hosts repeat) and per record only when a record
 carries an IPv6 store host or text that is not valid UTF-8 (both rare).
 
-The schema (``SPARK_SCHEMA``; field names are part of the public interface)::
+The schema (``source.spark_schema``, ``arrow_schema`` here; the names are a public interface)::
 
     topic string, queue_id int, queue_offset long, physical_offset long, msg_id string,
     uniq_key string, keys array<string>, tags string, properties map<string,string>,

@@ -4,7 +4,7 @@
     spark.readStream.format("rocketstore").load("/path/to/store")       # streaming
     df.write.format("rocketstore").mode("append").save("/path/to/store")
 
-The schema is ``columns.SPARK_SCHEMA`` for any store directory, rocketstore's or RocketMQ's.
+The schema is ``spark_schema()`` for any store directory, rocketstore's or RocketMQ's.
 Reading options (case-insensitive):
 
     source          commitlog (every record, commitlog order; default) | queues (dispatched only)
