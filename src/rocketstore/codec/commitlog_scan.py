@@ -392,37 +392,27 @@ def _record_fields(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) -> 
     for i in range(n):
         p = starts[i]
         store_ts_at, body_len_at = _field_positions(u8, p)
-        sys_flag = read_i32(u8, p + _SYSFLAG_AT)
-        store_host_at = store_ts_at + 8
+        topic_at, topic_len, props_at, props_len, store_ts = record_layout(u8, p)
         after_hosts = body_len_at - 12  # RECONSUMETIMES
-        body_len = read_i32(u8, body_len_at)
-        t = body_len_at + 4 + body_len
-        if read_i32(u8, p + 4) == MESSAGE_MAGIC_V2:
-            topic_len = (np.int64(u8[t]) << 8) | u8[t + 1]
-            t += 2
-        else:
-            topic_len = np.int64(u8[t])
-            t += 1
-        props_at = t + topic_len
         out[0, i] = read_i32(u8, p)
         out[1, i] = read_i32(u8, p + 8)
         out[2, i] = read_i32(u8, p + 12)
         out[3, i] = read_i32(u8, p + 16)
         out[4, i] = read_i64(u8, p + 20)
         out[5, i] = read_i64(u8, p + 28)
-        out[6, i] = sys_flag
+        out[6, i] = read_i32(u8, p + _SYSFLAG_AT)
         out[7, i] = read_i64(u8, p + 40)
         out[8, i] = p + _BORNHOST_AT
-        out[9, i] = read_i64(u8, store_ts_at)
-        out[10, i] = store_host_at
+        out[9, i] = store_ts
+        out[10, i] = store_ts_at + 8  # STOREHOST
         out[11, i] = read_i32(u8, after_hosts)
         out[12, i] = read_i64(u8, after_hosts + 4)
         out[13, i] = body_len_at + 4
-        out[14, i] = body_len
-        out[15, i] = t
+        out[14, i] = read_i32(u8, body_len_at)
+        out[15, i] = topic_at
         out[16, i] = topic_len
-        out[17, i] = props_at + 2
-        out[18, i] = (np.int64(u8[props_at]) << 8) | u8[props_at + 1]
+        out[17, i] = props_at
+        out[18, i] = props_len
     return out
 
 

@@ -114,7 +114,7 @@ from rocketstore.errors import CorruptDataError, RocketStoreError, StoreLockedEr
 from rocketstore.geometry import survey_geometry
 from rocketstore.index import IndexService
 from rocketstore.storage.file_view import mapped_readonly
-from rocketstore.storage.paths import StoreLayout, fsync_directory, is_segment_name
+from rocketstore.storage.paths import StoreLayout, fsync_directory, segment_files
 from rocketstore.store_lock import StoreLock
 from rocketstore.verify import (
     Damage,
@@ -379,7 +379,9 @@ def _rebuild_into(spark: SparkSession, paths: StoreLayout, cfg: StoreConfig, sta
     """Stages 1 and 2 of rebuild: the new files in ``staging``; their counts."""
     sc = spark.sparkContext
     seg_size = cfg.commitlog_segment_size
-    starts = sorted(int(p.name) for p in paths.commitlog.iterdir() if is_segment_name(p.name) and p.is_file())
+    if not paths.commitlog.is_dir():
+        raise RebuildError(f"{str(paths.root)!r} has no commitlog directory: nothing to rebuild from")
+    starts = [start for start, _ in segment_files(paths.commitlog)]
     if any(s % seg_size for s in starts) or any(b - a != seg_size for a, b in itertools.pairwise(starts)):
         raise RebuildError(
             f"the commitlog of {str(paths.root)!r} is not a run of contiguous {seg_size}-byte segments "

@@ -47,7 +47,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.geometry import detect_geometry
 from rocketstore.spark.columns import BodyAs, records_to_batch, text_column
 from rocketstore.storage.file_view import mapped_readonly
-from rocketstore.storage.paths import StoreLayout, is_segment_name
+from rocketstore.storage.paths import StoreLayout, segment_files
 
 __all__ = [
     "BATCH_ROWS",
@@ -161,7 +161,7 @@ class StoreFiles:
 
     def segments(self) -> list[tuple[int, Path]]:
         """Commitlog segments as (log offset, path), oldest first."""
-        return _named_files(self.layout.commitlog)
+        return segment_files(self.layout.commitlog)
 
     def queues(self) -> list[tuple[str, int]]:
         root = self.layout.consume_queue
@@ -179,14 +179,8 @@ class StoreFiles:
         """A queue's files as (first queue offset, path)."""
         return [
             (start // CQ_ENTRY_SIZE, p)
-            for start, p in _named_files(self.layout.consume_queue / topic / str(queue_id))
+            for start, p in segment_files(self.layout.consume_queue / topic / str(queue_id))
         ]
-
-
-def _named_files(directory: Path) -> list[tuple[int, Path]]:
-    if not directory.is_dir():
-        return []
-    return sorted((int(p.name), p) for p in directory.iterdir() if is_segment_name(p.name) and p.is_file())
 
 
 # --- the commitlog path ---------------------------------------------------------------------
@@ -202,16 +196,16 @@ class CommitlogRange:
     limit: int
 
 
-def _first_store_time(view: memoryview) -> int | None:
-    """STORETIMESTAMP of the record a segment starts with (every segment starts with one), or
-    None when it does not start with a whole MESSAGE record."""
-    if len(view) < 8:
+def _store_time(view: memoryview, pos: int) -> int | None:
+    """STORETIMESTAMP of the record at ``pos`` of a segment, or None when no whole MESSAGE record
+    starts there."""
+    if pos + 8 > len(view):
         return None
-    first = np.zeros(1, dtype=np.int64)
-    size = np.array([int.from_bytes(view[0:4], "big", signed=True)], dtype=np.int64)
-    if not well_formed(view, first, size)[0]:
+    at = np.array([pos], dtype=np.int64)
+    size = np.array([int.from_bytes(view[pos : pos + 4], "big", signed=True)], dtype=np.int64)
+    if not well_formed(view, at, size)[0]:
         return None
-    return int(store_timestamps(view, first)[0])
+    return int(store_timestamps(view, at)[0])
 
 
 def plan_commitlog(files: StoreFiles, bounds: ScanBounds, min_partitions: int) -> list[CommitlogRange]:
@@ -266,7 +260,7 @@ def _prune_by_time(
     firsts = []
     for _, path, _, _ in spans:
         with mapped_readonly(path) as view:
-            firsts.append(_first_store_time(view))
+            firsts.append(_store_time(view, 0))  # every segment starts with a record
     if any(t is None for t in firsts) or any(b < a for a, b in itertools.pairwise(firsts)):  # type: ignore[operator]
         return spans
     kept = []
@@ -386,14 +380,12 @@ def queue_offset_by_time(files: StoreFiles, topic: str, queue_id: int, timestamp
 
 def _store_time_at(files: StoreFiles, physical: int) -> int:
     seg = physical - physical % files.commitlog_segment_size
-    path = files.layout.commitlog / f"{seg:020d}"
     try:
-        with mapped_readonly(path) as view:
-            pos = physical - seg
-            ok = well_formed(view, np.array([pos]), np.array([int.from_bytes(view[pos : pos + 4], "big")]))
-            return int(store_timestamps(view, np.array([pos]))[0]) if ok[0] else -1
-    except (FileNotFoundError, ValueError):
+        with mapped_readonly(files.layout.commitlog / f"{seg:020d}") as view:
+            found = _store_time(view, physical - seg)
+    except FileNotFoundError:
         return -1
+    return -1 if found is None else found
 
 
 def _queue_entries(files: StoreFiles, topic: str, queue_id: int, start: int, end: int) -> tuple[I64, I64]:

@@ -151,26 +151,20 @@ def _millis(value: dt.datetime | int | None) -> int | None:
     return round(value.timestamp() * 1000)
 
 
-def _config(path: str, config_file: str | None) -> StoreConfig:
-    base = StoreConfig.from_file(config_file) if config_file else StoreConfig()
-    return detect_geometry(path, base) if looks_like_store(Path(path)) else base
-
-
-def _open(path: str, config_file: str | None, lock_timeout: float) -> MessageStore:
-    """Open the store once this task's turn comes. The geometry is read while holding the lock:
-    a store another task is writing cannot be measured reliably."""
+def _open(path: str, base: StoreConfig, lock_timeout: float) -> MessageStore:
+    """Open the store once this task's turn comes. An existing store's geometry is read while
+    holding the lock: a store another task is writing cannot be measured reliably."""
     lock = StoreLock(StoreLayout(path).lock)
     deadline = time.monotonic() + lock_timeout
     while True:
         try:
-            if Path(path).is_dir():
+            config = base
+            if looks_like_store(Path(path)):
                 lock.acquire()
                 try:
-                    config = _config(path, config_file)
+                    config = detect_geometry(path, base)
                 finally:
                     lock.release()
-            else:
-                config = _config(path, config_file)
             return MessageStore.open(path, config)
         except StoreLockedError:
             if time.monotonic() >= deadline:
@@ -186,9 +180,8 @@ def append_batches(
     if not batches:
         return 0, -1, -1
     # rows are checked against the configured limits; the store's own geometry is read later
-    messages = messages_from_table(
-        pa.Table.from_batches(batches), StoreConfig.from_file(config_file) if config_file else StoreConfig()
-    )
+    base = StoreConfig.from_file(config_file) if config_file else StoreConfig()
+    messages = messages_from_table(pa.Table.from_batches(batches), base)
     del batches
     # one topic per put lets the store encode the whole batch in one compiled pass; a stable
     # sort keeps each topic's rows (and so each queue's) in the order they came
@@ -196,7 +189,7 @@ def append_batches(
     runs = [list(g) for _, g in itertools.groupby(order, key=lambda i: messages[i].topic)]
     written = 0
     first = end = -1
-    store = _open(path, config_file, lock_timeout)
+    store = _open(path, base, lock_timeout)
     try:
         for run in runs:
             for k in range(0, len(run), _CHUNK):

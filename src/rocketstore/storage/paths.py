@@ -21,6 +21,7 @@ __all__ = [
     "index_file_name",
     "is_segment_name",
     "offset_from_name",
+    "segment_files",
     "segment_name",
 ]
 
@@ -36,6 +37,14 @@ def segment_name(offset: int) -> str:
 
 def is_segment_name(name: str) -> bool:
     return len(name) == _NAME_DIGITS and name.isdigit()
+
+
+def segment_files(directory: Path) -> list[tuple[int, Path]]:
+    """The files of ``directory`` named like segments, as (offset, path) in offset order;
+    nothing when the directory does not exist."""
+    if not directory.is_dir():
+        return []
+    return sorted((int(p.name), p) for p in directory.iterdir() if is_segment_name(p.name) and p.is_file())
 
 
 def offset_from_name(name: str) -> int:
