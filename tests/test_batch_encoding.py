@@ -62,7 +62,7 @@ def test_generated_uniq_keys_are_in_the_records() -> None:
     msgs = [Message("T", f"x{i}".encode(), tags="a", keys=[f"k{i}"], queue_id=i % 3) for i in range(20)]
     batch = encoder(True)._prepare_plain(msgs)
     assert batch is not None
-    for i, uniq in enumerate(batch.uniq_keys):
+    for i, uniq in enumerate(batch.uniq_keys.to_list()):
         rec = decode_record(bytes(batch.blob), int(batch.starts[i]))
         assert uniq and rec.properties == f"KEYS\x01k{i}\x02TAGS\x01a\x02UNIQ_KEY\x01{uniq}"
         assert rec.body_len == len(msgs[i].body)
@@ -72,7 +72,7 @@ def test_generated_uniq_keys_are_in_the_records() -> None:
     "odd",
     [
         Message("Other", b"x"),  # a second topic
-        Message("T", bytearray(b"x")),  # not bytes
+        Message("T", b"x", keys=[""]),  # an empty key
         Message("T", b"x", properties={"a": "b"}),
         Message("T", b"x", uniq_key="U"),
         Message("T", b"x", keys=["has space"]),

@@ -17,6 +17,7 @@ PUBLIC = {
     "MessageBatch",
     "MessageExt",
     "MessageStore",
+    "PutBatchResult",
     "PutMessageResult",
     "PutStatus",
     "ReclaimReport",

@@ -14,7 +14,14 @@ from rocketstore.errors import (
     StoreLockedError,
 )
 from rocketstore.message import Message, MessageExt
-from rocketstore.results import GetMessageResult, GetStatus, MessageBatch, PutMessageResult, PutStatus
+from rocketstore.results import (
+    GetMessageResult,
+    GetStatus,
+    MessageBatch,
+    PutBatchResult,
+    PutMessageResult,
+    PutStatus,
+)
 from rocketstore.store import MessageStore
 
 __all__ = [
@@ -30,6 +37,7 @@ __all__ = [
     "MessageBatch",
     "MessageExt",
     "MessageStore",
+    "PutBatchResult",
     "PutMessageResult",
     "PutStatus",
     "ReclaimReport",

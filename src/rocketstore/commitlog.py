@@ -6,7 +6,6 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from functools import partial
-from itertools import repeat
 from pathlib import Path
 from types import TracebackType
 
@@ -117,7 +116,7 @@ class CommitLog:
         self._pending: list[DispatchRequest | DispatchBatch] = []
         self._last_store_timestamp = 0
         addr, port = parse_host(config.store_host)
-        self._id_prefix = (addr + port.to_bytes(4, "big")).hex().upper()
+        self.id_prefix = (addr + port.to_bytes(4, "big")).hex().upper()
         self.begin_time_in_lock = 0.0  # monotonic time the current append took the lock, 0 when idle
         self._appending = _AppendScope(self)
 
@@ -146,7 +145,7 @@ class CommitLog:
         results: list[PutMessageResult] = []
         requests: list[DispatchRequest] = []
         advanced: dict[tuple[str, int], int] = {}
-        table, prefix = self.topic_queue_table, self._id_prefix
+        table, prefix = self.topic_queue_table, self.id_prefix
         with self._appending:
             now = self._stamp()
             mf = self._segment_for(len(batch[0].record))
@@ -157,7 +156,7 @@ class CommitLog:
                 length = len(p.record)
                 pos = seg_pos + (blob_pos - run_start)
                 if pos + length + END_FILE_MIN_BLANK_LENGTH > mf.size:
-                    self._copy_run(mf, seg_pos, blob, run_start, blob_pos, now)
+                    self._copy_run(mf, seg_pos, memoryview(blob)[run_start:blob_pos], now)
                     mf = self._roll(mf)
                     run_start, seg_pos, pos = blob_pos, mf.wrote_position, mf.wrote_position
                 phys = mf.from_offset + pos
@@ -178,51 +177,36 @@ class CommitLog:
                 )
                 results.append(_result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, prefix)))
                 blob_pos += length
-            self._copy_run(mf, seg_pos, blob, run_start, blob_pos, now)
+            self._copy_run(mf, seg_pos, memoryview(blob)[run_start:blob_pos], now)
             table.update(advanced)
             self._pending.extend(requests)
         return results
 
-    def append_batch(self, batch: PreparedBatch) -> list[PutMessageResult]:
+    def append_batch(self, batch: PreparedBatch) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
         """Append a columnar batch: queue offsets assigned, positions patched with numpy, one
-        copy per segment touched, and one ``DispatchBatch`` for the dispatcher. Same failure
-        guarantee as ``append``."""
+        copy per segment touched, and one ``DispatchBatch`` for the dispatcher. Returns
+        (physical offsets, queue offsets, store timestamp). Same failure guarantee as ``append``."""
         n = len(batch)
         starts, lengths, blob = batch.starts, batch.lengths, batch.blob
         ends = starts + lengths
-        topics, queue_ids = batch.topics, batch.queue_ids
         table = self.topic_queue_table
         phys = np.empty(n, dtype=np.int64)
-        # One topic (the usual batch): each message's rank within its queue is known before the
-        # lock; under it, only one table lookup per queue.
-        single = topics[0] if len(set(topics)) == 1 else None
-        if single is not None:
-            qids, inverse, counts = np.unique(
-                np.asarray(queue_ids, dtype=np.int64), return_inverse=True, return_counts=True
-            )
-            group_start = np.zeros(len(qids), dtype=np.int64)
-            np.cumsum(counts[:-1], out=group_start[1:])
-            rank = np.empty(n, dtype=np.int64)
-            rank[np.argsort(inverse, kind="stable")] = np.arange(n, dtype=np.int64) - np.repeat(
-                group_start, counts
-            )
+        # Each message's rank within its queue is known before the lock; under it, only one
+        # table lookup per queue.
+        queue_keys, inverse, counts = np.unique(
+            (batch.topic_ids << 17) | batch.queue_ids, return_inverse=True, return_counts=True
+        )
+        group_start = np.zeros(len(queue_keys), dtype=np.int64)
+        np.cumsum(counts[:-1], out=group_start[1:])
+        rank = np.empty(n, dtype=np.int64)
+        rank[np.argsort(inverse, kind="stable")] = np.arange(n, dtype=np.int64) - np.repeat(
+            group_start, counts
+        )
+        topics = batch.topics
+        keys = [(topics[k >> 17], k & 0x1FFFF) for k in queue_keys.tolist()]
         with self._appending:
-            advanced: dict[tuple[str, int], int] = {}
-            if single is not None:
-                keys = [(single, q) for q in qids.tolist()]
-                bases = np.fromiter((table.get(k, 0) for k in keys), dtype=np.int64, count=len(keys))
-                qos = bases[inverse] + rank
-                advanced = dict(zip(keys, (bases + counts).tolist()))
-                queue_offsets = qos.tolist()
-            else:
-                queue_offsets = []
-                for key in zip(topics, queue_ids):
-                    qo = advanced.get(key, -1)
-                    if qo < 0:
-                        qo = table.get(key, 0)
-                    advanced[key] = qo + 1
-                    queue_offsets.append(qo)
-                qos = np.asarray(queue_offsets, dtype=np.int64)
+            bases = np.fromiter((table.get(k, 0) for k in keys), dtype=np.int64, count=len(keys))
+            queue_offsets = bases[inverse] + rank
             now = self._stamp()
             mf = self.files.last_for_append()
             i = 0
@@ -234,16 +218,19 @@ class CommitLog:
                     mf = self._roll(mf)
                     continue
                 phys[i:k] = starts[i:k] + (mf.from_offset + mf.wrote_position - int(starts[i]))
-                patch_positions_many(blob, starts[i:k], batch.timestamp_position, qos[i:k], phys[i:k], now)
-                self._copy_run(mf, mf.wrote_position, blob, int(starts[i]), int(ends[k - 1]), now)
+                patch_positions_many(
+                    blob, starts[i:k], batch.timestamp_position, queue_offsets[i:k], phys[i:k], now
+                )
+                self._copy_run(mf, mf.wrote_position, blob.data[int(starts[i]) : int(ends[k - 1])], now)
                 i = k
-            table.update(advanced)
+            table.update(zip(keys, (bases + counts).tolist()))
             self._pending.append(
                 DispatchBatch(
                     phys,
                     lengths,
                     topics,
-                    queue_ids,
+                    batch.topic_ids,
+                    batch.queue_ids,
                     queue_offsets,
                     batch.tags_codes,
                     now,
@@ -252,21 +239,7 @@ class CommitLog:
                     batch.uniq_keys,
                 )
             )
-        return list(
-            map(
-                _result,
-                zip(
-                    repeat(_PUT_OK),
-                    topics,
-                    queue_ids,
-                    phys.tolist(),
-                    queue_offsets,
-                    repeat(now),
-                    lengths.tolist(),
-                    repeat(self._id_prefix),
-                ),
-            )
-        )
+        return phys, queue_offsets, now
 
     def _append_one(self, p: PreparedMessage) -> PutMessageResult:
         length = len(p.record)
@@ -290,7 +263,7 @@ class CommitLog:
             self._pending.append(
                 _request((phys, length, p.topic, p.queue_id, qo, code, now, p.sys_flag, p.keys, p.uniq_key))
             )
-        return _result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, self._id_prefix))
+        return _result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, self.id_prefix))
 
     def _stamp(self) -> int:
         now = self._clock.now_ms()
@@ -315,10 +288,10 @@ class CommitLog:
         return self.files.last_for_append()
 
     @staticmethod
-    def _copy_run(mf: MappedFile, seg_pos: int, blob: bytearray, start: int, end: int, now: int) -> None:
-        if end > start:
-            mf.write_at(seg_pos, memoryview(blob)[start:end])
-            mf.wrote_position = seg_pos + (end - start)
+    def _copy_run(mf: MappedFile, seg_pos: int, data: memoryview, now: int) -> None:
+        if data:
+            mf.write_at(seg_pos, data)
+            mf.wrote_position = seg_pos + len(data)
             mf.last_store_timestamp = now
 
     def _position(self) -> tuple[int, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -412,27 +413,24 @@ class ConsumeQueueSet:
 
     def put_batch(self, batch: DispatchBatch) -> None:
         """Append a batch's entries, one bulk write per queue it touches."""
-        groups: dict[tuple[str, int], list[int]] = {}
-        for i, key in enumerate(zip(batch.topics, batch.queue_ids)):
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [i]
-            else:
-                group.append(i)
-        codes = np.asarray(batch.tags_codes, dtype=np.int64)
-        for (topic, qid), members in groups.items():
-            cq = self.get_or_create(topic, qid)
+        queue_keys = (batch.topic_ids << 17) | batch.queue_ids
+        order = np.argsort(queue_keys, kind="stable")
+        ordered = queue_keys[order]
+        bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(order)]
+        for start, end in itertools.pairwise(bounds):
+            key = int(ordered[start])
+            cq = self.get_or_create(batch.topics[key >> 17], key & 0x1FFFF)
             if cq is None:
                 continue
-            idx = np.asarray(members, dtype=np.int64)
+            members = order[start:end]
             if not cq.put_columns(
-                batch.queue_offsets[members[0]],
-                batch.physical_offsets[idx],
-                batch.sizes[idx],
-                codes[idx],
+                int(batch.queue_offsets[members[0]]),
+                batch.physical_offsets[members],
+                batch.sizes[members],
+                batch.tags_codes[members],
             ):
                 requests = batch.requests()
-                cq.put([requests[i] for i in members])
+                cq.put([requests[i] for i in members.tolist()])
 
     def close(self) -> None:
         for cq in self._queues.values():

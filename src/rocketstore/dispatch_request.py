@@ -11,6 +11,7 @@ import numpy.typing as npt
 from rocketstore.codec.commitlog_record import DecodedRecord
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.codec.properties import decode_properties
+from rocketstore.codec.text_column import TextColumn
 from rocketstore.message import PROPERTY_DELAY, SCHEDULE_TOPIC, schedule_tags_code
 
 __all__ = ["DispatchBatch", "DispatchRequest", "dispatch_request_from_record"]
@@ -32,21 +33,24 @@ class DispatchRequest(NamedTuple):
 @dataclass(slots=True)
 class DispatchBatch:
     """Dispatch information of a batch appended in one piece, as columns (all queued records:
-    no transactions, no delay). Consume queues take it per queue in bulk."""
+    no transactions, no delay). Record i is of topic ``topics[topic_ids[i]]``; ``keys`` and
+    ``uniq_keys`` hold its KEYS text and UNIQ_KEY (empty: none). Consume queues take it per
+    queue in bulk, the index per batch."""
 
     physical_offsets: npt.NDArray[np.int64]
     sizes: npt.NDArray[np.int64]
     topics: list[str]
-    queue_ids: list[int]
-    queue_offsets: list[int]
-    tags_codes: list[int]
+    topic_ids: npt.NDArray[np.int64]
+    queue_ids: npt.NDArray[np.int64]
+    queue_offsets: npt.NDArray[np.int64]
+    tags_codes: npt.NDArray[np.int64]
     store_timestamp: int
     sys_flag: int
-    keys: list[str | None]
-    uniq_keys: list[str | None]
+    keys: TextColumn
+    uniq_keys: TextColumn
 
     def __len__(self) -> int:
-        return len(self.topics)
+        return len(self.physical_offsets)
 
     @property
     def end_offset(self) -> int:
@@ -54,18 +58,18 @@ class DispatchBatch:
 
     def requests(self) -> list[DispatchRequest]:
         """The same information one request per record."""
-        ts, flag = self.store_timestamp, self.sys_flag
+        ts, flag, topics = self.store_timestamp, self.sys_flag, self.topics
         return [
-            DispatchRequest(phy, size, topic, qid, qo, code, ts, flag, keys, uniq)
-            for phy, size, topic, qid, qo, code, keys, uniq in zip(
+            DispatchRequest(phy, size, topics[t], qid, qo, code, ts, flag, keys, uniq)
+            for phy, size, t, qid, qo, code, keys, uniq in zip(
                 self.physical_offsets.tolist(),
                 self.sizes.tolist(),
-                self.topics,
-                self.queue_ids,
-                self.queue_offsets,
-                self.tags_codes,
-                self.keys,
-                self.uniq_keys,
+                self.topic_ids.tolist(),
+                self.queue_ids.tolist(),
+                self.queue_offsets.tolist(),
+                self.tags_codes.tolist(),
+                self.keys.to_list(),
+                self.uniq_keys.to_list(),
             )
         ]
 

@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from rocketstore.clock import Clock
 from rocketstore.codec import index_layout as layout
-from rocketstore.codec.java_hash import index_key_hash, index_key_hashes
+from rocketstore.codec.java_hash import index_key_hash, index_key_hashes, index_key_hashes_of_columns
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError
 from rocketstore.storage.mapped_file import MappedFile
@@ -309,9 +309,15 @@ class IndexService:
         return f
 
     def build_batch(self, batch: DispatchBatch) -> None:
-        """Index the keys of a batch (nothing to do when no record has keys or a UNIQ_KEY)."""
-        if any(k is not None for k in batch.uniq_keys) or any(batch.keys):
-            self.build(batch.requests())
+        """Index the keys of a batch, hashed by one compiled pass over its key columns."""
+        if not (batch.uniq_keys.any() or batch.keys.any()):
+            return
+        phys = batch.physical_offsets
+        first = int(np.searchsorted(phys, self.indexed_through, side="right"))
+        hashes, rows = index_key_hashes_of_columns(
+            [f"{t}#" for t in batch.topics], batch.topic_ids, first, batch.uniq_keys, batch.keys
+        )
+        self._insert(hashes, phys[rows], np.full(len(rows), batch.store_timestamp, dtype=np.int64))
 
     def build(self, requests: Iterable[DispatchRequest]) -> None:
         """Index the keys of ``requests`` (in log order), many keys per numpy pass."""
@@ -334,13 +340,18 @@ class IndexService:
                         keys.append(f"{topic}#{k}")
                         offsets.append(phy)
                         timestamps.append(ts)
-        if not keys:
-            return
-        hashes = index_key_hashes(keys)
-        phys = np.asarray(offsets, dtype=np.int64)
-        stamps = np.asarray(timestamps, dtype=np.int64)
+        if keys:
+            self._insert(
+                index_key_hashes(keys),
+                np.asarray(offsets, dtype=np.int64),
+                np.asarray(timestamps, dtype=np.int64),
+            )
+
+    def _insert(
+        self, hashes: npt.NDArray[np.int64], phys: npt.NDArray[np.int64], stamps: npt.NDArray[np.int64]
+    ) -> None:
         done = 0
-        while done < len(keys):
+        while done < len(hashes):
             f = self._writable_file()
             done += f.put_keys(hashes[done:], phys[done:], stamps[done:])
             f.write_header()

@@ -18,9 +18,9 @@ keys with spaces, and properties that cannot be read back.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -43,7 +43,8 @@ from rocketstore.codec.commitlog_record import (
 from rocketstore.codec.host import parse_host
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.codec.message_id import UniqKeyGenerator
-from rocketstore.codec.properties import encode_properties, validate_property
+from rocketstore.codec.properties import encode_plain_properties, encode_properties, validate_property
+from rocketstore.codec.text_column import TextColumn
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
 from rocketstore.message import (
@@ -69,6 +70,7 @@ MAX_QUEUE_ID: Final = 65535
 _ILLEGAL = PutStatus.MESSAGE_ILLEGAL
 # Below this many messages the columnar path's numpy overhead costs more than it saves.
 MIN_COLUMNAR_BATCH: Final = 16
+_BODY_TYPES: Final = frozenset((bytes, bytearray, memoryview))
 
 
 def validate_topic(topic: object, *, allow_system: bool = False) -> str:
@@ -102,23 +104,25 @@ class PreparedMessage:
 class PreparedBatch:
     """Plain messages (no delay, no transaction, store host as born host) encoded back to back.
 
-    ``blob[starts[i] : starts[i] + lengths[i]]`` is record i; all share one sysflag and so one
-    STORETIMESTAMP position.
+    ``blob[starts[i] : starts[i] + lengths[i]]`` is record i, of topic ``topics[topic_ids[i]]``;
+    all share one sysflag and so one STORETIMESTAMP position. ``keys`` holds each record's KEYS
+    text and ``uniq_keys`` its UNIQ_KEY (empty: none), for the index.
     """
 
-    blob: bytearray
+    blob: npt.NDArray[np.uint8]
     starts: npt.NDArray[np.int64]
     lengths: npt.NDArray[np.int64]
     topics: list[str]
-    queue_ids: list[int]
-    tags_codes: list[int]
-    keys: list[str | None]
-    uniq_keys: list[str | None]
+    topic_ids: npt.NDArray[np.int64]
+    queue_ids: npt.NDArray[np.int64]
+    tags_codes: npt.NDArray[np.int64]
+    keys: TextColumn
+    uniq_keys: TextColumn
     sys_flag: int
     timestamp_position: int
 
     def __len__(self) -> int:
-        return len(self.topics)
+        return len(self.starts)
 
 
 class MessageEncoder:
@@ -217,93 +221,120 @@ class MessageEncoder:
         lengths = np.fromiter(map(len, records), dtype=np.int64, count=n)
         starts = np.zeros(n, dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
+        topic_index: dict[str, int] = {}
+        topic_ids = [topic_index.setdefault(t, len(topic_index)) for t in topics]
         return PreparedBatch(
-            bytearray().join(records),
+            np.frombuffer(bytearray().join(records), dtype=np.uint8),
             starts,
             lengths,
-            topics,
-            queue_ids,
-            codes,
-            keys,
-            uniqs,
+            list(topic_index),
+            np.array(topic_ids, dtype=np.int64),
+            np.array(queue_ids, dtype=np.int64),
+            np.array(codes, dtype=np.int64),
+            TextColumn.from_texts(keys),
+            TextColumn.from_texts(uniqs),
             self._store_v6,
             template.timestamp_position,
         )
 
     def _prepare_plain(self, msgs: Sequence[Message]) -> PreparedBatch | None:
         """The common batch (one topic; bytes bodies; tags and keys but no other properties, no
-        caller-given UNIQ_KEY) with no per-message Python beyond reading its fields: columns are
-        gathered and checked in bulk, and one compiled loop encodes every record. None when the
-        batch is anything else, or anything about it is invalid: the general path then encodes
-        it, or names the bad message."""
-        n = len(msgs)
+        caller-given UNIQ_KEY) read into columns for ``prepare_columns``. None when the batch is
+        anything else, or anything about it is invalid: the general path then encodes it, or
+        names the bad message."""
         topic = msgs[0].topic
-        topic_bytes = self._topics.get(topic)
-        if topic_bytes is None:
-            try:
-                topic_bytes = self._topics[validate_topic(topic)] = topic.encode()
-            except InvalidMessageError:
-                return None
         if any(m.topic != topic for m in msgs):
             return None
         if any(m.properties or m.uniq_key is not None for m in msgs):
             return None
-        bodies = [m.body for m in msgs]
         queue_ids = [m.queue_id for m in msgs]
         flags = [m.flag for m in msgs]
         borns = [m.born_timestamp for m in msgs]
-        if set(map(type, bodies)) != {bytes} or set(map(type, queue_ids)) != {int}:
+        if set(map(type, queue_ids)) != {int} or set(map(type, flags)) != {int}:
             return None
-        if set(map(type, flags)) != {int} or not set(map(type, borns)) <= {int, type(None)}:
+        if not set(map(type, borns)) <= {int, type(None)}:
             return None
-        try:
-            qids = np.array(queue_ids, dtype=np.int64)
-            flag_arr = np.array(flags, dtype=np.int64)
-            now = self._clock.now_ms()
-            born_arr = np.array([now if b is None else b for b in borns], dtype=np.int64)
-        except OverflowError:
-            return None
-        body_lens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
-        if (
-            qids.min() < 0
-            or qids.max() > MAX_QUEUE_ID
-            or flag_arr.min() < -0x80000000
-            or flag_arr.max() > 0x7FFFFFFF
-            or body_lens.max() > self._max_body
-        ):
-            return None
-        tags = [m.tags for m in msgs]
-        prefixes: dict[str | None, str] = {None: ""}
-        for t in set(tags) - {None}:
-            if type(t) is not str or not t or "\x01" in t or "\x02" in t:
-                return None
-            prefixes[t] = f"{PROPERTY_TAGS}\x01{t}\x02"
-        keys_texts: list[str | None] = [None] * n
+        tag_index: dict[str | None, int] = {}
+        tag_ids = [tag_index.setdefault(m.tags, len(tag_index)) for m in msgs]
+        keys_texts: list[str | None] = [None] * len(msgs)
         for i, m in enumerate(msgs):
             keys = m.keys
             if keys:
                 if isinstance(keys, str):
                     keys = [keys]
                 for k in keys:
-                    if type(k) is not str or not k or " " in k or "\x01" in k or "\x02" in k:
+                    if type(k) is not str or not k or " " in k:
                         return None
                 keys_texts[i] = " ".join(keys)
-        uniqs: list[str | None] = list(self._uniq.take(n)) if self._uniq is not None else [None] * n
-        keys_part = [f"{PROPERTY_KEYS}\x01{k}\x02" if k is not None else "" for k in keys_texts]
-        if uniqs[0] is not None:
-            texts = [
-                f"{kp}{prefixes[t]}{PROPERTY_UNIQ_KEY}\x01{u}" for kp, t, u in zip(keys_part, tags, uniqs)
-            ]
-        else:
-            texts = [f"{kp}{prefixes[t]}"[:-1] for kp, t in zip(keys_part, tags)]
-        joined = "".join(texts)
-        props = joined.encode()
-        if len(props) == len(joined):  # ASCII: a character is a byte
-            props_lens = np.fromiter(map(len, texts), dtype=np.int64, count=n)
-        else:
-            props_lens = np.fromiter((len(t.encode()) for t in texts), dtype=np.int64, count=n)
-        if props_lens.max() > _MAX_PROPERTIES_BYTES:
+        try:
+            now = self._clock.now_ms()
+            return self.prepare_columns(
+                topic,
+                [m.body for m in msgs],
+                np.array(queue_ids, dtype=np.int64),
+                list(tag_index),
+                np.array(tag_ids, dtype=np.int64),
+                TextColumn.from_texts(keys_texts),
+                np.array(flags, dtype=np.int64),
+                np.array([now if b is None else b for b in borns], dtype=np.int64),
+            )
+        except (InvalidMessageError, OverflowError, UnicodeEncodeError):
             return None
+
+    def prepare_columns(
+        self,
+        topic: str,
+        bodies: Sequence[bytes | bytearray | memoryview],
+        queue_ids: npt.NDArray[np.int64],
+        tags: Sequence[str | None],
+        tag_ids: npt.NDArray[np.int64],
+        keys: TextColumn,
+        flags: npt.NDArray[np.int64],
+        born_timestamps: npt.NDArray[np.int64],
+    ) -> PreparedBatch:
+        """Validate and encode messages of one topic given as columns: message i has body
+        ``bodies[i]``, tags ``tags[tag_ids[i]]`` and KEYS text ``keys[i]`` (keys separated by
+        single spaces). Bulk checks, a generated UNIQ_KEY block, and one compiled loop for every
+        record. Raises InvalidMessageError naming the first bad message; nothing is kept."""
+        n = len(bodies)
+        topic_bytes = self._topics.get(topic)
+        if topic_bytes is None:
+            topic_bytes = self._topics[validate_topic(topic)] = topic.encode()
+        body_types = set(map(type, bodies))
+        if not body_types <= _BODY_TYPES:
+            bad = next(i for i, b in enumerate(bodies) if type(b) not in _BODY_TYPES)
+            raise _bad_row(bad, f"body must be bytes, not {type(bodies[bad]).__name__}")
+        if memoryview in body_types:
+            bodies = [bytes(b) if type(b) is memoryview else b for b in bodies]
+        body_lens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
+        _first_bad(
+            body_lens > self._max_body,
+            lambda i: f"body of {body_lens[i]} bytes exceeds max_message_size {self._max_body}",
+        )
+        _first_bad(
+            (queue_ids < 0) | (queue_ids > MAX_QUEUE_ID),
+            lambda i: f"queue_id must be an int in 0..{MAX_QUEUE_ID}, not {queue_ids[i]}",
+        )
+        _first_bad(
+            (flags < -0x80000000) | (flags > 0x7FFFFFFF),
+            lambda i: f"flag must be a 32-bit int, not {flags[i]}",
+        )
+        for t in tags:
+            if t is not None:
+                try:
+                    _check_property(PROPERTY_TAGS, t)
+                except InvalidMessageError as exc:
+                    raise _bad_row(int(np.argmax(tag_ids == tags.index(t))), str(exc)) from None
+        _check_keys(keys)
+        uniqs = self._uniq.take_column(n) if self._uniq is not None else TextColumn.empty(n)
+        tag_column = TextColumn.from_texts(tags)
+        present = tag_ids if None not in tags else np.where(tag_ids == tags.index(None), -1, tag_ids)
+        props, props_lens = encode_plain_properties(keys, tag_column, present, uniqs)
+        _first_bad(
+            props_lens > _MAX_PROPERTIES_BYTES,
+            lambda i: f"properties take {props_lens[i]} bytes, more than {_MAX_PROPERTIES_BYTES}",
+            PutStatus.PROPERTIES_SIZE_EXCEEDED,
+        )
         blob, starts, lengths = encode_batch(
             topic_bytes,
             self._store_host_bytes,
@@ -311,21 +342,28 @@ class MessageEncoder:
             body_lens,
             props,
             props_lens,
-            qids,
-            flag_arr,
-            born_arr,
+            queue_ids,
+            flags,
+            born_timestamps,
         )
-        if lengths.max() > self._max_record:
-            return None
-        codes = {t: tags_code(t) for t in prefixes}
+        _first_bad(
+            lengths > self._max_record,
+            lambda i: (
+                f"record of {lengths[i]} bytes exceeds the limit of {self._max_record} "
+                "(max_message_size, and a commitlog segment less 8 bytes)"
+            ),
+            PutStatus.MESSAGE_SIZE_EXCEEDED,
+        )
+        codes = np.array([tags_code(t) for t in tags], dtype=np.int64)
         return PreparedBatch(
             blob,
             starts,
             lengths,
-            [topic] * n,
-            cast("list[int]", queue_ids),  # every one an int: checked above
-            [codes[t] for t in tags],
-            keys_texts,
+            [topic],
+            np.zeros(n, dtype=np.int64),
+            queue_ids,
+            codes[tag_ids] if len(codes) else np.zeros(n, dtype=np.int64),
+            keys,
             uniqs,
             self._store_v6,
             self._plain_timestamp_position,
@@ -480,6 +518,41 @@ class MessageEncoder:
                 "(max_message_size, and a commitlog segment less 8 bytes)",
                 PutStatus.MESSAGE_SIZE_EXCEEDED,
             )
+
+
+def _bad_row(i: int, problem: str, status: PutStatus = _ILLEGAL) -> InvalidMessageError:
+    return InvalidMessageError(f"message {i} of the batch: {problem}", status)
+
+
+def _first_bad(
+    bad: npt.NDArray[np.bool_], problem: Callable[[int], str], status: PutStatus = _ILLEGAL
+) -> None:
+    """Raise for the first message ``bad`` marks (``problem`` words it)."""
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise _bad_row(i, problem(i), status)
+
+
+def _check_keys(keys: TextColumn) -> None:
+    """KEYS texts are keys separated by single spaces: no empty key, no \\x01 or \\x02."""
+    if not keys.data:
+        return
+    u8 = np.frombuffer(keys.data, dtype=np.uint8)
+    rows = keys.offsets
+
+    def where(pos: int) -> int:
+        return int(np.searchsorted(rows, pos, side="right")) - 1
+
+    separators = np.flatnonzero((u8 == 1) | (u8 == 2))
+    if len(separators):
+        raise _bad_row(where(separators[0]), "keys cannot contain \\x01 or \\x02")
+    spaces = np.flatnonzero(u8 == 32)
+    if len(spaces):
+        # a space that starts or ends a row's text, or follows another space, leaves an empty key
+        empty = np.isin(spaces, rows) | np.isin(spaces + 1, rows)
+        empty[1:] |= spaces[1:] == spaces[:-1] + 1
+        if empty.any():
+            raise _bad_row(where(spaces[int(np.argmax(empty))]), "keys are non-empty strings without spaces")
 
 
 def _check_property(name: str, value: str) -> None:

@@ -9,10 +9,19 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.text_column import TextColumn
+
 if TYPE_CHECKING:
     from rocketstore.message import MessageExt
 
-__all__ = ["GetMessageResult", "GetStatus", "MessageBatch", "PutMessageResult", "PutStatus"]
+__all__ = [
+    "GetMessageResult",
+    "GetStatus",
+    "MessageBatch",
+    "PutBatchResult",
+    "PutMessageResult",
+    "PutStatus",
+]
 
 
 class PutStatus(enum.Enum):
@@ -72,6 +81,53 @@ class PutMessageResult(NamedTuple):
         if self.physical_offset < 0:
             return None
         return f"{self.id_prefix}{self.physical_offset:016X}"
+
+
+@dataclass(frozen=True, eq=False)
+class PutBatchResult:
+    """Outcome of ``MessageStore.put_batch``: one status for the whole batch, and per-message
+    columns (message i is at ``physical_offsets[i]``, queue ``queue_ids[i]``, offset
+    ``queue_offsets[i]``). The batch is stored whole or not at all: on any status but PUT_OK
+    and FLUSH_DISK_TIMEOUT (stored, not yet known to be on disk) the offsets are -1."""
+
+    status: PutStatus
+    topic: str
+    queue_ids: npt.NDArray[np.int64]
+    queue_offsets: npt.NDArray[np.int64]
+    physical_offsets: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+    store_timestamp: int
+    id_prefix: str
+    uniq_keys: TextColumn
+
+    def __len__(self) -> int:
+        return len(self.physical_offsets)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+    def msg_id(self, i: int) -> str | None:
+        """Message i's offsetMsgId, None when nothing was stored."""
+        offset = int(self.physical_offsets[i])
+        return f"{self.id_prefix}{offset:016X}" if offset >= 0 else None
+
+    def uniq_key(self, i: int) -> str | None:
+        """Message i's UNIQ_KEY (None when the store generates none: ``generate_uniq_key``)."""
+        return self.uniq_keys[i]
+
+    def __getitem__(self, i: int) -> PutMessageResult:
+        stored = int(self.physical_offsets[i]) >= 0
+        return PutMessageResult(
+            self.status,
+            self.topic,
+            int(self.queue_ids[i]),
+            int(self.physical_offsets[i]),
+            int(self.queue_offsets[i]),
+            self.store_timestamp if stored else 0,
+            int(self.sizes[i]) if stored else 0,
+            self.id_prefix,
+        )
 
 
 @dataclass

@@ -6,15 +6,19 @@ import dataclasses
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
+from itertools import repeat
 from types import TracebackType
 
 import numpy as np
+import numpy.typing as npt
 
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.cleanup import CleanService, DiskUsage, ReclaimReport, disk_used_ratio
 from rocketstore.clock import Clock, SystemClock
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.codec.message_id import decode_offset_msg_id
+from rocketstore.codec.text_column import TextColumn
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import FlushDiskType, StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
@@ -29,9 +33,16 @@ from rocketstore.flush import (
 from rocketstore.index import IndexService
 from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageExt
 from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
-from rocketstore.prepare import MessageEncoder, validate_topic
+from rocketstore.prepare import MAX_QUEUE_ID, MessageEncoder, validate_topic
 from rocketstore.recovery import RecoveryReport, recover
-from rocketstore.results import GetMessageResult, GetStatus, MessageBatch, PutMessageResult, PutStatus
+from rocketstore.results import (
+    GetMessageResult,
+    GetStatus,
+    MessageBatch,
+    PutBatchResult,
+    PutMessageResult,
+    PutStatus,
+)
 from rocketstore.schedule import ScheduleService
 from rocketstore.service import BackgroundService
 from rocketstore.stats import StoreStats
@@ -44,6 +55,9 @@ from rocketstore.topics import PROPERTY_SHARDING_KEY, TopicConfig, TopicTable
 __all__ = ["MessageStore"]
 
 log = logging.getLogger(__name__)
+_PUT_OK = PutStatus.PUT_OK
+# A tuple constructor without the NamedTuple __new__ frame: a batch makes one per message.
+_result = partial(tuple.__new__, PutMessageResult)
 _MAX_TIME = (1 << 63) - 1
 _MAX_FILTER_BYTES = 16000  # RocketMQ scans at most this much consume queue per get when filtering
 
@@ -341,14 +355,168 @@ class MessageStore:
             return [PutMessageResult(refused) for _ in msgs]
         try:
             if batch is not None:
-                results = self._commitlog.append_batch(batch)
+                phys, queue_offsets, now = self._commitlog.append_batch(batch)
             else:
                 results = self._commitlog.append(prepared)
         except OSError as exc:
             log.error("put failed, could not create or write a commitlog segment: %s", exc)
             return [PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in msgs]
-        self._stats.count_put(len(results), sum(r.wrote_bytes for r in results))
-        return self._make_durable(msgs, results)
+        if batch is not None:
+            topics = batch.topics
+            results = list(
+                map(
+                    _result,
+                    zip(
+                        repeat(_PUT_OK),
+                        repeat(topics[0])
+                        if len(topics) == 1
+                        else [topics[t] for t in batch.topic_ids.tolist()],
+                        batch.queue_ids.tolist(),
+                        phys.tolist(),
+                        queue_offsets.tolist(),
+                        repeat(now),
+                        batch.lengths.tolist(),
+                        repeat(self._commitlog.id_prefix),
+                    ),
+                )
+            )
+            self._stats.count_put(len(results), int(batch.lengths.sum()))
+        else:
+            self._stats.count_put(len(results), sum(r.wrote_bytes for r in results))
+        if self._needs_flush_wait(msgs):
+            end = max(r.physical_offset + r.wrote_bytes for r in results)
+            status = self._make_durable(end)
+            if status is not _PUT_OK:
+                return [r._replace(status=status) for r in results]
+        return results
+
+    def put_batch(
+        self,
+        topic: str,
+        bodies: Sequence[bytes | bytearray | memoryview],
+        *,
+        queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None = None,
+        tags: str | Sequence[str | None] | None = None,
+        keys: Sequence[str | None] | None = None,
+        flag: int = 0,
+        born_timestamp: int | None = None,
+    ) -> PutBatchResult:
+        """Store messages of one topic given as columns, all or none (the fast path for bulk
+        writes: no Message object per message, and a columnar result).
+
+        ``bodies[i]`` is message i's body. ``queue_ids``: one queue for all, one per message,
+        or None for the topic's round robin. ``tags``: one value for all, or one per message
+        (None: no tags). ``keys``: one KEYS text per message (None: no keys; several keys are
+        separated by single spaces, as the property stores them). ``flag`` and
+        ``born_timestamp`` (default: now) apply to every message; the store host is the born
+        host. Delays and transactions go through ``put_messages``.
+
+        The records are byte for byte those ``put_messages`` writes for the same messages.
+        Raises InvalidMessageError naming the first bad message; nothing is stored then.
+        """
+        self._check_open()
+        n = len(bodies)
+        validate_topic(topic)
+        qids = self._batch_queue_ids(topic, n, queue_ids)
+        tag_values, tag_ids = _tag_column(tags, n)
+        if keys is not None and len(keys) != n:
+            raise InvalidMessageError(f"{len(keys)} keys for {n} bodies", PutStatus.MESSAGE_ILLEGAL)
+        try:
+            key_column = TextColumn.from_texts(keys) if keys is not None else TextColumn.empty(n)
+        except (TypeError, UnicodeEncodeError) as exc:
+            raise InvalidMessageError(f"keys must be strings: {exc}", PutStatus.MESSAGE_ILLEGAL) from None
+        if type(flag) is not int or type(born_timestamp) not in (int, type(None)):
+            raise InvalidMessageError("flag and born_timestamp must be ints", PutStatus.MESSAGE_ILLEGAL)
+        born = self._clock.now_ms() if born_timestamp is None else born_timestamp
+        try:
+            flags = np.full(n, flag, dtype=np.int64)
+            borns = np.full(n, born, dtype=np.int64)
+        except OverflowError:
+            raise InvalidMessageError(
+                f"flag {flag} or born_timestamp {born} is out of range", PutStatus.MESSAGE_ILLEGAL
+            ) from None
+        empty = np.full(n, -1, dtype=np.int64)
+        if n == 0:
+            return PutBatchResult(
+                _PUT_OK, topic, qids, empty, empty, empty, 0, self._commitlog.id_prefix, TextColumn.empty(0)
+            )
+        batch = self._encoder.prepare_columns(
+            topic, bodies, qids, tag_values, tag_ids, key_column, flags, borns
+        )
+        refused = self._refusal()
+        if refused is not None:
+            return PutBatchResult(
+                refused, topic, qids, empty, empty, empty, 0, self._commitlog.id_prefix, batch.uniq_keys
+            )
+        try:
+            phys, queue_offsets, now = self._commitlog.append_batch(batch)
+        except OSError as exc:
+            log.error("put failed, could not create or write a commitlog segment: %s", exc)
+            return PutBatchResult(
+                PutStatus.CREATE_MAPPED_FILE_FAILED,
+                topic,
+                qids,
+                empty,
+                empty,
+                empty,
+                0,
+                self._commitlog.id_prefix,
+                batch.uniq_keys,
+            )
+        self._stats.count_put(n, int(batch.lengths.sum()))
+        status = _PUT_OK
+        if self._group_commit is not None or self._committer is not None or self._wake_flusher:
+            status = self._make_durable(int(phys[-1] + batch.lengths[-1]))
+        return PutBatchResult(
+            status,
+            topic,
+            qids,
+            queue_offsets,
+            phys,
+            batch.lengths,
+            now,
+            self._commitlog.id_prefix,
+            batch.uniq_keys,
+        )
+
+    def _batch_queue_ids(
+        self, topic: str, n: int, queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None
+    ) -> npt.NDArray[np.int64]:
+        """put_batch's queue per message; the topic created (or its queues widened) as for a put."""
+        topics = self._topics
+        if queue_ids is None:
+            if not topics.writable(topic):
+                raise InvalidMessageError(
+                    f"topic {topic!r} is not writable (perm {topics.perm(topic)})", PutStatus.MESSAGE_ILLEGAL
+                )
+            return topics.select_queues(topic, n) if not self.readonly else np.zeros(n, dtype=np.int64)
+        try:
+            if isinstance(queue_ids, int):
+                qids = np.full(n, queue_ids, dtype=np.int64)
+            else:
+                qids = np.asarray(queue_ids)
+                if qids.shape != (n,) or (n and qids.dtype.kind not in "iu"):
+                    raise InvalidMessageError(
+                        f"queue_ids must be one int or {n} ints, one per body", PutStatus.MESSAGE_ILLEGAL
+                    )
+                qids = qids.astype(np.int64)
+        except OverflowError:
+            raise InvalidMessageError(
+                f"queue_ids {queue_ids!r} out of range", PutStatus.MESSAGE_ILLEGAL
+            ) from None
+        if n and (qids.min() < 0 or qids.max() > MAX_QUEUE_ID):
+            i = int(np.argmax((qids < 0) | (qids > MAX_QUEUE_ID)))
+            raise InvalidMessageError(
+                f"message {i} of the batch: queue_id must be an int in 0..{MAX_QUEUE_ID}, not {qids[i]}",
+                PutStatus.MESSAGE_ILLEGAL,
+            )
+        if n and topic not in topics and not self.readonly:
+            topics.create(topic, max(self.config.default_topic_queue_nums, int(qids.max()) + 1))
+        if not topics.writable(topic):
+            raise InvalidMessageError(
+                f"topic {topic!r} is not writable (perm {topics.perm(topic)})", PutStatus.MESSAGE_ILLEGAL
+            )
+        return qids
 
     def _place(self, msgs: Sequence[Message]) -> Sequence[Message]:
         """Queue ids for messages without one; topic configs for topics first written to. Work
@@ -396,19 +564,22 @@ class MessageStore:
             return PutStatus.DISK_FULL
         return None
 
-    def _make_durable(
-        self, msgs: Sequence[Message], results: list[PutMessageResult]
-    ) -> list[PutMessageResult]:
-        """SYNC_FLUSH: wait for the group commit (unless every message says WAIT=false).
-        ASYNC_FLUSH: wake the committer (transient pool) or, unless flushes are timed, the
-        flusher, once enough pages wait."""
+    def _needs_flush_wait(self, msgs: Sequence[Message]) -> bool:
+        """Whether ``_make_durable`` has anything to do for ``msgs`` (SYNC_FLUSH waits unless
+        every message says WAIT=false; ASYNC_FLUSH may have a service to wake)."""
+        if self._group_commit is None:
+            return self._committer is not None or self._wake_flusher
+        return not all(m.properties and m.properties.get(PROPERTY_WAIT) == "false" for m in msgs)
+
+    def _make_durable(self, end: int) -> PutStatus:
+        """SYNC_FLUSH: wait for the group commit to reach ``end``; FLUSH_DISK_TIMEOUT if it
+        does not in time. ASYNC_FLUSH: wake the committer (transient pool) or, unless flushes
+        are timed, the flusher, once enough pages wait."""
         group = self._group_commit
         if group is None:
-            if self._committer is None and not self._wake_flusher:
-                return results  # the default: a timed flusher, nothing to wake
             last = self._commitlog.files.last
             if last is None:
-                return results
+                return _PUT_OK
             if self._committer is not None:
                 if last.uncommitted_pages() >= self._commit_least_pages:
                     self._committer.wakeup()
@@ -418,12 +589,9 @@ class MessageStore:
                 and last.dirty_pages() >= self._flush_least_pages
             ):
                 self._flusher.wakeup()
-            return results
-        if all(m.properties and m.properties.get(PROPERTY_WAIT) == "false" for m in msgs):
-            return results
-        end = max(r.physical_offset + r.wrote_bytes for r in results)
+            return _PUT_OK
         if group.submit(end).wait(self.config.sync_flush_timeout / 1000):
-            return results
+            return _PUT_OK
         if self._failure is not None:
             log.error("SYNC_FLUSH: the commitlog could not be flushed up to %d: %s", end, self._failure)
         else:
@@ -432,7 +600,7 @@ class MessageStore:
                 end,
                 self.config.sync_flush_timeout,
             )
-        return [r._replace(status=PutStatus.FLUSH_DISK_TIMEOUT) for r in results]
+        return PutStatus.FLUSH_DISK_TIMEOUT
 
     def _page_cache_busy(self) -> bool:
         """RocketMQ's isOSPageCacheBusy: the append lock has been held too long; fail fast."""
@@ -858,6 +1026,25 @@ class MessageStore:
 
     def __repr__(self) -> str:
         return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"
+
+
+def _tag_column(
+    tags: str | Sequence[str | None] | None, n: int
+) -> tuple[list[str | None], npt.NDArray[np.int64]]:
+    """put_batch's tags as (distinct values, index of each message's value)."""
+    if tags is None or isinstance(tags, str):
+        return [tags], np.zeros(n, dtype=np.int64)
+    if len(tags) != n:
+        raise InvalidMessageError(f"{len(tags)} tags for {n} bodies", PutStatus.MESSAGE_ILLEGAL)
+    index: dict[str | None, int] = {}
+    try:
+        ids = [index.setdefault(t, len(index)) for t in tags]
+    except TypeError:
+        raise InvalidMessageError("tags must be strings or None", PutStatus.MESSAGE_ILLEGAL) from None
+    for t in index:
+        if t is not None and type(t) is not str:
+            raise InvalidMessageError(f"tags must be strings or None, not {t!r}", PutStatus.MESSAGE_ILLEGAL)
+    return list(index), np.array(ids, dtype=np.int64)
 
 
 def _parse_tags(tags: str | Iterable[str] | None) -> tuple[frozenset[int], frozenset[str]] | None:

@@ -15,6 +15,9 @@ import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from rocketstore.clock import Clock
 from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig, decode_topics, encode_topics
 from rocketstore.codec.java_hash import java_hash
@@ -86,6 +89,18 @@ class TopicTable:
         if counter is None:
             counter = self._round_robin.setdefault(topic, itertools.count())
         return next(counter) % n
+
+    def select_queues(self, topic: str, n: int) -> npt.NDArray[np.int64]:
+        """Queues for ``n`` puts that named none: the next ``n`` round-robin picks."""
+        config = self._topics.get(topic)
+        if config is None:
+            m = self._default_queues
+            config = TopicConfig(topic, m, m) if self._readonly else self.create(topic, m)
+        with self._lock:
+            counter = self._round_robin.get(topic)
+            first = next(counter) if counter is not None else 0
+            self._round_robin[topic] = itertools.count(first + n)
+        return (np.arange(first, first + n, dtype=np.int64)) % max(1, config.write_queues)
 
     def writable(self, topic: str) -> bool:
         config = self._topics.get(topic)

@@ -15,10 +15,13 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.text_column import TextColumn
+
 __all__ = [
     "index_hash_of",
     "index_key_hash",
     "index_key_hashes",
+    "index_key_hashes_of_columns",
     "java_hash",
     "java_hash_utf8",
     "java_hashes",
@@ -154,3 +157,73 @@ def signed32(h: int) -> int:
 def index_hash_of(h: int) -> int:
     s = signed32(h)
     return 0 if s == -(1 << 31) else abs(s)
+
+
+def index_key_hashes_of_columns(
+    prefixes: Sequence[str],
+    prefix_ids: npt.NDArray[np.int64],
+    first: int,
+    uniq_keys: TextColumn,
+    keys: TextColumn,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The index hashes of the keys of rows ``first`` onwards, as ``index_key_hash`` of
+    ``prefixes[prefix_ids[i]] + key``, with row i's UNIQ_KEY first, then each of its
+    space-separated KEYS: (hashes, row of each). Both columns are strict UTF-8."""
+    n = len(prefix_ids)
+    starts = np.array([java_hash(p) & _MASK for p in prefixes], dtype=np.int64)
+    cap = max(0, n - first) + len(keys.data)  # every key takes at least a byte
+    hashes = np.empty(cap, dtype=np.int64)
+    rows = np.empty(cap, dtype=np.int64)
+    count = _key_hashes(
+        starts,
+        prefix_ids,
+        first,
+        np.frombuffer(uniq_keys.data, dtype=np.uint8),
+        uniq_keys.offsets,
+        np.frombuffer(keys.data, dtype=np.uint8),
+        keys.offsets,
+        hashes,
+        rows,
+    )
+    if count < 0:
+        raise ValueError("a key is not valid UTF-8")
+    return hashes[:count], rows[:count]
+
+
+@numba.njit(cache=True, nogil=True)
+def _key_hashes(
+    starts: npt.NDArray[np.int64],
+    prefix_ids: npt.NDArray[np.int64],
+    first: int,
+    uniq: npt.NDArray[np.uint8],
+    uniq_offsets: npt.NDArray[np.int64],
+    keys: npt.NDArray[np.uint8],
+    key_offsets: npt.NDArray[np.int64],
+    hashes: npt.NDArray[np.int64],
+    rows: npt.NDArray[np.int64],
+) -> int:
+    c = 0
+    for i in range(first, len(prefix_ids)):
+        h0 = starts[prefix_ids[i]]
+        if uniq_offsets[i + 1] > uniq_offsets[i]:
+            h, ok = java_hash_utf8(uniq, uniq_offsets[i], uniq_offsets[i + 1], h0)
+            if not ok:
+                return -1
+            hashes[c] = index_hash_of(h)
+            rows[c] = i
+            c += 1
+        p = key_offsets[i]
+        end = key_offsets[i + 1]
+        while p < end:
+            stop = p
+            while stop < end and keys[stop] != 32:
+                stop += 1
+            if stop > p:
+                h, ok = java_hash_utf8(keys, p, stop, h0)
+                if not ok:
+                    return -1
+                hashes[c] = index_hash_of(h)
+                rows[c] = i
+                c += 1
+            p = stop + 1
+    return c

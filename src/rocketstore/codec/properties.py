@@ -14,11 +14,14 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.text_column import TextColumn
+
 __all__ = [
     "NAME_VALUE_SEPARATOR",
     "PROPERTY_SEPARATOR",
     "PropertySpans",
     "decode_properties",
+    "encode_plain_properties",
     "encode_properties",
     "property_spans",
     "validate_property",
@@ -163,3 +166,97 @@ def property_spans(
         return PropertySpans(*_property_spans(u8, at, length, names, name_offsets))
     finally:
         del u8
+
+
+def encode_plain_properties(
+    keys: TextColumn, tags: TextColumn, tag_ids: npt.NDArray[np.int64], uniq_keys: TextColumn
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """The properties strings of many messages that carry only KEYS, TAGS and UNIQ_KEY, in that
+    order (``encode_properties`` of the same dict), back to back: (bytes, length of each).
+
+    Message i has keys ``keys[i]`` and id ``uniq_keys[i]`` (absent when empty) and tags
+    ``tags[tag_ids[i]]`` (absent when ``tag_ids[i] < 0``). Values are not validated here."""
+    return _plain_properties(
+        _u8(keys.data),
+        keys.offsets,
+        _u8(tags.data),
+        tags.offsets,
+        tag_ids,
+        _u8(uniq_keys.data),
+        uniq_keys.offsets,
+    )
+
+
+_KEYS = np.frombuffer(b"KEYS", dtype=np.uint8)
+_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
+_UNIQ_KEY = np.frombuffer(b"UNIQ_KEY", dtype=np.uint8)
+
+
+def _u8(data: bytes) -> npt.NDArray[np.uint8]:
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_entry(
+    out: npt.NDArray[np.uint8],
+    q: int,
+    name: npt.NDArray[np.uint8],
+    src: npt.NDArray[np.uint8],
+    start: int,
+    end: int,
+) -> int:
+    for k in range(len(name)):
+        out[q + k] = name[k]
+    q += len(name)
+    out[q] = 1
+    q += 1
+    for k in range(start, end):
+        out[q] = src[k]
+        q += 1
+    out[q] = 2
+    return q + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _plain_properties(
+    keys: npt.NDArray[np.uint8],
+    key_offsets: npt.NDArray[np.int64],
+    tags: npt.NDArray[np.uint8],
+    tag_offsets: npt.NDArray[np.int64],
+    tag_ids: npt.NDArray[np.int64],
+    uniqs: npt.NDArray[np.uint8],
+    uniq_offsets: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    n = len(tag_ids)
+    lengths = np.zeros(n, dtype=np.int64)
+    total = 0
+    for i in range(n):
+        size = 0
+        k = key_offsets[i + 1] - key_offsets[i]
+        if k > 0:
+            size += len(_KEYS) + 2 + k
+        t = tag_ids[i]
+        if t >= 0:
+            size += len(_TAGS) + 2 + tag_offsets[t + 1] - tag_offsets[t]
+        u = uniq_offsets[i + 1] - uniq_offsets[i]
+        if u > 0:
+            size += len(_UNIQ_KEY) + 2 + u
+        if size > 0:
+            size -= 1  # no separator after the last entry
+        lengths[i] = size
+        total += size
+    out = np.empty(total + 1, dtype=np.uint8)  # + the last entry's \x02, dropped
+    q = 0
+    for i in range(n):
+        if lengths[i] == 0:
+            continue
+        # each entry is followed by \x02; the last one's is overwritten by the next message
+        if key_offsets[i + 1] > key_offsets[i]:
+            q = _put_entry(out, q, _KEYS, keys, key_offsets[i], key_offsets[i + 1])
+        t = tag_ids[i]
+        if t >= 0:
+            q = _put_entry(out, q, _TAGS, tags, tag_offsets[t], tag_offsets[t + 1])
+        if uniq_offsets[i + 1] > uniq_offsets[i]:
+            q = _put_entry(out, q, _UNIQ_KEY, uniqs, uniq_offsets[i], uniq_offsets[i + 1])
+        q -= 1
+    return out[:total], lengths

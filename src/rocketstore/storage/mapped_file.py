@@ -8,6 +8,7 @@ import errno
 import logging
 import mmap
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,6 +109,7 @@ class MappedFile:
         self._shutdown_at = 0
         self.keep_fd = False
         self._sync_fd: int | None = None
+        self._fd_lock = threading.Lock()
         # Readers slice this view; while any slice lives, the mapping cannot be closed under it.
         self.buf = memoryview(self.mm)
 
@@ -124,8 +126,23 @@ class MappedFile:
         return self.wrote_position >= self.size
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
-        """Copy ``data`` to ``pos`` of the write target (does not move wrote_position)."""
-        self.write_target[pos : pos + len(data)] = data
+        """Copy ``data`` to ``pos`` of the write target (does not move wrote_position).
+
+        With ``keep_fd``, a write of a page or more goes through pwrite, as RocketMQ's
+        FileChannel.write does: copying into pages of the mapping that were never touched
+        costs a page fault each (measured 4x the time of pwrite, which lets the GIL go too).
+        The mapping reads the same page cache, and ``sync`` covers both."""
+        if self.keep_fd and len(data) >= OS_PAGE_SIZE and self.write_buffer is None:
+            self._pwrite(pos, data)
+        else:
+            self.write_target[pos : pos + len(data)] = data
+
+    def _pwrite(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data).cast("B")
+        fd = self._descriptor()
+        while view:
+            n = os.pwrite(fd, view, pos)
+            view, pos = view[n:], pos + n
 
     @property
     def committed_position(self) -> int:
@@ -151,7 +168,10 @@ class MappedFile:
             return self.wrote_position
         wrote, start = self.wrote_position, self._committed
         if wrote > start:
-            self.mm[start:wrote] = memoryview(buffer)[start:wrote]
+            if self.keep_fd:
+                self._pwrite(start, memoryview(buffer)[start:wrote])
+            else:
+                self.mm[start:wrote] = memoryview(buffer)[start:wrote]
             self._committed = wrote
         if wrote >= self.size:
             self.write_target = self.mm
@@ -252,16 +272,21 @@ class MappedFile:
         costs two more trips through the GIL, which producer threads waiting on a group commit
         feel. (Set on commitlog segments only: a store can have thousands of queue files.)
         """
-        fd = self._sync_fd
-        if fd is None:
-            fd = os.open(self.path, os.O_RDWR)
-            if self.keep_fd:
-                self._sync_fd = fd
+        fd = self._descriptor()
         try:
             os.fdatasync(fd)
         finally:
             if not self.keep_fd:
-                os.close(fd)
+                self._close_sync_fd()
+
+    def _descriptor(self) -> int:
+        fd = self._sync_fd
+        if fd is None:
+            with self._fd_lock:  # the appending thread and the flusher may both get here first
+                fd = self._sync_fd
+                if fd is None:
+                    fd = self._sync_fd = os.open(self.path, os.O_RDWR)
+        return fd
 
     def _close_sync_fd(self) -> None:
         fd, self._sync_fd = self._sync_fd, None

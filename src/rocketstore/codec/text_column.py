@@ -1,0 +1,65 @@
+"""TextColumn: many short texts as one UTF-8 buffer and offsets (Arrow's string layout).
+
+Text i is ``data[offsets[i]:offsets[i + 1]]``; an empty text stands for "none" (the columns
+that use it, KEYS and UNIQ_KEY, cannot hold an empty value). Batches of keys and ids travel
+from the encoder to the index in this form, so compiled loops read them without a Python
+object per text.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["TextColumn"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextColumn:
+    data: bytes
+    offsets: npt.NDArray[np.int64]  # n + 1 entries, offsets[0] == 0
+
+    @classmethod
+    def empty(cls, n: int) -> TextColumn:
+        """n texts, every one absent."""
+        return cls(b"", np.zeros(n + 1, dtype=np.int64))
+
+    @classmethod
+    def from_texts(cls, texts: Sequence[str | None]) -> TextColumn:
+        """Encode ``texts`` (None for absent). Raises UnicodeEncodeError on a lone surrogate."""
+        n = len(texts)
+        plain = [t or "" for t in texts]
+        joined = "".join(plain)
+        data = joined.encode()
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        if len(data) == len(joined):  # ASCII: a character is a byte
+            np.cumsum(np.fromiter(map(len, plain), dtype=np.int64, count=n), out=offsets[1:])
+        else:
+            np.cumsum(np.fromiter((len(t.encode()) for t in plain), dtype=np.int64, count=n), out=offsets[1:])
+        return cls(data, offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def lengths(self) -> npt.NDArray[np.int64]:
+        return np.diff(self.offsets)
+
+    def any(self) -> bool:
+        """Whether any text is present."""
+        return bool(self.data)
+
+    def __getitem__(self, i: int) -> str | None:
+        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.data[start:end].decode() if end > start else None
+
+    def to_list(self) -> list[str | None]:
+        data = self.data.decode()
+        if len(data) != len(self.data):
+            return [self[i] for i in range(len(self))]
+        bounds = self.offsets.tolist()
+        return [data[a:b] or None for a, b in itertools.pairwise(bounds)]
