@@ -12,6 +12,9 @@ Systems and configurations:
   "keys on" gives each message ``keys=[f"key-{i}"]`` and turns ``generate_uniq_key`` on (KEYS
   and UNIQ_KEY indexed). The write time includes ``wait_dispatched()`` (consume queues and
   index caught up).
+* rocketstore ASYNC_FLUSH and SYNC_FLUSH with ``put_batch`` (the columnar batch put: a list of
+  bodies, queue ids as a numpy array, tags and keys as columns), batches of 256, the same
+  messages byte for byte as the ``put_messages`` rows.
 * rocketstore SYNC_FLUSH, keys off / on: 16 producer threads each calling ``put_message``; a
   put returns once its message is on disk, so the flush is a group commit across producers.
   Also SYNC_FLUSH with ``put_messages`` batches of 256 from one thread, the shape the batched
@@ -70,6 +73,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from rocketstore import FlushDiskType, Message, MessageStore, StoreConfig
 from rocketstore import __version__ as rocketstore_version
@@ -191,15 +196,40 @@ def put_batched(store: MessageStore, msgs: list[Message]) -> None:
                 raise RuntimeError(f"put failed: {r.status}")
 
 
-def rocketstore_runner(flush: FlushDiskType, keys: bool, threads: int) -> Runner:
-    """threads == 0: batches of BATCH from this thread; otherwise that many put_message producers."""
+def put_columns(store: MessageStore, n: int, body: bytes, keys: bool) -> Callable[[], None]:
+    """``put_batch`` in batches of BATCH; the columns are built here, before the clock starts."""
+    bodies = [body] * n
+    queue_ids = np.arange(n, dtype=np.int64) % QUEUES
+    key_texts: list[str | None] | None = [f"key-{i}" for i in range(n)] if keys else None
+
+    def put() -> None:
+        for i in range(0, n, BATCH):
+            r = store.put_batch(
+                TOPIC,
+                bodies[i : i + BATCH],
+                queue_ids=queue_ids[i : i + BATCH],
+                tags="TagA",
+                keys=key_texts[i : i + BATCH] if key_texts is not None else None,
+            )
+            if not r.ok:
+                raise RuntimeError(f"put failed: {r.status}")
+
+    return put
+
+
+def rocketstore_runner(flush: FlushDiskType, keys: bool, threads: int, columns: bool = False) -> Runner:
+    """threads == 0: batches of BATCH from this thread (``put_batch`` with ``columns``, else
+    ``put_messages``); otherwise that many put_message producers."""
 
     def run(root: Path, n: int, body: bytes) -> Measured:
         cfg = StoreConfig(flush_disk_type=flush, generate_uniq_key=keys, commitlog_segment_size=256 << 20)
-        msgs = rocketstore_messages(n, body, keys)
+        msgs = rocketstore_messages(n, body, keys) if not columns else []
         with MessageStore.open(root, cfg) as store:
+            put = put_columns(store, n, body, keys) if columns else None
             start = time.perf_counter()
-            if threads:
+            if put is not None:
+                put()
+            elif threads:
                 put_threaded(store, msgs, threads)
             else:
                 put_batched(store, msgs)
@@ -436,6 +466,7 @@ def cases() -> list[Case]:
     keys = "KEYS+UNIQ_KEY"
     rs = "rocketstore"
     batch = f"put_messages x{BATCH}"
+    columns = f"put_batch x{BATCH}"
     threads = f"{SYNC_THREADS} threads x put_message"
     page_cache = "page cache before ack (process-crash safe); fsync every 500 ms"
     group = "fsync before ack, group commit across producers"
@@ -445,12 +476,19 @@ def cases() -> list[Case]:
              rocketstore_runner(a, False, 0)),
         Case("rocketstore-async-keys", rs, rs, f"ASYNC_FLUSH, {keys}, {batch}", page_cache, False,
              rocketstore_runner(a, True, 0)),
+        Case("rocketstore-async-columns", rs, rs, f"ASYNC_FLUSH, keys off, {columns}", page_cache, False,
+             rocketstore_runner(a, False, 0, columns=True)),
+        Case("rocketstore-async-keys-columns", rs, rs, f"ASYNC_FLUSH, {keys}, {columns}", page_cache, False,
+             rocketstore_runner(a, True, 0, columns=True)),
         Case("rocketstore-sync", rs, rs, f"SYNC_FLUSH, keys off, {threads}", group, True,
              rocketstore_runner(s, False, SYNC_THREADS)),
         Case("rocketstore-sync-keys", rs, rs, f"SYNC_FLUSH, {keys}, {threads}", group, True,
              rocketstore_runner(s, True, SYNC_THREADS)),
         Case("rocketstore-sync-batch", rs, rs, f"SYNC_FLUSH, keys off, {batch}",
              f"fsync before ack, per {BATCH}-msg batch", False, rocketstore_runner(s, False, 0)),
+        Case("rocketstore-sync-columns", rs, rs, f"SYNC_FLUSH, keys off, {columns}",
+             f"fsync before ack, per {BATCH}-msg batch", False,
+             rocketstore_runner(s, False, 0, columns=True)),
         Case("sqlite-normal", "sqlite", "SQLite", f"WAL, synchronous=NORMAL, {BATCH} rows/txn",
              "page cache at commit (process-crash safe); fsync at WAL checkpoints", False,
              sqlite_runner("NORMAL")),

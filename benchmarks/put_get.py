@@ -1,7 +1,8 @@
 """Put/get throughput of one store, from one thread.
 
 Workloads (100-byte bodies, one topic x 8 queues): single puts and batch puts, each without keys
-(and without a generated UNIQ_KEY) and with KEYS + UNIQ_KEY indexed; then get_message 32 at a
+(and without a generated UNIQ_KEY) and with KEYS + UNIQ_KEY indexed; the columnar ``put_batch``
+of the same messages, in batches of B and of 4096; then get_message 32 at a
 time over every queue, and read_batch (the columnar bulk read) 4096 at a time. Message objects
 are built before the clock starts; the put figures include everything the store does under
 put_* (validation, encoding, append), and "+dispatch" adds the wait until consume queues and
@@ -17,6 +18,8 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 from rocketstore import Message, MessageStore, StoreConfig
 
@@ -46,6 +49,29 @@ def run_put(root: Path, n: int, batch: int, with_keys: bool) -> tuple[float, flo
             put_many = store.put_messages
             for i in range(0, n, batch):
                 put_many(msgs[i : i + batch])
+        put_s = time.perf_counter() - start
+        store.wait_dispatched()
+        total_s = time.perf_counter() - start
+        wrote = store.max_phy_offset()
+    return put_s, total_s, wrote
+
+
+def run_put_batch(root: Path, n: int, batch: int, with_keys: bool) -> tuple[float, float, int]:
+    """``put_batch`` (the columnar put) of the same messages; the columns are built before the clock."""
+    cfg = StoreConfig(generate_uniq_key=with_keys, commitlog_segment_size=256 << 20)
+    bodies = [BODY] * n
+    queue_ids = np.arange(n, dtype=np.int64) % QUEUES
+    keys: list[str | None] | None = [f"key-{i}" for i in range(n)] if with_keys else None
+    with MessageStore.open(root, cfg) as store:
+        start = time.perf_counter()
+        for i in range(0, n, batch):
+            store.put_batch(
+                "BenchTopic",
+                bodies[i : i + batch],
+                queue_ids=queue_ids[i : i + batch],
+                tags="TagA",
+                keys=keys[i : i + batch] if keys is not None else None,
+            )
         put_s = time.perf_counter() - start
         store.wait_dispatched()
         total_s = time.perf_counter() - start
@@ -116,6 +142,13 @@ def main() -> None:
             root = base / f"s{i}"
             put_s, total_s, wrote = run_put(root, n, batch, keys)
             row(name, n, put_s, wrote, f"+dispatch {n / total_s:,.0f} msgs/s")
+        for batch in (args.batch, 4096):
+            for keys in (False, True):
+                root = base / f"columns-{batch}-{keys}"
+                put_s, total_s, wrote = run_put_batch(root, n, batch, keys)
+                name = f"put_batch ({batch}), {'KEYS+UNIQ_KEY' if keys else 'no keys'}"
+                row(name, n, put_s, wrote, f"+dispatch {n / total_s:,.0f} msgs/s")
+                shutil.rmtree(root, ignore_errors=True)
         get_s, count, _ = run_get(base / "s2", False)
         row("get_message x32", count, get_s, count * len(BODY))
         get_s, count, nbytes = run_get(base / "s2", True)

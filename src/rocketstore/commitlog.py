@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 from types import TracebackType
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -42,6 +43,20 @@ _PUT_OK = PutStatus.PUT_OK
 # Tuple constructors without the NamedTuple __new__ frame: the batch loop builds two per message.
 _request = partial(tuple.__new__, DispatchRequest)
 _result = partial(tuple.__new__, PutMessageResult)
+
+
+@numba.njit(cache=True)
+def _queue_ranks(
+    queues: npt.NDArray[np.int64], count: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Each message's place among the batch's messages of its queue (queues numbered densely
+    below ``count``), and how many messages each queue gets."""
+    counts = np.zeros(count, dtype=np.int64)
+    rank = np.empty(len(queues), dtype=np.int64)
+    for i in range(len(queues)):
+        rank[i] = counts[queues[i]]
+        counts[queues[i]] += 1
+    return rank, counts
 
 
 def _every_record(offsets: npt.NDArray[np.int64], _: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
@@ -193,20 +208,18 @@ class CommitLog:
         phys = np.empty(n, dtype=np.int64)
         # Each message's rank within its queue is known before the lock; under it, only one
         # table lookup per queue.
-        queue_keys, inverse, counts = np.unique(
-            (batch.topic_ids << 17) | batch.queue_ids, return_inverse=True, return_counts=True
-        )
-        group_start = np.zeros(len(queue_keys), dtype=np.int64)
-        np.cumsum(counts[:-1], out=group_start[1:])
-        rank = np.empty(n, dtype=np.int64)
-        rank[np.argsort(inverse, kind="stable")] = np.arange(n, dtype=np.int64) - np.repeat(
-            group_start, counts
-        )
+        width = int(batch.queue_ids.max()) + 1
+        dense = batch.topic_ids * width + batch.queue_ids
+        rank, counts = _queue_ranks(dense, len(batch.topics) * width)
+        queue_keys = np.flatnonzero(counts)
+        counts = counts[queue_keys]
         topics = batch.topics
-        keys = [(topics[k >> 17], k & 0x1FFFF) for k in queue_keys.tolist()]
+        keys = [(topics[k // width], k % width) for k in queue_keys.tolist()]
         with self._appending:
             bases = np.fromiter((table.get(k, 0) for k in keys), dtype=np.int64, count=len(keys))
-            queue_offsets = bases[inverse] + rank
+            base_of = np.zeros(len(topics) * width, dtype=np.int64)
+            base_of[queue_keys] = bases
+            queue_offsets = base_of[dense] + rank
             now = self._stamp()
             mf = self.files.last_for_append()
             i = 0

@@ -101,48 +101,22 @@ class IndexFile:
         m = min(len(key_hashes), self.max_entries - h.index_count)
         if m <= 0:
             return 0
-        key_hashes, phy_offsets, store_timestamps = key_hashes[:m], phy_offsets[:m], store_timestamps[:m]
-        numbers = h.index_count + np.arange(m, dtype=np.int64)
-        slots = key_hashes % self.hash_slots
-        slot_table = np.frombuffer(
-            self.buf, dtype=layout.SLOT_DTYPE, count=self.hash_slots, offset=layout.HEADER_SIZE
-        )
-        before = slot_table[slots].astype(np.int64)
-        before[(before <= 0) | (before > h.index_count)] = 0
-        order = np.argsort(slots, kind="stable")
-        sorted_slots = slots[order]
-        follows = np.zeros(m, dtype=bool)  # same slot as the previous entry in slot order
-        follows[1:] = sorted_slots[1:] == sorted_slots[:-1]
-        prev_sorted = np.where(follows, np.concatenate(([0], numbers[order][:-1])), before[order])
-        prev = np.empty(m, dtype=np.int64)
-        prev[order] = prev_sorted
-
         first_ever = h.index_count <= 1
-        begin = np.full(m, store_timestamps[0] if first_ever else h.begin_timestamp, dtype=np.int64)
-        begin[0] = h.begin_timestamp
-        diffs = np.where(begin <= 0, 0, np.clip((store_timestamps - begin) // 1000, 0, _INT_MAX))
-
-        entries = np.empty(m, dtype=layout.ENTRY_DTYPE)
-        entries["key_hash"] = key_hashes
-        entries["phy_offset"] = phy_offsets
-        entries["time_diff"] = diffs
-        entries["prev_index"] = prev
-        start = self._entries_base + h.index_count * layout.ENTRY_SIZE
-        self.buf[start : start + m * layout.ENTRY_SIZE] = entries.tobytes()
-        # entries first, then the slots that point at them: a concurrent reader never follows a
-        # slot into an unwritten entry
-        last_in_slot = np.ones(m, dtype=bool)
-        last_in_slot[:-1] = sorted_slots[1:] != sorted_slots[:-1]
-        slot_table[sorted_slots[last_in_slot]] = numbers[order][last_in_slot]
-        del slot_table
-
+        h.index_count, new_slots = layout.put_keys(
+            np.frombuffer(self.buf, dtype=np.uint8),
+            self.hash_slots,
+            h.index_count,
+            h.begin_timestamp,
+            key_hashes[:m],
+            phy_offsets[:m],
+            store_timestamps[:m],
+        )
         if first_ever:
             h.begin_phy_offset = int(phy_offsets[0])
             h.begin_timestamp = int(store_timestamps[0])
-        h.hash_slot_count += int(np.count_nonzero(~follows & (before[order] == 0)))
-        h.index_count += m
-        h.end_phy_offset = int(phy_offsets[-1])
-        h.end_timestamp = int(store_timestamps[-1])
+        h.hash_slot_count += new_slots
+        h.end_phy_offset = int(phy_offsets[m - 1])
+        h.end_timestamp = int(store_timestamps[m - 1])
         return m
 
     def repair_slots(self) -> int:

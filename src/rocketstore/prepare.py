@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -537,22 +538,26 @@ def _check_keys(keys: TextColumn) -> None:
     """KEYS texts are keys separated by single spaces: no empty key, no \\x01 or \\x02."""
     if not keys.data:
         return
-    u8 = np.frombuffer(keys.data, dtype=np.uint8)
-    rows = keys.offsets
+    row, separator = _bad_keys(np.frombuffer(keys.data, dtype=np.uint8), keys.offsets)
+    if row >= 0:
+        if separator:
+            raise _bad_row(row, "keys cannot contain \\x01 or \\x02")
+        raise _bad_row(row, "keys are non-empty strings without spaces")
 
-    def where(pos: int) -> int:
-        return int(np.searchsorted(rows, pos, side="right")) - 1
 
-    separators = np.flatnonzero((u8 == 1) | (u8 == 2))
-    if len(separators):
-        raise _bad_row(where(separators[0]), "keys cannot contain \\x01 or \\x02")
-    spaces = np.flatnonzero(u8 == 32)
-    if len(spaces):
-        # a space that starts or ends a row's text, or follows another space, leaves an empty key
-        empty = np.isin(spaces, rows) | np.isin(spaces + 1, rows)
-        empty[1:] |= spaces[1:] == spaces[:-1] + 1
-        if empty.any():
-            raise _bad_row(where(spaces[int(np.argmax(empty))]), "keys are non-empty strings without spaces")
+@numba.njit(cache=True)
+def _bad_keys(u8: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> tuple[int, bool]:
+    """(first row with a bad KEYS text or -1, whether it holds a separator)."""
+    for i in range(len(offsets) - 1):
+        start, end = offsets[i], offsets[i + 1]
+        for p in range(start, end):
+            c = u8[p]
+            if c == 1 or c == 2:
+                return i, True
+            # a space that starts or ends the text, or follows another, leaves an empty key
+            if c == 32 and (p == start or p == end - 1 or u8[p - 1] == 32):
+                return i, False
+    return -1, False
 
 
 def _check_property(name: str, value: str) -> None:

@@ -26,7 +26,9 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+import numba
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "ENTRY",
@@ -45,6 +47,7 @@ __all__ = [
     "encode_slot",
     "entry_position",
     "file_size",
+    "put_keys",
     "slot_position",
 ]
 
@@ -120,3 +123,57 @@ def decode_entry(
     """(keyHash, phyOffset, timeDiff, prevIndex) of entry ``number``."""
     kh, phy, diff, prev = ENTRY.unpack_from(buf, entry_position(hash_slots, number))
     return kh, phy, diff, prev
+
+
+@numba.njit(cache=True, nogil=True)
+def put_keys(
+    buf: npt.NDArray[np.uint8],
+    hash_slots: int,
+    index_count: int,
+    begin_timestamp: int,
+    key_hashes: npt.NDArray[np.int64],
+    phy_offsets: npt.NDArray[np.int64],
+    store_timestamps: npt.NDArray[np.int64],
+) -> tuple[int, int]:
+    """RocketMQ's IndexFile.putKey for each key in order, on the file's bytes: each entry links
+    to its slot's previous entry, then the slot points at it (an entry is complete before a
+    concurrent reader can reach it). ``begin_timestamp`` is the header's; an empty file's
+    first entry fixes it for the rest. Returns (new indexCount, slots newly used)."""
+    entries = HEADER_SIZE + hash_slots * SLOT_SIZE
+    new_slots = 0
+    first_ever = index_count <= 1
+    for j in range(len(key_hashes)):
+        h = key_hashes[j]
+        slot_at = HEADER_SIZE + (h % hash_slots) * SLOT_SIZE
+        prev = _get_int(buf, slot_at, 4)
+        if prev >= 1 << 31:
+            prev -= 1 << 32
+        if prev <= 0 or prev > index_count:
+            prev = 0
+            new_slots += 1
+        begin = begin_timestamp if j == 0 or not first_ever else store_timestamps[0]
+        diff = 0
+        if begin > 0:
+            diff = min(max((store_timestamps[j] - begin) // 1000, 0), 0x7FFFFFFF)
+        at = entries + index_count * ENTRY_SIZE
+        _set_int(buf, at, h, 4)
+        _set_int(buf, at + 4, phy_offsets[j], 8)
+        _set_int(buf, at + 12, diff, 4)
+        _set_int(buf, at + 16, prev, 4)
+        _set_int(buf, slot_at, index_count, 4)
+        index_count += 1
+    return index_count, new_slots
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _get_int(buf: npt.NDArray[np.uint8], pos: int, width: int) -> int:
+    value = 0
+    for k in range(width):
+        value = (value << 8) | np.int64(buf[pos + k])
+    return value
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _set_int(buf: npt.NDArray[np.uint8], pos: int, value: int, width: int) -> None:
+    for k in range(width):
+        buf[pos + k] = (value >> (8 * (width - 1 - k))) & 0xFF

@@ -108,7 +108,7 @@ class UniqKeyGenerator:
         return first
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _uniq_keys(prefix: npt.NDArray[np.uint8], first: int, n: int) -> npt.NDArray[np.uint8]:
     out = np.empty(n * 32, dtype=np.uint8)
     for i in range(n):

@@ -217,7 +217,7 @@ def _put_entry(
     return q + 1
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _plain_properties(
     keys: npt.NDArray[np.uint8],
     key_offsets: npt.NDArray[np.int64],
