@@ -246,7 +246,7 @@ class CommitLog:
                     batch.queue_ids,
                     queue_offsets,
                     batch.tags_codes,
-                    now,
+                    np.full(n, now, dtype=np.int64),
                     batch.sys_flag,
                     batch.keys,
                     batch.uniq_keys,

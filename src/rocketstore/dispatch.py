@@ -19,6 +19,8 @@ from rocketstore.service import BackgroundService
 __all__ = ["DispatchService"]
 
 log = logging.getLogger(__name__)
+# Batches merged into one dispatch pass at most (a pass then handles up to ~16 K records).
+_BATCHES_PER_PASS = 64
 
 
 class DispatchService(BackgroundService):
@@ -94,21 +96,32 @@ class DispatchService(BackgroundService):
             self.dispatched_to = max(self.dispatched_to, reached)
 
     def _dispatch(self, items: list[DispatchRequest | DispatchBatch]) -> None:
-        """Dispatch in log order: runs of single requests, and whole batches in bulk."""
+        """Dispatch in log order: runs of single requests, and runs of batches in bulk (the
+        batches that piled up since the last round as one, so the fixed cost of a queue write
+        and of an index pass is paid once per round, not once per put)."""
         run: list[DispatchRequest] = []
+        batches: list[DispatchBatch] = []
         for item in items:
             if isinstance(item, DispatchBatch):
                 self._dispatch_requests(run)
                 run = []
-                if self._index is not None:  # index first: a queued record is an indexed one
-                    self._index.build_batch(item)
-                self._queues.put_batch(item)
-                self._advance(item.end_offset, item.store_timestamp)
+                batches.append(item)
             else:
+                self._dispatch_batches(batches)
+                batches = []
                 run.append(item)
+        self._dispatch_batches(batches)
         self._dispatch_requests(run)
         with self.changed:
             self.changed.notify_all()
+
+    def _dispatch_batches(self, batches: list[DispatchBatch]) -> None:
+        for start in range(0, len(batches), _BATCHES_PER_PASS):
+            batch = DispatchBatch.concat(batches[start : start + _BATCHES_PER_PASS])
+            if self._index is not None:  # index first: a queued record is an indexed one
+                self._index.build_batch(batch)
+            self._queues.put_batch(batch)
+            self._advance(batch.end_offset, int(batch.store_timestamps[-1]))
 
     def _dispatch_requests(self, requests: list[DispatchRequest]) -> None:
         if not requests:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,7 +45,7 @@ class DispatchBatch:
     queue_ids: npt.NDArray[np.int64]
     queue_offsets: npt.NDArray[np.int64]
     tags_codes: npt.NDArray[np.int64]
-    store_timestamp: int
+    store_timestamps: npt.NDArray[np.int64]
     sys_flag: int
     keys: TextColumn
     uniq_keys: TextColumn
@@ -56,18 +57,47 @@ class DispatchBatch:
     def end_offset(self) -> int:
         return int(self.physical_offsets[-1] + self.sizes[-1])
 
+    @classmethod
+    def concat(cls, batches: Sequence[DispatchBatch]) -> DispatchBatch:
+        """Consecutive batches as one (the dispatcher takes what piled up in one pass)."""
+        if len(batches) == 1:
+            return batches[0]
+        topic_index: dict[str, int] = {}
+        renumbered = []
+        for b in batches:
+            ids = np.array([topic_index.setdefault(t, len(topic_index)) for t in b.topics], dtype=np.int64)
+            renumbered.append(ids[b.topic_ids])
+
+        def joined(name: str) -> npt.NDArray[np.int64]:
+            return np.concatenate([getattr(b, name) for b in batches])
+
+        return cls(
+            joined("physical_offsets"),
+            joined("sizes"),
+            list(topic_index),
+            np.concatenate(renumbered),
+            joined("queue_ids"),
+            joined("queue_offsets"),
+            joined("tags_codes"),
+            joined("store_timestamps"),
+            batches[0].sys_flag,
+            TextColumn.concat([b.keys for b in batches]),
+            TextColumn.concat([b.uniq_keys for b in batches]),
+        )
+
     def requests(self) -> list[DispatchRequest]:
         """The same information one request per record."""
-        ts, flag, topics = self.store_timestamp, self.sys_flag, self.topics
+        flag, topics = self.sys_flag, self.topics
         return [
             DispatchRequest(phy, size, topics[t], qid, qo, code, ts, flag, keys, uniq)
-            for phy, size, t, qid, qo, code, keys, uniq in zip(
+            for phy, size, t, qid, qo, code, ts, keys, uniq in zip(
                 self.physical_offsets.tolist(),
                 self.sizes.tolist(),
                 self.topic_ids.tolist(),
                 self.queue_ids.tolist(),
                 self.queue_offsets.tolist(),
                 self.tags_codes.tolist(),
+                self.store_timestamps.tolist(),
                 self.keys.to_list(),
                 self.uniq_keys.to_list(),
             )

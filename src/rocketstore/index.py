@@ -291,7 +291,7 @@ class IndexService:
         hashes, rows = index_key_hashes_of_columns(
             [f"{t}#" for t in batch.topics], batch.topic_ids, first, batch.uniq_keys, batch.keys
         )
-        self._insert(hashes, phys[rows], np.full(len(rows), batch.store_timestamp, dtype=np.int64))
+        self._insert(hashes, phys[rows], batch.store_timestamps[rows])
 
     def build(self, requests: Iterable[DispatchRequest]) -> None:
         """Index the keys of ``requests`` (in log order), many keys per numpy pass."""

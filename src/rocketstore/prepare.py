@@ -72,6 +72,7 @@ _ILLEGAL = PutStatus.MESSAGE_ILLEGAL
 # Below this many messages the columnar path's numpy overhead costs more than it saves.
 MIN_COLUMNAR_BATCH: Final = 16
 _BODY_TYPES: Final = frozenset((bytes, bytearray, memoryview))
+_TAGS_CACHE_SIZE: Final = 4096
 
 
 def validate_topic(topic: object, *, allow_system: bool = False) -> str:
@@ -147,6 +148,7 @@ class MessageEncoder:
         self._topics: dict[str, bytes] = {}
         self._system_topics: dict[str, bytes] = {}
         self._templates: dict[str, RecordTemplate] = {}
+        self._tags_texts: dict[str | None, str] = {}  # tags value -> its validated TAGS entry
 
     # --- batches -------------------------------------------------------------------------
     def prepare_batch(self, msgs: Sequence[Message]) -> PreparedBatch | None:
@@ -161,81 +163,24 @@ class MessageEncoder:
         plain = self._prepare_plain(msgs)
         if plain is not None:
             return plain
-        uniqs: list[str | None] = list(self._uniq.take(n)) if self._uniq is not None else [None] * n
-        records: list[bytes] = []
-        topics: list[str] = []
-        queue_ids: list[int] = []
-        codes: list[int] = []
-        keys: list[str | None] = []
-        now = self._clock.now_ms()
-        template = None
-        tags_cache: dict[str | None, str] = {}
-        for i, m in enumerate(msgs):
-            try:
-                topic, _, body, queue_id, _ = self._check(m, internal=False)
-                template = self._templates.get(topic)
-                if template is None:
-                    template = self._templates[topic] = RecordTemplate(
-                        self._topics[topic],
-                        self._store_addr,
-                        self._store_port,
-                        self._store_addr,
-                        self._store_port,
-                    )
-                tags = m.tags
-                uniq = m.uniq_key if m.uniq_key is not None else uniqs[i]
-                uniqs[i] = uniq
-                if m.keys or m.properties or m.uniq_key is not None:
-                    props, keys_text = self._properties(m, uniq, internal=False)
-                    text = encode_properties(props)
-                else:  # the common case: only tags and a generated id, cached per tags value
-                    keys_text = None
-                    prefix = tags_cache.get(tags)
-                    if prefix is None:
-                        if tags is not None:
-                            _check_property(PROPERTY_TAGS, tags)
-                        prefix = tags_cache[tags] = (
-                            f"{PROPERTY_TAGS}\x01{tags}\x02" if tags is not None else ""
-                        )
-                    text = f"{prefix}{PROPERTY_UNIQ_KEY}\x01{uniq}" if uniq is not None else prefix[:-1]
-                props_bytes = text.encode()
-                if len(props_bytes) > _MAX_PROPERTIES_BYTES:
-                    raise InvalidMessageError(
-                        f"properties take {len(props_bytes)} bytes, more than {_MAX_PROPERTIES_BYTES}",
-                        PutStatus.PROPERTIES_SIZE_EXCEEDED,
-                    )
-                born_ts = now if m.born_timestamp is None else m.born_timestamp
-                record, _ = template.encode(body, props_bytes, queue_id, m.flag, 0, born_ts)
-                self._check_record_length(len(record))
-            except InvalidMessageError as exc:
-                raise InvalidMessageError(f"message {i} of the batch: {exc}", exc.status) from None
-            except struct.error as exc:
-                raise InvalidMessageError(
-                    f"message {i} of the batch: a field is out of range: {exc}", _ILLEGAL
-                ) from None
-            records.append(record)
-            topics.append(topic)
-            queue_ids.append(queue_id)
-            codes.append(tags_code(tags))
-            keys.append(keys_text)
-        assert template is not None
-        lengths = np.fromiter(map(len, records), dtype=np.int64, count=n)
+        prepared = self.prepare_many(msgs)
+        lengths = np.fromiter((len(p.record) for p in prepared), dtype=np.int64, count=n)
         starts = np.zeros(n, dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         topic_index: dict[str, int] = {}
-        topic_ids = [topic_index.setdefault(t, len(topic_index)) for t in topics]
+        topic_ids = [topic_index.setdefault(p.topic, len(topic_index)) for p in prepared]
         return PreparedBatch(
-            np.frombuffer(bytearray().join(records), dtype=np.uint8),
+            np.frombuffer(bytearray().join(p.record for p in prepared), dtype=np.uint8),
             starts,
             lengths,
             list(topic_index),
             np.array(topic_ids, dtype=np.int64),
-            np.array(queue_ids, dtype=np.int64),
-            np.array(codes, dtype=np.int64),
-            TextColumn.from_texts(keys),
-            TextColumn.from_texts(uniqs),
+            np.array([p.queue_id for p in prepared], dtype=np.int64),
+            np.array([p.tags_code for p in prepared], dtype=np.int64),
+            TextColumn.from_texts([p.keys for p in prepared]),
+            TextColumn.from_texts([p.uniq_key for p in prepared]),
             self._store_v6,
-            template.timestamp_position,
+            self._plain_timestamp_position,
         )
 
     def _prepare_plain(self, msgs: Sequence[Message]) -> PreparedBatch | None:
@@ -387,6 +332,8 @@ class MessageEncoder:
         uniq = msg.uniq_key
         if uniq is None and not internal and self._uniq is not None:
             uniq = self._uniq.next()
+        if not (msg.delay_level or sys_flag or msg.born_host is not None or msg.properties or internal):
+            return self._prepare_plain_one(msg, topic, topic_bytes, body, queue_id, uniq)
         props, keys_text = self._properties(msg, uniq, internal=internal)
 
         delay_ms = 0
@@ -444,6 +391,69 @@ class MessageEncoder:
             keys_text,
             uniq,
             store_timestamp_position(sys_flag),
+        )
+
+    def _prepare_plain_one(
+        self,
+        msg: Message,
+        topic: str,
+        topic_bytes: bytes,
+        body: bytes | bytearray | memoryview,
+        queue_id: int,
+        uniq: str | None,
+    ) -> PreparedMessage:
+        """``prepare`` of a message born here with at most KEYS, TAGS and UNIQ_KEY: the same
+        bytes, with the per-topic header template and the TAGS text validated once per value."""
+        template = self._templates.get(topic)
+        if template is None:
+            template = self._templates[topic] = RecordTemplate(
+                topic_bytes, self._store_addr, self._store_port, self._store_addr, self._store_port
+            )
+        tags = msg.tags
+        text = self._tags_texts.get(tags)
+        if text is None:
+            if tags is not None:
+                _check_property(PROPERTY_TAGS, tags)
+            if len(self._tags_texts) >= _TAGS_CACHE_SIZE:
+                self._tags_texts.clear()
+            text = self._tags_texts[tags] = f"{PROPERTY_TAGS}\x01{tags}\x02" if tags is not None else ""
+        keys_text = None
+        if msg.keys:
+            keys = [msg.keys] if isinstance(msg.keys, str) else msg.keys
+            for k in keys:
+                if not isinstance(k, str) or not k or " " in k or "\x01" in k or "\x02" in k:
+                    raise InvalidMessageError(
+                        f"key {k!r}: keys are non-empty strings without spaces or \\x01/\\x02", _ILLEGAL
+                    )
+            keys_text = " ".join(keys)
+            text = f"{PROPERTY_KEYS}\x01{keys_text}\x02{text}"
+        if uniq is not None:
+            _check_property(PROPERTY_UNIQ_KEY, uniq)
+            text = f"{text}{PROPERTY_UNIQ_KEY}\x01{uniq}"
+        elif text:
+            text = text[:-1]
+        props_bytes = text.encode()
+        if len(props_bytes) > _MAX_PROPERTIES_BYTES:
+            raise InvalidMessageError(
+                f"properties take {len(props_bytes)} bytes, more than {_MAX_PROPERTIES_BYTES}",
+                PutStatus.PROPERTIES_SIZE_EXCEEDED,
+            )
+        born_ts = self._clock.now_ms() if msg.born_timestamp is None else msg.born_timestamp
+        try:
+            record, sys_flag = template.encode(body, props_bytes, queue_id, msg.flag, 0, born_ts)
+        except struct.error as exc:
+            raise InvalidMessageError(f"a field is out of range: {exc}", _ILLEGAL) from None
+        self._check_record_length(len(record))
+        return PreparedMessage(
+            record,
+            topic,
+            queue_id,
+            sys_flag,
+            tags_code(tags),
+            0,
+            keys_text,
+            uniq,
+            template.timestamp_position,
         )
 
     # --- shared checks -----------------------------------------------------------------------

@@ -125,7 +125,7 @@ def decode_entry(
     return kh, phy, diff, prev
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def put_keys(
     buf: npt.NDArray[np.uint8],
     hash_slots: int,

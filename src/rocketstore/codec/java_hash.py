@@ -190,7 +190,7 @@ def index_key_hashes_of_columns(
     return hashes[:count], rows[:count]
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _key_hashes(
     starts: npt.NDArray[np.int64],
     prefix_ids: npt.NDArray[np.int64],

@@ -42,6 +42,14 @@ class TextColumn:
             np.cumsum(np.fromiter((len(t.encode()) for t in plain), dtype=np.int64, count=n), out=offsets[1:])
         return cls(data, offsets)
 
+    @classmethod
+    def concat(cls, columns: Sequence[TextColumn]) -> TextColumn:
+        bases = np.cumsum([0, *(len(c.data) for c in columns)])
+        offsets = np.concatenate(
+            [c.offsets[:-1] + base for c, base in zip(columns, bases.tolist())] + [bases[-1:]]
+        )
+        return cls(b"".join(c.data for c in columns), offsets)
+
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
