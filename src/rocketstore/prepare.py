@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 import numba
 import numpy as np
@@ -241,7 +241,42 @@ class MessageEncoder:
         """Validate and encode messages of one topic given as columns: message i has body
         ``bodies[i]``, tags ``tags[tag_ids[i]]`` and KEYS text ``keys[i]`` (keys separated by
         single spaces). Bulk checks, a generated UNIQ_KEY block, and one compiled loop for every
-        record. Raises InvalidMessageError naming the first bad message; nothing is kept."""
+        record. Raises InvalidMessageError naming the first bad message, with the words
+        ``put_messages`` would use for it; nothing is kept."""
+        try:
+            return self._encode_columns(topic, bodies, queue_ids, tags, tag_ids, keys, flags, born_timestamps)
+        except _BadRow as exc:
+            # The checks go column by column: an earlier message may be bad in another way.
+            for i in range(exc.row + 1):
+                keys_text = keys[i]
+                try:
+                    self.prepare(
+                        Message(
+                            topic,
+                            cast("bytes", bodies[i]),  # as given: prepare names a wrong type
+                            tags[int(tag_ids[i])],
+                            keys_text.split(" ") if keys_text is not None else (),
+                            queue_id=int(queue_ids[i]),
+                            flag=int(flags[i]),
+                            born_timestamp=int(born_timestamps[i]),
+                        )
+                    )
+                except InvalidMessageError as first:
+                    raise InvalidMessageError(f"message {i} of the batch: {first}", first.status) from None
+            raise
+
+    def _encode_columns(
+        self,
+        topic: str,
+        bodies: Sequence[bytes | bytearray | memoryview],
+        queue_ids: npt.NDArray[np.int64],
+        tags: Sequence[str | None],
+        tag_ids: npt.NDArray[np.int64],
+        keys: TextColumn,
+        flags: npt.NDArray[np.int64],
+        born_timestamps: npt.NDArray[np.int64],
+    ) -> PreparedBatch:
+        """``prepare_columns``; a bad message raises _BadRow, for the first bad row of a check."""
         n = len(bodies)
         topic_bytes = self._topics.get(topic)
         if topic_bytes is None:
@@ -269,7 +304,8 @@ class MessageEncoder:
             if t is not None:
                 try:
                     _check_property(PROPERTY_TAGS, t)
-                except InvalidMessageError as exc:
+                    t.encode()
+                except (InvalidMessageError, UnicodeEncodeError) as exc:
                     raise _bad_row(int(np.argmax(tag_ids == tags.index(t))), str(exc)) from None
         _check_keys(keys)
         uniqs = self._uniq.take_column(n) if self._uniq is not None else TextColumn.empty(n)
@@ -349,7 +385,7 @@ class MessageEncoder:
             topic_bytes = topic.encode()
             delay_ms = self._delay_levels[level - 1]
 
-        props_bytes = encode_properties(props).encode() if props else b""
+        props_bytes = _utf8(encode_properties(props)) if props else b""
         if len(props_bytes) > _MAX_PROPERTIES_BYTES:
             raise InvalidMessageError(
                 f"properties take {len(props_bytes)} bytes, more than {_MAX_PROPERTIES_BYTES}",
@@ -432,7 +468,7 @@ class MessageEncoder:
             text = f"{text}{PROPERTY_UNIQ_KEY}\x01{uniq}"
         elif text:
             text = text[:-1]
-        props_bytes = text.encode()
+        props_bytes = _utf8(text)
         if len(props_bytes) > _MAX_PROPERTIES_BYTES:
             raise InvalidMessageError(
                 f"properties take {len(props_bytes)} bytes, more than {_MAX_PROPERTIES_BYTES}",
@@ -531,8 +567,14 @@ class MessageEncoder:
             )
 
 
-def _bad_row(i: int, problem: str, status: PutStatus = _ILLEGAL) -> InvalidMessageError:
-    return InvalidMessageError(f"message {i} of the batch: {problem}", status)
+class _BadRow(InvalidMessageError):
+    def __init__(self, row: int, problem: str, status: PutStatus) -> None:
+        super().__init__(f"message {row} of the batch: {problem}", status)
+        self.row = row
+
+
+def _bad_row(i: int, problem: str, status: PutStatus = _ILLEGAL) -> _BadRow:
+    return _BadRow(i, problem, status)
 
 
 def _first_bad(
@@ -568,6 +610,13 @@ def _bad_keys(u8: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> tupl
             if c == 32 and (p == start or p == end - 1 or u8[p - 1] == 32):
                 return i, False
     return -1, False
+
+
+def _utf8(properties: str) -> bytes:
+    try:
+        return properties.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidMessageError(f"properties are not valid text: {exc}", _ILLEGAL) from None
 
 
 def _check_property(name: str, value: str) -> None:

@@ -56,6 +56,7 @@ __all__ = ["MessageStore"]
 
 log = logging.getLogger(__name__)
 _PUT_OK = PutStatus.PUT_OK
+_ILLEGAL = PutStatus.MESSAGE_ILLEGAL
 # A tuple constructor without the NamedTuple __new__ frame: a batch makes one per message.
 _result = partial(tuple.__new__, PutMessageResult)
 _MAX_TIME = (1 << 63) - 1
@@ -417,10 +418,25 @@ class MessageStore:
         self._check_open()
         n = len(bodies)
         validate_topic(topic)
+        if n == 0:
+            nothing = np.zeros(0, dtype=np.int64)
+            return PutBatchResult(
+                _PUT_OK,
+                topic,
+                nothing,
+                nothing,
+                nothing,
+                nothing,
+                0,
+                self._commitlog.id_prefix,
+                TextColumn.empty(0),
+            )
+        if isinstance(keys, str):
+            raise InvalidMessageError("keys must be a sequence with one entry per body, not a str", _ILLEGAL)
+        if keys is not None and len(keys) != n:
+            raise InvalidMessageError(f"{len(keys)} keys for {n} bodies", _ILLEGAL)
         qids = self._batch_queue_ids(topic, n, queue_ids)
         tag_values, tag_ids = _tag_column(tags, n)
-        if keys is not None and len(keys) != n:
-            raise InvalidMessageError(f"{len(keys)} keys for {n} bodies", PutStatus.MESSAGE_ILLEGAL)
         try:
             key_column = TextColumn.from_texts(keys) if keys is not None else TextColumn.empty(n)
         except (TypeError, UnicodeEncodeError) as exc:
@@ -436,10 +452,6 @@ class MessageStore:
                 f"flag {flag} or born_timestamp {born} is out of range", PutStatus.MESSAGE_ILLEGAL
             ) from None
         empty = np.full(n, -1, dtype=np.int64)
-        if n == 0:
-            return PutBatchResult(
-                _PUT_OK, topic, qids, empty, empty, empty, 0, self._commitlog.id_prefix, TextColumn.empty(0)
-            )
         batch = self._encoder.prepare_columns(
             topic, bodies, qids, tag_values, tag_ids, key_column, flags, borns
         )
@@ -491,7 +503,7 @@ class MessageStore:
                 )
             return topics.select_queues(topic, n) if not self.readonly else np.zeros(n, dtype=np.int64)
         try:
-            if isinstance(queue_ids, int):
+            if isinstance(queue_ids, (int, np.integer)) and not isinstance(queue_ids, bool):
                 qids = np.full(n, queue_ids, dtype=np.int64)
             else:
                 qids = np.asarray(queue_ids)

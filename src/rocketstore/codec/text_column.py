@@ -62,6 +62,10 @@ class TextColumn:
         return bool(self.data)
 
     def __getitem__(self, i: int) -> str | None:
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"text {i} of a column of {len(self)}")
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
         return self.data[start:end].decode() if end > start else None
 
