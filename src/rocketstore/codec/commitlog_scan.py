@@ -331,9 +331,9 @@ def _copy_bodies(
     q = out_at
     for i in range(len(body_at)):
         a = body_at[i]
-        for k in range(body_len[i]):
-            out[q + k] = u8[a + k]
-        q += body_len[i]
+        n = body_len[i]
+        out[q : q + n] = u8[a : a + n]  # a slice copy is a memcpy: 3x a byte loop
+        q += n
 
 
 def gather_records(

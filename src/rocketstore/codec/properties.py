@@ -205,14 +205,12 @@ def _put_entry(
     start: int,
     end: int,
 ) -> int:
-    for k in range(len(name)):
-        out[q + k] = name[k]
+    out[q : q + len(name)] = name
     q += len(name)
     out[q] = 1
     q += 1
-    for k in range(start, end):
-        out[q] = src[k]
-        q += 1
+    out[q : q + end - start] = src[start:end]
+    q += end - start
     out[q] = 2
     return q + 1
 
