@@ -233,15 +233,25 @@ class ConsumeQueue:
         Returns False, writing nothing, unless they continue the queue exactly (the caller then
         falls back to ``put``, which handles duplicates and gaps).
         """
-        if first_queue_offset != self.max_offset:
+        return self._put_encoded(
+            first_queue_offset,
+            memoryview(encode_entries(physical_offsets, sizes, tags_codes)),
+            int(physical_offsets[0] + sizes[0]),
+            int(physical_offsets[-1] + sizes[-1]),
+        )
+
+    def _put_encoded(
+        self, first_queue_offset: int, entries: memoryview, first_end: int, last_end: int
+    ) -> bool:
+        """``put_columns`` of entries already encoded; ``first_end`` and ``last_end`` are where
+        the first and the last record end in the commitlog."""
+        if first_queue_offset != self.max_offset or first_end <= self.max_physical_offset:
             return False
-        if int(physical_offsets[0]) + int(sizes[0]) <= self.max_physical_offset:
-            return False
-        self._write(encode_entries(physical_offsets, sizes, tags_codes))
-        self.max_physical_offset = int(physical_offsets[-1] + sizes[-1])
+        self._write(entries)
+        self.max_physical_offset = last_end
         return True
 
-    def _write(self, entries: bytes) -> None:
+    def _write(self, entries: bytes | memoryview) -> None:
         data = memoryview(entries)
         while data:
             mf = self.files.last_for_append(self.files.max_offset)
@@ -412,25 +422,24 @@ class ConsumeQueueSet:
                 cq.put(group)
 
     def put_batch(self, batch: DispatchBatch) -> None:
-        """Append a batch's entries, one bulk write per queue it touches."""
+        """Append a batch's entries: encoded in one pass, grouped by queue, one write per queue."""
         queue_keys = (batch.topic_ids << 17) | batch.queue_ids
         order = np.argsort(queue_keys, kind="stable")
         ordered = queue_keys[order]
+        phys, sizes = batch.physical_offsets[order], batch.sizes[order]
+        ends = (phys + sizes).tolist()
+        entries = memoryview(encode_entries(phys, sizes, batch.tags_codes[order]))
+        first_offsets = batch.queue_offsets[order]
         bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(order)]
         for start, end in itertools.pairwise(bounds):
             key = int(ordered[start])
             cq = self.get_or_create(batch.topics[key >> 17], key & 0x1FFFF)
             if cq is None:
                 continue
-            members = order[start:end]
-            if not cq.put_columns(
-                int(batch.queue_offsets[members[0]]),
-                batch.physical_offsets[members],
-                batch.sizes[members],
-                batch.tags_codes[members],
-            ):
+            piece = entries[start * CQ_ENTRY_SIZE : end * CQ_ENTRY_SIZE]
+            if not cq._put_encoded(int(first_offsets[start]), piece, ends[start], ends[end - 1]):
                 requests = batch.requests()
-                cq.put([requests[i] for i in members.tolist()])
+                cq.put([requests[i] for i in order[start:end].tolist()])
 
     def close(self) -> None:
         for cq in self._queues.values():
