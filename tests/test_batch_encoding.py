@@ -73,6 +73,9 @@ def test_generated_uniq_keys_are_in_the_records() -> None:
     [
         Message("Other", b"x"),  # a second topic
         Message("T", b"x", keys=[""]),  # an empty key
+        Message("T", b"x", keys=["a", ""]),  # an empty key after another
+        Message("T", b"x", keys="a b"),  # one key (a str) with a space
+        Message("T", b"x", keys=("a", "b c")),  # a space inside the second key
         Message("T", b"x", properties={"a": "b"}),
         Message("T", b"x", uniq_key="U"),
         Message("T", b"x", keys=["has space"]),

@@ -17,10 +17,11 @@ keys with spaces, and properties that cannot be read back.
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Any, Final, cast
 
 import numba
 import numpy as np
@@ -73,6 +74,11 @@ _ILLEGAL = PutStatus.MESSAGE_ILLEGAL
 MIN_COLUMNAR_BATCH: Final = 16
 _BODY_TYPES: Final = frozenset((bytes, bytearray, memoryview))
 _TAGS_CACHE_SIZE: Final = 4096
+# what the batch path reads of every message, in one C-level pass (columns 9.. decide the path)
+_MESSAGE_FIELDS: Final = operator.attrgetter(
+    "topic", "body", "tags", "keys", "properties", "queue_id", "flag", "born_timestamp", "uniq_key",
+    "delay_level", "sys_flag", "born_host",
+)  # fmt: skip
 
 
 def validate_topic(topic: object, *, allow_system: bool = False) -> str:
@@ -152,15 +158,16 @@ class MessageEncoder:
 
     # --- batches -------------------------------------------------------------------------
     def prepare_batch(self, msgs: Sequence[Message]) -> PreparedBatch | None:
-        """The columnar form of a batch of plain messages; None when the batch is small or has
-        a delayed, transactional or foreign-born message (use ``prepare_many`` then)."""
+        """The columnar form of a batch of messages born here, without delay or transaction; None
+        when the batch is small or has any other message (use ``prepare_many`` then)."""
         n = len(msgs)
-        if n < MIN_COLUMNAR_BATCH:
+        if n < MIN_COLUMNAR_BATCH or set(map(type, msgs)) != {Message}:
             return None
-        for m in msgs:
-            if type(m) is not Message or m.delay_level or m.sys_flag or m.born_host is not None:
-                return None
-        plain = self._prepare_plain(msgs)
+        columns = list(zip(*map(_MESSAGE_FIELDS, msgs)))
+        delays, sys_flags, born_hosts = columns[9:]
+        if any(delays) or any(sys_flags) or born_hosts.count(None) != n:
+            return None
+        plain = self._prepare_plain(msgs, columns)
         if plain is not None:
             return plain
         prepared = self.prepare_many(msgs)
@@ -183,48 +190,66 @@ class MessageEncoder:
             self._plain_timestamp_position,
         )
 
-    def _prepare_plain(self, msgs: Sequence[Message]) -> PreparedBatch | None:
-        """The common batch (one topic; bytes bodies; tags and keys but no other properties, no
-        caller-given UNIQ_KEY) read into columns for ``prepare_columns``. None when the batch is
-        anything else, or anything about it is invalid: the general path then encodes it, or
-        names the bad message."""
-        topic = msgs[0].topic
-        if any(m.topic != topic for m in msgs):
+    def _prepare_plain(
+        self, msgs: Sequence[Message], columns: list[tuple[Any, ...]] | None = None
+    ) -> PreparedBatch | None:
+        """The common batch (one topic; tags and keys but no other properties, no caller-given
+        UNIQ_KEY) as columns for ``prepare_columns``, read in C-level passes over ``columns``
+        (``_MESSAGE_FIELDS`` of every message). None when the batch is anything else, or
+        anything about it is invalid: the general path then encodes it, or names the bad one."""
+        n = len(msgs)
+        if columns is None:
+            columns = list(zip(*map(_MESSAGE_FIELDS, msgs)))
+        topics, bodies, tags, keys, properties, queue_ids, flags, borns, uniqs = columns[:9]
+        topic = topics[0]
+        if topics.count(topic) != n or any(properties) or uniqs.count(None) != n:
             return None
-        if any(m.properties or m.uniq_key is not None for m in msgs):
-            return None
-        queue_ids = [m.queue_id for m in msgs]
-        flags = [m.flag for m in msgs]
-        borns = [m.born_timestamp for m in msgs]
         if set(map(type, queue_ids)) != {int} or set(map(type, flags)) != {int}:
             return None
-        if not set(map(type, borns)) <= {int, type(None)}:
-            return None
-        tag_index: dict[str | None, int] = {}
-        tag_ids = [tag_index.setdefault(m.tags, len(tag_index)) for m in msgs]
-        keys_texts: list[str | None] = [None] * len(msgs)
-        for i, m in enumerate(msgs):
-            keys = m.keys
-            if keys:
-                if isinstance(keys, str):
-                    keys = [keys]
-                for k in keys:
-                    if type(k) is not str or not k or " " in k:
-                        return None
-                keys_texts[i] = " ".join(keys)
         try:
+            tag_index = {t: i for i, t in enumerate(dict.fromkeys(tags))}
+        except TypeError:  # an unhashable "tags": the general path names it
+            return None
+        keys_texts: list[str | None] = [None] * n
+        spaces = 0  # how many spaces the KEYS texts hold when no key has one
+        if any(keys):
+            if set(map(type, keys)) <= {list, tuple}:
+                # a key with a space (refused) shows as one space too many: counted below
+                keys_texts = [" ".join(k) if k else None for k in keys]
+                spaces = sum(map(len, keys)) - (n - keys_texts.count(None))
+                if "" in keys_texts:  # keys=[""]: an empty key
+                    return None
+            else:
+                for i, k in enumerate(keys):
+                    if k:
+                        if isinstance(k, str):
+                            k = (k,)
+                        for key in k:
+                            if type(key) is not str or not key or " " in key:
+                                return None
+                        keys_texts[i] = " ".join(k)
+                        spaces += len(k) - 1
+        try:
+            key_column = TextColumn.from_texts(keys_texts)
+            if key_column.data.count(b" ") != spaces:
+                return None
             now = self._clock.now_ms()
+            born = (
+                np.full(n, now, dtype=np.int64)
+                if borns.count(None) == n
+                else np.array([now if b is None else b for b in borns], dtype=np.int64)
+            )
             return self.prepare_columns(
                 topic,
-                [m.body for m in msgs],
+                bodies,
                 np.array(queue_ids, dtype=np.int64),
                 list(tag_index),
-                np.array(tag_ids, dtype=np.int64),
-                TextColumn.from_texts(keys_texts),
+                np.fromiter(map(tag_index.__getitem__, tags), dtype=np.int64, count=n),
+                key_column,
                 np.array(flags, dtype=np.int64),
-                np.array([now if b is None else b for b in borns], dtype=np.int64),
+                born,
             )
-        except (InvalidMessageError, OverflowError, UnicodeEncodeError):
+        except (InvalidMessageError, OverflowError, TypeError, UnicodeEncodeError):
             return None
 
     def prepare_columns(
