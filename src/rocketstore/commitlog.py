@@ -155,7 +155,7 @@ class CommitLog:
         batch is visible and no queue offset is used.
         """
         if len(batch) == 1:
-            return [self._append_one(batch[0])]
+            return [self.append_one(batch[0])]
         blob = bytearray().join([p.record for p in batch])
         results: list[PutMessageResult] = []
         requests: list[DispatchRequest] = []
@@ -247,14 +247,14 @@ class CommitLog:
                     queue_offsets,
                     batch.tags_codes,
                     np.full(n, now, dtype=np.int64),
-                    batch.sys_flag,
+                    np.full(n, batch.sys_flag, dtype=np.int64),
                     batch.keys,
                     batch.uniq_keys,
                 )
             )
         return phys, queue_offsets, now
 
-    def _append_one(self, p: PreparedMessage) -> PutMessageResult:
+    def append_one(self, p: PreparedMessage) -> PutMessageResult:
         length = len(p.record)
         with self._appending:
             now = self._stamp()

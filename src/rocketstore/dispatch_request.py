@@ -46,7 +46,7 @@ class DispatchBatch:
     queue_offsets: npt.NDArray[np.int64]
     tags_codes: npt.NDArray[np.int64]
     store_timestamps: npt.NDArray[np.int64]
-    sys_flag: int
+    sys_flags: npt.NDArray[np.int64]
     keys: TextColumn
     uniq_keys: TextColumn
 
@@ -80,17 +80,17 @@ class DispatchBatch:
             joined("queue_offsets"),
             joined("tags_codes"),
             joined("store_timestamps"),
-            batches[0].sys_flag,
+            joined("sys_flags"),
             TextColumn.concat([b.keys for b in batches]),
             TextColumn.concat([b.uniq_keys for b in batches]),
         )
 
     def requests(self) -> list[DispatchRequest]:
         """The same information one request per record."""
-        flag, topics = self.sys_flag, self.topics
+        topics = self.topics
         return [
             DispatchRequest(phy, size, topics[t], qid, qo, code, ts, flag, keys, uniq)
-            for phy, size, t, qid, qo, code, ts, keys, uniq in zip(
+            for phy, size, t, qid, qo, code, ts, flag, keys, uniq in zip(
                 self.physical_offsets.tolist(),
                 self.sizes.tolist(),
                 self.topic_ids.tolist(),
@@ -98,6 +98,7 @@ class DispatchBatch:
                 self.queue_offsets.tolist(),
                 self.tags_codes.tolist(),
                 self.store_timestamps.tolist(),
+                self.sys_flags.tolist(),
                 self.keys.to_list(),
                 self.uniq_keys.to_list(),
             )

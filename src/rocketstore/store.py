@@ -16,6 +16,7 @@ import numpy.typing as npt
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.cleanup import CleanService, DiskUsage, ReclaimReport, disk_used_ratio
 from rocketstore.clock import Clock, SystemClock
+from rocketstore.codec.config_json import PERM_WRITE
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.codec.text_column import TextColumn
@@ -326,7 +327,25 @@ class MessageStore:
     # --- writing -------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message. Raises InvalidMessageError (nothing written) for a bad message."""
-        return self.put_messages((msg,))[0]
+        config = self._topics.get(msg.topic)
+        if config is None or not config.perm & PERM_WRITE or msg.queue_id is None or self._closed:
+            return self.put_messages((msg,))[0]
+        # the common case, with put_messages' steps for one message of a known topic
+        prepared = self._encoder.prepare(msg)
+        refused = self._refusal()
+        if refused is not None:
+            return PutMessageResult(refused)
+        try:
+            result = self._commitlog.append_one(prepared)
+        except OSError as exc:
+            log.error("put failed, could not create or write a commitlog segment: %s", exc)
+            return PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED)
+        self._stats.count_put(1, result.wrote_bytes)
+        if self._needs_flush_wait((msg,)):
+            status = self._make_durable(result.physical_offset + result.wrote_bytes)
+            if status is not _PUT_OK:
+                return result._replace(status=status)
+        return result
 
     def _deliver_delayed(self, msg: Message) -> PutMessageResult:
         """The scheduler's put: while the store closes it gets a status, not StoreClosedError (its
