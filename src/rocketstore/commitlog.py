@@ -365,6 +365,36 @@ class CommitLog:
             return None
         return MessageExt(buf[pos : pos + size], 0, tags_code, delay_levels_ms=self.config.delay_levels_ms)
 
+    def messages_at(
+        self,
+        physical_offsets: npt.NDArray[np.int64],
+        sizes: npt.NDArray[np.int64],
+        tags_codes: npt.NDArray[np.int64],
+    ) -> list[MessageExt]:
+        """``message_at`` for consecutive consume-queue entries (log order) of one segment, with
+        every record checked and its body found by one compiled pass: the readable ones from the
+        first on (a reader calls ``message_at`` for the rest, to learn why they are not)."""
+        if not len(physical_offsets):
+            return []
+        mf = self.files.find(int(physical_offsets[0]))
+        if mf is None:
+            return []
+        buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
+        if not mf.available:
+            return []
+        end = int(np.searchsorted(physical_offsets, mf.from_offset + mf.size, side="left"))
+        local = physical_offsets[:end] - mf.from_offset
+        _, _, body_at, body_len, ok = gather_records(buf, local, sizes[:end], mf.read_position)
+        delays = self.config.delay_levels_ms
+        return [
+            MessageExt(buf, pos, code, delay_levels_ms=delays, body_span=span)
+            for pos, code, span in zip(
+                local[:ok].tolist(),
+                tags_codes[:ok].tolist(),
+                zip(body_at[:ok].tolist(), body_len[:ok].tolist()),
+            )
+        ]
+
     def gather(
         self, physical_offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], with_bodies: bool
     ) -> tuple[int, npt.NDArray[np.int64], npt.NDArray[np.int64], bytearray, npt.NDArray[np.int64]]:

@@ -101,7 +101,7 @@ class MessageExt:
     message was read through its queue.
     """
 
-    __slots__ = ("_buf", "_delay_levels", "_pos", "_props", "_rec", "_tags_code")
+    __slots__ = ("_body", "_buf", "_delay_levels", "_pos", "_props", "_rec", "_tags_code")
 
     def __init__(
         self,
@@ -110,8 +110,10 @@ class MessageExt:
         tags_code: int | None = None,
         record: DecodedRecord | None = None,
         delay_levels_ms: tuple[int, ...] = (),
+        body_span: tuple[int, int] | None = None,
     ) -> None:
         self._buf = buf
+        self._body = body_span  # (start in buf, length) when the reader found it already
         self._pos = pos
         self._rec = record
         self._props: dict[str, str] | None = None
@@ -201,10 +203,14 @@ class MessageExt:
         return bytes(self._buf[start : start + length])
 
     def _body_span(self) -> tuple[int, int]:
+        span = self._body
+        if span is not None:
+            return span
         rec = self._rec
         if rec is not None:
             return rec.body_start, rec.body_len
-        return body_span(self._buf, self._pos)
+        span = self._body = body_span(self._buf, self._pos)
+        return span
 
     @property
     def transaction_type(self) -> int:

@@ -743,6 +743,19 @@ class MessageStore:
         sizes: list[int] = []
         codes: list[int] = []
         full = False
+        if tag_filter is None:
+            # the plain read: the entries that fit, checked and their bodies found in one pass
+            head = entries[:max_count]
+            sizes_head = head["size"].astype(np.int64)
+            fit = max(1, int(np.searchsorted(np.cumsum(sizes_head), max_bytes, side="right")))
+            head = head[:fit]
+            messages = self._commitlog.messages_at(
+                head["offset"].astype(np.int64), sizes_head[:fit], head["tags_code"].astype(np.int64)
+            )
+            i = chunk_end = len(messages)
+            total = int(sizes_head[:i].sum())
+            if messages:
+                status = GetStatus.FOUND
         # Entries become Python ints a chunk at a time: a plain read needs max_count of them, a
         # filtered one may scan up to RocketMQ's 16000 bytes of the queue.
         while i < n and not full and len(messages) < max_count:
