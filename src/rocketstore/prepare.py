@@ -63,7 +63,7 @@ from rocketstore.message import (
 )
 from rocketstore.results import PutStatus
 
-__all__ = ["MessageEncoder", "PreparedBatch", "PreparedMessage", "validate_topic"]
+__all__ = ["MessageEncoder", "PreparedBatch", "PreparedMessage", "tag_column", "validate_topic"]
 
 SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
 _USER_SYSFLAG_BITS: Final = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TX_MASK
@@ -590,6 +590,25 @@ class MessageEncoder:
                 "(max_message_size, and a commitlog segment less 8 bytes)",
                 PutStatus.MESSAGE_SIZE_EXCEEDED,
             )
+
+
+def tag_column(
+    tags: str | Sequence[str | None] | None, n: int
+) -> tuple[list[str | None], npt.NDArray[np.int64]]:
+    """put_batch's tags as (distinct values, index of each message's value)."""
+    if tags is None or isinstance(tags, str):
+        return [tags], np.zeros(n, dtype=np.int64)
+    if len(tags) != n:
+        raise InvalidMessageError(f"{len(tags)} tags for {n} bodies", _ILLEGAL)
+    index: dict[str | None, int] = {}
+    try:
+        ids = [index.setdefault(t, len(index)) for t in tags]
+    except TypeError:
+        raise InvalidMessageError("tags must be strings or None", _ILLEGAL) from None
+    for t in index:
+        if t is not None and type(t) is not str:
+            raise InvalidMessageError(f"tags must be strings or None, not {t!r}", _ILLEGAL)
+    return list(index), np.array(ids, dtype=np.int64)
 
 
 class _BadRow(InvalidMessageError):

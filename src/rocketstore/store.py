@@ -34,7 +34,7 @@ from rocketstore.flush import (
 from rocketstore.index import IndexService
 from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageExt
 from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
-from rocketstore.prepare import MAX_QUEUE_ID, MessageEncoder, validate_topic
+from rocketstore.prepare import MAX_QUEUE_ID, MessageEncoder, tag_column, validate_topic
 from rocketstore.recovery import RecoveryReport, recover
 from rocketstore.results import (
     GetMessageResult,
@@ -455,20 +455,20 @@ class MessageStore:
         if keys is not None and len(keys) != n:
             raise InvalidMessageError(f"{len(keys)} keys for {n} bodies", _ILLEGAL)
         qids = self._batch_queue_ids(topic, n, queue_ids)
-        tag_values, tag_ids = _tag_column(tags, n)
+        tag_values, tag_ids = tag_column(tags, n)
         try:
             key_column = TextColumn.from_texts(keys) if keys is not None else TextColumn.empty(n)
         except (TypeError, UnicodeEncodeError) as exc:
-            raise InvalidMessageError(f"keys must be strings: {exc}", PutStatus.MESSAGE_ILLEGAL) from None
+            raise InvalidMessageError(f"keys must be strings: {exc}", _ILLEGAL) from None
         if type(flag) is not int or type(born_timestamp) not in (int, type(None)):
-            raise InvalidMessageError("flag and born_timestamp must be ints", PutStatus.MESSAGE_ILLEGAL)
+            raise InvalidMessageError("flag and born_timestamp must be ints", _ILLEGAL)
         born = self._clock.now_ms() if born_timestamp is None else born_timestamp
         try:
             flags = np.full(n, flag, dtype=np.int64)
             borns = np.full(n, born, dtype=np.int64)
         except OverflowError:
             raise InvalidMessageError(
-                f"flag {flag} or born_timestamp {born} is out of range", PutStatus.MESSAGE_ILLEGAL
+                f"flag {flag} or born_timestamp {born} is out of range", _ILLEGAL
             ) from None
         empty = np.full(n, -1, dtype=np.int64)
         batch = self._encoder.prepare_columns(
@@ -495,9 +495,7 @@ class MessageStore:
                 batch.uniq_keys,
             )
         self._stats.count_put(n, int(batch.lengths.sum()))
-        status = _PUT_OK
-        if self._group_commit is not None or self._committer is not None or self._wake_flusher:
-            status = self._make_durable(int(phys[-1] + batch.lengths[-1]))
+        status = self._make_durable(int(phys[-1] + batch.lengths[-1])) if self._durability_work else _PUT_OK
         return PutBatchResult(
             status,
             topic,
@@ -518,7 +516,7 @@ class MessageStore:
         if queue_ids is None:
             if not topics.writable(topic):
                 raise InvalidMessageError(
-                    f"topic {topic!r} is not writable (perm {topics.perm(topic)})", PutStatus.MESSAGE_ILLEGAL
+                    f"topic {topic!r} is not writable (perm {topics.perm(topic)})", _ILLEGAL
                 )
             return topics.select_queues(topic, n) if not self.readonly else np.zeros(n, dtype=np.int64)
         try:
@@ -528,24 +526,22 @@ class MessageStore:
                 qids = np.asarray(queue_ids)
                 if qids.shape != (n,) or (n and qids.dtype.kind not in "iu"):
                     raise InvalidMessageError(
-                        f"queue_ids must be one int or {n} ints, one per body", PutStatus.MESSAGE_ILLEGAL
+                        f"queue_ids must be one int or {n} ints, one per body", _ILLEGAL
                     )
                 qids = qids.astype(np.int64)
         except OverflowError:
-            raise InvalidMessageError(
-                f"queue_ids {queue_ids!r} out of range", PutStatus.MESSAGE_ILLEGAL
-            ) from None
+            raise InvalidMessageError(f"queue_ids {queue_ids!r} out of range", _ILLEGAL) from None
         if n and (qids.min() < 0 or qids.max() > MAX_QUEUE_ID):
             i = int(np.argmax((qids < 0) | (qids > MAX_QUEUE_ID)))
             raise InvalidMessageError(
                 f"message {i} of the batch: queue_id must be an int in 0..{MAX_QUEUE_ID}, not {qids[i]}",
-                PutStatus.MESSAGE_ILLEGAL,
+                _ILLEGAL,
             )
         if n and topic not in topics and not self.readonly:
             topics.create(topic, max(self.config.default_topic_queue_nums, int(qids.max()) + 1))
         if not topics.writable(topic):
             raise InvalidMessageError(
-                f"topic {topic!r} is not writable (perm {topics.perm(topic)})", PutStatus.MESSAGE_ILLEGAL
+                f"topic {topic!r} is not writable (perm {topics.perm(topic)})", _ILLEGAL
             )
         return qids
 
@@ -567,7 +563,7 @@ class MessageStore:
                     topics.create(validate_topic(topic), count)
             if not topics.writable(topic):
                 raise InvalidMessageError(
-                    f"topic {topic!r} is not writable (perm {topics.perm(topic)})", PutStatus.MESSAGE_ILLEGAL
+                    f"topic {topic!r} is not writable (perm {topics.perm(topic)})", _ILLEGAL
                 )
         if all(m.queue_id is not None for m in msgs):
             return msgs
@@ -599,8 +595,13 @@ class MessageStore:
         """Whether ``_make_durable`` has anything to do for ``msgs`` (SYNC_FLUSH waits unless
         every message says WAIT=false; ASYNC_FLUSH may have a service to wake)."""
         if self._group_commit is None:
-            return self._committer is not None or self._wake_flusher
+            return self._durability_work
         return not all(m.properties and m.properties.get(PROPERTY_WAIT) == "false" for m in msgs)
+
+    @property
+    def _durability_work(self) -> bool:
+        """Whether a put has a flush to wait for or a service to wake (see ``_make_durable``)."""
+        return self._group_commit is not None or self._committer is not None or self._wake_flusher
 
     def _make_durable(self, end: int) -> PutStatus:
         """SYNC_FLUSH: wait for the group commit to reach ``end``; FLUSH_DISK_TIMEOUT if it
@@ -1070,25 +1071,6 @@ class MessageStore:
 
     def __repr__(self) -> str:
         return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"
-
-
-def _tag_column(
-    tags: str | Sequence[str | None] | None, n: int
-) -> tuple[list[str | None], npt.NDArray[np.int64]]:
-    """put_batch's tags as (distinct values, index of each message's value)."""
-    if tags is None or isinstance(tags, str):
-        return [tags], np.zeros(n, dtype=np.int64)
-    if len(tags) != n:
-        raise InvalidMessageError(f"{len(tags)} tags for {n} bodies", PutStatus.MESSAGE_ILLEGAL)
-    index: dict[str | None, int] = {}
-    try:
-        ids = [index.setdefault(t, len(index)) for t in tags]
-    except TypeError:
-        raise InvalidMessageError("tags must be strings or None", PutStatus.MESSAGE_ILLEGAL) from None
-    for t in index:
-        if t is not None and type(t) is not str:
-            raise InvalidMessageError(f"tags must be strings or None, not {t!r}", PutStatus.MESSAGE_ILLEGAL)
-    return list(index), np.array(ids, dtype=np.int64)
 
 
 def _parse_tags(tags: str | Iterable[str] | None) -> tuple[frozenset[int], frozenset[str]] | None:
