@@ -255,10 +255,13 @@ class CommitLog:
         return phys, queue_offsets, now
 
     def append_one(self, p: PreparedMessage) -> PutMessageResult:
-        length = len(p.record)
+        record = p.record
+        length = len(record)
         with self._appending:
             now = self._stamp()
-            mf = self._segment_for(length)
+            mf = self.files.last
+            if mf is None or mf.wrote_position + length + END_FILE_MIN_BLANK_LENGTH > mf.size:
+                mf = self._segment_for(length)
             pos = mf.wrote_position
             phys = mf.from_offset + pos
             if p.sys_flag & SYSFLAG_TX_MASK in _NOT_DISPATCHED_TO_QUEUE:
@@ -268,8 +271,12 @@ class CommitLog:
                 table = self.topic_queue_table
                 qo = table.get(key, 0)
                 table[key] = qo + 1
-            mf.write_at(pos, p.record)
-            patch_positions(mf.write_target, pos, p.timestamp_position, qo, phys, now)
+            if isinstance(record, bytearray):  # patched before the copy: one write to the segment
+                patch_positions(record, 0, p.timestamp_position, qo, phys, now)
+                mf.write_at(pos, record)
+            else:
+                mf.write_at(pos, record)
+                patch_positions(mf.write_target, pos, p.timestamp_position, qo, phys, now)
             mf.wrote_position = pos + length
             mf.last_store_timestamp = now
             code = now + p.delay_ms if p.delay_ms else p.tags_code

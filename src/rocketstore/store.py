@@ -577,6 +577,14 @@ class MessageStore:
 
     def _refusal(self) -> PutStatus | None:
         """Why the store takes no put now (logged), or None."""
+        if not (
+            self._failure is not None
+            or self._closed
+            or self.readonly
+            or self._commitlog.begin_time_in_lock
+            or (self._cleaner is not None and self._cleaner.disk_full)
+        ):
+            return None  # the usual answer, without the checks' own calls
         unavailable = self._unavailable_reason()
         if unavailable is not None:
             log.warning("put refused: %s", unavailable)

@@ -229,8 +229,9 @@ class RecordTemplate:
         flag: int,
         sys_flag: int,
         born_timestamp: int,
-    ) -> tuple[bytes, int]:
-        """(record, full sysflag) for a body and properties; positions and store time left 0."""
+    ) -> tuple[bytearray, int]:
+        """(record, full sysflag) for a body and properties; positions and store time left 0
+        (a bytearray, so the append can patch them in before copying it)."""
         sys_flag |= self._sys_flag_hosts
         tail = self._tail
         total = self._head.size + len(body) + len(tail) + 2 + len(properties)
@@ -251,7 +252,7 @@ class RecordTemplate:
             0,
             len(body),
         )
-        return b"".join((head, body, tail, _I16.pack(len(properties)), properties)), sys_flag
+        return bytearray().join((head, body, tail, _I16.pack(len(properties)), properties)), sys_flag
 
 
 def encode_batch(
