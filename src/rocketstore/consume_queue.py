@@ -192,6 +192,18 @@ class ConsumeQueue:
     # --- writing -------------------------------------------------------------------------
     def put(self, requests: Sequence[DispatchRequest]) -> None:
         """Append entries for ``requests`` (all of this queue, in queue-offset order)."""
+        if not requests:
+            return
+        first, last = requests[0], requests[-1]
+        if (
+            first.queue_offset == self.max_offset
+            and last.queue_offset == first.queue_offset + len(requests) - 1
+            and first.physical_offset + first.size > self.max_physical_offset
+        ):
+            # the usual run: it continues the queue exactly, so every entry is written
+            self._write(b"".join([encode_entry(r[0], r[1], r[5]) for r in requests]))
+            self.max_physical_offset = last.physical_offset + last.size
+            return
         run: list[bytes] = []
         expected = self.max_offset
         refused: list[DispatchRequest] = []
