@@ -24,7 +24,7 @@ from rocketstore.codec import commitlog_record as cl
 from rocketstore.codec import consume_queue_entry as cq
 from rocketstore.codec import index_layout as ix
 from rocketstore.codec.host import format_host, parse_host
-from rocketstore.codec.java_hash import index_key_hash, java_hash, tags_code
+from rocketstore.codec.java_hash import index_key_hash, index_key_hashes, java_hash, tags_code
 from rocketstore.codec.message_id import UniqKeyGenerator, decode_offset_msg_id, encode_offset_msg_id
 from rocketstore.codec.properties import (
     NAME_VALUE_SEPARATOR,
@@ -33,6 +33,7 @@ from rocketstore.codec.properties import (
     encode_properties,
     validate_property,
 )
+from rocketstore.codec.text_column import TextColumn
 from rocketstore.errors import CorruptDataError
 from tests.conftest import missing_fixture
 
@@ -88,6 +89,46 @@ def test_index_key_hash_maps_integer_min_value_to_zero() -> None:
 def test_index_key_hash_is_absolute_value() -> None:
     neg = next(s for s in (f"key-{i}" * 7 for i in range(1000)) if java_hash(s) < 0)
     assert index_key_hash(neg) == -java_hash(neg) > 0
+
+
+KEY_TEXT = st.text(
+    st.characters(min_codepoint=1, max_codepoint=0x10FFFF, blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=12,
+)
+
+
+@FAST
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["T", "Topic_2", "%RETRY%g"]),
+            st.none() | KEY_TEXT,
+            st.none() | st.lists(KEY_TEXT.filter(lambda k: " " not in k), min_size=1, max_size=3),
+        ),
+        max_size=30,
+    ),
+    st.integers(0, 5),
+)
+def test_index_key_hashes_of_columns_match_one_key_at_a_time(
+    rows: list[tuple[str, str | None, list[str] | None]], first: int
+) -> None:
+    """The compiled pass hashes each row's UNIQ_KEY, then each of its KEYS, as topic#key."""
+    topics = sorted({t for t, _, _ in rows})
+    expected = []
+    for i, (topic, uniq, keys) in enumerate(rows):
+        if i < first:
+            continue
+        for key in ([uniq] if uniq is not None else []) + (keys or []):
+            expected.append((index_key_hash(f"{topic}#{key}"), i))
+    hashes, at = index_key_hashes(
+        [f"{t}#" for t in topics],
+        np.array([topics.index(t) for t, _, _ in rows], dtype=np.int64),
+        first,
+        TextColumn.from_texts([u for _, u, _ in rows]),
+        TextColumn.from_texts([" ".join(k) if k else None for _, _, k in rows]),
+    )
+    assert list(zip(hashes.tolist(), at.tolist())) == expected
 
 
 def test_tags_code_none_and_empty_are_zero() -> None:

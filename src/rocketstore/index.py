@@ -12,7 +12,8 @@ import numpy.typing as npt
 
 from rocketstore.clock import Clock
 from rocketstore.codec import index_layout as layout
-from rocketstore.codec.java_hash import index_key_hash, index_key_hashes, index_key_hashes_of_columns
+from rocketstore.codec.java_hash import index_key_hash, index_key_hashes
+from rocketstore.codec.text_column import TextColumn
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError
 from rocketstore.storage.mapped_file import MappedFile
@@ -288,38 +289,29 @@ class IndexService:
             return
         phys = batch.physical_offsets
         first = int(np.searchsorted(phys, self.indexed_through, side="right"))
-        hashes, rows = index_key_hashes_of_columns(
+        hashes, rows = index_key_hashes(
             [f"{t}#" for t in batch.topics], batch.topic_ids, first, batch.uniq_keys, batch.keys
         )
         self._insert(hashes, phys[rows], batch.store_timestamps[rows])
 
     def build(self, requests: Iterable[DispatchRequest]) -> None:
-        """Index the keys of ``requests`` (in log order), many keys per numpy pass."""
+        """Index the keys of ``requests`` (in log order): read into columns, hashed by the
+        compiled pass ``build_batch`` uses."""
         last_indexed = self.indexed_through
-        keys: list[str] = []
-        offsets: list[int] = []
-        timestamps: list[int] = []
-        for req in requests:
-            uniq, req_keys = req.uniq_key, req.keys
-            if (uniq is None and not req_keys) or req.physical_offset <= last_indexed:
-                continue
-            topic, phy, ts = req.topic, req.physical_offset, req.store_timestamp
-            if uniq is not None:
-                keys.append(f"{topic}#{uniq}")
-                offsets.append(phy)
-                timestamps.append(ts)
-            if req_keys:
-                for k in req_keys.split(" "):
-                    if k:
-                        keys.append(f"{topic}#{k}")
-                        offsets.append(phy)
-                        timestamps.append(ts)
-        if keys:
-            self._insert(
-                index_key_hashes(keys),
-                np.asarray(offsets, dtype=np.int64),
-                np.asarray(timestamps, dtype=np.int64),
-            )
+        # (fields by position: 0 physical offset, 2 topic, 6 store time, 8 keys, 9 uniq key)
+        wanted = [r for r in requests if (r[9] is not None or r[8]) and r[0] > last_indexed]
+        if not wanted:
+            return
+        phys, _, topics, _, _, _, stamps, _, keys, uniqs = zip(*wanted)
+        topic_index = {t: i for i, t in enumerate(dict.fromkeys(topics))}
+        hashes, rows = index_key_hashes(
+            [f"{t}#" for t in topic_index],
+            np.fromiter(map(topic_index.__getitem__, topics), dtype=np.int64, count=len(wanted)),
+            0,
+            TextColumn.from_texts(uniqs),
+            TextColumn.from_texts(keys),
+        )
+        self._insert(hashes, np.array(phys, dtype=np.int64)[rows], np.array(stamps, dtype=np.int64)[rows])
 
     def _insert(
         self, hashes: npt.NDArray[np.int64], phys: npt.NDArray[np.int64], stamps: npt.NDArray[np.int64]

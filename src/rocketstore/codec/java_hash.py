@@ -21,10 +21,8 @@ __all__ = [
     "index_hash_of",
     "index_key_hash",
     "index_key_hashes",
-    "index_key_hashes_of_columns",
     "java_hash",
     "java_hash_utf8",
-    "java_hashes",
     "signed32",
     "tags_code",
 ]
@@ -69,38 +67,6 @@ def index_key_hash(key: str) -> int:
     """The index-file hash of a key: ``abs(java_hash(key))``, with Integer.MIN_VALUE mapped to 0."""
     h = java_hash(key)
     return 0 if h == -0x80000000 else abs(h)
-
-
-_POW31_U64 = np.array([pow(31, e, 1 << 32) for e in range(4096)], dtype=np.uint64)
-
-
-def java_hashes(strings: Sequence[str]) -> npt.NDArray[np.int64]:
-    """``java_hash`` of many strings in one numpy pass (ASCII strings up to 4096 characters;
-    any other string is hashed one by one)."""
-    n = len(strings)
-    out = np.empty(n, dtype=np.int64)
-    if n == 0:
-        return out
-    lengths = np.fromiter(map(len, strings), dtype=np.int64, count=n)
-    joined = "".join(strings)
-    if not joined.isascii() or int(lengths.max()) > len(_POW31_U64) or int(lengths.min()) == 0:
-        out[:] = [java_hash(s) for s in strings]
-        return out
-    units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint64)
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    # h = sum(c_i * 31**(len-1-i)) mod 2**32; each term < 2**39, so uint64 sums cannot overflow
-    exponents = np.repeat(ends - 1, lengths) - np.arange(len(units), dtype=np.int64)
-    sums = np.add.reduceat(units * _POW31_U64[exponents], starts)
-    out[:] = (sums & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32)
-    return out
-
-
-def index_key_hashes(keys: Sequence[str]) -> npt.NDArray[np.int64]:
-    """``index_key_hash`` of many keys at once."""
-    h = java_hashes(keys)
-    result: npt.NDArray[np.int64] = np.where(h == -0x80000000, 0, np.abs(h))
-    return result
 
 
 # --- compiled forms, for kernels that hash text straight from a mapped record (verify) ----------
@@ -159,7 +125,7 @@ def index_hash_of(h: int) -> int:
     return 0 if s == -(1 << 31) else abs(s)
 
 
-def index_key_hashes_of_columns(
+def index_key_hashes(
     prefixes: Sequence[str],
     prefix_ids: npt.NDArray[np.int64],
     first: int,
