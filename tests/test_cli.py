@@ -254,3 +254,21 @@ def test_console_script_is_installed_and_damaged_store_is_one_line(tmp_path: Pat
     )
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr and proc.stderr.startswith("rocketstore: error:")
+
+
+def test_bench_measures_every_workload_on_a_temporary_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "bench", str(tmp_path), "--messages", "600", "--json")
+    assert code == 0
+    rows = jsonl(out)
+    assert [r["workload"] for r in rows] == [
+        "single put, no keys (+dispatch)",
+        "get_message (32 per call), bodies read",
+        "batch put (256), no keys (+dispatch)",
+        "batch put (256), KEYS + UNIQ_KEY (+dispatch)",
+        "put_batch (256), no keys (+dispatch)",
+        "put_batch (256), KEYS + UNIQ_KEY (+dispatch)",
+    ]
+    assert all(r["msgs_per_s"] > 0 and r["mb_per_s"] >= 0 for r in rows)
+    assert list(tmp_path.iterdir()) == []  # the temporary stores are gone
