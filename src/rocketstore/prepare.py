@@ -63,7 +63,14 @@ from rocketstore.message import (
 )
 from rocketstore.results import PutStatus
 
-__all__ = ["MessageEncoder", "PreparedBatch", "PreparedMessage", "tag_column", "validate_topic"]
+__all__ = [
+    "MessageColumns",
+    "MessageEncoder",
+    "PreparedBatch",
+    "PreparedMessage",
+    "tag_column",
+    "validate_topic",
+]
 
 SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
 _USER_SYSFLAG_BITS: Final = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TX_MASK
@@ -131,6 +138,22 @@ class PreparedBatch:
 
     def __len__(self) -> int:
         return len(self.starts)
+
+
+@dataclass(frozen=True, slots=True)
+class MessageColumns:
+    """Messages of one topic as columns: message i has body ``bodies[i]``, queue ``queue_ids[i]``,
+    tags ``tags[tag_ids[i]]``, KEYS text ``keys[i]`` (keys separated by single spaces), flag
+    ``flags[i]`` and born time ``born_timestamps[i]``; born at the store host, no other property."""
+
+    topic: str
+    bodies: Sequence[bytes | bytearray | memoryview]
+    queue_ids: npt.NDArray[np.int64]
+    tags: Sequence[str | None]
+    tag_ids: npt.NDArray[np.int64]
+    keys: TextColumn
+    flags: npt.NDArray[np.int64]
+    born_timestamps: npt.NDArray[np.int64]
 
 
 class MessageEncoder:
@@ -240,68 +263,51 @@ class MessageEncoder:
                 else np.array([now if b is None else b for b in borns], dtype=np.int64)
             )
             return self.prepare_columns(
-                topic,
-                bodies,
-                np.array(queue_ids, dtype=np.int64),
-                list(tag_index),
-                np.fromiter(map(tag_index.__getitem__, tags), dtype=np.int64, count=n),
-                key_column,
-                np.array(flags, dtype=np.int64),
-                born,
+                MessageColumns(
+                    topic,
+                    bodies,
+                    np.array(queue_ids, dtype=np.int64),
+                    list(tag_index),
+                    np.fromiter(map(tag_index.__getitem__, tags), dtype=np.int64, count=n),
+                    key_column,
+                    np.array(flags, dtype=np.int64),
+                    born,
+                )
             )
         except (InvalidMessageError, OverflowError, TypeError, UnicodeEncodeError):
             return None
 
-    def prepare_columns(
-        self,
-        topic: str,
-        bodies: Sequence[bytes | bytearray | memoryview],
-        queue_ids: npt.NDArray[np.int64],
-        tags: Sequence[str | None],
-        tag_ids: npt.NDArray[np.int64],
-        keys: TextColumn,
-        flags: npt.NDArray[np.int64],
-        born_timestamps: npt.NDArray[np.int64],
-    ) -> PreparedBatch:
-        """Validate and encode messages of one topic given as columns: message i has body
-        ``bodies[i]``, tags ``tags[tag_ids[i]]`` and KEYS text ``keys[i]`` (keys separated by
-        single spaces). Bulk checks, a generated UNIQ_KEY block, and one compiled loop for every
-        record. Raises InvalidMessageError naming the first bad message, with the words
-        ``put_messages`` would use for it; nothing is kept."""
+    def prepare_columns(self, columns: MessageColumns) -> PreparedBatch:
+        """Validate and encode messages given as columns: bulk checks, a generated UNIQ_KEY
+        block, and one compiled loop for every record. Raises InvalidMessageError naming the
+        first bad message, with the words ``put_messages`` would use for it; nothing is kept."""
         try:
-            return self._encode_columns(topic, bodies, queue_ids, tags, tag_ids, keys, flags, born_timestamps)
+            return self._encode_columns(columns)
         except _BadRow as exc:
             # The checks go column by column: an earlier message may be bad in another way.
+            c = columns
             for i in range(exc.row + 1):
-                keys_text = keys[i]
+                keys_text = c.keys[i]
                 try:
                     self.prepare(
                         Message(
-                            topic,
-                            cast("bytes", bodies[i]),  # as given: prepare names a wrong type
-                            tags[int(tag_ids[i])],
+                            c.topic,
+                            cast("bytes", c.bodies[i]),  # as given: prepare names a wrong type
+                            c.tags[int(c.tag_ids[i])],
                             keys_text.split(" ") if keys_text is not None else (),
-                            queue_id=int(queue_ids[i]),
-                            flag=int(flags[i]),
-                            born_timestamp=int(born_timestamps[i]),
+                            queue_id=int(c.queue_ids[i]),
+                            flag=int(c.flags[i]),
+                            born_timestamp=int(c.born_timestamps[i]),
                         )
                     )
                 except InvalidMessageError as first:
                     raise InvalidMessageError(f"message {i} of the batch: {first}", first.status) from None
             raise
 
-    def _encode_columns(
-        self,
-        topic: str,
-        bodies: Sequence[bytes | bytearray | memoryview],
-        queue_ids: npt.NDArray[np.int64],
-        tags: Sequence[str | None],
-        tag_ids: npt.NDArray[np.int64],
-        keys: TextColumn,
-        flags: npt.NDArray[np.int64],
-        born_timestamps: npt.NDArray[np.int64],
-    ) -> PreparedBatch:
+    def _encode_columns(self, columns: MessageColumns) -> PreparedBatch:
         """``prepare_columns``; a bad message raises _BadRow, for the first bad row of a check."""
+        topic, bodies, queue_ids, tags = columns.topic, columns.bodies, columns.queue_ids, columns.tags
+        tag_ids, keys, flags = columns.tag_ids, columns.keys, columns.flags
         n = len(bodies)
         topic_bytes = self._topics.get(topic)
         if topic_bytes is None:
@@ -351,7 +357,7 @@ class MessageEncoder:
             props_lens,
             queue_ids,
             flags,
-            born_timestamps,
+            columns.born_timestamps,
         )
         _first_bad(
             lengths > self._max_record,
@@ -410,12 +416,7 @@ class MessageEncoder:
             topic_bytes = topic.encode()
             delay_ms = self._delay_levels[level - 1]
 
-        props_bytes = _utf8(encode_properties(props)) if props else b""
-        if len(props_bytes) > _MAX_PROPERTIES_BYTES:
-            raise InvalidMessageError(
-                f"properties take {len(props_bytes)} bytes, more than {_MAX_PROPERTIES_BYTES}",
-                PutStatus.PROPERTIES_SIZE_EXCEEDED,
-            )
+        props_bytes = _properties_bytes(encode_properties(props)) if props else b""
         if msg.born_host is None:
             born_addr, born_port = self._store_addr, self._store_port
         else:
@@ -478,27 +479,15 @@ class MessageEncoder:
             if len(self._tags_texts) >= _TAGS_CACHE_SIZE:
                 self._tags_texts.clear()
             text = self._tags_texts[tags] = f"{PROPERTY_TAGS}\x01{tags}\x02" if tags is not None else ""
-        keys_text = None
-        if msg.keys:
-            keys = [msg.keys] if isinstance(msg.keys, str) else msg.keys
-            for k in keys:
-                if not isinstance(k, str) or not k or " " in k or "\x01" in k or "\x02" in k:
-                    raise InvalidMessageError(
-                        f"key {k!r}: keys are non-empty strings without spaces or \\x01/\\x02", _ILLEGAL
-                    )
-            keys_text = " ".join(keys)
+        keys_text = _keys_text(msg.keys)
+        if keys_text is not None:
             text = f"{PROPERTY_KEYS}\x01{keys_text}\x02{text}"
         if uniq is not None:
             _check_property(PROPERTY_UNIQ_KEY, uniq)
             text = f"{text}{PROPERTY_UNIQ_KEY}\x01{uniq}"
         elif text:
             text = text[:-1]
-        props_bytes = _utf8(text)
-        if len(props_bytes) > _MAX_PROPERTIES_BYTES:
-            raise InvalidMessageError(
-                f"properties take {len(props_bytes)} bytes, more than {_MAX_PROPERTIES_BYTES}",
-                PutStatus.PROPERTIES_SIZE_EXCEEDED,
-            )
+        props_bytes = _properties_bytes(text)
         born_ts = self._clock.now_ms() if msg.born_timestamp is None else msg.born_timestamp
         try:
             record, sys_flag = template.encode(body, props_bytes, queue_id, msg.flag, 0, born_ts)
@@ -558,15 +547,9 @@ class MessageEncoder:
     ) -> tuple[dict[str, str], str | None]:
         """The properties a message is stored with (before any delay rewrite), and its KEYS."""
         props: dict[str, str] = {}
-        keys_text = None
-        if msg.keys:
-            keys = [msg.keys] if isinstance(msg.keys, str) else msg.keys
-            for k in keys:
-                if not isinstance(k, str) or not k or " " in k or "\x01" in k or "\x02" in k:
-                    raise InvalidMessageError(
-                        f"key {k!r}: keys are non-empty strings without spaces or \\x01/\\x02", _ILLEGAL
-                    )
-            keys_text = props[PROPERTY_KEYS] = " ".join(keys)
+        keys_text = _keys_text(msg.keys)
+        if keys_text is not None:
+            props[PROPERTY_KEYS] = keys_text
         if msg.tags is not None:
             _check_property(PROPERTY_TAGS, msg.tags)
             props[PROPERTY_TAGS] = msg.tags
@@ -656,11 +639,32 @@ def _bad_keys(u8: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> tupl
     return -1, False
 
 
-def _utf8(properties: str) -> bytes:
+def _properties_bytes(properties: str) -> bytes:
+    """The properties string as stored: UTF-8, at most 32767 bytes."""
     try:
-        return properties.encode()
+        encoded = properties.encode()
     except UnicodeEncodeError as exc:
         raise InvalidMessageError(f"properties are not valid text: {exc}", _ILLEGAL) from None
+    if len(encoded) > _MAX_PROPERTIES_BYTES:
+        raise InvalidMessageError(
+            f"properties take {len(encoded)} bytes, more than {_MAX_PROPERTIES_BYTES}",
+            PutStatus.PROPERTIES_SIZE_EXCEEDED,
+        )
+    return encoded
+
+
+def _keys_text(keys: str | Sequence[str]) -> str | None:
+    """A message's KEYS property (its keys joined by spaces), None for no keys."""
+    if not keys:
+        return None
+    if isinstance(keys, str):
+        keys = [keys]
+    for k in keys:
+        if not isinstance(k, str) or not k or " " in k or "\x01" in k or "\x02" in k:
+            raise InvalidMessageError(
+                f"key {k!r}: keys are non-empty strings without spaces or \\x01/\\x02", _ILLEGAL
+            )
+    return " ".join(keys)
 
 
 def _check_property(name: str, value: str) -> None:

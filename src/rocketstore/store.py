@@ -34,7 +34,7 @@ from rocketstore.flush import (
 from rocketstore.index import IndexService
 from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageExt
 from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
-from rocketstore.prepare import MAX_QUEUE_ID, MessageEncoder, tag_column, validate_topic
+from rocketstore.prepare import MAX_QUEUE_ID, MessageColumns, MessageEncoder, tag_column, validate_topic
 from rocketstore.recovery import RecoveryReport, recover
 from rocketstore.results import (
     GetMessageResult,
@@ -472,7 +472,7 @@ class MessageStore:
             ) from None
         empty = np.full(n, -1, dtype=np.int64)
         batch = self._encoder.prepare_columns(
-            topic, bodies, qids, tag_values, tag_ids, key_column, flags, borns
+            MessageColumns(topic, bodies, qids, tag_values, tag_ids, key_column, flags, borns)
         )
         refused = self._refusal()
         if refused is not None:
