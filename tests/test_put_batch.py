@@ -40,14 +40,8 @@ from rocketstore import (
     StoreConfig,
 )
 from rocketstore.verify import verify_store
+from tests.test_store_api import BLANK_MAGIC, CFG, HEX_UPPER, SEG, T0, drain
 
-SEG = 65536
-CFG = StoreConfig(
-    commitlog_segment_size=SEG, consume_queue_entries=40, index_hash_slots=64, index_max_entries=256
-)
-T0 = 1_700_000_000_000
-BLANK_MAGIC = 0xCBD43194
-HEX_UPPER = set("0123456789ABCDEF")
 _TRANSIENT = (".creating", ".tmp")
 
 
@@ -56,10 +50,6 @@ _TRANSIENT = (".creating", ".tmp")
 
 def open_store(path: Path, cfg: StoreConfig = CFG, clock: ManualClock | None = None) -> MessageStore:
     return MessageStore.open(path, cfg, clock=clock or ManualClock(T0))
-
-
-def drain(store: MessageStore) -> None:
-    assert store.wait_dispatched(5.0)
 
 
 def files_under(root: Path, sub: str) -> dict[str, bytes]:
