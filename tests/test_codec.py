@@ -387,7 +387,7 @@ def test_offset_msg_id_decode_rejects_negative_offset() -> None:
 
 def test_uniq_key_format() -> None:
     gen = UniqKeyGenerator()
-    for key in [gen.next(), *gen.take(3)]:
+    for key in [gen.next(), *gen.take_column(3).to_list()]:
         assert len(key) == 32
         assert all(c in "0123456789ABCDEF" for c in key)
     a, b = gen.next(), gen.next()
@@ -395,13 +395,14 @@ def test_uniq_key_format() -> None:
     assert int(b[20:], 16) == int(a[20:], 16) + 1
 
 
-def test_uniq_key_take_reserves_consecutive_ids() -> None:
+def test_uniq_key_take_column_reserves_consecutive_ids() -> None:
     gen = UniqKeyGenerator()
-    ids = gen.take(5)
+    ids = gen.take_column(5).to_list()
     after = gen.next()
-    seq = [int(i[20:], 16) for i in [*ids, after]]
+    seq = [int(i[20:], 16) for i in [*ids, after] if i is not None]
     assert seq == list(range(seq[0], seq[0] + 6))
-    assert gen.take(0) == []
+    assert ids[0] is not None and ids[0][:20] == after[:20]
+    assert len(gen.take_column(0)) == 0
 
 
 def test_uniq_key_unique_across_threads() -> None:
@@ -415,7 +416,9 @@ def test_uniq_key_unique_across_threads() -> None:
         barrier.wait()
         while len(out) < per_thread:
             if len(out) % 3 == 0:
-                out.extend(gen.take(min(97, per_thread - len(out))))
+                out.extend(
+                    k for k in gen.take_column(min(97, per_thread - len(out))).to_list() if k is not None
+                )
             else:
                 out.append(gen.next())
 

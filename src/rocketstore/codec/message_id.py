@@ -75,7 +75,7 @@ def _ms_since_month_start() -> int:
 
 
 class UniqKeyGenerator:
-    """Makes UNIQ_KEY values. Thread-safe; ``take(n)`` reserves n consecutive ids at once."""
+    """Makes UNIQ_KEY values. Thread-safe; ``take_column(n)`` reserves n consecutive ids at once."""
 
     def __init__(self) -> None:
         prefix = _local_ipv4() + struct.pack(">H", os.getpid() & 0xFFFF) + secrets.token_bytes(4)
@@ -89,13 +89,8 @@ class UniqKeyGenerator:
             value = next(self._counter)
         return f"{self._prefix}{value & 0xFFFFFFFFFFFF:012X}"
 
-    def take(self, n: int) -> list[str]:
-        first = self._reserve(n)
-        prefix = self._prefix
-        return [f"{prefix}{(first + i) & 0xFFFFFFFFFFFF:012X}" for i in range(n)]
-
     def take_column(self, n: int) -> TextColumn:
-        """``take(n)`` as one buffer of n 32-character ids, written by a compiled loop."""
+        """n consecutive ids reserved at once, as one buffer written by a compiled loop."""
         first = self._reserve(n)
         return TextColumn(
             _uniq_keys(self._prefix_u8, first, n).tobytes(), np.arange(0, 32 * (n + 1), 32, dtype=np.int64)
