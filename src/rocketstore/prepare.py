@@ -180,13 +180,19 @@ class MessageEncoder:
         self._tags_texts: dict[str | None, str] = {}  # tags value -> its validated TAGS entry
 
     # --- batches -------------------------------------------------------------------------
-    def prepare_batch(self, msgs: Sequence[Message]) -> PreparedBatch | None:
+    def prepare_batch(
+        self, msgs: Sequence[Message], queue_ids: Sequence[int] | None = None
+    ) -> PreparedBatch | None:
         """The columnar form of a batch of messages born here, without delay or transaction; None
-        when the batch is small or has any other message (use ``prepare_many`` then)."""
+        when the batch is small or has any other message (use ``prepare_many`` then).
+        ``queue_ids``, when given, are the queues the messages go to (the store's picks for
+        those that named none)."""
         n = len(msgs)
         if n < MIN_COLUMNAR_BATCH or set(map(type, msgs)) != {Message}:
             return None
         columns = list(zip(*map(_MESSAGE_FIELDS, msgs)))
+        if queue_ids is not None:
+            columns[5] = tuple(queue_ids)
         delays, sys_flags, born_hosts = columns[9:]
         if any(delays) or any(sys_flags) or born_hosts.count(None) != n:
             return None

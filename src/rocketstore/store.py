@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 from itertools import repeat
 from types import TracebackType
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -367,9 +368,16 @@ class MessageStore:
         self._check_open()
         if not msgs:
             return []
-        msgs = self._place(msgs)
-        batch = self._encoder.prepare_batch(msgs)
-        prepared = [] if batch is not None else self._encoder.prepare_many(msgs)
+        queue_ids = self._place(msgs)
+        batch = self._encoder.prepare_batch(msgs, queue_ids)
+        prepared = []
+        if batch is None:
+            if queue_ids is not None:
+                msgs = [
+                    m if m.queue_id == q else dataclasses.replace(m, queue_id=q)
+                    for m, q in zip(msgs, queue_ids)
+                ]
+            prepared = self._encoder.prepare_many(msgs)
         refused = self._refusal()
         if refused is not None:
             return [PutMessageResult(refused) for _ in msgs]
@@ -545,9 +553,10 @@ class MessageStore:
             )
         return qids
 
-    def _place(self, msgs: Sequence[Message]) -> Sequence[Message]:
-        """Queue ids for messages without one; topic configs for topics first written to. Work
-        per topic of the batch, and per message only for messages that name no queue."""
+    def _place(self, msgs: Sequence[Message]) -> list[int] | None:
+        """Topic configs for topics first written to, and the queue of every message when some
+        name none (None when all do). Work per topic of the batch, and per message only for
+        messages that name no queue; round-robin picks are taken per topic in one step."""
         topics = self._topics
         try:
             batch_topics = {m.topic for m in msgs}
@@ -565,15 +574,23 @@ class MessageStore:
                 raise InvalidMessageError(
                     f"topic {topic!r} is not writable (perm {topics.perm(topic)})", _ILLEGAL
                 )
-        if all(m.queue_id is not None for m in msgs):
-            return msgs
-        placed = list(msgs)
+        queue_ids = [m.queue_id for m in msgs]
+        if None not in queue_ids:
+            return None
+        round_robin: dict[str, list[int]] = {}  # topic -> the messages it picks queues for, in order
         for i, m in enumerate(msgs):
             if m.queue_id is None:
                 props = m.properties
                 key = props.get(PROPERTY_SHARDING_KEY) if props else None
-                placed[i] = dataclasses.replace(m, queue_id=topics.select_queue(validate_topic(m.topic), key))
-        return placed
+                topic = validate_topic(m.topic)
+                if key:
+                    queue_ids[i] = topics.select_queue(topic, key)
+                else:
+                    round_robin.setdefault(topic, []).append(i)
+        for topic, members in round_robin.items():
+            for i, q in zip(members, topics.select_queues(topic, len(members)).tolist()):
+                queue_ids[i] = q
+        return cast("list[int]", queue_ids)
 
     def _refusal(self) -> PutStatus | None:
         """Why the store takes no put now (logged), or None."""
