@@ -1084,3 +1084,19 @@ def test_argument_shapes_that_are_easy_to_get_wrong(tmp_path: Path) -> None:
         assert r.ok and r.queue_ids.tolist() == [2, 2]
         with pytest.raises(InvalidMessageError, match="not valid text"):
             store.put_message(Message("T", b"x", tags="a\ud800"))
+
+
+def test_born_timestamps_one_per_message(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s") as store:
+        borns = np.array([1_600_000_000_000 + i for i in range(20)], dtype=np.int64)
+        r = store.put_batch("Born", [b"x"] * 20, queue_ids=0, born_timestamp=borns)
+        assert r.ok
+        drain(store)
+        got = [store.look_message_by_offset(int(p)) for p in r.physical_offsets]
+        assert [m.born_timestamp for m in got if m is not None] == borns.tolist()
+        before = store.max_phy_offset()
+        with pytest.raises(InvalidMessageError, match="born_timestamp"):
+            store.put_batch("Born", [b"x"] * 3, born_timestamp=[1, 2])
+        with pytest.raises(InvalidMessageError, match="born_timestamp"):
+            store.put_batch("Born", [b"x"] * 2, born_timestamp=[1.5, 2.5])  # type: ignore[list-item]
+        assert store.max_phy_offset() == before

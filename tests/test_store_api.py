@@ -917,7 +917,7 @@ def test_segment_rolls_single_puts(tmp_path: Path) -> None:
 def test_segment_rolls_batch_puts(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         results = []
-        expected = []
+        expected: list[bytes] = []
         for b in range(25):
             batch = [Message(topic="SegB", body=bytes([b, j]) * (400 + 13 * j)) for j in range(10)]
             expected.extend(m.body for m in batch)

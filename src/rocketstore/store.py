@@ -427,7 +427,7 @@ class MessageStore:
         tags: str | Sequence[str | None] | None = None,
         keys: Sequence[str | None] | None = None,
         flag: int = 0,
-        born_timestamp: int | None = None,
+        born_timestamp: int | Sequence[int] | npt.NDArray[np.integer] | None = None,
     ) -> PutBatchResult:
         """Store messages of one topic given as columns, all or none (the fast path for bulk
         writes: no Message object per message, and a columnar result).
@@ -436,8 +436,8 @@ class MessageStore:
         or None for the topic's round robin. ``tags``: one value for all, or one per message
         (None: no tags). ``keys``: one KEYS text per message (None: no keys; several keys are
         separated by single spaces, as the property stores them). ``flag`` and
-        ``born_timestamp`` (default: now) apply to every message; the store host is the born
-        host. Delays and transactions go through ``put_messages``.
+        ``born_timestamp`` (default: now; or one per message) apply to every message; the store
+        host is the born host. Delays and transactions go through ``put_messages``.
 
         The records are byte for byte those ``put_messages`` writes for the same messages.
         Raises InvalidMessageError naming the first bad message; nothing is stored then.
@@ -468,16 +468,13 @@ class MessageStore:
             key_column = TextColumn.from_texts(keys) if keys is not None else TextColumn.empty(n)
         except (TypeError, UnicodeEncodeError) as exc:
             raise InvalidMessageError(f"keys must be strings: {exc}", _ILLEGAL) from None
-        if type(flag) is not int or type(born_timestamp) not in (int, type(None)):
-            raise InvalidMessageError("flag and born_timestamp must be ints", _ILLEGAL)
-        born = self._clock.now_ms() if born_timestamp is None else born_timestamp
+        if type(flag) is not int:
+            raise InvalidMessageError(f"flag must be an int, not {flag!r}", _ILLEGAL)
         try:
             flags = np.full(n, flag, dtype=np.int64)
-            borns = np.full(n, born, dtype=np.int64)
         except OverflowError:
-            raise InvalidMessageError(
-                f"flag {flag} or born_timestamp {born} is out of range", _ILLEGAL
-            ) from None
+            raise InvalidMessageError(f"flag {flag} is out of range", _ILLEGAL) from None
+        borns = self._born_timestamps(born_timestamp, n)
         empty = np.full(n, -1, dtype=np.int64)
         batch = self._encoder.prepare_columns(
             MessageColumns(topic, bodies, qids, tag_values, tag_ids, key_column, flags, borns)
@@ -515,6 +512,26 @@ class MessageStore:
             self._commitlog.id_prefix,
             batch.uniq_keys,
         )
+
+    def _born_timestamps(
+        self, born_timestamp: int | Sequence[int] | npt.NDArray[np.integer] | None, n: int
+    ) -> npt.NDArray[np.int64]:
+        """put_batch's born time per message: now, one int for all, or one per message."""
+        if born_timestamp is None:
+            return np.full(n, self._clock.now_ms(), dtype=np.int64)
+        try:
+            if isinstance(born_timestamp, (int, np.integer)) and not isinstance(born_timestamp, bool):
+                return np.full(n, born_timestamp, dtype=np.int64)
+            borns = np.asarray(born_timestamp)
+        except OverflowError:
+            raise InvalidMessageError(
+                f"born_timestamp {born_timestamp!r} is out of range", _ILLEGAL
+            ) from None
+        if borns.shape != (n,) or borns.dtype.kind not in "iu":
+            raise InvalidMessageError(f"born_timestamp must be one int or {n} ints, one per body", _ILLEGAL)
+        if borns.dtype == np.uint64 and int(borns.max()) > np.iinfo(np.int64).max:
+            raise InvalidMessageError("born_timestamp is out of range", _ILLEGAL)
+        return borns.astype(np.int64)
 
     def _batch_queue_ids(
         self, topic: str, n: int, queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None

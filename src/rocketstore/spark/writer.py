@@ -7,6 +7,10 @@ flushes and dispatches what it wrote. Records are appended whole: a task that fa
 appending (disk full, I/O error) leaves whole records, never a torn one, and says how many
 rows went in.
 
+Rows with no properties and no delay (born times and queue ids given for all rows or none) go
+through ``MessageStore.put_batch``, one topic at a time, with no Message object per row; others
+are turned into Messages for ``put_messages``. Both store the same records.
+
 Columns: ``topic`` and ``body`` (binary or string) are required; ``keys`` (array of strings,
 or one string of space-separated keys), ``tags``, ``properties`` (map of strings),
 ``queue_id`` (null: the store picks), ``delay_level`` and ``born_timestamp`` are optional.
@@ -21,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -34,7 +40,7 @@ from rocketstore.storage.paths import StoreLayout
 from rocketstore.store import MessageStore
 from rocketstore.store_lock import StoreLock
 
-__all__ = ["WRITABLE_COLUMNS", "append_batches", "check_writable", "messages_from_table"]
+__all__ = ["WRITABLE_COLUMNS", "append_batches", "check_rows", "check_writable", "messages_from_table"]
 
 REQUIRED = ("topic", "body")
 WRITABLE_COLUMNS = (*REQUIRED, "keys", "tags", "properties", "queue_id", "delay_level", "born_timestamp")
@@ -64,10 +70,43 @@ def check_writable(path: str, columns: Sequence[str]) -> list[str]:
 
 
 def messages_from_table(table: pa.Table, config: StoreConfig) -> list[Message]:
-    """One Message per row, checked the way the store checks a put (topic, body size, queue id,
-    delay level, property names), so a bad row stops the task before it writes anything. The
-    checks run per column; only building the Message is per row. Raises ValueError naming the
+    """One Message per row, checked by ``check_rows`` first. Raises ValueError naming the
     first bad row."""
+    check_rows(table, config)
+    n = table.num_rows
+    none = [None] * n
+    props = table.column("properties").to_pylist() if "properties" in table.column_names else none
+    bodies = _bodies(table)
+    keys = [_keys(v) for v in table.column("keys").to_pylist()] if "keys" in table.column_names else none
+    born = (
+        [_millis(v) for v in table.column("born_timestamp").to_pylist()]
+        if "born_timestamp" in table.column_names
+        else none
+    )
+
+    def column(name: str) -> list[Any]:
+        return table.column(name).to_pylist() if name in table.column_names else none
+
+    delays = [d or 0 for d in column("delay_level")]
+    return [
+        Message(t, b, tg, k or (), dict(p) if p else None, q, 0, d, None, bt)
+        for t, b, tg, k, p, q, d, bt in zip(
+            table.column("topic").to_pylist(),
+            bodies,
+            column("tags"),
+            keys,
+            props,
+            column("queue_id"),
+            delays,
+            born,
+        )
+    ]
+
+
+def check_rows(table: pa.Table, config: StoreConfig) -> None:
+    """Check every row the way the store checks a put (topic, body size, queue id, delay level,
+    property names), so a bad row stops the task before it writes anything. The checks run per
+    column. Raises ValueError naming the first bad row."""
     n = table.num_rows
     for name in REQUIRED:
         nulls = table.column(name).is_null()
@@ -97,24 +136,34 @@ def messages_from_table(table: pa.Table, config: StoreConfig) -> list[Message]:
                 _fail(row, str(exc))
             if name in RESERVED_PROPERTIES:
                 _fail(row, f"property {name!r} is set by the store; use the column instead")
-    bodies = [v.encode("utf-8") if isinstance(v, str) else v for v in body.to_pylist()]
-    keys = [_keys(v) for v in table.column("keys").to_pylist()] if "keys" in table.column_names else none
-    born = (
-        [_millis(v) for v in table.column("born_timestamp").to_pylist()]
-        if "born_timestamp" in table.column_names
-        else none
-    )
+    if "keys" in table.column_names:
+        for row, value in enumerate(table.column("keys").to_pylist()):
+            for key in value if isinstance(value, list) else ():
+                if key and (" " in key or "\x01" in key or "\x02" in key):
+                    _fail(row, f"key {key!r}: keys in an array hold no spaces, \\x01 or \\x02")
+            if isinstance(value, str) and ("\x01" in value or "\x02" in value):
+                _fail(row, f"keys {value!r} hold \\x01 or \\x02")
 
-    def column(name: str) -> list[Any]:
-        return table.column(name).to_pylist() if name in table.column_names else none
 
-    delays = [d or 0 for d in column("delay_level")]
-    return [
-        Message(t, b, tg, k or (), dict(p) if p else None, q, 0, d, None, bt)
-        for t, b, tg, k, p, q, d, bt in zip(
-            topics.to_pylist(), bodies, column("tags"), keys, props, column("queue_id"), delays, born
-        )
-    ]
+def _bodies(table: pa.Table) -> list[bytes]:
+    return [v.encode("utf-8") if isinstance(v, str) else v for v in table.column("body").to_pylist()]
+
+
+def _columnar(table: pa.Table) -> bool:
+    """Whether every row can go through ``MessageStore.put_batch``: no properties, no delay, and
+    born times and queue ids given for every row or for none."""
+    names = table.column_names
+    if (
+        "properties" in names
+        and pc.any(pc.greater(pc.list_value_length(table.column("properties")), 0)).as_py()
+    ):
+        return False
+    if "delay_level" in names and pc.any(pc.greater(table.column("delay_level"), 0)).as_py():
+        return False
+    for name in ("born_timestamp", "queue_id"):
+        if name in names and 0 < table.column(name).null_count < table.num_rows:
+            return False
+    return True
 
 
 def _first(mask: pa.ChunkedArray) -> int:
@@ -181,8 +230,17 @@ def append_batches(
         return 0, -1, -1
     # rows are checked against the configured limits; the store's own geometry is read later
     base = StoreConfig.from_file(config_file) if config_file else StoreConfig()
-    messages = messages_from_table(pa.Table.from_batches(batches), base)
+    table = pa.Table.from_batches(batches)
     del batches
+    if _columnar(table):
+        check_rows(table, base)
+        store = _open(path, base, lock_timeout)
+        try:
+            return _put_columns(store, table, path)
+        finally:
+            store.close()
+    messages = messages_from_table(table, base)
+    del table
     # one topic per put lets the store encode the whole batch in one compiled pass; a stable
     # sort keeps each topic's rows (and so each queue's) in the order they came
     order = sorted(range(len(messages)), key=lambda i: messages[i].topic)
@@ -208,3 +266,57 @@ def append_batches(
     finally:
         store.close()
     return written, first, end
+
+
+def _put_columns(store: MessageStore, table: pa.Table, path: str) -> tuple[int, int, int]:
+    """``append_batches`` through ``put_batch``: one topic at a time (rows in their order), no
+    Message object per row."""
+    names = table.column_names
+    topics = table.column("topic")
+    bodies = _bodies(table)
+    none: list[Any] = [None] * table.num_rows
+    tags = table.column("tags").to_pylist() if "tags" in names else none
+    keys = [_keys_text(v) for v in table.column("keys").to_pylist()] if "keys" in names else none
+    queue_ids = _int_column(table, "queue_id")
+    born = (
+        np.array([_millis(v) for v in table.column("born_timestamp").to_pylist()], dtype=np.int64)
+        if "born_timestamp" in names and table.column("born_timestamp").null_count == 0
+        else None
+    )
+    written = 0
+    first = end = -1
+    for topic in pc.unique(topics).to_pylist():
+        rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
+        for k in range(0, len(rows), _CHUNK):
+            chunk = rows[k : k + _CHUNK]
+            at = chunk.tolist()
+            r = store.put_batch(
+                topic,
+                [bodies[i] for i in at],
+                queue_ids=queue_ids[chunk] if queue_ids is not None else None,
+                tags=[tags[i] for i in at],
+                keys=[keys[i] for i in at],
+                born_timestamp=born[chunk] if born is not None else None,
+            )
+            if not r.ok:
+                raise RocketStoreError(
+                    f"row {int(chunk[0])} was not appended to {path}: {r.status.name} "
+                    f"({written} rows of this task were appended before it)"
+                )
+            if first < 0:
+                first = int(r.physical_offsets[0])
+            end = int(r.physical_offsets[-1] + r.sizes[-1])
+            written += len(r)
+    return written, first, end
+
+
+def _int_column(table: pa.Table, name: str) -> npt.NDArray[np.int64] | None:
+    if name not in table.column_names or table.column(name).null_count:
+        return None
+    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _keys_text(value: str | list[str] | None) -> str | None:
+    """A row's keys as the KEYS property holds them (``_keys``, joined by spaces)."""
+    keys = _keys(value)
+    return " ".join(keys) if keys else None
