@@ -1126,3 +1126,18 @@ def test_get_message_pages_across_segments_match_the_records(tmp_path: Path) -> 
         assert [m.tags for m in got] == [f"t{i % 3}" for i in range(300)]
         for m in got:
             assert store.look_message_by_offset(m.physical_offset).body == m.body  # type: ignore[union-attr]
+
+
+def test_a_batch_of_irregular_messages_naming_no_queue_goes_round_robin(tmp_path: Path) -> None:
+    """Messages the columnar encoder does not take (here: user properties) and that name no
+    queue still get the topic's round-robin queues."""
+    with open_store(tmp_path) as store:
+        results = store.put_messages(
+            [Message("Spread", bytes([i]), queue_id=None, properties={"a": "b"}) for i in range(20)]
+        )
+        assert all(r.ok for r in results)
+        queues = StoreConfig().default_topic_queue_nums
+        assert [r.queue_id for r in results] == [i % queues for i in range(20)]
+        drain(store)
+        got = store.look_message_by_offset(results[5].physical_offset)
+        assert got is not None and got.queue_id == 5 % queues and got.properties["a"] == "b"

@@ -17,6 +17,7 @@ keys with spaces, and properties that cannot be read back.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import struct
 from collections.abc import Callable, Sequence
@@ -199,7 +200,7 @@ class MessageEncoder:
         plain = self._prepare_plain(msgs, columns)
         if plain is not None:
             return plain
-        prepared = self.prepare_many(msgs)
+        prepared = self.prepare_many(msgs, queue_ids)
         lengths = np.fromiter((len(p.record) for p in prepared), dtype=np.int64, count=n)
         starts = np.zeros(n, dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
@@ -388,8 +389,15 @@ class MessageEncoder:
             self._plain_timestamp_position,
         )
 
-    def prepare_many(self, msgs: Sequence[Message]) -> list[PreparedMessage]:
-        """Every message prepared, or an InvalidMessageError for the first bad one (nothing kept)."""
+    def prepare_many(
+        self, msgs: Sequence[Message], queue_ids: Sequence[int] | None = None
+    ) -> list[PreparedMessage]:
+        """Every message prepared, or an InvalidMessageError for the first bad one (nothing kept).
+        ``queue_ids`` as for ``prepare_batch``."""
+        if queue_ids is not None:
+            msgs = [
+                m if m.queue_id == q else dataclasses.replace(m, queue_id=q) for m, q in zip(msgs, queue_ids)
+            ]
         out = []
         for i, m in enumerate(msgs):
             try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -370,14 +369,7 @@ class MessageStore:
             return []
         queue_ids = self._place(msgs)
         batch = self._encoder.prepare_batch(msgs, queue_ids)
-        prepared = []
-        if batch is None:
-            if queue_ids is not None:
-                msgs = [
-                    m if m.queue_id == q else dataclasses.replace(m, queue_id=q)
-                    for m, q in zip(msgs, queue_ids)
-                ]
-            prepared = self._encoder.prepare_many(msgs)
+        prepared = [] if batch is not None else self._encoder.prepare_many(msgs, queue_ids)
         refused = self._refusal()
         if refused is not None:
             return [PutMessageResult(refused) for _ in msgs]
@@ -446,18 +438,7 @@ class MessageStore:
         n = len(bodies)
         validate_topic(topic)
         if n == 0:
-            nothing = np.zeros(0, dtype=np.int64)
-            return PutBatchResult(
-                _PUT_OK,
-                topic,
-                nothing,
-                nothing,
-                nothing,
-                nothing,
-                0,
-                self._commitlog.id_prefix,
-                TextColumn.empty(0),
-            )
+            return self._unstored(_PUT_OK, topic, np.zeros(0, dtype=np.int64), TextColumn.empty(0))
         if isinstance(keys, str):
             raise InvalidMessageError("keys must be a sequence with one entry per body, not a str", _ILLEGAL)
         if keys is not None and len(keys) != n:
@@ -474,31 +455,22 @@ class MessageStore:
             flags = np.full(n, flag, dtype=np.int64)
         except OverflowError:
             raise InvalidMessageError(f"flag {flag} is out of range", _ILLEGAL) from None
-        borns = self._born_timestamps(born_timestamp, n)
-        empty = np.full(n, -1, dtype=np.int64)
+        borns = (
+            np.full(n, self._clock.now_ms(), dtype=np.int64)
+            if born_timestamp is None
+            else _int_column("born_timestamp", born_timestamp, n)
+        )
         batch = self._encoder.prepare_columns(
             MessageColumns(topic, bodies, qids, tag_values, tag_ids, key_column, flags, borns)
         )
         refused = self._refusal()
         if refused is not None:
-            return PutBatchResult(
-                refused, topic, qids, empty, empty, empty, 0, self._commitlog.id_prefix, batch.uniq_keys
-            )
+            return self._unstored(refused, topic, qids, batch.uniq_keys)
         try:
             phys, queue_offsets, now = self._commitlog.append_batch(batch)
         except OSError as exc:
             log.error("put failed, could not create or write a commitlog segment: %s", exc)
-            return PutBatchResult(
-                PutStatus.CREATE_MAPPED_FILE_FAILED,
-                topic,
-                qids,
-                empty,
-                empty,
-                empty,
-                0,
-                self._commitlog.id_prefix,
-                batch.uniq_keys,
-            )
+            return self._unstored(PutStatus.CREATE_MAPPED_FILE_FAILED, topic, qids, batch.uniq_keys)
         self._stats.count_put(n, int(batch.lengths.sum()))
         status = self._make_durable(int(phys[-1] + batch.lengths[-1])) if self._durability_work else _PUT_OK
         return PutBatchResult(
@@ -513,62 +485,43 @@ class MessageStore:
             batch.uniq_keys,
         )
 
-    def _born_timestamps(
-        self, born_timestamp: int | Sequence[int] | npt.NDArray[np.integer] | None, n: int
-    ) -> npt.NDArray[np.int64]:
-        """put_batch's born time per message: now, one int for all, or one per message."""
-        if born_timestamp is None:
-            return np.full(n, self._clock.now_ms(), dtype=np.int64)
-        try:
-            if isinstance(born_timestamp, (int, np.integer)) and not isinstance(born_timestamp, bool):
-                return np.full(n, born_timestamp, dtype=np.int64)
-            borns = np.asarray(born_timestamp)
-        except OverflowError:
-            raise InvalidMessageError(
-                f"born_timestamp {born_timestamp!r} is out of range", _ILLEGAL
-            ) from None
-        if borns.shape != (n,) or borns.dtype.kind not in "iu":
-            raise InvalidMessageError(f"born_timestamp must be one int or {n} ints, one per body", _ILLEGAL)
-        if borns.dtype == np.uint64 and int(borns.max()) > np.iinfo(np.int64).max:
-            raise InvalidMessageError("born_timestamp is out of range", _ILLEGAL)
-        return borns.astype(np.int64)
+    def _unstored(
+        self, status: PutStatus, topic: str, queue_ids: npt.NDArray[np.int64], uniq_keys: TextColumn
+    ) -> PutBatchResult:
+        """A put_batch result for messages not stored: every offset -1."""
+        none = np.full(len(queue_ids), -1, dtype=np.int64)
+        return PutBatchResult(
+            status, topic, queue_ids, none, none, none, 0, self._commitlog.id_prefix, uniq_keys
+        )
 
     def _batch_queue_ids(
         self, topic: str, n: int, queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None
     ) -> npt.NDArray[np.int64]:
         """put_batch's queue per message; the topic created (or its queues widened) as for a put."""
-        topics = self._topics
         if queue_ids is None:
-            if not topics.writable(topic):
-                raise InvalidMessageError(
-                    f"topic {topic!r} is not writable (perm {topics.perm(topic)})", _ILLEGAL
-                )
-            return topics.select_queues(topic, n) if not self.readonly else np.zeros(n, dtype=np.int64)
-        try:
-            if isinstance(queue_ids, (int, np.integer)) and not isinstance(queue_ids, bool):
-                qids = np.full(n, queue_ids, dtype=np.int64)
-            else:
-                qids = np.asarray(queue_ids)
-                if qids.shape != (n,) or (n and qids.dtype.kind not in "iu"):
-                    raise InvalidMessageError(
-                        f"queue_ids must be one int or {n} ints, one per body", _ILLEGAL
-                    )
-                qids = qids.astype(np.int64)
-        except OverflowError:
-            raise InvalidMessageError(f"queue_ids {queue_ids!r} out of range", _ILLEGAL) from None
+            self._open_topic(topic, None)
+            return self._topics.select_queues(topic, n) if not self.readonly else np.zeros(n, dtype=np.int64)
+        qids = _int_column("queue_ids", queue_ids, n)
         if n and (qids.min() < 0 or qids.max() > MAX_QUEUE_ID):
             i = int(np.argmax((qids < 0) | (qids > MAX_QUEUE_ID)))
             raise InvalidMessageError(
                 f"message {i} of the batch: queue_id must be an int in 0..{MAX_QUEUE_ID}, not {qids[i]}",
                 _ILLEGAL,
             )
-        if n and topic not in topics and not self.readonly:
-            topics.create(topic, max(self.config.default_topic_queue_nums, int(qids.max()) + 1))
+        self._open_topic(topic, int(qids.max()))
+        return qids
+
+    def _open_topic(self, topic: str, highest_queue: int | None) -> None:
+        """A topic a put writes to: created when new and the put names queues (with at least
+        ``highest_queue + 1`` of them; a put naming none creates it in ``select_queue(s)``), and
+        refused unless writable."""
+        topics = self._topics
+        if highest_queue is not None and topic not in topics and not self.readonly:
+            topics.create(validate_topic(topic), max(self.config.default_topic_queue_nums, highest_queue + 1))
         if not topics.writable(topic):
             raise InvalidMessageError(
                 f"topic {topic!r} is not writable (perm {topics.perm(topic)})", _ILLEGAL
             )
-        return qids
 
     def _place(self, msgs: Sequence[Message]) -> list[int] | None:
         """Topic configs for topics first written to, and the queue of every message when some
@@ -582,15 +535,11 @@ class MessageStore:
                 validate_topic(m.topic)
             raise
         for topic in batch_topics:
-            if topic not in topics and not self.readonly and isinstance(topic, str):
+            highest = None
+            if topic not in topics and isinstance(topic, str):
                 named = [m.queue_id for m in msgs if m.topic == topic and type(m.queue_id) is int]
-                if named:  # (messages naming no queue create it in select_queue)
-                    count = max(self.config.default_topic_queue_nums, max(named) + 1)
-                    topics.create(validate_topic(topic), count)
-            if not topics.writable(topic):
-                raise InvalidMessageError(
-                    f"topic {topic!r} is not writable (perm {topics.perm(topic)})", _ILLEGAL
-                )
+                highest = max(named, default=None)
+            self._open_topic(topic, highest)
         queue_ids = [m.queue_id for m in msgs]
         if None not in queue_ids:
             return None
@@ -1113,6 +1062,23 @@ class MessageStore:
 
     def __repr__(self) -> str:
         return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"
+
+
+def _int_column(
+    name: str, value: int | Sequence[int] | npt.NDArray[np.integer], n: int
+) -> npt.NDArray[np.int64]:
+    """One int for all n messages, or one int each, as int64; anything else is refused, by ``name``."""
+    try:
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return np.full(n, value, dtype=np.int64)
+        column = np.asarray(value)
+    except OverflowError:
+        raise InvalidMessageError(f"{name} {value!r} is out of range", _ILLEGAL) from None
+    if column.shape != (n,) or column.dtype.kind not in "iu":
+        raise InvalidMessageError(f"{name} must be one int or {n} ints, one per body", _ILLEGAL)
+    if column.dtype == np.uint64 and int(column.max()) > np.iinfo(np.int64).max:
+        raise InvalidMessageError(f"{name} is out of range", _ILLEGAL)
+    return column.astype(np.int64)
 
 
 def _parse_tags(tags: str | Iterable[str] | None) -> tuple[frozenset[int], frozenset[str]] | None:
