@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from types import TracebackType
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -57,6 +58,19 @@ def _queue_ranks(
         rank[i] = counts[queues[i]]
         counts[queues[i]] += 1
     return rank, counts
+
+
+class _SegmentRun(NamedTuple):
+    """Consume-queue entries that fall in one segment, and what ``gather_records`` read of them."""
+
+    buf: memoryview  # the segment's view
+    positions: npt.NDArray[np.int64]  # of the records in the segment
+    born: npt.NDArray[np.int64]
+    stored: npt.NDArray[np.int64]
+    body_at: npt.NDArray[np.int64]
+    body_len: npt.NDArray[np.int64]
+    readable: int  # how many, from the first, are whole records of the right size
+    in_segment: int  # how many of the entries lie in the segment
 
 
 def _every_record(offsets: npt.NDArray[np.int64], _: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
@@ -271,12 +285,8 @@ class CommitLog:
                 table = self.topic_queue_table
                 qo = table.get(key, 0)
                 table[key] = qo + 1
-            if isinstance(record, bytearray):  # patched before the copy: one write to the segment
-                patch_positions(record, 0, p.timestamp_position, qo, phys, now)
-                mf.write_at(pos, record)
-            else:
-                mf.write_at(pos, record)
-                patch_positions(mf.write_target, pos, p.timestamp_position, qo, phys, now)
+            patch_positions(record, 0, p.timestamp_position, qo, phys, now)  # then one copy
+            mf.write_at(pos, record)
             mf.wrote_position = pos + length
             mf.last_store_timestamp = now
             code = now + p.delay_ms if p.delay_ms else p.tags_code
@@ -381,24 +391,16 @@ class CommitLog:
         """``message_at`` for consecutive consume-queue entries (log order) of one segment, with
         every record checked and its body found by one compiled pass: the readable ones from the
         first on (a reader calls ``message_at`` for the rest, to learn why they are not)."""
-        if not len(physical_offsets):
+        run = self._readable_run(physical_offsets, sizes)
+        if run is None:
             return []
-        mf = self.files.find(int(physical_offsets[0]))
-        if mf is None:
-            return []
-        buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
-        if not mf.available:
-            return []
-        end = int(np.searchsorted(physical_offsets, mf.from_offset + mf.size, side="left"))
-        local = physical_offsets[:end] - mf.from_offset
-        _, _, body_at, body_len, ok = gather_records(buf, local, sizes[:end], mf.read_position)
-        delays = self.config.delay_levels_ms
+        ok, delays = run.readable, self.config.delay_levels_ms
         return [
-            MessageExt(buf, pos, code, delay_levels_ms=delays, body_span=span)
+            MessageExt(run.buf, pos, code, delay_levels_ms=delays, body_span=span)
             for pos, code, span in zip(
-                local[:ok].tolist(),
+                run.positions[:ok].tolist(),
                 tags_codes[:ok].tolist(),
-                zip(body_at[:ok].tolist(), body_len[:ok].tolist()),
+                zip(run.body_at[:ok].tolist(), run.body_len[:ok].tolist()),
             )
         ]
 
@@ -416,20 +418,15 @@ class CommitLog:
         pieces: list[tuple[memoryview, int, int]] = []  # (segment view, first, last) of each run
         done = 0
         while done < n:
-            mf = self.files.find(int(physical_offsets[done]))
-            if mf is None:
+            run = self._readable_run(physical_offsets[done:], sizes[done:])
+            if run is None:
                 break
-            buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
-            if not mf.available:
-                break
-            end = int(np.searchsorted(physical_offsets, mf.from_offset + mf.size, side="left"))
-            local = physical_offsets[done:end] - mf.from_offset
-            b, s, at, ln, ok = gather_records(buf, local, sizes[done:end], mf.read_position)
-            born[done : done + ok], stored[done : done + ok] = b[:ok], s[:ok]
-            body_at[done : done + ok], body_len[done : done + ok] = at[:ok], ln[:ok]
-            pieces.append((buf, done, done + ok))
+            ok = run.readable
+            born[done : done + ok], stored[done : done + ok] = run.born[:ok], run.stored[:ok]
+            body_at[done : done + ok], body_len[done : done + ok] = run.body_at[:ok], run.body_len[:ok]
+            pieces.append((run.buf, done, done + ok))
             done += ok
-            if ok < end - (done - ok):
+            if ok < run.in_segment:
                 break
         offsets = np.zeros(done + 1, dtype=np.int64)
         if with_bodies:
@@ -439,6 +436,23 @@ class CommitLog:
             for buf, first, last in pieces:
                 copy_bodies(buf, body_at[first:last], body_len[first:last], bodies, int(offsets[first]))
         return done, born[:done], stored[:done], bodies, offsets
+
+    def _readable_run(
+        self, physical_offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]
+    ) -> _SegmentRun | None:
+        """The records of the segment holding the first of ``physical_offsets`` (a run in log
+        order), checked by ``gather_records``; None when that segment is gone or going."""
+        if not len(physical_offsets):
+            return None
+        mf = self.files.find(int(physical_offsets[0]))
+        if mf is None:
+            return None
+        buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
+        if not mf.available:
+            return None
+        end = int(np.searchsorted(physical_offsets, mf.from_offset + mf.size, side="left"))
+        local = physical_offsets[:end] - mf.from_offset
+        return _SegmentRun(buf, local, *gather_records(buf, local, sizes[:end], mf.read_position), end)
 
     def store_timestamp_at(self, offset: int) -> int:
         """Store time of the record at ``offset`` (-1 if unreadable)."""

@@ -105,7 +105,7 @@ def validate_topic(topic: object, *, allow_system: bool = False) -> str:
 class PreparedMessage:
     """A message encoded and ready to append; ``record`` lacks only the three lock-time fields."""
 
-    record: bytes | bytearray
+    record: bytearray
     topic: str
     queue_id: int
     sys_flag: int

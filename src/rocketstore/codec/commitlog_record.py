@@ -170,8 +170,9 @@ def encode_message(
     reconsume_times: int = 0,
     prepared_transaction_offset: int = 0,
     crc: int | None = None,
-) -> bytes:
-    """A complete 4.x MESSAGE record. ``sys_flag`` must already carry the host v6 bits.
+) -> bytearray:
+    """A complete 4.x MESSAGE record (a bytearray, like ``RecordTemplate.encode``'s, so an append
+    can patch its positions in before copying it). ``sys_flag`` must already carry the host v6 bits.
 
     Callers validate lengths first (topic <= 127 bytes, properties <= 32767 bytes); a value
     that does not fit its field raises ``struct.error`` here rather than writing garbage.
@@ -199,7 +200,7 @@ def encode_message(
     )
     if len(topic) > 127:
         raise struct.error("topic longer than 127 bytes")
-    return b"".join((head, body, bytes((len(topic),)), topic, _I16.pack(len(properties)), properties))
+    return bytearray().join((head, body, bytes((len(topic),)), topic, _I16.pack(len(properties)), properties))
 
 
 class RecordTemplate:
