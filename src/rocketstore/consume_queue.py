@@ -195,14 +195,13 @@ class ConsumeQueue:
         if not requests:
             return
         first, last = requests[0], requests[-1]
-        if (
-            first.queue_offset == self.max_offset
-            and last.queue_offset == first.queue_offset + len(requests) - 1
-            and first.physical_offset + first.size > self.max_physical_offset
+        # the usual run continues the queue exactly: every entry is written, encoded in one pass
+        if last.queue_offset == first.queue_offset + len(requests) - 1 and self._put_encoded(
+            first.queue_offset,
+            memoryview(b"".join([encode_entry(r.physical_offset, r.size, r.tags_code) for r in requests])),
+            first.physical_offset + first.size,
+            last.physical_offset + last.size,
         ):
-            # the usual run: it continues the queue exactly, so every entry is written
-            self._write(b"".join([encode_entry(r[0], r[1], r[5]) for r in requests]))
-            self.max_physical_offset = last.physical_offset + last.size
             return
         run: list[bytes] = []
         expected = self.max_offset
