@@ -90,6 +90,8 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec import index_layout
+from rocketstore.codec.big_endian import read_i32 as _be32
+from rocketstore.codec.big_endian import read_i64 as _be64
 from rocketstore.codec.checkpoint import CHECKPOINT_FILE_SIZE
 from rocketstore.codec.commitlog_record import (
     MESSAGE_MAGIC_V1,
@@ -100,8 +102,6 @@ from rocketstore.codec.commitlog_record import (
 from rocketstore.codec.commitlog_scan import find_record_start as _find_record_start
 from rocketstore.codec.commitlog_scan import message_starts, scan_extent
 from rocketstore.codec.commitlog_scan import property_span as _property
-from rocketstore.codec.commitlog_scan import read_i32 as _be32
-from rocketstore.codec.commitlog_scan import read_i64 as _be64
 from rocketstore.codec.commitlog_scan import record_layout as _layout
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
 from rocketstore.codec.consume_queue_entry import ENTRY_DTYPE as CQ_ENTRY_DTYPE

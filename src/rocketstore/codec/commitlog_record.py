@@ -47,6 +47,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.big_endian import put_int
 from rocketstore.codec.crc import CRC_TABLES, crc32
 from rocketstore.errors import CorruptDataError
 
@@ -287,12 +288,6 @@ def encode_batch(
     )
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put_int(out: npt.NDArray[np.uint8], pos: int, value: int, width: int) -> None:
-    for k in range(width):
-        out[pos + k] = (value >> (8 * (width - 1 - k))) & 0xFF
-
-
 # Lets the GIL go: the dispatcher works through earlier batches on the other core meanwhile
 # (measured, put + dispatch: batches of 4096 1.09-1.25 M msgs/s holding it, 1.29-1.47 M letting
 # it go; batches of 256 about 480 K / 520 K). The batch path's other kernels are a few
@@ -329,26 +324,26 @@ def _encode_records(
         p = starts[i]
         blen = body_lengths[i]
         plen = props_lengths[i]
-        _put_int(out, p, lengths[i], 4)
-        _put_int(out, p + 4, MESSAGE_MAGIC_V1, 4)
-        _put_int(out, p + 8, crc32(bodies, body_at, blen, tables) & 0x7FFFFFFF, 4)
-        _put_int(out, p + 12, queue_ids[i], 4)
-        _put_int(out, p + 16, flags[i], 4)
+        put_int(out, p, lengths[i], 4)
+        put_int(out, p + 4, MESSAGE_MAGIC_V1, 4)
+        put_int(out, p + 8, crc32(bodies, body_at, blen, tables) & 0x7FFFFFFF, 4)
+        put_int(out, p + 12, queue_ids[i], 4)
+        put_int(out, p + 16, flags[i], 4)
         # QUEUEOFFSET, PHYSICALOFFSET (p + 20 .. 36): zero until the append lock patches them
-        _put_int(out, p + 36, sys_flag, 4)
-        _put_int(out, p + 40, born[i], 8)
+        put_int(out, p + 36, sys_flag, 4)
+        put_int(out, p + 40, born[i], 8)
         q = p + 48
         # (slice copies: numba turns them into memcpy, three times faster than a byte loop)
         out[q : q + h] = host  # BORNHOST, then STORETIMESTAMP (patched under the lock), STOREHOST
         out[q + h + 8 : q + 2 * h + 8] = host
         q += 2 * h + 8 + 4 + 8  # RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET: 0
-        _put_int(out, q, blen, 4)
+        put_int(out, q, blen, 4)
         q += 4
         out[q : q + blen] = bodies[body_at : body_at + blen]
         q += blen
         out[q : q + t] = tail  # TOPICLENGTH, TOPIC
         q += t
-        _put_int(out, q, plen, 2)
+        put_int(out, q, plen, 2)
         q += 2
         out[q : q + plen] = props[props_at : props_at + plen]
         body_at += blen
@@ -402,9 +397,9 @@ def _patch_positions(
 ) -> None:
     for i in range(len(starts)):
         p = starts[i]
-        _put_int(blob, p + queue_offset_position, queue_offsets[i], 8)
-        _put_int(blob, p + queue_offset_position + 8, physical_offsets[i], 8)
-        _put_int(blob, p + timestamp_position, store_timestamp, 8)
+        put_int(blob, p + queue_offset_position, queue_offsets[i], 8)
+        put_int(blob, p + queue_offset_position + 8, physical_offsets[i], 8)
+        put_int(blob, p + timestamp_position, store_timestamp, 8)
 
 
 def body_span(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:

@@ -17,6 +17,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.big_endian import read_i32, read_i64
 from rocketstore.codec.commitlog_record import (
     BLANK_MAGIC,
     MESSAGE_MAGIC_V1,
@@ -38,8 +39,6 @@ __all__ = [
     "message_starts",
     "property_span",
     "range_starts",
-    "read_i32",
-    "read_i64",
     "record_fields",
     "record_layout",
     "scan_extent",
@@ -59,12 +58,6 @@ _STOP_END_OF_DATA: Final = 0
 _STOP_BLANK: Final = 1
 _STOP_CORRUPT: Final = 2
 _STOPS: Final[tuple[ScanStop, ...]] = ("end_of_data", "blank", "corrupt")
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def read_i32(u8: npt.NDArray[np.uint8], pos: int) -> int:
-    v = (np.int64(u8[pos]) << 24) | (np.int64(u8[pos + 1]) << 16) | (np.int64(u8[pos + 2]) << 8) | u8[pos + 3]
-    return int(v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -221,11 +214,6 @@ def _store_timestamps(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) 
 
 
 # --- field readers for checks over many records (verify) -------------------------------------
-@numba.njit(cache=True, nogil=True, inline="always")
-def read_i64(u8: npt.NDArray[np.uint8], pos: int) -> int:
-    return int((np.int64(read_i32(u8, pos)) << 32) | (np.int64(read_i32(u8, pos + 4)) & 0xFFFFFFFF))
-
-
 @numba.njit(cache=True, nogil=True)
 def find_record_start(u8: npt.NDArray[np.uint8], start: int, limit: int, seg_start: int) -> int:
     """The first position from ``start`` that looks like a MESSAGE record of this segment (its magic,

@@ -30,6 +30,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.big_endian import put_int, read_i32
+
 __all__ = [
     "ENTRY",
     "ENTRY_DTYPE",
@@ -145,9 +147,7 @@ def put_keys(
     for j in range(len(key_hashes)):
         h = key_hashes[j]
         slot_at = HEADER_SIZE + (h % hash_slots) * SLOT_SIZE
-        prev = _get_int(buf, slot_at, 4)
-        if prev >= 1 << 31:
-            prev -= 1 << 32
+        prev = read_i32(buf, slot_at)
         if prev <= 0 or prev > index_count:
             prev = 0
             new_slots += 1
@@ -156,24 +156,10 @@ def put_keys(
         if begin > 0:
             diff = min(max((store_timestamps[j] - begin) // 1000, 0), 0x7FFFFFFF)
         at = entries + index_count * ENTRY_SIZE
-        _set_int(buf, at, h, 4)
-        _set_int(buf, at + 4, phy_offsets[j], 8)
-        _set_int(buf, at + 12, diff, 4)
-        _set_int(buf, at + 16, prev, 4)
-        _set_int(buf, slot_at, index_count, 4)
+        put_int(buf, at, h, 4)
+        put_int(buf, at + 4, phy_offsets[j], 8)
+        put_int(buf, at + 12, diff, 4)
+        put_int(buf, at + 16, prev, 4)
+        put_int(buf, slot_at, index_count, 4)
         index_count += 1
     return index_count, new_slots
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _get_int(buf: npt.NDArray[np.uint8], pos: int, width: int) -> int:
-    value = 0
-    for k in range(width):
-        value = (value << 8) | np.int64(buf[pos + k])
-    return value
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _set_int(buf: npt.NDArray[np.uint8], pos: int, value: int, width: int) -> None:
-    for k in range(width):
-        buf[pos + k] = (value >> (8 * (width - 1 - k))) & 0xFF

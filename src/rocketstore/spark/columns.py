@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from rocketstore.codec.big_endian import read_i64
 from rocketstore.codec.commitlog_record import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from rocketstore.codec.commitlog_scan import Buffer, record_fields
 from rocketstore.codec.host import format_host
@@ -269,10 +270,7 @@ def _ipv4_host_keys(u8: npt.NDArray[np.uint8], at: I64) -> I64:
     """Address and port of each IPv4 host as one integer (the 8 bytes, big-endian)."""
     out = np.empty(len(at), dtype=np.int64)
     for i in range(len(at)):
-        v = np.int64(0)
-        for k in range(8):
-            v = (v << 8) | u8[at[i] + k]
-        out[i] = v
+        out[i] = read_i64(u8, at[i])
     return out
 
 
