@@ -19,9 +19,8 @@ or one string of space-separated keys), ``tags``, ``properties`` (map of strings
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -234,45 +233,59 @@ def append_batches(
     del batches
     if _columnar(table):
         check_rows(table, base)
-        store = _open(path, base, lock_timeout)
-        try:
-            return _put_columns(store, table, path)
-        finally:
-            store.close()
-    messages = messages_from_table(table, base)
-    del table
-    # one topic per put lets the store encode the whole batch in one compiled pass; a stable
-    # sort keeps each topic's rows (and so each queue's) in the order they came
-    order = sorted(range(len(messages)), key=lambda i: messages[i].topic)
-    runs = [list(g) for _, g in itertools.groupby(order, key=lambda i: messages[i].topic)]
+        put = _column_putter(table)
+    else:
+        put = _message_putter(messages_from_table(table, base))
+    topics = table.column("topic")
+    # one topic per put lets the store encode the whole batch in one compiled pass; each
+    # topic's rows (and so each queue's) keep the order they came in
+    runs = [
+        (topic, np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False)).tolist())
+        for topic in pc.unique(topics).to_pylist()
+    ]
+    del table, topics
     written = 0
     first = end = -1
     store = _open(path, base, lock_timeout)
     try:
-        for run in runs:
+        for topic, run in runs:
             for k in range(0, len(run), _CHUNK):
                 rows = run[k : k + _CHUNK]
-                results = store.put_messages([messages[i] for i in rows])
-                failed = next((j for j, r in enumerate(results) if not r.ok), None)
+                start, stop, failed = put(store, topic, rows)
                 if failed is not None:
+                    at, status = failed
                     raise RocketStoreError(
-                        f"row {rows[failed]} was not appended to {path}: {results[failed].status.name} "
-                        f"({written + failed} rows of this task were appended before it)"
+                        f"row {rows[at]} was not appended to {path}: {status} "
+                        f"({written + at} rows of this task were appended before it)"
                     )
                 if first < 0:
-                    first = results[0].physical_offset
-                end = results[-1].physical_offset + results[-1].wrote_bytes
-                written += len(results)
+                    first = start
+                end = stop
+                written += len(rows)
     finally:
         store.close()
     return written, first, end
 
 
-def _put_columns(store: MessageStore, table: pa.Table, path: str) -> tuple[int, int, int]:
-    """``append_batches`` through ``put_batch``: one topic at a time (rows in their order), no
-    Message object per row."""
+# Appends the given rows of one topic: (first physical offset, end physical offset, and for a
+# put that was refused, the place of the first row not appended among them and the status).
+_Putter = Callable[[MessageStore, str, list[int]], tuple[int, int, tuple[int, str] | None]]
+
+
+def _message_putter(messages: list[Message]) -> _Putter:
+    def put(store: MessageStore, topic: str, rows: list[int]) -> tuple[int, int, tuple[int, str] | None]:
+        results = store.put_messages([messages[i] for i in rows])
+        failed = next((j for j, r in enumerate(results) if not r.ok), None)
+        if failed is not None:
+            return -1, -1, (failed, results[failed].status.name)
+        return results[0].physical_offset, results[-1].physical_offset + results[-1].wrote_bytes, None
+
+    return put
+
+
+def _column_putter(table: pa.Table) -> _Putter:
+    """Rows through ``put_batch``, with no Message object per row."""
     names = table.column_names
-    topics = table.column("topic")
     bodies = _bodies(table)
     none: list[Any] = [None] * table.num_rows
     tags = table.column("tags").to_pylist() if "tags" in names else none
@@ -283,31 +296,21 @@ def _put_columns(store: MessageStore, table: pa.Table, path: str) -> tuple[int, 
         if "born_timestamp" in names and table.column("born_timestamp").null_count == 0
         else None
     )
-    written = 0
-    first = end = -1
-    for topic in pc.unique(topics).to_pylist():
-        rows = np.flatnonzero(pc.equal(topics, topic).to_numpy(zero_copy_only=False))
-        for k in range(0, len(rows), _CHUNK):
-            chunk = rows[k : k + _CHUNK]
-            at = chunk.tolist()
-            r = store.put_batch(
-                topic,
-                [bodies[i] for i in at],
-                queue_ids=queue_ids[chunk] if queue_ids is not None else None,
-                tags=[tags[i] for i in at],
-                keys=[keys[i] for i in at],
-                born_timestamp=born[chunk] if born is not None else None,
-            )
-            if not r.ok:
-                raise RocketStoreError(
-                    f"row {int(chunk[0])} was not appended to {path}: {r.status.name} "
-                    f"({written} rows of this task were appended before it)"
-                )
-            if first < 0:
-                first = int(r.physical_offsets[0])
-            end = int(r.physical_offsets[-1] + r.sizes[-1])
-            written += len(r)
-    return written, first, end
+
+    def put(store: MessageStore, topic: str, rows: list[int]) -> tuple[int, int, tuple[int, str] | None]:
+        r = store.put_batch(
+            topic,
+            [bodies[i] for i in rows],
+            queue_ids=queue_ids[rows] if queue_ids is not None else None,
+            tags=[tags[i] for i in rows],
+            keys=[keys[i] for i in rows],
+            born_timestamp=born[rows] if born is not None else None,
+        )
+        if not r.ok:
+            return -1, -1, (0, r.status.name)  # a batch is stored whole or not at all
+        return int(r.physical_offsets[0]), int(r.physical_offsets[-1] + r.sizes[-1]), None
+
+    return put
 
 
 def _int_column(table: pa.Table, name: str) -> npt.NDArray[np.int64] | None:
