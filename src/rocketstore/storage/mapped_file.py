@@ -132,10 +132,16 @@ class MappedFile:
         FileChannel.write does: copying into pages of the mapping that were never touched
         costs a page fault each (measured 4x the time of pwrite, which lets the GIL go too).
         The mapping reads the same page cache, and ``sync`` covers both."""
-        if self.keep_fd and len(data) >= OS_PAGE_SIZE and self.write_buffer is None:
+        if self.write_buffer is None:
+            self._to_file(pos, data)
+        else:
+            self.write_buffer[pos : pos + len(data)] = data
+
+    def _to_file(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        if self.keep_fd and len(data) >= OS_PAGE_SIZE:
             self._pwrite(pos, data)
         else:
-            self.write_target[pos : pos + len(data)] = data
+            self.mm[pos : pos + len(data)] = data
 
     def _pwrite(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data).cast("B")
@@ -168,10 +174,7 @@ class MappedFile:
             return self.wrote_position
         wrote, start = self.wrote_position, self._committed
         if wrote > start:
-            if self.keep_fd:
-                self._pwrite(start, memoryview(buffer)[start:wrote])
-            else:
-                self.mm[start:wrote] = memoryview(buffer)[start:wrote]
+            self._to_file(start, memoryview(buffer)[start:wrote])
             self._committed = wrote
         if wrote >= self.size:
             self.write_target = self.mm
