@@ -101,7 +101,6 @@ from rocketstore.codec.commitlog_record import (
 )
 from rocketstore.codec.commitlog_scan import find_record_start as _find_record_start
 from rocketstore.codec.commitlog_scan import message_starts, scan_extent
-from rocketstore.codec.commitlog_scan import property_span as _property
 from rocketstore.codec.commitlog_scan import record_layout as _layout
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
 from rocketstore.codec.consume_queue_entry import ENTRY_DTYPE as CQ_ENTRY_DTYPE
@@ -110,6 +109,7 @@ from rocketstore.codec.java_hash import index_key_hash, tags_code
 from rocketstore.codec.java_hash import java_hash_utf8 as _hash_utf8
 from rocketstore.codec.java_hash import signed32 as _signed32
 from rocketstore.codec.properties import decode_properties
+from rocketstore.codec.properties import property_span as _property
 from rocketstore.config import StoreConfig
 from rocketstore.geometry import survey_geometry
 from rocketstore.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SCHEDULE_TOPIC

@@ -37,7 +37,6 @@ __all__ = [
     "find_record_start",
     "gather_records",
     "message_starts",
-    "property_span",
     "range_starts",
     "record_fields",
     "record_layout",
@@ -248,35 +247,6 @@ def record_layout(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int, int, i
     props_at = t + topic_len
     props_len = (np.int64(u8[props_at]) << 8) | u8[props_at + 1]
     return t, int(topic_len), props_at + 2, int(props_len), store_ts
-
-
-@numba.njit(cache=True, nogil=True)
-def property_span(
-    u8: npt.NDArray[np.uint8], start: int, end: int, name: npt.NDArray[np.uint8]
-) -> tuple[int, int]:
-    """[start, end) of the value of property ``name`` (its last entry), or (-1, -1): the split of
-    ``decode_properties`` on bytes (entries split on 0x02, name and value on the first 0x01, empty
-    names and values skipped). 0x01 and 0x02 never occur inside a UTF-8 sequence, so splitting
-    the bytes splits the decoded text the same way."""
-    found_start, found_end = -1, -1
-    p = start
-    while p < end:
-        e = p
-        while e < end and u8[e] != 2:
-            e += 1
-        k = p
-        while k < e and u8[k] != 1:
-            k += 1
-        if p < k < e - 1 and k - p == len(name):
-            same = True
-            for j in range(len(name)):
-                if u8[p + j] != name[j]:
-                    same = False
-                    break
-            if same:
-                found_start, found_end = k + 1, e
-        p = e + 1
-    return found_start, found_end
 
 
 # --- columnar reads: many records' fields and bodies without a Python object per record -------

@@ -23,6 +23,7 @@ __all__ = [
     "decode_properties",
     "encode_plain_properties",
     "encode_properties",
+    "property_span",
     "property_spans",
     "validate_property",
 ]
@@ -73,6 +74,43 @@ class PropertySpans:
     wanted: npt.NDArray[np.int64]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _entry(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[int, int]:
+    """The entry starting at ``p``: (where its first 0x01 is, or its end; where it ends, at the
+    next 0x02 or ``end``). It holds a property when ``p < sep < stop - 1``: a name and a value."""
+    stop = p
+    while stop < end and u8[stop] != 2:
+        stop += 1
+    sep = p
+    while sep < stop and u8[sep] != 1:
+        sep += 1
+    return sep, stop
+
+
+@numba.njit(cache=True, nogil=True)
+def property_span(
+    u8: npt.NDArray[np.uint8], start: int, end: int, name: npt.NDArray[np.uint8]
+) -> tuple[int, int]:
+    """[start, end) of the value of property ``name`` (its last entry), or (-1, -1): the split of
+    ``decode_properties`` on bytes (entries split on 0x02, name and value on the first 0x01, empty
+    names and values skipped). 0x01 and 0x02 never occur inside a UTF-8 sequence, so splitting
+    the bytes splits the decoded text the same way."""
+    found_start, found_end = -1, -1
+    p = start
+    while p < end:
+        sep, stop = _entry(u8, p, end)
+        if p < sep < stop - 1 and sep - p == len(name):
+            same = True
+            for j in range(len(name)):
+                if u8[p + j] != name[j]:
+                    same = False
+                    break
+            if same:
+                found_start, found_end = sep + 1, stop
+        p = stop + 1
+    return found_start, found_end
+
+
 @numba.njit(cache=True, nogil=True)
 def _same(u8: npt.NDArray[np.uint8], a: int, b: int, n: int) -> bool:
     for j in range(n):  # noqa: SIM110 (numba compiles the loop, not a generator)
@@ -114,12 +152,7 @@ def _property_spans(
         p = at[i]
         end = p + length[i]
         while p < end:
-            stop = p
-            while stop < end and u8[stop] != 2:
-                stop += 1
-            sep = p
-            while sep < stop and u8[sep] != 1:
-                sep += 1
+            sep, stop = _entry(u8, p, end)
             if p < sep < stop - 1:  # a separator, a name and a value: dict semantics (last wins)
                 klen = sep - p
                 slot = e
