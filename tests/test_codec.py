@@ -35,9 +35,8 @@ from rocketstore.codec.properties import (
 )
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.errors import CorruptDataError
-from tests.conftest import missing_fixture
+from tests.conftest import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "rocketmq-4.9.8"
 SAMPLE_COMMITLOG = FIXTURES / "store-sample" / "commitlog"
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -1294,15 +1293,11 @@ def test_checkpoint_short_buffer_raises() -> None:
 
 def test_checkpoint_fixture() -> None:
     path = FIXTURES / "store-sample" / "checkpoint"
-    if not path.exists():
-        missing_fixture(f"RocketMQ fixture {path} is not present")
     raw = path.read_bytes()
     cp = cp_codec.decode_checkpoint(raw)
     assert len(raw) == 4096
     assert cp_codec.encode_checkpoint(cp) == raw
     listing = FIXTURES / "store-sample.expected.jsonl"
-    if not listing.exists():
-        missing_fixture(f"{listing} is not present")
     rows = [
         json.loads(line)
         for line in listing.read_text(encoding="utf-8").splitlines()
@@ -1321,8 +1316,6 @@ def test_checkpoint_fixture() -> None:
 
 def fixture_segment(name: str) -> bytes:
     path = SAMPLE_COMMITLOG / name
-    if not path.exists():
-        missing_fixture(f"RocketMQ 4.9.8 fixture {path} is not present (expected next to the repository)")
     return path.read_bytes()
 
 
@@ -1402,8 +1395,6 @@ def test_fixture_reencodes_byte_for_byte(name: str) -> None:
 
 def test_fixture_matches_rocketmq_listing() -> None:
     listing = FIXTURES / "store-sample.expected.jsonl"
-    if not listing.exists() or not SAMPLE_COMMITLOG.is_dir():
-        missing_fixture(f"RocketMQ 4.9.8 fixture {listing} is not present")
     rows = [json.loads(line) for line in listing.read_text(encoding="utf-8").splitlines() if line.strip()]
     clrecs = [r for r in rows if r["kind"] == "clrec"]
     scan_ends = {r["file"]: r for r in rows if r["kind"] == "scan_end"}

@@ -8,7 +8,7 @@ import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig, StoreConfigError
 from rocketstore.geometry import detect_geometry, survey_geometry
-from tests.conftest import FIXTURE_CONFIG, FIXTURES, missing_fixture
+from tests.conftest import FIXTURE_CONFIG, FIXTURES
 
 CFG = StoreConfig(
     commitlog_segment_size=8192, consume_queue_entries=30, index_hash_slots=32, index_max_entries=96
@@ -33,8 +33,6 @@ def geometry(cfg: StoreConfig) -> tuple[int, int, int, int]:
 
 @pytest.mark.parametrize("name", ["store-sample", "store-sample-crash"])
 def test_rocketmq_fixtures(name: str) -> None:
-    if not (FIXTURES / name).is_dir():
-        missing_fixture(f"{FIXTURES / name} is not present")
     assert geometry(detect_geometry(FIXTURES / name)) == geometry(FIXTURE_CONFIG)
 
 

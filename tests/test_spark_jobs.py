@@ -20,7 +20,7 @@ from rocketstore.cli import main
 from rocketstore.spark import jobs
 from rocketstore.spark.columns import COLUMNS
 from rocketstore.verify import verify_store
-from tests.conftest import FIXTURES, copy_fixture, missing_fixture
+from tests.conftest import FIXTURES, copy_fixture
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,8 +40,6 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def sample() -> str:
-    if not SAMPLE.is_dir():
-        missing_fixture(f"RocketMQ fixture {SAMPLE} is not present")
     return str(SAMPLE)
 
 

@@ -29,7 +29,7 @@ from rocketstore.errors import StoreLockedError
 from rocketstore.spark import maintenance
 from rocketstore.storage.paths import StoreLayout
 from rocketstore.verify import MAX_DAMAGE_PER_FILE, VerifyReport, verify_store
-from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, fixture_clock, missing_fixture
+from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, fixture_clock
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,8 +69,6 @@ def records_of(segment: Path) -> list[int]:
 @pytest.mark.parametrize("name", ["store-sample", "store-sample-crash"])
 def test_verify_on_spark_equals_verify_store_on_the_rocketmq_fixtures(spark: SparkSession, name: str) -> None:
     root = FIXTURES / name
-    if not root.is_dir():
-        missing_fixture(f"RocketMQ fixture {root} is not present")
     report = maintenance.verify(spark, str(root))
     assert report.clean and report.records > 0
     same_report(report, verify_store(root))
