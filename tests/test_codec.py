@@ -11,7 +11,6 @@ import struct
 import threading
 import zlib
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
