@@ -17,15 +17,18 @@ PUBLIC = {
     "MessageBatch",
     "MessageExt",
     "MessageStore",
+    "NotAStoreError",
     "PutBatchResult",
     "PutMessageResult",
     "PutStatus",
     "ReclaimReport",
     "RocketStoreError",
+    "StoreAccessError",
     "StoreClosedError",
     "StoreConfig",
     "StoreConfigError",
     "StoreLockedError",
+    "StorePathError",
     "SystemClock",
     "TopicConfig",
 }
@@ -45,5 +48,8 @@ def test_every_error_derives_from_one_base() -> None:
         "StoreClosedError",
         "StoreConfigError",
         "StoreLockedError",
+        "StorePathError",
+        "NotAStoreError",
+        "StoreAccessError",
     ):
         assert issubclass(getattr(rocketstore, name), rocketstore.RocketStoreError)

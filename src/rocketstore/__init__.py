@@ -8,10 +8,13 @@ from rocketstore.errors import (
     CorruptDataError,
     DataLossError,
     InvalidMessageError,
+    NotAStoreError,
     RocketStoreError,
+    StoreAccessError,
     StoreClosedError,
     StoreConfigError,
     StoreLockedError,
+    StorePathError,
 )
 from rocketstore.message import Message, MessageExt
 from rocketstore.results import (
@@ -37,15 +40,18 @@ __all__ = [
     "MessageBatch",
     "MessageExt",
     "MessageStore",
+    "NotAStoreError",
     "PutBatchResult",
     "PutMessageResult",
     "PutStatus",
     "ReclaimReport",
     "RocketStoreError",
+    "StoreAccessError",
     "StoreClosedError",
     "StoreConfig",
     "StoreConfigError",
     "StoreLockedError",
+    "StorePathError",
     "SystemClock",
     "TopicConfig",
 ]

@@ -4,6 +4,13 @@
 
     RocketStoreError                 base of everything below
     ├── StoreConfigError             a setting is invalid, or does not match the files on disk
+    ├── StorePathError               a store path holds the wrong kind of thing (a FIFO, directory,
+    │   │                            device or link where a file belongs, a file where a directory
+    │   │                            belongs); carries the path, what belongs there and what is there
+    │   └── NotAStoreError           no store at that path: nothing there, or a directory holding none
+    │                                of a store's files (also a FileNotFoundError)
+    ├── StoreAccessError             the system refuses access to a store path (permissions, a
+    │                                read-only file system); carries the path (also a PermissionError)
     ├── StoreLockedError             another process (or another open in this one) holds the store
     ├── StoreClosedError             the store was used after close()
     ├── InvalidMessageError          a message that must not be stored; carries the PutStatus
@@ -17,6 +24,7 @@ Bad input is rejected before anything is written. Corrupt files are reported wit
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,10 +34,13 @@ __all__ = [
     "CorruptDataError",
     "DataLossError",
     "InvalidMessageError",
+    "NotAStoreError",
     "RocketStoreError",
+    "StoreAccessError",
     "StoreClosedError",
     "StoreConfigError",
     "StoreLockedError",
+    "StorePathError",
 ]
 
 
@@ -39,6 +50,43 @@ class RocketStoreError(Exception):
 
 class StoreConfigError(RocketStoreError, ValueError):
     """A configuration value is invalid, or the store's files were written with another geometry."""
+
+
+class StorePathError(RocketStoreError):
+    """A path of the store holds something other than what belongs there.
+
+    ``expected`` says what belongs at ``path`` ("a regular file", "a directory"), ``found`` what
+    is there ("a FIFO", "a symbolic link" ...). Raised when a store is opened or a file is
+    loaded, before anything is read from or written to the path.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], expected: str, found: str) -> None:
+        self.path = os.fspath(path)
+        self.expected = expected
+        self.found = found
+        super().__init__(f"{self.path}: expected {expected}, found {found}")
+
+
+class NotAStoreError(StorePathError, FileNotFoundError):
+    """No store at the path: nothing is there, or a directory with none of a store's files.
+
+    Also a ``FileNotFoundError``, as the missing directory of a read-only open always was.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], found: str) -> None:
+        self.path = os.fspath(path)
+        self.expected = "a store directory"
+        self.found = found
+        RocketStoreError.__init__(self, f"{self.path} is not a store directory: {found}")
+
+
+class StoreAccessError(RocketStoreError, PermissionError):
+    """The system refuses an access the store needs: permissions, or a read-only file system."""
+
+    def __init__(self, path: str | os.PathLike[str], access: str, reason: str) -> None:
+        self.path = os.fspath(path)
+        self.access = access
+        super().__init__(f"{self.path}: cannot {access}: {reason}")
 
 
 class StoreLockedError(RocketStoreError):
