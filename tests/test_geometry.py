@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore import Message, MessageStore, StoreConfig, StoreConfigError
+from rocketstore import Message, MessageStore, NotAStoreError, StoreConfig, StoreConfigError
 from rocketstore.geometry import detect_geometry, survey_geometry
 from tests.conftest import FIXTURE_CONFIG, FIXTURES
 
@@ -54,8 +54,8 @@ def test_disagreeing_files_are_refused_but_surveyed(tmp_path: Path) -> None:
 
 
 def test_not_a_store(tmp_path: Path) -> None:
-    with pytest.raises(StoreConfigError, match="no store directory"):
+    with pytest.raises(NotAStoreError, match="missing is not a store directory: nothing is there"):
         survey_geometry(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(StoreConfigError, match="not a store directory"):
+    with pytest.raises(NotAStoreError, match="empty is not a store directory: it has no commitlog"):
         survey_geometry(tmp_path / "empty")

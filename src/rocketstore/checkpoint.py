@@ -12,7 +12,7 @@ from rocketstore.codec.checkpoint import (
     encode_checkpoint,
 )
 from rocketstore.errors import CorruptDataError
-from rocketstore.storage.paths import atomic_write
+from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write, read_store_file
 
 __all__ = ["StoreCheckpoint"]
 
@@ -24,13 +24,14 @@ class StoreCheckpoint:
     leaves either the previous or the new checkpoint. Thread-safe.
     """
 
-    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+    def __init__(self, path: Path, *, readonly: bool = False, mode: int = DEFAULT_FILE_MODE) -> None:
         self.path = path
         self.readonly = readonly
+        self.mode = mode
         self._lock = threading.Lock()
         self.value = Checkpoint()
-        if path.exists():
-            data = path.read_bytes()
+        data = read_store_file(path)
+        if data is not None:
             if len(data) != CHECKPOINT_FILE_SIZE:
                 raise CorruptDataError(
                     f"checkpoint is {len(data)} bytes, expected {CHECKPOINT_FILE_SIZE}", path=str(path)
@@ -53,7 +54,7 @@ class StoreCheckpoint:
         if self.readonly:
             return
         with self._lock:
-            atomic_write(self.path, encode_checkpoint(self.value))
+            atomic_write(self.path, encode_checkpoint(self.value), self.mode)
 
     def min_timestamp(self, *, include_index: bool) -> int:
         """RocketMQ's getMinTimestamp(Index): the earliest of the timestamps, less 3 s of margin."""

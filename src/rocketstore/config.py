@@ -86,6 +86,11 @@ class StoreConfig:
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     store_host: str = "127.0.0.1:10911"
     generate_uniq_key: bool = True
+    # --- files --------------------------------------------------------------------------------
+    # permission bits of the files and directories the store creates (less the process umask);
+    # in a config file, octal: file_mode = 0o640 (TOML) or fileMode=0640 (.properties)
+    file_mode: int = 0o600
+    dir_mode: int = 0o700
     # derived, not settable
     delay_levels_ms: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
@@ -125,6 +130,16 @@ class StoreConfig:
             "flush_consumer_offset_interval",
         ):
             _require(getattr(self, name) > 0, f"{name} must be positive (milliseconds)")
+        _require(
+            0 <= self.file_mode <= 0o777 and self.file_mode & 0o600 == 0o600,
+            f"file_mode must be permission bits including owner read and write (0o600), "
+            f"not {self.file_mode:#o}",
+        )
+        _require(
+            0 <= self.dir_mode <= 0o777 and self.dir_mode & 0o700 == 0o700,
+            f"dir_mode must be permission bits including owner read, write and search (0o700), "
+            f"not {self.dir_mode:#o}",
+        )
         _require(self.default_query_max_num >= 1, "default_query_max_num must be at least 1")
         _require(1 <= self.default_topic_queue_nums <= 1024, "default_topic_queue_nums must be in 1..1024")
         _require(
@@ -142,7 +157,7 @@ class StoreConfig:
         object.__setattr__(self, "delay_levels_ms", _parse_delay_levels(self.message_delay_level))
         for hour in self.delete_when.split(";"):
             _require(
-                hour.strip().isdigit() and 0 <= int(hour) <= 23,
+                hour.strip().isascii() and hour.strip().isdigit() and 0 <= int(hour) <= 23,
                 f"delete_when must be ';'-separated hours 0-23, not {self.delete_when!r}",
             )
 
@@ -185,10 +200,14 @@ class StoreConfig:
     def from_file(cls, path: str | Path) -> StoreConfig:
         """Load a ``.toml`` file, or a Java ``.properties`` file (``key=value`` lines)."""
         p = Path(path)
+        if p.exists() and not p.is_file():  # a FIFO would block the read
+            raise StoreConfigError(f"config file {str(p)!r} is not a regular file")
         try:
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise StoreConfigError(f"cannot read config file {str(p)!r}: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise StoreConfigError(f"config file {str(p)!r} is not UTF-8 text: {exc.reason}") from None
         if p.suffix == ".toml":
             if sys.version_info >= (3, 11):
                 import tomllib
@@ -237,7 +256,7 @@ def _parse_delay_levels(spec: str) -> tuple[int, ...]:
     levels = []
     for item in spec.split():
         unit = _DELAY_UNITS_MS.get(item[-1:])
-        if unit is None or not item[:-1].isdigit():
+        if unit is None or not (item[:-1].isascii() and item[:-1].isdigit()):
             raise StoreConfigError(f"message_delay_level: bad level {item!r} (want e.g. '1s 5m 2h')")
         levels.append(int(item[:-1]) * unit)
     if not levels:
@@ -252,7 +271,24 @@ def _cq_bytes_to_entries(value: Any) -> int:
     return size // 20
 
 
+def _octal(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower().removeprefix("0o")
+    if not (text.isascii() and text.isdigit()):
+        raise StoreConfigError(f"permission bits must be octal (e.g. 0o640), not {value!r}")
+    try:
+        return int(text, 8)
+    except ValueError:
+        raise StoreConfigError(f"permission bits must be octal (e.g. 0o640), not {value!r}") from None
+
+
 _ROCKETMQ_NAMES: dict[str, tuple[str, Any]] = {
+    # rocketstore's own (RocketMQ has no such settings), octal in either spelling
+    "file_mode": ("file_mode", _octal),
+    "dir_mode": ("dir_mode", _octal),
+    "fileMode": ("file_mode", _octal),
+    "dirMode": ("dir_mode", _octal),
     "mappedFileSizeCommitLog": ("commitlog_segment_size", int),
     "mappedFileSizeConsumeQueue": ("consume_queue_entries", _cq_bytes_to_entries),
     "maxHashSlotNum": ("index_hash_slots", int),

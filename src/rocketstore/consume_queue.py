@@ -20,9 +20,17 @@ from rocketstore.codec.consume_queue_entry import (
     valid_prefix_length,
 )
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
+from rocketstore.errors import StorePathError
 from rocketstore.message import TOPIC_PATTERN
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.mapped_file_queue import MappedFileQueue
+from rocketstore.storage.paths import (
+    DEFAULT_DIR_MODE,
+    DEFAULT_FILE_MODE,
+    list_store_dir,
+    make_store_dir,
+    parse_queue_id,
+)
 
 __all__ = ["ConsumeQueue", "ConsumeQueueSet"]
 
@@ -43,11 +51,20 @@ class ConsumeQueue:
     """
 
     def __init__(
-        self, topic: str, queue_id: int, directory: Path, entries_per_file: int, *, readonly: bool = False
+        self,
+        topic: str,
+        queue_id: int,
+        directory: Path,
+        entries_per_file: int,
+        *,
+        readonly: bool = False,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.files = MappedFileQueue(directory, entries_per_file * CQ_ENTRY_SIZE, readonly=readonly)
+        self.files = MappedFileQueue(
+            directory, entries_per_file * CQ_ENTRY_SIZE, readonly=readonly, file_mode=file_mode
+        )
         self.max_physical_offset = -1  # end (offset + size) of the last entry's record
         self.min_logic_offset = 0  # byte position of the first live entry
 
@@ -335,29 +352,46 @@ class ConsumeQueue:
 class ConsumeQueueSet:
     """Every consume queue of a store, by (topic, queue id); created on first dispatch."""
 
-    def __init__(self, root: Path, entries_per_file: int, *, readonly: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        entries_per_file: int,
+        *,
+        readonly: bool = False,
+        file_mode: int = DEFAULT_FILE_MODE,
+        dir_mode: int = DEFAULT_DIR_MODE,
+    ) -> None:
         self.root = root
         self.entries_per_file = entries_per_file
         self.readonly = readonly
+        self.file_mode = file_mode
+        self.dir_mode = dir_mode
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
 
     def load(self) -> None:
-        """Map every queue directory ``{topic}/{queueId}`` (others are reported and left alone)."""
-        if not self.root.is_dir():
-            return
-        for topic_dir in sorted(self.root.iterdir()):
-            if not topic_dir.is_dir():
+        """Map every queue directory ``{topic}/{queueId}``. Entries not named by a topic or a
+        queue id are logged and left alone; a topic's or queue's name on something that is not a
+        real directory is a StorePathError (dispatch could never write that queue)."""
+        for topic_dir in list_store_dir(self.root):
+            if not TOPIC_PATTERN.fullmatch(topic_dir.name):
+                log.warning("ignoring %s: not named by a topic", topic_dir.path)
                 continue
-            for queue_dir in sorted(topic_dir.iterdir()):
-                if not (queue_dir.is_dir() and queue_dir.name.isdigit()):
-                    log.warning("ignoring %s: not a queue directory", queue_dir)
+            if not topic_dir.is_dir:
+                raise StorePathError(topic_dir.path, "a topic directory", topic_dir.kind)
+            for queue_dir in list_store_dir(topic_dir.path):
+                queue_id = parse_queue_id(queue_dir.name)
+                if queue_id is None:
+                    log.warning("ignoring %s: not named by a queue id", queue_dir.path)
                     continue
+                if not queue_dir.is_dir:
+                    raise StorePathError(queue_dir.path, "a queue directory", queue_dir.kind)
                 cq = ConsumeQueue(
                     topic_dir.name,
-                    int(queue_dir.name),
-                    queue_dir,
+                    queue_id,
+                    queue_dir.path,
                     self.entries_per_file,
                     readonly=self.readonly,
+                    file_mode=self.file_mode,
                 )
                 cq.load()
                 self._queues[(cq.topic, cq.queue_id)] = cq
@@ -383,8 +417,9 @@ class ConsumeQueueSet:
                 self.root / topic / str(queue_id),
                 self.entries_per_file,
                 readonly=self.readonly,
+                file_mode=self.file_mode,
             )
-            cq.files.directory.mkdir(parents=True, exist_ok=True)
+            make_store_dir(cq.files.directory, self.dir_mode)
             self._queues = {**self._queues, (topic, queue_id): cq}
         return cq
 

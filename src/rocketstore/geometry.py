@@ -10,6 +10,7 @@ it: every used slot and every entry's chain link names an entry below the header
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -20,17 +21,20 @@ import numpy as np
 from rocketstore.codec import index_layout as layout
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
 from rocketstore.config import StoreConfig
-from rocketstore.errors import StoreConfigError
-from rocketstore.storage.paths import StoreLayout, is_segment_name
+from rocketstore.errors import StoreConfigError, StorePathError
+from rocketstore.storage.paths import (
+    StoreEntry,
+    StoreLayout,
+    is_index_name,
+    is_segment_name,
+    list_store_dir,
+    open_store_file,
+    parse_queue_id,
+)
 
-__all__ = ["detect_geometry", "index_split", "looks_like_store", "survey_geometry"]
+__all__ = ["detect_geometry", "index_split", "survey_geometry"]
 
 _RATIOS = (4, 1, 2, 8, 16, 3, 5, 10)  # entries per slot to try, the usual one first
-
-
-def looks_like_store(root: Path) -> bool:
-    paths = StoreLayout(root)
-    return paths.commitlog.is_dir() or paths.consume_queue.is_dir() or paths.checkpoint.is_file()
 
 
 def detect_geometry(
@@ -50,38 +54,35 @@ def survey_geometry(
     root: str | os.PathLike[str], base: StoreConfig | None = None, *, with_index: bool = True
 ) -> tuple[StoreConfig, list[str]]:
     """The geometry most of ``root``'s files were written with, and what disagrees with it (for
-    a checker, which reports the disagreements itself). Raises StoreConfigError only when
-    ``root`` is no store directory."""
+    a checker, which reports the disagreements itself). Raises NotAStoreError when ``root`` is
+    no store directory, StorePathError when one of its directories is not a real directory.
+    Only regular files are measured: what else stands where a file belongs is for the reader
+    that opens it to report."""
     paths = StoreLayout(root)
-    if not paths.root.is_dir():
-        raise StoreConfigError(f"no store directory at {str(paths.root)!r}")
-    if not looks_like_store(paths.root):
-        raise StoreConfigError(
-            f"{str(paths.root)!r} is not a store directory (no commitlog, consumequeue or checkpoint)"
-        )
+    paths.require_store()
     problems: list[str] = []
     changes: dict[str, int] = {}
     seg = _most_common_size([paths.commitlog], "commitlog segments", problems)
     if seg is not None:
         changes["commitlog_segment_size"] = seg
-    queue_dirs = [q for topic in _subdirs(paths.consume_queue) for q in _subdirs(topic)]
+    queue_dirs = [
+        q.path
+        for topic in _dir_entries(paths.consume_queue)
+        if topic.is_dir
+        for q in _dir_entries(topic.path)
+        if q.is_dir and parse_queue_id(q.name) is not None
+    ]
     cq = _most_common_size(queue_dirs, "consume-queue files", problems)
     if cq is not None:
         if cq % CQ_ENTRY_SIZE:
             problems.append(f"consume-queue files of {cq} bytes: not a whole number of 20-byte entries")
         else:
             changes["consume_queue_entries"] = cq // CQ_ENTRY_SIZE
-    index_files = (
-        sorted(p for p in paths.index.iterdir() if p.is_file() and p.name.isdigit())
-        if paths.index.is_dir() and with_index
-        else []
-    )
-    index_size = _most_common_size(
-        [paths.index] if with_index else [], "index files", problems, names=str.isdigit
-    )
+    index_sizes = _file_sizes([paths.index] if with_index else [], is_index_name)
+    index_size = _most_common(index_sizes, "index files", problems)
     # the newest file of the usual size whose contents settle the split; a newest file that
     # cannot be split is a problem even when an older one can
-    for k, p in enumerate(reversed([p for p in index_files if p.stat().st_size == index_size])):
+    for k, p in enumerate(reversed([p for p, size in index_sizes if size == index_size])):
         try:
             changes["index_hash_slots"], changes["index_max_entries"] = index_split(p)
             break
@@ -97,22 +98,33 @@ def survey_geometry(
     return cfg, problems
 
 
-def _subdirs(path: Path) -> list[Path]:
-    return sorted(p for p in path.iterdir() if p.is_dir()) if path.is_dir() else []
+def _dir_entries(directory: Path) -> list[StoreEntry]:
+    """The entries of ``directory``; none when it is not a directory (its reader reports that)."""
+    try:
+        return list_store_dir(directory)
+    except StorePathError:
+        return []
 
 
-def _most_common_size(
-    directories: list[Path], what: str, problems: list[str], names: Callable[[str], bool] = is_segment_name
-) -> int | None:
-    """The most common size of the files named like ``names`` in ``directories``; files of other
-    sizes are recorded in ``problems``."""
-    sizes = Counter(
-        p.stat().st_size
-        for d in directories
-        if d.is_dir()
-        for p in d.iterdir()
-        if p.is_file() and names(p.name)
-    )
+def _file_sizes(directories: list[Path], names: Callable[[str], bool]) -> list[tuple[Path, int]]:
+    """(path, size) of the regular files named like ``names`` in ``directories``, by name."""
+    found = []
+    for d in directories:
+        for e in _dir_entries(d):
+            if e.is_file and names(e.name):
+                with contextlib.suppress(FileNotFoundError):  # reclaimed while we looked
+                    found.append((e.path, os.lstat(e.path).st_size))
+    return found
+
+
+def _most_common_size(directories: list[Path], what: str, problems: list[str]) -> int | None:
+    """The most common size of the segments in ``directories``; see ``_most_common``."""
+    return _most_common(_file_sizes(directories, is_segment_name), what, problems)
+
+
+def _most_common(files: list[tuple[Path, int]], what: str, problems: list[str]) -> int | None:
+    """The most common of the sizes; the files of other sizes are recorded in ``problems``."""
+    sizes = Counter(size for _, size in files)
     if len(sizes) > 1:
         problems.append(f"{what} of different sizes: {sorted(sizes)}")
     return sizes.most_common(1)[0][0] if sizes else None
@@ -120,14 +132,14 @@ def _most_common_size(
 
 def index_split(path: Path) -> tuple[int, int]:
     """(hash slots, max entries) of one index file."""
-    size = path.stat().st_size
-    body = size - layout.HEADER_SIZE
-    if body <= 0:
-        raise StoreConfigError(f"index file {path} is {size} bytes: too small for a header")
-    with path.open("rb") as f:
+    with os.fdopen(open_store_file(path), "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        body = size - layout.HEADER_SIZE
+        if body <= 0:
+            raise StoreConfigError(f"index file {path} is {size} bytes: too small for a header")
         header = layout.decode_header(f.read(layout.HEADER_SIZE))
-    # mapped, not read: only the slots and the used entries are touched, not a whole 400 MB file
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=layout.HEADER_SIZE)
+        # mapped, not read: only the slots and the used entries are touched, not a whole 400 MB file
+        data = np.memmap(f, dtype=np.uint8, mode="r", offset=layout.HEADER_SIZE)
     try:
         for ratio in _RATIOS:
             slots, rest = divmod(body, layout.SLOT_SIZE + ratio * layout.ENTRY_SIZE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -15,9 +16,15 @@ from rocketstore.codec import index_layout as layout
 from rocketstore.codec.java_hash import index_key_hash, index_key_hashes
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
-from rocketstore.errors import CorruptDataError
+from rocketstore.errors import CorruptDataError, StorePathError
 from rocketstore.storage.mapped_file import MappedFile
-from rocketstore.storage.paths import index_file_name
+from rocketstore.storage.paths import (
+    DEFAULT_FILE_MODE,
+    REGULAR_FILE,
+    index_file_name,
+    is_index_name,
+    list_store_dir,
+)
 
 __all__ = ["IndexFile", "IndexService"]
 
@@ -48,12 +55,13 @@ class IndexFile:
         readonly: bool = False,
         end_phy_offset: int = 0,
         end_timestamp: int = 0,
+        mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         self.path = path
         self.hash_slots = hash_slots
         self.max_entries = max_entries
         size = layout.file_size(hash_slots, max_entries)
-        self._file = _IndexMapping(path, size, create=create, readonly=readonly)
+        self._file = _IndexMapping(path, size, create=create, readonly=readonly, mode=mode)
         self.buf = self._file.buf
         if create:
             self.header = layout.IndexHeader()
@@ -192,8 +200,8 @@ class IndexFile:
 class _IndexMapping(MappedFile):
     """An index file is a fixed-size mapped file whose name is a time, not an offset."""
 
-    def __init__(self, path: Path, size: int, *, create: bool, readonly: bool) -> None:
-        super().__init__(path, size, create=create, readonly=readonly, named_by_offset=False)
+    def __init__(self, path: Path, size: int, *, create: bool, readonly: bool, mode: int) -> None:
+        super().__init__(path, size, create=create, readonly=readonly, named_by_offset=False, mode=mode)
         self.wrote_position = size
 
     def flush(self) -> int:
@@ -213,9 +221,17 @@ class IndexService:
     """
 
     def __init__(
-        self, directory: Path, hash_slots: int, max_entries: int, clock: Clock, *, readonly: bool = False
+        self,
+        directory: Path,
+        hash_slots: int,
+        max_entries: int,
+        clock: Clock,
+        *,
+        readonly: bool = False,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         self.directory = directory
+        self.file_mode = file_mode
         self.hash_slots = hash_slots
         self.max_entries = max_entries
         self._clock = clock
@@ -225,10 +241,17 @@ class IndexService:
         self._files_lock = threading.Lock()  # the dispatcher adds files, the cleaner removes them
 
     def load(self) -> None:
-        if not self.directory.is_dir():
-            return
-        for path in sorted(p for p in self.directory.iterdir() if p.name.isdigit() and len(p.name) == 17):
-            self.files.append(IndexFile(path, self.hash_slots, self.max_entries, readonly=self.readonly))
+        """Map every index file (17-digit names; other names are logged and left alone). An index
+        file's name on anything but a regular file is a StorePathError."""
+        for entry in list_store_dir(self.directory):
+            if not is_index_name(entry.name):
+                if not entry.name.endswith(".creating"):
+                    log.warning("ignoring %s: not an index file name", entry.path)
+                continue
+            if not entry.is_file:
+                raise StorePathError(entry.path, f"{REGULAR_FILE} (an index file)", entry.kind)
+            f = IndexFile(entry.path, self.hash_slots, self.max_entries, readonly=self.readonly)
+            self.files.append(f)
         if not self.files:
             return
         last = self.files[-1]
@@ -273,11 +296,17 @@ class IndexService:
             last.flush()  # a full file is final: make it durable before moving on
         ms = self._clock.now_ms()
         path = self.directory / index_file_name(ms)
-        while path.exists() or (last is not None and path.name <= last.name):
+        while os.path.lexists(path) or (last is not None and path.name <= last.name):
             ms += 1
             path = self.directory / index_file_name(ms)
         f = IndexFile(
-            path, self.hash_slots, self.max_entries, create=True, end_phy_offset=end_phy, end_timestamp=end_ts
+            path,
+            self.hash_slots,
+            self.max_entries,
+            create=True,
+            end_phy_offset=end_phy,
+            end_timestamp=end_ts,
+            mode=self.file_mode,
         )
         with self._files_lock:
             self.files = [*self.files, f]

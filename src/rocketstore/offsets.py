@@ -16,7 +16,7 @@ from rocketstore.codec.config_json import decode_offsets, encode_offsets
 from rocketstore.errors import StoreConfigError
 from rocketstore.message import TOPIC_PATTERN
 from rocketstore.service import BackgroundService, FailureHandler
-from rocketstore.storage.paths import atomic_write
+from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write, read_store_text
 
 __all__ = ["GROUP_PATTERN", "ConsumerOffsets", "OffsetFlushService"]
 
@@ -24,16 +24,18 @@ GROUP_PATTERN = re.compile(r"[%|A-Za-z0-9_-]{1,255}")
 
 
 class ConsumerOffsets:
-    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+    def __init__(self, path: Path, *, readonly: bool = False, mode: int = DEFAULT_FILE_MODE) -> None:
         self.path = path
+        self._mode = mode
         self._readonly = readonly
         self._lock = threading.Lock()
         self._table: dict[tuple[str, str], dict[int, int]] = {}
         self._dirty = False
 
     def load(self) -> None:
-        if self.path.exists():
-            self._table = decode_offsets(self.path.read_text("utf-8"), str(self.path))
+        text = read_store_text(self.path)
+        if text is not None:
+            self._table = decode_offsets(text, str(self.path))
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         if self._readonly:
@@ -66,7 +68,7 @@ class ConsumerOffsets:
             data = encode_offsets(self._table)
             self._dirty = False
         try:
-            atomic_write(self.path, data)
+            atomic_write(self.path, data, self._mode)
         except BaseException:
             self._dirty = True
             raise

@@ -37,7 +37,7 @@ from rocketstore.message import (
 )
 from rocketstore.results import PutMessageResult
 from rocketstore.service import BackgroundService, FailureHandler
-from rocketstore.storage.paths import atomic_write
+from rocketstore.storage.paths import atomic_write, parse_queue_id, read_store_text
 
 __all__ = ["ScheduleService"]
 
@@ -52,11 +52,11 @@ def real_message(msg: MessageExt) -> Message:
     topic or queue (a record RocketMQ would also fail to deliver)."""
     props = msg.properties
     topic = props.get(PROPERTY_REAL_TOPIC)
-    qid = props.get(PROPERTY_REAL_QUEUE_ID, "")
-    if not topic or not qid.isdigit():
+    qid = parse_queue_id(props.get(PROPERTY_REAL_QUEUE_ID, ""))
+    if not topic or qid is None:
         raise CorruptDataError(
             f"delayed message at {msg.physical_offset} names no real topic/queue "
-            f"(REAL_TOPIC={topic!r}, REAL_QID={qid!r})"
+            f"(REAL_TOPIC={topic!r}, REAL_QID={props.get(PROPERTY_REAL_QUEUE_ID)!r})"
         )
     return Message(
         topic=topic,
@@ -64,7 +64,7 @@ def real_message(msg: MessageExt) -> Message:
         tags=msg.tags,
         keys=msg.keys,
         properties={k: v for k, v in props.items() if k not in RESERVED_PROPERTIES},
-        queue_id=int(qid),
+        queue_id=qid,
         flag=msg.flag,
         uniq_key=msg.uniq_key,
         born_timestamp=msg.born_timestamp,
@@ -101,16 +101,16 @@ class ScheduleService(BackgroundService):
         self.path = path
         self._clock = clock
         self._delays = config.delay_levels_ms
+        self._file_mode = config.file_mode
         self.offsets: dict[int, int] = {}
         self._persisted_at_physical = 0  # the commitlog's end when progress was last written
 
     def load_progress(self) -> None:
         """Read the saved progress (a read-only store stops here)."""
-        if self.path.exists():
+        text = read_store_text(self.path)
+        if text is not None:
             # Copies written before the last progress write are covered by it: look after it.
-            self.offsets, self._persisted_at_physical = decode_delay_offsets(
-                self.path.read_text("utf-8"), str(self.path)
-            )
+            self.offsets, self._persisted_at_physical = decode_delay_offsets(text, str(self.path))
 
     def skip_delivered_before_crash(self) -> None:
         """Move each level past the copies delivered after the saved progress (see the module
@@ -224,5 +224,5 @@ class ScheduleService(BackgroundService):
 
     def persist(self) -> None:
         mark = self._commitlog.max_offset
-        atomic_write(self.path, encode_delay_offsets(self.offsets, mark))
+        atomic_write(self.path, encode_delay_offsets(self.offsets, mark), self._file_mode)
         self._persisted_at_physical = mark

@@ -48,7 +48,7 @@ from rocketstore.schedule import ScheduleService
 from rocketstore.service import BackgroundService
 from rocketstore.stats import StoreStats
 from rocketstore.storage.allocate import AllocateService
-from rocketstore.storage.paths import StoreLayout
+from rocketstore.storage.paths import StoreLayout, open_store_file, store_file_exists
 from rocketstore.storage.transient_pool import TransientStorePool
 from rocketstore.store_lock import StoreLock
 from rocketstore.topics import PROPERTY_SHARDING_KEY, TopicConfig, TopicTable
@@ -89,14 +89,16 @@ class MessageStore:
         self._disk_usage = disk_usage
         self._closed = False
         self._failure: BaseException | None = None
-        self._lock = StoreLock(layout.lock)
+        self._lock = StoreLock(layout.lock, mode=config.file_mode)
         self._pool = (
             TransientStorePool(config.transient_store_pool_size, config.commitlog_segment_size)
             if config.transient_store_pool_enable and not readonly
             else None
         )
         self._allocator = (
-            AllocateService(self._pool, warm=config.warm_mapped_file_enable) if not readonly else None
+            AllocateService(self._pool, warm=config.warm_mapped_file_enable, file_mode=config.file_mode)
+            if not readonly
+            else None
         )
         self._commitlog = CommitLog(
             layout.commitlog,
@@ -105,19 +107,36 @@ class MessageStore:
             allocator=self._allocator.allocate if self._allocator else None,
             readonly=readonly,
         )
-        self._queues = ConsumeQueueSet(layout.consume_queue, config.consume_queue_entries, readonly=readonly)
+        self._queues = ConsumeQueueSet(
+            layout.consume_queue,
+            config.consume_queue_entries,
+            readonly=readonly,
+            file_mode=config.file_mode,
+            dir_mode=config.dir_mode,
+        )
         self._index = (
             IndexService(
-                layout.index, config.index_hash_slots, config.index_max_entries, clock, readonly=readonly
+                layout.index,
+                config.index_hash_slots,
+                config.index_max_entries,
+                clock,
+                readonly=readonly,
+                file_mode=config.file_mode,
             )
             if config.message_index_enable
             else None
         )
-        self._checkpoint = StoreCheckpoint(layout.checkpoint, readonly=readonly)
+        self._checkpoint = StoreCheckpoint(layout.checkpoint, readonly=readonly, mode=config.file_mode)
         self._topics = TopicTable(
-            layout.config / "topics.json", clock, config.default_topic_queue_nums, readonly=readonly
+            layout.config / "topics.json",
+            clock,
+            config.default_topic_queue_nums,
+            readonly=readonly,
+            mode=config.file_mode,
         )
-        self._offsets = ConsumerOffsets(layout.config / "consumerOffset.json", readonly=readonly)
+        self._offsets = ConsumerOffsets(
+            layout.config / "consumerOffset.json", readonly=readonly, mode=config.file_mode
+        )
         self._stats = StoreStats(clock)
         self._cleaner: CleanService | None = None
         self._scheduler = ScheduleService(
@@ -155,17 +174,16 @@ class MessageStore:
         """Open (creating if needed) the store at ``path``, recover it, start its services.
 
         ``readonly=True`` takes no lock and writes nothing: no abort file, no recovery writes,
-        no dispatch; it reads what is on disk, for stores another process may have open.
+        no dispatch; it reads what is on disk, for stores another process may have open, and
+        raises NotAStoreError when ``path`` holds no store. A store path holding the wrong kind
+        of file (see docs/store-format.md, "Files and links") is a StorePathError, a store the
+        system will not let us write a StoreAccessError.
         ``clock`` and ``disk_usage`` (the used fraction of the disk holding a path) replace the
         real ones, for tests and simulations.
         """
-        layout = StoreLayout(path)
         cfg = config or StoreConfig()
-        if readonly:
-            if not layout.root.is_dir():
-                raise FileNotFoundError(f"no store directory at {str(layout.root)!r}")
-        else:
-            layout.create_directories()
+        layout = StoreLayout(path, file_mode=cfg.file_mode, dir_mode=cfg.dir_mode)
+        layout.open_root(readonly=readonly)
         store = cls(
             layout, cfg, clock or SystemClock(), readonly=readonly, disk_usage=disk_usage or disk_used_ratio
         )
@@ -179,7 +197,7 @@ class MessageStore:
     def _start(self) -> None:
         if not self.readonly:
             self._lock.acquire()
-        self.abnormal_shutdown_detected = self.layout.abort.exists()
+        self.abnormal_shutdown_detected = store_file_exists(self.layout.abort)
         self._commitlog.files.load()
         self._queues.load()
         if self._index is not None:
@@ -197,7 +215,7 @@ class MessageStore:
         self._scheduler.load_progress()
         if self.readonly:
             return
-        self.layout.abort.touch()
+        os.close(open_store_file(self.layout.abort, writable=True, create_mode=self.config.file_mode))
         dispatcher = DispatchService(
             self._commitlog,
             self._queues,

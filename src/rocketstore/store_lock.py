@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from rocketstore.errors import StoreLockedError
+from rocketstore.storage.paths import DEFAULT_FILE_MODE, open_store_file
 
 __all__ = ["StoreLock"]
 
@@ -23,8 +24,9 @@ _held_lock = threading.Lock()
 
 
 class StoreLock:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, mode: int = DEFAULT_FILE_MODE) -> None:
         self.path = path
+        self._mode = mode
         self._key = os.path.realpath(path)
         self._fd: int | None = None
 
@@ -32,7 +34,7 @@ class StoreLock:
         with _held_lock:
             if self._key in _held:
                 raise StoreLockedError(str(self.path.parent), "it is already open in this process")
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_store_file(self.path, writable=True, create_mode=self._mode)
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
             except OSError:

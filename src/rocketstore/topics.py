@@ -22,7 +22,7 @@ from rocketstore.clock import Clock
 from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig, decode_topics, encode_topics
 from rocketstore.codec.java_hash import java_hash
 from rocketstore.errors import StoreConfigError
-from rocketstore.storage.paths import atomic_write
+from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write, read_store_text
 
 __all__ = ["PROPERTY_SHARDING_KEY", "TopicConfig", "TopicTable"]
 
@@ -31,8 +31,17 @@ _MAX_QUEUES = 1024
 
 
 class TopicTable:
-    def __init__(self, path: Path, clock: Clock, default_queues: int, *, readonly: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        clock: Clock,
+        default_queues: int,
+        *,
+        readonly: bool = False,
+        mode: int = DEFAULT_FILE_MODE,
+    ) -> None:
         self.path = path
+        self._mode = mode
         self._clock = clock
         self._default_queues = default_queues
         self._readonly = readonly
@@ -42,8 +51,9 @@ class TopicTable:
         self._round_robin: dict[str, itertools.count[int]] = {}
 
     def load(self, queues_on_disk: Mapping[str, Iterable[int]]) -> None:
-        if self.path.exists():
-            self._topics, self._counter = decode_topics(self.path.read_text("utf-8"), str(self.path))
+        text = read_store_text(self.path)
+        if text is not None:
+            self._topics, self._counter = decode_topics(text, str(self.path))
         for topic, qids in queues_on_disk.items():
             if topic not in self._topics:
                 n = max(qids, default=-1) + 1
@@ -112,4 +122,4 @@ class TopicTable:
 
     def _persist(self) -> None:
         self._counter += 1
-        atomic_write(self.path, encode_topics(self._topics, self._counter, self._clock.now_ms()))
+        atomic_write(self.path, encode_topics(self._topics, self._counter, self._clock.now_ms()), self._mode)

@@ -32,6 +32,8 @@ What is checked, in this order::
       - zero fill ends a segment's data; only the last segment holding data may end that way
         without a BLANK record, and nothing non-zero may follow zero fill   commitlog_gap
     checkpoint                               4096 bytes          file_size
+    anywhere: links are not followed; a store file that is not a regular file, or a store
+    directory that is not a real directory, is reported and not read      file_type
 
 Then every pointer into the commitlog gathered from the queues and the index is checked against
 the record it names (pointers below the commitlog's first segment are reclaimed: not damage):
@@ -111,10 +113,20 @@ from rocketstore.codec.java_hash import signed32 as _signed32
 from rocketstore.codec.properties import decode_properties
 from rocketstore.codec.properties import property_span as _property
 from rocketstore.config import StoreConfig
+from rocketstore.errors import StorePathError
 from rocketstore.geometry import survey_geometry
 from rocketstore.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, SCHEDULE_TOPIC
 from rocketstore.storage.file_view import mapped_readonly
-from rocketstore.storage.paths import StoreLayout, is_segment_name, segment_name
+from rocketstore.storage.paths import (
+    StoreEntry,
+    StoreLayout,
+    is_index_name,
+    is_segment_name,
+    list_store_dir,
+    parse_queue_id,
+    segment_name,
+    store_file_exists,
+)
 
 __all__ = ["DAMAGE_KINDS", "MAX_DAMAGE_PER_FILE", "Damage", "VerifyReport", "verify_store"]
 
@@ -136,7 +148,6 @@ I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 _TRANSIENT_SUFFIXES: Final = (".creating", ".tmp")  # a writer's files being created: not part of the store
 _PRE_BLANK_SIZE: Final = 0x7FFFFFFF  # fillPreBlank entry: (0, Integer.MAX_VALUE, 0)
-_INDEX_NAME_DIGITS: Final = 17
 _TOTAL_SIZE = struct.Struct(">i")
 _LIVE_RETRIES: Final = 4  # looks again at the tail of a segment a writer may be appending to
 
@@ -189,12 +200,11 @@ def verify_store(
 
     ``config`` gives the geometry (segment and index sizes); None reads it from the files.
     ``progress(stage, done, total)`` is called per file, stages "consumequeue", "index" and
-    "commitlog". Raises FileNotFoundError when ``root`` is not a directory, StoreConfigError when
-    ``config`` is None and ``root`` does not look like a store; never for damaged files.
+    "commitlog". Raises NotAStoreError when ``root`` holds no store, StorePathError when it is
+    not a directory; never for damaged files.
     """
     paths = StoreLayout(root)
-    if not paths.root.is_dir():
-        raise FileNotFoundError(f"no store directory at {str(paths.root)!r}")
+    paths.require_store()
     cfg = _geometry(paths, config)
     damage = _DamageLog()
     tick: Progress = progress or _no_progress
@@ -207,6 +217,7 @@ def verify_store(
     checker = _PointerCheck(queues, queue_refs, index_files, index_refs, damage)
     records, commitlog_range = _check_commitlog(paths, cfg, check_crc, checker, damage, tick)
     _check_checkpoint(paths, damage)
+    _entries(paths, paths.config, damage)  # its JSON tables are not checked, but it must be a directory
     return VerifyReport(damage.result(), records, queue_entries, index_entries, commitlog_range)
 
 
@@ -273,20 +284,37 @@ class _DamageLog:
         return sorted(items, key=lambda d: (d.file, d.offset, d.kind))
 
 
-def _named_files(directory: Path) -> tuple[list[tuple[int, Path]], list[Path]]:
-    """(segment files by offset, other entries) of a directory of 20-digit-named files."""
-    if not directory.is_dir():
-        return [], []
+def _entries(paths: StoreLayout, directory: Path, damage: _DamageLog) -> list[StoreEntry]:
+    """The entries of a store directory (links not followed); something other than a real
+    directory there is damage, and read as empty."""
+    try:
+        return list_store_dir(directory)
+    except StorePathError as exc:
+        _wrong_kind(paths, directory, exc.found, exc.expected, damage)
+        return []
+
+
+def _wrong_kind(paths: StoreLayout, path: Path, found: str, expected: str, damage: _DamageLog) -> None:
+    damage.add("file_type", _rel(paths, path), 0, f"{found} where {expected} belongs; not read")
+
+
+def _named_files(
+    paths: StoreLayout, directory: Path, damage: _DamageLog
+) -> tuple[list[tuple[int, Path]], list[Path]]:
+    """(segment files by offset, other entries) of a directory of 20-digit-named files; an entry
+    named like a segment that is not a regular file is reported here."""
     named: list[tuple[int, Path]] = []
     strays: list[Path] = []
-    for p in directory.iterdir():
-        if p.name.endswith(_TRANSIENT_SUFFIXES):
+    for e in _entries(paths, directory, damage):
+        if e.name.endswith(_TRANSIENT_SUFFIXES):
             continue
-        if is_segment_name(p.name) and p.is_file():
-            named.append((int(p.name), p))
+        if not is_segment_name(e.name):
+            strays.append(e.path)
+        elif e.is_file:
+            named.append((int(e.name), e.path))
         else:
-            strays.append(p)
-    return sorted(named), sorted(strays)
+            _wrong_kind(paths, e.path, e.kind, "a regular file (a segment)", damage)
+    return sorted(named), strays
 
 
 def _rel(paths: StoreLayout, p: Path) -> str:
@@ -392,19 +420,21 @@ def _find_queues(paths: StoreLayout, damage: _DamageLog) -> list[_FoundQueue]:
     """Every queue directory ``{topic}/{queueId}`` and its files; anything else is reported."""
     found: list[_FoundQueue] = []
     root = paths.consume_queue
-    if root.is_dir():
-        for topic_dir in sorted(root.iterdir()):
-            if not topic_dir.is_dir():
-                damage.add("file_name", _rel(paths, topic_dir), 0, "not a topic directory")
-                continue
-            for queue_dir in sorted(topic_dir.iterdir()):
-                if queue_dir.is_dir() and queue_dir.name.isdigit():
-                    files, strays = _named_files(queue_dir)
-                    for p in strays:
-                        damage.add("file_name", _rel(paths, p), 0, "not a consume-queue file (20-digit name)")
-                    found.append((topic_dir.name, int(queue_dir.name), queue_dir, files))
-                else:
-                    damage.add("file_name", _rel(paths, queue_dir), 0, "not a queue directory (a queue id)")
+    for topic_dir in _entries(paths, root, damage):
+        if not topic_dir.is_dir:
+            _wrong_kind(paths, topic_dir.path, topic_dir.kind, "a topic directory", damage)
+            continue
+        for queue_dir in _entries(paths, topic_dir.path, damage):
+            queue_id = parse_queue_id(queue_dir.name)
+            if queue_id is None:
+                damage.add("file_name", _rel(paths, queue_dir.path), 0, "not a queue directory (a queue id)")
+            elif not queue_dir.is_dir:
+                _wrong_kind(paths, queue_dir.path, queue_dir.kind, "a queue directory", damage)
+            else:
+                files, strays = _named_files(paths, queue_dir.path, damage)
+                for p in strays:
+                    damage.add("file_name", _rel(paths, p), 0, "not a consume-queue file (20-digit name)")
+                found.append((topic_dir.name, queue_id, queue_dir.path, files))
     return found
 
 
@@ -538,17 +568,6 @@ def _read_queue_entries(
 
 
 # --- index files ----------------------------------------------------------------------------
-def _index_files(paths: StoreLayout) -> tuple[list[Path], list[Path]]:
-    if not paths.index.is_dir():
-        return [], []
-    files: list[Path] = []
-    strays: list[Path] = []
-    for p in sorted(paths.index.iterdir()):
-        if p.name.endswith(_TRANSIENT_SUFFIXES):
-            continue
-        ok = p.is_file() and p.name.isdigit() and len(p.name) == _INDEX_NAME_DIGITS
-        (files if ok else strays).append(p)
-    return files, strays
 
 
 def _read_index_files(
@@ -567,9 +586,18 @@ def _read_index_files(
 
 def _find_index_files(paths: StoreLayout, damage: _DamageLog) -> list[Path]:
     """The index files, oldest first; anything else in ``index/`` is reported."""
-    files, strays = _index_files(paths)
-    for p in strays:
-        damage.add("file_name", _rel(paths, p), 0, "not an index file (17-digit yyyyMMddHHmmssSSS name)")
+    files: list[Path] = []
+    for e in _entries(paths, paths.index, damage):
+        if e.name.endswith(_TRANSIENT_SUFFIXES):
+            continue
+        if not is_index_name(e.name):
+            damage.add(
+                "file_name", _rel(paths, e.path), 0, "not an index file (17-digit yyyyMMddHHmmssSSS name)"
+            )
+        elif e.is_file:
+            files.append(e.path)
+        else:
+            _wrong_kind(paths, e.path, e.kind, "a regular file (an index file)", damage)
     return files
 
 
@@ -784,7 +812,7 @@ def _check_commitlog(
 def _commitlog_segments(paths: StoreLayout, cfg: StoreConfig, damage: _DamageLog) -> list[_Segment]:
     """The segments to scan, by offset; stray and misnamed files are reported."""
     seg_size = cfg.commitlog_segment_size
-    files, strays = _named_files(paths.commitlog)
+    files, strays = _named_files(paths, paths.commitlog, damage)
     for p in strays:
         damage.add("file_name", _rel(paths, p), 0, "not a commitlog segment (20-digit offset name)")
     segments: list[_Segment] = []
@@ -1321,9 +1349,14 @@ def _check_keys_kernel(u8: npt.NDArray[np.uint8], pos: I64, key_hash: I32) -> np
 def _check_checkpoint(paths: StoreLayout, damage: _DamageLog) -> None:
     """Only the size: RocketMQ tolerates any times in it (zero ones included)."""
     try:
-        size = paths.checkpoint.stat().st_size
+        if not store_file_exists(paths.checkpoint):
+            return  # created at the next open
+        size = os.lstat(paths.checkpoint).st_size
+    except StorePathError as exc:
+        _wrong_kind(paths, paths.checkpoint, exc.found, exc.expected, damage)
+        return
     except FileNotFoundError:
-        return  # created at the next open
+        return
     if size != CHECKPOINT_FILE_SIZE:
         damage.add(
             "file_size",

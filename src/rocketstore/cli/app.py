@@ -26,9 +26,10 @@ from rocketstore.codec.host import format_host
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.config import StoreConfig
 from rocketstore.errors import RocketStoreError
-from rocketstore.geometry import detect_geometry, looks_like_store
+from rocketstore.geometry import detect_geometry
 from rocketstore.message import Message, MessageExt
 from rocketstore.results import GetStatus
+from rocketstore.storage.paths import list_store_dir, looks_like_store
 from rocketstore.store import MessageStore
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def _read(ctx: click.Context, root: Path) -> Iterator[MessageStore]:
 
 @contextlib.contextmanager
 def _write(ctx: click.Context, root: Path, **changes: Any) -> Iterator[MessageStore]:
-    if root.exists() and any(root.iterdir()) and not looks_like_store(root):
+    if root.is_dir() and any(root.iterdir()) and not looks_like_store(root):
         raise click.ClickException(
             f"{root} is not a store directory (and not empty): refusing to write into it"
         )
@@ -187,7 +188,14 @@ def status(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
 
 
 def _du(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+    """Bytes in the regular files under ``path``, links not followed."""
+    total = 0
+    for entry in list_store_dir(path):
+        if entry.is_file:
+            total += entry.path.lstat().st_size
+        elif entry.is_dir:
+            total += _du(entry.path)
+    return total
 
 
 @app.command()

@@ -150,7 +150,7 @@ def _read_options(topics: tuple[str, ...], source: str) -> dict[str, str]:
 
 def _check_store(root: Path) -> None:
     """The messages `rocketstore` gives, before a Spark session is started for nothing."""
-    from rocketstore.geometry import looks_like_store
+    from rocketstore.storage.paths import looks_like_store
 
     if not root.is_dir():
         raise click.ClickException(f"no such directory: {root}")

@@ -114,7 +114,7 @@ from rocketstore.errors import CorruptDataError, RocketStoreError, StoreLockedEr
 from rocketstore.geometry import survey_geometry
 from rocketstore.index import IndexService
 from rocketstore.storage.file_view import mapped_readonly
-from rocketstore.storage.paths import StoreLayout, fsync_directory, segment_files
+from rocketstore.storage.paths import StoreLayout, fsync_directory, make_store_dir, segment_files
 from rocketstore.store_lock import StoreLock
 from rocketstore.verify import (
     Damage,
@@ -357,8 +357,8 @@ def rebuild(spark: SparkSession, store: str, config: StoreConfig | None = None) 
         cfg = config if config is not None else survey_geometry(paths.root)[0]
         staging = paths.root / STAGING_DIR
         shutil.rmtree(staging, ignore_errors=True)  # what an interrupted rebuild left
-        (staging / "consumequeue").mkdir(parents=True)
-        (staging / "index").mkdir()
+        make_store_dir(staging / "consumequeue", cfg.dir_mode)
+        make_store_dir(staging / "index", cfg.dir_mode)
         try:
             summary = _rebuild_into(spark, paths, cfg, staging)
             _swap_in(paths, staging)
@@ -545,7 +545,7 @@ def _write_queue(root: Path, cfg: StoreConfig, key: _Key, chunks: list[Columns])
         name: np.concatenate([c[name] for c in chunks]) for name in ("phy", "size", "queue_offset", "tags")
     }
     qo = cols["queue_offset"]
-    queues = ConsumeQueueSet(root, cfg.consume_queue_entries)
+    queues = ConsumeQueueSet(root, cfg.consume_queue_entries, file_mode=cfg.file_mode, dir_mode=cfg.dir_mode)
     try:
         cq = queues.get_or_create(topic, queue_id)  # None (logged) for a name dispatch refuses too
         if cq is None:
@@ -587,7 +587,9 @@ class _StoreTimeClock:
 
 def _write_index(directory: Path, cfg: StoreConfig, chunks: list[Any]) -> tuple[str, int, int]:
     clock = _StoreTimeClock()
-    index = IndexService(directory, cfg.index_hash_slots, cfg.index_max_entries, clock)
+    index = IndexService(
+        directory, cfg.index_hash_slots, cfg.index_max_entries, clock, file_mode=cfg.file_mode
+    )
     try:
         for phys, stamps, topics, keys, uniq_keys in chunks:
             requests = [

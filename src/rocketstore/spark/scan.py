@@ -44,10 +44,12 @@ from rocketstore.codec.commitlog_scan import (
 )
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE, decode_entries
 from rocketstore.config import StoreConfig
+from rocketstore.errors import StorePathError
 from rocketstore.geometry import detect_geometry
+from rocketstore.message import TOPIC_PATTERN
 from rocketstore.spark.columns import BodyAs, records_to_batch, text_column
 from rocketstore.storage.file_view import mapped_readonly
-from rocketstore.storage.paths import StoreLayout, segment_files
+from rocketstore.storage.paths import StoreLayout, list_store_dir, parse_queue_id, segment_files
 
 __all__ = [
     "BATCH_ROWS",
@@ -164,15 +166,21 @@ class StoreFiles:
         return segment_files(self.layout.commitlog)
 
     def queues(self) -> list[tuple[str, int]]:
-        root = self.layout.consume_queue
-        if not root.is_dir():
-            return []
+        """Every (topic, queue id) with a queue directory. Entries with other names are left
+        alone; a topic's or queue's name on anything but a real directory is a StorePathError."""
         found: list[tuple[str, int]] = []
-        for topic_dir in sorted(root.iterdir()):
-            if topic_dir.is_dir():
-                found.extend(
-                    (topic_dir.name, int(q.name)) for q in sorted(topic_dir.iterdir()) if q.name.isdigit()
-                )
+        for topic_dir in list_store_dir(self.layout.consume_queue):
+            if not TOPIC_PATTERN.fullmatch(topic_dir.name):
+                continue
+            if not topic_dir.is_dir:
+                raise StorePathError(topic_dir.path, "a topic directory", topic_dir.kind)
+            for q in list_store_dir(topic_dir.path):
+                queue_id = parse_queue_id(q.name)
+                if queue_id is None:
+                    continue
+                if not q.is_dir:
+                    raise StorePathError(q.path, "a queue directory", q.kind)
+                found.append((topic_dir.name, queue_id))
         return found
 
     def queue_files(self, topic: str, queue_id: int) -> list[tuple[int, Path]]:
@@ -219,7 +227,7 @@ def plan_commitlog(files: StoreFiles, bounds: ScanBounds, min_partitions: int) -
     phys_lo, phys_hi = bounds.physical_offset
     spans: list[tuple[int, Path, int, int]] = []  # (seg start, path, begin, limit)
     for i, (start, path) in enumerate(segments):
-        size = path.stat().st_size
+        size = path.lstat().st_size
         if phys_hi is not None and start >= phys_hi:
             break
         if phys_lo is not None and start + size <= phys_lo:

@@ -10,12 +10,13 @@ segment is an all-zero file that recovery removes.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 
 from rocketstore.service import BackgroundService
 from rocketstore.storage.mapped_file import MappedFile
-from rocketstore.storage.paths import segment_name
+from rocketstore.storage.paths import DEFAULT_FILE_MODE, segment_name
 from rocketstore.storage.transient_pool import TransientStorePool
 
 __all__ = ["AllocateService"]
@@ -26,8 +27,15 @@ log = logging.getLogger(__name__)
 class AllocateService(BackgroundService):
     """Thread safety: creation happens under one lock, so a file is never created twice."""
 
-    def __init__(self, pool: TransientStorePool | None = None, *, warm: bool = False) -> None:
+    def __init__(
+        self,
+        pool: TransientStorePool | None = None,
+        *,
+        warm: bool = False,
+        file_mode: int = DEFAULT_FILE_MODE,
+    ) -> None:
         super().__init__("allocate", interval=3600.0)
+        self._file_mode = file_mode
         self._pool = pool
         self._warm = warm
         self._lock = threading.Lock()
@@ -50,10 +58,15 @@ class AllocateService(BackgroundService):
     def _create(self, path: Path, size: int) -> MappedFile:
         pool = self._pool
         if pool is None:
-            mf = MappedFile(path, size, create=True)
+            mf = MappedFile(path, size, create=True, mode=self._file_mode)
         else:
             mf = MappedFile(
-                path, size, create=True, write_buffer=pool.borrow(), on_buffer_free=pool.give_back
+                path,
+                size,
+                create=True,
+                write_buffer=pool.borrow(),
+                on_buffer_free=pool.give_back,
+                mode=self._file_mode,
             )
         if self._warm:
             mf.warm()
@@ -65,7 +78,7 @@ class AllocateService(BackgroundService):
                 if not self._wanted:
                     return
                 path, size = self._wanted.pop(0)
-                if path in self._ready or path.exists():
+                if path in self._ready or os.path.lexists(path):
                     continue
                 try:
                     self._ready[path] = self._create(path, size)

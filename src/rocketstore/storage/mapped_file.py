@@ -15,7 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from rocketstore.errors import StoreConfigError
-from rocketstore.storage.paths import fsync_directory, offset_from_name
+from rocketstore.storage.paths import (
+    DEFAULT_FILE_MODE,
+    create_store_file,
+    fsync_directory,
+    offset_from_name,
+    open_store_file,
+)
 
 __all__ = ["OS_PAGE_SIZE", "MappedFile"]
 
@@ -67,6 +73,7 @@ class MappedFile:
         named_by_offset: bool = True,
         write_buffer: bytearray | None = None,
         on_buffer_free: Callable[[bytearray], None] | None = None,
+        mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         self.path = path
         self.size = size
@@ -74,7 +81,7 @@ class MappedFile:
         self.readonly = readonly
         if create:
             tmp = path.with_name(path.name + ".creating")
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = create_store_file(tmp, mode, writable=True)
             try:
                 os.ftruncate(fd, size)
                 _reserve(fd, size)
@@ -86,7 +93,7 @@ class MappedFile:
             os.replace(tmp, path)
             fsync_directory(path.parent)
         else:
-            fd = os.open(path, os.O_RDONLY if readonly else os.O_RDWR)
+            fd = open_store_file(path, writable=not readonly)
         try:
             actual = os.fstat(fd).st_size
             if actual != size:
@@ -288,7 +295,7 @@ class MappedFile:
             with self._fd_lock:  # the appending thread and the flusher may both get here first
                 fd = self._sync_fd
                 if fd is None:
-                    fd = self._sync_fd = os.open(self.path, os.O_RDWR)
+                    fd = self._sync_fd = open_store_file(self.path, writable=True)
         return fd
 
     def _close_sync_fd(self) -> None:

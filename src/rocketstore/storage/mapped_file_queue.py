@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -10,17 +11,14 @@ from pathlib import Path
 
 from rocketstore.errors import CorruptDataError
 from rocketstore.storage.mapped_file import MappedFile
-from rocketstore.storage.paths import is_segment_name, segment_name
+from rocketstore.storage.paths import DEFAULT_FILE_MODE, segment_files, segment_name
 
 __all__ = ["MappedFileQueue"]
 
 log = logging.getLogger(__name__)
 
 Allocator = Callable[[Path, int], MappedFile]
-
-
-def _create(path: Path, size: int) -> MappedFile:
-    return MappedFile(path, size, create=True)
+_MAX_OFFSET = (1 << 63) - 1
 
 
 class MappedFileQueue:
@@ -41,12 +39,13 @@ class MappedFileQueue:
         allocator: Allocator | None = None,
         readonly: bool = False,
         keep_fds: bool = False,
+        file_mode: int = DEFAULT_FILE_MODE,
     ) -> None:
         self.directory = directory
         self.keep_fds = keep_fds  # see MappedFile.sync
         self.file_size = file_size
         self.readonly = readonly
-        self._allocate = allocator or _create
+        self._allocate = allocator or functools.partial(MappedFile, create=True, mode=file_mode)
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         # The writer appends segments and the cleaner removes them: each replaces the list under
@@ -56,12 +55,17 @@ class MappedFileQueue:
     # --- loading -------------------------------------------------------------------------
     def load(self) -> None:
         """Map every segment in the directory, all marked fully written (recovery trims them)."""
-        if not self.directory.is_dir():
-            return
-        names = sorted(p.name for p in self.directory.iterdir() if is_segment_name(p.name))
+        segments = segment_files(self.directory)
+        for start, path in segments:
+            if start % self.file_size or start > _MAX_OFFSET - self.file_size:
+                raise CorruptDataError(
+                    f"segment {path.name} does not start at a multiple of the segment size "
+                    f"({self.file_size}) within 0..2^63-1",
+                    path=str(path),
+                )
         files = []
-        for name in names:
-            mf = MappedFile(self.directory / name, self.file_size, readonly=self.readonly)
+        for _, path in segments:
+            mf = MappedFile(path, self.file_size, readonly=self.readonly)
             mf.wrote_position = mf.flushed_position = self.file_size
             mf.keep_fd = self.keep_fds
             files.append(mf)
