@@ -17,6 +17,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -142,7 +143,8 @@ def _digest_entry(p: Path) -> str:
 class Case:
     """``damage(root, outside)`` changes a fixture copy; ``path`` (relative to the root) is
     what the errors must name. ``read_only``/``read_write``: the error class the library open
-    raises, or None when it opens. ``verify_names``: verify's report names the path."""
+    raises, or None when it opens. ``verify_names``: verify's report names the path. ``fifo``:
+    the case could block an open (run it in a subprocess)."""
 
     name: str
     damage: Callable[[Path, Path], None]
@@ -178,6 +180,24 @@ def _directory(p: Path) -> None:
 
 def _file(p: Path) -> None:
     p.write_bytes(b"not a directory")
+
+
+def _socket(p: Path) -> None:
+    cwd = os.getcwd()
+    os.chdir(p.parent)  # a relative name: socket paths are limited to 107 bytes
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(p.name)  # the name stays after the socket closes
+    finally:
+        os.chdir(cwd)
+
+
+def _device(p: Path) -> None:
+    """A character device like /dev/null, where this user may make one; else a socket."""
+    try:
+        os.mknod(p, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    except PermissionError:
+        _socket(p)
 
 
 def _dangling(p: Path) -> None:
@@ -239,6 +259,10 @@ def _file_cases() -> list[Case]:
                     fifo=how == "fifo",
                 )
             )
+    for what in ("segment", "queue-file", "checkpoint"):
+        rel = _STORE_FILES[what]
+        cases.append(Case(f"socket-as-{what}", _replace(rel, _socket), rel))
+        cases.append(Case(f"device-as-{what}", _replace(rel, _device), rel, fifo=True))
     for what in ("segment", "checkpoint", "topics-json"):
         rel = _STORE_FILES[what]
         cases.append(
@@ -538,3 +562,22 @@ def test_open_store_file_refuses_what_is_not_a_regular_file(tmp_path: Path) -> N
     with pytest.raises(FileNotFoundError):
         open_store_file(tmp_path / "missing")
     os.close(open_store_file(tmp_path / "file", writable=True))
+
+
+def test_spark_scan_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    from rocketstore.spark.scan import ScanBounds, StoreFiles, plan_commitlog
+
+    root = copy_fixture(SAMPLE, tmp_path)
+    os.unlink(root / SEGMENT)
+    os.mkfifo(root / SEGMENT)
+    files = StoreFiles.at(root, FIXTURE_CONFIG)
+    with pytest.raises(StorePathError, match="00000000000000065536: expected a regular file"):
+        plan_commitlog(files, ScanBounds(), 2)
+    shutil.rmtree(root / "consumequeue/TopicA/0")
+    (root / "consumequeue/TopicA/0").symlink_to(tmp_path)
+    with pytest.raises(StorePathError, match="TopicA/0: expected a queue directory, found a symbolic link"):
+        files.queues()
+    (root / "consumequeue/TopicA/0").unlink()
+    queues = files.queues()
+    shutil.copytree(root / "consumequeue/TopicB/0", root / "consumequeue/TopicB/²")
+    assert files.queues() == queues and ("TopicB", 0) in queues
