@@ -217,7 +217,7 @@ def verify_store(
     checker = _PointerCheck(queues, queue_refs, index_files, index_refs, damage)
     records, commitlog_range = _check_commitlog(paths, cfg, check_crc, checker, damage, tick)
     _check_checkpoint(paths, damage)
-    _entries(paths, paths.config, damage)  # its JSON tables are not checked, but it must be a directory
+    _check_config_dir(paths, damage)
     return VerifyReport(damage.result(), records, queue_entries, index_entries, commitlog_range)
 
 
@@ -1346,6 +1346,11 @@ def _check_keys_kernel(u8: npt.NDArray[np.uint8], pos: I64, key_hash: I32) -> np
 
 
 # --- checkpoint -----------------------------------------------------------------------------
+def _check_config_dir(paths: StoreLayout, damage: _DamageLog) -> None:
+    """Its JSON tables are not checked here, but it must be a directory a store can open."""
+    _entries(paths, paths.config, damage)
+
+
 def _check_checkpoint(paths: StoreLayout, damage: _DamageLog) -> None:
     """Only the size: RocketMQ tolerates any times in it (zero ones included)."""
     try:

@@ -114,12 +114,19 @@ from rocketstore.errors import CorruptDataError, RocketStoreError, StoreLockedEr
 from rocketstore.geometry import survey_geometry
 from rocketstore.index import IndexService
 from rocketstore.storage.file_view import mapped_readonly
-from rocketstore.storage.paths import StoreLayout, fsync_directory, make_store_dir, segment_files
+from rocketstore.storage.paths import (
+    StoreLayout,
+    fsync_directory,
+    make_store_dir,
+    segment_files,
+    store_dir_exists,
+)
 from rocketstore.store_lock import StoreLock
 from rocketstore.verify import (
     Damage,
     VerifyReport,
     _check_checkpoint,
+    _check_config_dir,
     _check_missing_segment,
     _check_segment,
     _commitlog_segments,
@@ -202,8 +209,7 @@ def verify(
     """``verify_store(store, config, check_crc=check_crc)`` with the work on Spark tasks (see the
     module docstring): the same report. Changes nothing."""
     paths = StoreLayout(store)
-    if not paths.root.is_dir():
-        raise FileNotFoundError(f"no store directory at {str(paths.root)!r}")
+    paths.require_store()
     cfg = _geometry(paths, config)
     sc = spark.sparkContext
     damage = _DamageLog()
@@ -262,6 +268,7 @@ def verify(
         checker.skip(seg.start, seg.start + seg_size)  # the segment's task checked these
     records, commitlog_range = _finish_commitlog(segments, seg_size, check_crc, checker, damage)
     _check_checkpoint(paths, damage)
+    _check_config_dir(paths, damage)
     return VerifyReport(damage.result(), records, queue_entries, index_entries, commitlog_range)
 
 
@@ -344,7 +351,7 @@ def rebuild(spark: SparkSession, store: str, config: StoreConfig | None = None) 
     entries written, index files and index entries written, and ``log_end``, the commitlog
     offset the rebuild stopped at. Raises StoreLockedError when the store is open."""
     paths = StoreLayout(store)
-    if not paths.commitlog.is_dir():
+    if not store_dir_exists(paths.commitlog):
         raise FileNotFoundError(f"no commitlog directory in {str(paths.root)!r}")
     lock = StoreLock(paths.lock)
     try:
@@ -379,7 +386,7 @@ def _rebuild_into(spark: SparkSession, paths: StoreLayout, cfg: StoreConfig, sta
     """Stages 1 and 2 of rebuild: the new files in ``staging``; their counts."""
     sc = spark.sparkContext
     seg_size = cfg.commitlog_segment_size
-    if not paths.commitlog.is_dir():
+    if not store_dir_exists(paths.commitlog):
         raise RebuildError(f"{str(paths.root)!r} has no commitlog directory: nothing to rebuild from")
     starts = [start for start, _ in segment_files(paths.commitlog)]
     if any(s % seg_size for s in starts) or any(b - a != seg_size for a, b in itertools.pairwise(starts)):
