@@ -4,12 +4,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench crash clean java
+.PHONY: run test lint bench crash fuzz clean java
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,fuzz]'
 	touch $(STAMP)
 
 # Spark (rocketstore.spark, `rocketstore spark`) runs on Java 17+: install a headless JRE when
@@ -25,13 +25,13 @@ run: $(STAMP) java
 	$(PY) -m rocketstore.demo ./store
 
 test: $(STAMP) java
-	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks fuzz
 	$(PY) -m mypy
 	$(PY) -m pytest
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks
-	$(PY) -m ruff format --check src tests benchmarks
+	$(PY) -m ruff check src tests benchmarks fuzz
+	$(PY) -m ruff format --check src tests benchmarks fuzz
 	$(PY) -m mypy
 
 # Peers for benchmarks/compare.py: Python ones from the `bench` extra, redis-server from apt when
@@ -46,6 +46,13 @@ bench: $(STAMP)
 # The crash harness at full size: 200 kill rounds per mode (SYNC, ASYNC, simulated power loss).
 crash: $(STAMP)
 	ROCKETSTORE_CRASH_ROUNDS=200 $(PY) -m pytest -m slow tests/crash -q -s
+
+# Every fuzz target in fuzz/ for FUZZ_SECONDS each, one after the other (atheris, from the fuzz
+# extra); a table of runs and coverage at the end, findings in fuzz/crashes/. See docs/fuzzing.md.
+FUZZ_SECONDS ?= 60
+fuzz: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,fuzz]'
+	$(PY) fuzz/run_all.py --seconds $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

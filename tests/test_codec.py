@@ -1209,7 +1209,7 @@ def test_cq_pre_blank_entry() -> None:
     ("buf", "pos"), [(b"", 0), (bytes(19), 0), (bytes(20), 1), (bytes(40), 21), (bytes(40), -1)]
 )
 def test_cq_decode_entry_short_buffer_raises(buf: bytes, pos: int) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(CorruptDataError):
         cq.decode_entry(buf, pos)
 
 
@@ -1233,7 +1233,7 @@ def test_index_header_defaults_and_short_buffer() -> None:
     h = ix.IndexHeader()
     assert h.index_count == 1 and h.hash_slot_count == 0
     assert ix.encode_header(h) == bytes(36) + b"\x00\x00\x00\x01"
-    with pytest.raises(ValueError):
+    with pytest.raises(CorruptDataError):
         ix.decode_header(bytes(39))
 
 
@@ -1286,7 +1286,7 @@ def test_checkpoint_round_trip(p: int, lg: int, i: int) -> None:
 
 def test_checkpoint_short_buffer_raises() -> None:
     for n in (0, 8, 23):
-        with pytest.raises(ValueError):
+        with pytest.raises(CorruptDataError):
             cp_codec.decode_checkpoint(bytes(n))
 
 

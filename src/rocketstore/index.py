@@ -165,7 +165,7 @@ class IndexFile:
             return
         count = h.index_count
         current = _SLOT.unpack_from(buf, layout.HEADER_SIZE + (key_hash % self.hash_slots) * 4)[0]
-        if current <= 0 or current > count or count <= 1:
+        if current <= 0 or current >= count:  # entries are numbered 1 .. indexCount - 1
             return
         while True:
             kh, phy, diff, prev = _ENTRY.unpack_from(buf, self._entries_base + current * layout.ENTRY_SIZE)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -69,6 +69,9 @@ __all__ = [
     "MessageEncoder",
     "PreparedBatch",
     "PreparedMessage",
+    "body_buffer",
+    "check_messages",
+    "column_length",
     "tag_column",
     "validate_topic",
 ]
@@ -81,6 +84,13 @@ _ILLEGAL = PutStatus.MESSAGE_ILLEGAL
 # Below this many messages the columnar path's numpy overhead costs more than it saves.
 MIN_COLUMNAR_BATCH: Final = 16
 _BODY_TYPES: Final = frozenset((bytes, bytearray, memoryview))
+_NONE: Final = type(None)
+_STR_OR_NONE: Final = frozenset((str, _NONE))
+_INT_OR_NONE: Final = frozenset((int, _NONE))
+_NO_PROPERTIES: Final = frozenset((dict, _NONE))
+_KEYS_TYPES: Final = frozenset((list, tuple, str, _NONE))
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
 _TAGS_CACHE_SIZE: Final = 4096
 # what the batch path reads of every message, in one C-level pass (columns 9.. decide the path)
 _MESSAGE_FIELDS: Final = operator.attrgetter(
@@ -197,6 +207,8 @@ class MessageEncoder:
         delays, sys_flags, born_hosts = columns[9:]
         if any(delays) or any(sys_flags) or born_hosts.count(None) != n:
             return None
+        if {*map(type, delays), *map(type, sys_flags)} != {int}:  # 0.0, "", False: prepare names them
+            return None
         plain = self._prepare_plain(msgs, columns)
         if plain is not None:
             return plain
@@ -236,16 +248,24 @@ class MessageEncoder:
             return None
         if set(map(type, queue_ids)) != {int} or set(map(type, flags)) != {int}:
             return None
-        try:
-            tag_index = {t: i for i, t in enumerate(dict.fromkeys(tags))}
-        except TypeError:  # an unhashable "tags": the general path names it
+        # anything of another type goes to the general path, which names it
+        if not (
+            set(map(type, tags)) <= _STR_OR_NONE
+            and set(map(type, borns)) <= _INT_OR_NONE
+            and set(map(type, properties)) <= _NO_PROPERTIES
+            and set(map(type, keys)) <= _KEYS_TYPES
+        ):
             return None
+        tag_index = {t: i for i, t in enumerate(dict.fromkeys(tags))}
         keys_texts: list[str | None] = [None] * n
         spaces = 0  # how many spaces the KEYS texts hold when no key has one
         if any(keys):
             if set(map(type, keys)) <= {list, tuple}:
                 # a key with a space (refused) shows as one space too many: counted below
-                keys_texts = [" ".join(k) if k else None for k in keys]
+                try:
+                    keys_texts = [" ".join(k) if k else None for k in keys]
+                except TypeError:  # a key that is not a str
+                    return None
                 spaces = sum(map(len, keys)) - (n - keys_texts.count(None))
                 if "" in keys_texts:  # keys=[""]: an empty key
                     return None
@@ -316,15 +336,19 @@ class MessageEncoder:
         topic, bodies, queue_ids, tags = columns.topic, columns.bodies, columns.queue_ids, columns.tags
         tag_ids, keys, flags = columns.tag_ids, columns.keys, columns.flags
         n = len(bodies)
-        topic_bytes = self._topics.get(topic)
+        topic_bytes = self._topics.get(topic) if type(topic) is str else None
         if topic_bytes is None:
-            topic_bytes = self._topics[validate_topic(topic)] = topic.encode()
+            validate_topic(topic)
+            topic_bytes = self._topics[topic] = topic.encode()
         body_types = set(map(type, bodies))
-        if not body_types <= _BODY_TYPES:
-            bad = next(i for i, b in enumerate(bodies) if type(b) not in _BODY_TYPES)
-            raise _bad_row(bad, f"body must be bytes, not {type(bodies[bad]).__name__}")
-        if memoryview in body_types:
-            bodies = [bytes(b) if type(b) is memoryview else b for b in bodies]
+        if not body_types <= {bytes, bytearray}:  # memoryviews (by nbytes), subclasses, wrong types
+            flat = []
+            for i, b in enumerate(bodies):
+                try:
+                    flat.append(b if type(b) is bytes else body_buffer(b))
+                except InvalidMessageError as exc:
+                    raise _bad_row(i, str(exc)) from None
+            bodies = flat
         body_lens = np.fromiter(map(len, bodies), dtype=np.int64, count=n)
         _first_bad(
             body_lens > self._max_body,
@@ -420,8 +444,6 @@ class MessageEncoder:
         delay_ms = 0
         level = msg.delay_level
         if level and (sys_flag & SYSFLAG_TX_MASK) in (TX_NOT, TX_COMMIT):
-            if type(level) is not int or level < 0:
-                raise InvalidMessageError(f"delay_level must be a non-negative int, not {level!r}", _ILLEGAL)
             level = min(level, len(self._delay_levels))
             props[PROPERTY_REAL_TOPIC] = topic
             props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
@@ -529,12 +551,13 @@ class MessageEncoder:
             raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}", _ILLEGAL)
         topic = msg.topic
         cache = self._system_topics if internal else self._topics
-        topic_bytes = cache.get(topic)
+        topic_bytes = cache.get(topic) if type(topic) is str else None
         if topic_bytes is None:
-            topic_bytes = cache[validate_topic(topic, allow_system=internal)] = topic.encode()
-        body = msg.body
-        if not isinstance(body, (bytes, bytearray, memoryview)):
-            raise InvalidMessageError(f"body must be bytes, not {type(body).__name__}", _ILLEGAL)
+            validate_topic(topic, allow_system=internal)
+            topic_bytes = cache[topic] = topic.encode()
+        body: bytes | bytearray | memoryview = msg.body
+        if type(body) is not bytes:
+            body = body_buffer(body)
         if len(body) > self._max_body:
             raise InvalidMessageError(
                 f"body of {len(body)} bytes exceeds max_message_size {self._max_body}", _ILLEGAL
@@ -554,6 +577,7 @@ class MessageEncoder:
         flag = msg.flag
         if type(flag) is not int or not -0x80000000 <= flag <= 0x7FFFFFFF:
             raise InvalidMessageError(f"flag must be a 32-bit int, not {flag!r}", _ILLEGAL)
+        _check_types(msg)
         return topic, topic_bytes, body, queue_id, sys_flag
 
     def _properties(
@@ -569,11 +593,11 @@ class MessageEncoder:
             props[PROPERTY_TAGS] = msg.tags
         if msg.properties:
             for name, value in msg.properties.items():
+                _check_property(name, value)
                 if name in RESERVED_PROPERTIES and not internal:
                     raise InvalidMessageError(
                         f"property {name!r} is set by the store from the Message fields", _ILLEGAL
                     )
-                _check_property(name, value)
                 props[name] = value
         if uniq is not None:
             _check_property(PROPERTY_UNIQ_KEY, uniq)
@@ -595,7 +619,7 @@ def tag_column(
     """put_batch's tags as (distinct values, index of each message's value)."""
     if tags is None or isinstance(tags, str):
         return [tags], np.zeros(n, dtype=np.int64)
-    if len(tags) != n:
+    if column_length("tags", tags) != n:
         raise InvalidMessageError(f"{len(tags)} tags for {n} bodies", _ILLEGAL)
     index: dict[str | None, int] = {}
     try:
@@ -606,6 +630,77 @@ def tag_column(
         if t is not None and type(t) is not str:
             raise InvalidMessageError(f"tags must be strings or None, not {t!r}", _ILLEGAL)
     return list(index), np.array(ids, dtype=np.int64)
+
+
+def body_buffer(body: object) -> bytes | bytearray | memoryview:
+    """A body as a flat buffer whose length is its size in bytes, or InvalidMessageError.
+
+    A memoryview counts items, not bytes (``memoryview(array('I', ...))`` has 4-byte items): it is
+    cast to unsigned bytes, or copied when it is not contiguous, so every length written into the
+    record is ``nbytes``. bytes and bytearray (and their subclasses) are taken as they are."""
+    if isinstance(body, (bytes, bytearray)):
+        return body
+    if isinstance(body, memoryview):
+        try:
+            return body.cast("B") if body.c_contiguous else body.tobytes()
+        except ValueError as exc:  # a released view
+            raise InvalidMessageError(f"body: {exc}", _ILLEGAL) from None
+    raise InvalidMessageError(
+        f"body must be bytes, bytearray or memoryview, not {type(body).__name__}", _ILLEGAL
+    )
+
+
+def check_messages(msgs: object) -> None:
+    """InvalidMessageError unless ``msgs`` is a sequence of Messages (one C-level pass when it is)."""
+    column_length("messages", msgs)
+    seq = cast("Sequence[object]", msgs)
+    if set(map(type, seq)) != {Message}:
+        for i, m in enumerate(seq):
+            if not isinstance(m, Message):
+                raise InvalidMessageError(
+                    f"message {i} of the batch: expected a Message, got {type(m).__name__}", _ILLEGAL
+                )
+
+
+def column_length(name: str, column: object) -> int:
+    """How many entries a put_batch column (a list, tuple, 1-d array or other sequence) holds;
+    InvalidMessageError, naming ``name``, for anything else (a str, bytes, a mapping, a set, a
+    scalar, an iterator)."""
+    if type(column) is list or type(column) is tuple:
+        return len(column)
+    if isinstance(column, np.ndarray) and column.ndim == 1:
+        return len(column)
+    if isinstance(column, Sequence) and not isinstance(column, (str, bytes, bytearray, memoryview)):
+        return len(column)
+    raise InvalidMessageError(
+        f"{name} must be a list or tuple with one entry per message, not {type(column).__name__}", _ILLEGAL
+    )
+
+
+def _check_types(msg: Message) -> None:
+    """The types of the optional fields of a Message (those ``_check`` does not read itself)."""
+    tags = msg.tags
+    if tags is not None and not isinstance(tags, str):
+        raise InvalidMessageError(f"tags must be a str or None, not {type(tags).__name__}", _ILLEGAL)
+    props = msg.properties
+    if props is not None and type(props) is not dict and not isinstance(props, Mapping):
+        raise InvalidMessageError(
+            f"properties must be a mapping of str to str or None, not {type(props).__name__}", _ILLEGAL
+        )
+    born = msg.born_timestamp
+    if born is not None and (type(born) is not int or not _INT64_MIN <= born <= _INT64_MAX):
+        raise InvalidMessageError(f"born_timestamp must be a 64-bit int or None, not {born!r}", _ILLEGAL)
+    host = msg.born_host
+    if host is not None and not isinstance(host, str):
+        raise InvalidMessageError(
+            f"born_host must be an 'ip:port' str or None, not {type(host).__name__}", _ILLEGAL
+        )
+    uniq = msg.uniq_key
+    if uniq is not None and not isinstance(uniq, str):
+        raise InvalidMessageError(f"uniq_key must be a str or None, not {type(uniq).__name__}", _ILLEGAL)
+    level = msg.delay_level
+    if type(level) is not int or level < 0:
+        raise InvalidMessageError(f"delay_level must be a non-negative int, not {level!r}", _ILLEGAL)
 
 
 class _BadRow(InvalidMessageError):
@@ -667,12 +762,19 @@ def _properties_bytes(properties: str) -> bytes:
     return encoded
 
 
-def _keys_text(keys: str | Sequence[str]) -> str | None:
+def _keys_text(keys: str | Sequence[str] | None) -> str | None:
     """A message's KEYS property (its keys joined by spaces), None for no keys."""
+    if type(keys) is not tuple and type(keys) is not list:
+        if keys is None:
+            return None
+        if isinstance(keys, str):
+            keys = [keys] if keys else ()
+        elif not isinstance(keys, (list, tuple)):
+            raise InvalidMessageError(
+                f"keys must be a str or a list or tuple of str, not {type(keys).__name__}", _ILLEGAL
+            )
     if not keys:
         return None
-    if isinstance(keys, str):
-        keys = [keys]
     for k in keys:
         if not isinstance(k, str) or not k or " " in k or "\x01" in k or "\x02" in k:
             raise InvalidMessageError(

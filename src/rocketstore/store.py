@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import operator
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import repeat
 from types import TracebackType
@@ -34,7 +35,15 @@ from rocketstore.flush import (
 from rocketstore.index import IndexService
 from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageExt
 from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
-from rocketstore.prepare import MAX_QUEUE_ID, MessageColumns, MessageEncoder, tag_column, validate_topic
+from rocketstore.prepare import (
+    MAX_QUEUE_ID,
+    MessageColumns,
+    MessageEncoder,
+    check_messages,
+    column_length,
+    tag_column,
+    validate_topic,
+)
 from rocketstore.recovery import RecoveryReport, recover
 from rocketstore.results import (
     GetMessageResult,
@@ -345,7 +354,8 @@ class MessageStore:
     # --- writing -------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message. Raises InvalidMessageError (nothing written) for a bad message."""
-        config = self._topics.get(msg.topic)
+        topic = getattr(msg, "topic", None)
+        config = self._topics.get(topic) if type(topic) is str else None
         if config is None or not config.perm & PERM_WRITE or msg.queue_id is None or self._closed:
             return self.put_messages((msg,))[0]
         # the common case, with put_messages' steps for one message of a known topic
@@ -453,13 +463,13 @@ class MessageStore:
         Raises InvalidMessageError naming the first bad message; nothing is stored then.
         """
         self._check_open()
-        n = len(bodies)
+        n = column_length("bodies", bodies)
         validate_topic(topic)
         if n == 0:
             return self._unstored(_PUT_OK, topic, np.zeros(0, dtype=np.int64), TextColumn.empty(0))
         if isinstance(keys, str):
             raise InvalidMessageError("keys must be a sequence with one entry per body, not a str", _ILLEGAL)
-        if keys is not None and len(keys) != n:
+        if keys is not None and column_length("keys", keys) != n:
             raise InvalidMessageError(f"{len(keys)} keys for {n} bodies", _ILLEGAL)
         qids = self._batch_queue_ids(topic, n, queue_ids)
         tag_values, tag_ids = tag_column(tags, n)
@@ -546,13 +556,13 @@ class MessageStore:
         name none (None when all do). Work per topic of the batch, and per message only for
         messages that name no queue; round-robin picks are taken per topic in one step."""
         topics = self._topics
-        try:
-            batch_topics = {m.topic for m in msgs}
-        except TypeError:  # an unhashable "topic": let validation name it
+        check_messages(msgs)
+        if set(map(type, map(_TOPIC, msgs))) != {str}:  # bytes, None, unhashable: named here
             for m in msgs:
                 validate_topic(m.topic)
-            raise
+        batch_topics = set(map(_TOPIC, msgs))
         for topic in batch_topics:
+            validate_topic(topic)
             highest = None
             if topic not in topics and isinstance(topic, str):
                 named = [m.queue_id for m in msgs if m.topic == topic and type(m.queue_id) is int]
@@ -565,7 +575,7 @@ class MessageStore:
         for i, m in enumerate(msgs):
             if m.queue_id is None:
                 props = m.properties
-                key = props.get(PROPERTY_SHARDING_KEY) if props else None
+                key = props.get(PROPERTY_SHARDING_KEY) if isinstance(props, Mapping) else None
                 topic = validate_topic(m.topic)
                 if key:
                     queue_ids[i] = topics.select_queue(topic, key)
@@ -1082,6 +1092,9 @@ class MessageStore:
         return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"
 
 
+_TOPIC = operator.attrgetter("topic")
+
+
 def _int_column(
     name: str, value: int | Sequence[int] | npt.NDArray[np.integer], n: int
 ) -> npt.NDArray[np.int64]:
@@ -1092,6 +1105,8 @@ def _int_column(
         column = np.asarray(value)
     except OverflowError:
         raise InvalidMessageError(f"{name} {value!r} is out of range", _ILLEGAL) from None
+    except (TypeError, ValueError):  # a ragged or otherwise unconvertible sequence
+        raise InvalidMessageError(f"{name} must be one int or {n} ints, one per body", _ILLEGAL) from None
     if column.shape != (n,) or column.dtype.kind not in "iu":
         raise InvalidMessageError(f"{name} must be one int or {n} ints, one per body", _ILLEGAL)
     if column.dtype == np.uint64 and int(column.max()) > np.iinfo(np.int64).max:

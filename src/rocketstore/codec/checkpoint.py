@@ -11,6 +11,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+from rocketstore.errors import CorruptDataError
+
 __all__ = ["CHECKPOINT_FILE_SIZE", "Checkpoint", "decode_checkpoint", "encode_checkpoint"]
 
 CHECKPOINT_FILE_SIZE: Final = 4096
@@ -31,6 +33,7 @@ def encode_checkpoint(cp: Checkpoint) -> bytes:
 
 
 def decode_checkpoint(buf: bytes | bytearray | memoryview) -> Checkpoint:
+    """The three timestamps; CorruptDataError when ``buf`` is too short to hold them."""
     if len(buf) < _LAYOUT.size:
-        raise ValueError(f"a checkpoint needs {_LAYOUT.size} bytes, got {len(buf)}")
+        raise CorruptDataError(f"a checkpoint needs {_LAYOUT.size} bytes, got {len(buf)}", offset=0)
     return Checkpoint(*_LAYOUT.unpack_from(buf, 0))

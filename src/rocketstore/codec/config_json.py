@@ -44,6 +44,12 @@ PERM_READ = 0x4
 _DELAY_MARK = "rocketstoreCommitLogOffset"
 # a JSON string (left alone), or an unquoted integer key as fastjson writes them: `{0:12,` / `,3:`
 _STRING_OR_BARE_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)')
+# an integer map key: ASCII digits only (int() would also take '²'-like digits of other scripts)
+_INT_KEY = re.compile(r"-?[0-9]{1,19}", re.ASCII)
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+# a topic has at most one queue per queue id (0..65535)
+_MAX_QUEUES = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +78,7 @@ def decode_json(text: str, what: str) -> dict[str, Any]:
     """Parse one of the config files, fastjson's bare integer keys included."""
     try:
         value = json.loads(_STRING_OR_BARE_KEY.sub(_quote_bare_key, text))
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, an int of too many digits, deep nesting
         raise CorruptDataError(f"{what}: not valid JSON: {exc}", path=what) from None
     if not isinstance(value, dict):
         raise CorruptDataError(f"{what}: expected a JSON object, got {type(value).__name__}", path=what)
@@ -94,9 +100,12 @@ def _table(doc: dict[str, Any], key: str, what: str) -> dict[str, Any]:
     return table
 
 
-def _int(value: Any, what: str) -> int:
+def _int(value: Any, what: str, low: int = _INT64_MIN, high: int = _INT64_MAX) -> int:
+    """``value`` if it is an integer in [low, high] (a Java long by default), else CorruptDataError."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise CorruptDataError(f"{what}: expected an integer, got {value!r}")
+        raise CorruptDataError(f"{what}: expected an integer, got {value!r:.80}")
+    if not low <= value <= high:
+        raise CorruptDataError(f"{what}: {value} is out of range {low}..{high}")
     return value
 
 
@@ -111,8 +120,8 @@ def decode_topics(text: str, what: str = "topics.json") -> tuple[dict[str, Topic
             raise CorruptDataError(f"{what}: topic {name!r} must be an object")
         topics[name] = TopicConfig(
             topic=str(raw.get("topicName", name)),
-            read_queues=_int(raw.get("readQueueNums", 4), f"{what}: {name}.readQueueNums"),
-            write_queues=_int(raw.get("writeQueueNums", 4), f"{what}: {name}.writeQueueNums"),
+            read_queues=_int(raw.get("readQueueNums", 4), f"{what}: {name}.readQueueNums", 0, _MAX_QUEUES),
+            write_queues=_int(raw.get("writeQueueNums", 4), f"{what}: {name}.writeQueueNums", 0, _MAX_QUEUES),
             perm=_int(raw.get("perm", PERM_READ | PERM_WRITE), f"{what}: {name}.perm"),
             order=bool(raw.get("order", False)),
             sys_flag=_int(raw.get("topicSysFlag", 0), f"{what}: {name}.topicSysFlag"),
@@ -144,9 +153,9 @@ def decode_offsets(text: str, what: str = "consumerOffset.json") -> dict[tuple[s
 
 def _int_key(key: str, what: str) -> int:
     """A map key that must be an integer (queue id, delay level), as an int."""
-    if not key.lstrip("-").isdigit():
-        raise CorruptDataError(f"{what} {key!r} is not an integer")
-    return int(key)
+    if not _INT_KEY.fullmatch(key):
+        raise CorruptDataError(f"{what} {key!r:.80} is not an integer")
+    return _int(int(key), what)
 
 
 def encode_offsets(table: dict[tuple[str, str], dict[int, int]]) -> bytes:

@@ -20,6 +20,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.errors import CorruptDataError
+
 __all__ = [
     "CQ_ENTRY_SIZE",
     "ENTRY_DTYPE",
@@ -44,9 +46,12 @@ def encode_entry(offset: int, size: int, tags_code: int) -> bytes:
 
 
 def decode_entry(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int, int]:
-    """(commitlog offset, size, tagsCode) of the entry at ``buf[pos:]``."""
+    """(commitlog offset, size, tagsCode) of the entry at ``buf[pos:]``; CorruptDataError when
+    the buffer has no 20 bytes there."""
     if pos < 0 or pos + CQ_ENTRY_SIZE > len(buf):
-        raise ValueError(f"a consume-queue entry needs 20 bytes at position {pos}, buffer has {len(buf)}")
+        raise CorruptDataError(
+            f"a consume-queue entry needs 20 bytes at position {pos}, buffer has {len(buf)}", offset=pos
+        )
     offset, size, tags = _ENTRY.unpack_from(buf, pos)
     return offset, size, tags
 

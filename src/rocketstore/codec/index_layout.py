@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec.big_endian import put_int, read_i32
+from rocketstore.errors import CorruptDataError
 
 __all__ = [
     "ENTRY",
@@ -101,8 +102,9 @@ def encode_header(h: IndexHeader) -> bytes:
 
 
 def decode_header(buf: bytes | bytearray | memoryview) -> IndexHeader:
+    """The header; CorruptDataError when ``buf`` is shorter than one."""
     if len(buf) < HEADER_SIZE:
-        raise ValueError(f"an index header needs {HEADER_SIZE} bytes, got {len(buf)}")
+        raise CorruptDataError(f"an index header needs {HEADER_SIZE} bytes, got {len(buf)}", offset=0)
     return IndexHeader(*_HEADER.unpack_from(buf, 0))
 
 
@@ -111,7 +113,11 @@ def encode_slot(entry_number: int) -> bytes:
 
 
 def decode_slot(buf: bytes | bytearray | memoryview, slot: int) -> int:
-    value: int = SLOT.unpack_from(buf, slot_position(slot))[0]
+    """Slot ``slot``'s entry number; CorruptDataError when the buffer does not hold that slot."""
+    at = slot_position(slot)
+    if slot < 0 or at + SLOT_SIZE > len(buf):
+        raise CorruptDataError(f"index slot {slot} lies outside the {len(buf)}-byte file", offset=at)
+    value: int = SLOT.unpack_from(buf, at)[0]
     return value
 
 
@@ -122,8 +128,12 @@ def encode_entry(key_hash: int, phy_offset: int, time_diff: int, prev_index: int
 def decode_entry(
     buf: bytes | bytearray | memoryview, hash_slots: int, number: int
 ) -> tuple[int, int, int, int]:
-    """(keyHash, phyOffset, timeDiff, prevIndex) of entry ``number``."""
-    kh, phy, diff, prev = ENTRY.unpack_from(buf, entry_position(hash_slots, number))
+    """(keyHash, phyOffset, timeDiff, prevIndex) of entry ``number``; CorruptDataError when the
+    buffer does not hold that entry."""
+    at = entry_position(hash_slots, number)
+    if number < 0 or hash_slots < 0 or at + ENTRY_SIZE > len(buf):
+        raise CorruptDataError(f"index entry {number} lies outside the {len(buf)}-byte file", offset=at)
+    kh, phy, diff, prev = ENTRY.unpack_from(buf, at)
     return kh, phy, diff, prev
 
 
