@@ -25,7 +25,13 @@ from rocketstore.codec.commitlog_record import (
     patch_positions,
     patch_positions_many,
 )
-from rocketstore.codec.commitlog_scan import copy_bodies, gather_records, message_starts, store_timestamps
+from rocketstore.codec.commitlog_scan import (
+    copy_bodies,
+    gather_records,
+    message_starts,
+    next_record_start,
+    store_timestamps,
+)
 from rocketstore.codec.host import parse_host
 from rocketstore.config import StoreConfig
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest, dispatch_request_from_record
@@ -481,14 +487,22 @@ class CommitLog:
         seg_end = min(mf.read_position, end - base)
         local, stopped, blank = message_starts(mf.buf, start - base, seg_end)
         reached = base + mf.size if blank else base + stopped
+        if not blank and stopped < seg_end and base + mf.size < end:
+            # damage recovery stepped over in an older segment: so does dispatch
+            resume = next_record_start(mf.buf, stopped + 1, seg_end, base)
+            log.warning(
+                "dispatch steps over commitlog bytes %d..%d: no valid record there", reached, base + resume
+            )
+            reached = base + resume if resume < seg_end else base + mf.size
         requests: list[DispatchRequest] = []
         levels = self.config.delay_levels_ms
         for pos in local[needed(local + base, store_timestamps(mf.buf, local))].tolist():
             try:
                 rec = decode_record(mf.buf, pos, seg_end)
             except CorruptDataError as exc:
-                log.error("dispatch stops at commitlog offset %d: %s", base + pos, exc.reason)
-                return requests, base + pos
+                # its length and magic hold (message_starts walked past it): the next record is intact
+                log.error("dispatch skips the damaged record at commitlog offset %d: %s", base + pos, exc)
+                continue
             requests.append(dispatch_request_from_record(rec, base, levels))
         return requests, min(reached, end)
 
