@@ -25,6 +25,7 @@ from rocketstore.storage.paths import StoreLayout, is_segment_name
 
 __all__ = ["detect_geometry", "index_split", "looks_like_store", "survey_geometry"]
 
+_NAMED = 5  # odd-sized files named in a problem, at most
 _RATIOS = (4, 1, 2, 8, 16, 3, 5, 10)  # entries per slot to try, the usual one first
 
 
@@ -105,17 +106,26 @@ def _most_common_size(
     directories: list[Path], what: str, problems: list[str], names: Callable[[str], bool] = is_segment_name
 ) -> int | None:
     """The most common size of the files named like ``names`` in ``directories``; files of other
-    sizes are recorded in ``problems``."""
-    sizes = Counter(
-        p.stat().st_size
+    sizes are recorded in ``problems``, named (the first few)."""
+    found = [
+        (p, p.stat().st_size)
         for d in directories
         if d.is_dir()
-        for p in d.iterdir()
+        for p in sorted(d.iterdir())
         if p.is_file() and names(p.name)
-    )
+    ]
+    sizes = Counter(size for _, size in found)
+    if not sizes:
+        return None
+    usual = sizes.most_common(1)[0][0]
     if len(sizes) > 1:
-        problems.append(f"{what} of different sizes: {sorted(sizes)}")
-    return sizes.most_common(1)[0][0] if sizes else None
+        odd = [f"{p} ({size} bytes)" for p, size in found if size != usual]
+        more = f" and {len(odd) - _NAMED} more" if len(odd) > _NAMED else ""
+        problems.append(
+            f"{what} of different sizes: {sorted(sizes)}; most are {usual} bytes, not "
+            f"{', '.join(odd[:_NAMED])}{more}"
+        )
+    return usual
 
 
 def index_split(path: Path) -> tuple[int, int]:
