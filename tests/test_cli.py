@@ -294,3 +294,28 @@ def test_status_of_a_store_with_a_garbage_or_future_checkpoint(
     assert row["physicMsgTimestamp"] == f"{future} (ms, not a representable date)"
     assert row["logicsMsgTimestamp"] == f"{garbage} (ms, not a representable date)"
     assert row["indexMsgTimestamp"] == "-"
+
+
+def test_print_steps_over_a_damaged_record_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One record of an old segment with a damaged magic code: ``print`` lists every other
+    message and says on stderr which record it skipped, by segment file and commitlog offset."""
+    import shutil
+    import stat
+
+    root = tmp_path / "s"
+    shutil.copytree(FIXTURES / "store-sample", root)
+    for p in [root, *root.rglob("*")]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    victim = next(r for r in expected("store-sample", "msg") if 65536 < r["phyOffset"] < 131072)
+    seg = root / "commitlog" / "00000000000000065536"
+    data = bytearray(seg.read_bytes())
+    data[victim["phyOffset"] - 65536 + 5] ^= 0xFF
+    seg.write_bytes(data)
+    code, out, err = run(capsys, "print", str(root), "--no-body", "--json")
+    assert code == 0, err
+    rows = [r for r in jsonl(out) if "physical_offset" in r]
+    assert len(rows) == len(expected("store-sample", "msg")) - 1
+    assert victim["phyOffset"] not in {r["physical_offset"] for r in rows}
+    assert f"{seg}, offset {victim['phyOffset']}" in err and "unknown magic code" in err

@@ -1054,3 +1054,28 @@ def test_index_files_without_their_commitlog_are_set_aside(tmp_path: Path, commi
         assert store.wait_dispatched(10)
         assert [m.physical_offset for m in store.query_message("TopicA", "fresh-key")] == [end]
         assert store.query_message("TopicA", "key-33") == []
+
+
+# --- 12. one damaged record does not keep a store shut ----------------------------------------------------
+
+
+def test_a_damaged_record_does_not_stop_the_delayed_delivery_check_at_open(tmp_path: Path) -> None:
+    """RocketMQ's sample store, opened when its delayed messages are due: the check for copies
+    delivered before a crash reads the real queues' records after each schedule record, and one
+    of them is damaged (an unknown magic code, in a segment recovery does not scan). The check
+    logs it and goes on: the store opens, and the damaged record alone is unreadable."""
+    root = copy_fixture("store-sample", tmp_path)
+    msgs = [r for r in _fixture_rows("store-sample") if r["kind"] == "msg"]
+    sched = min((r for r in msgs if r["topic"] == "SCHEDULE_TOPIC_XXXX"), key=lambda r: r["phyOffset"])
+    real = (sched["props"]["REAL_TOPIC"], int(sched["props"]["REAL_QID"]))
+    queue = sorted((r for r in msgs if (r["topic"], r["queueId"]) == real), key=lambda r: r["queueOffset"])
+    victim = next(r for r in queue if sched["phyOffset"] < r["phyOffset"] < 2 * SEG)
+    _flip(root, victim["phyOffset"] + 5, 0xFF)
+    clock = fixture_clock("store-sample")
+    clock.advance(86_400_000)  # every delayed message is due
+    with MessageStore.open(root, CFG, clock=clock) as store:
+        assert store.look_message_by_offset(victim["phyOffset"]) is None
+        for r in queue:
+            if r is not victim:
+                m = store.look_message_by_offset(r["phyOffset"])
+                assert m is not None and m.queue_offset == r["queueOffset"]

@@ -77,6 +77,7 @@ class _SegmentRun(NamedTuple):
     body_len: npt.NDArray[np.int64]
     readable: int  # how many, from the first, are whole records of the right size
     in_segment: int  # how many of the entries lie in the segment
+    origin: tuple[str, int]  # the segment's file and commitlog offset
 
 
 def _every_record(offsets: npt.NDArray[np.int64], _: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
@@ -386,7 +387,13 @@ class CommitLog:
             size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
         if size <= 0 or pos + size > mf.read_position:
             return None
-        return MessageExt(buf[pos : pos + size], 0, tags_code, delay_levels_ms=self.config.delay_levels_ms)
+        return MessageExt(
+            buf[pos : pos + size],
+            0,
+            tags_code,
+            delay_levels_ms=self.config.delay_levels_ms,
+            origin=(str(mf.path), offset),
+        )
 
     def messages_at(
         self,
@@ -402,7 +409,7 @@ class CommitLog:
             return []
         ok, delays = run.readable, self.config.delay_levels_ms
         return [
-            MessageExt(run.buf, pos, code, delay_levels_ms=delays, body_span=span)
+            MessageExt(run.buf, pos, code, delay_levels_ms=delays, body_span=span, origin=run.origin)
             for pos, code, span in zip(
                 run.positions[:ok].tolist(),
                 tags_codes[:ok].tolist(),
@@ -458,7 +465,13 @@ class CommitLog:
             return None
         end = int(np.searchsorted(physical_offsets, mf.from_offset + mf.size, side="left"))
         local = physical_offsets[:end] - mf.from_offset
-        return _SegmentRun(buf, local, *gather_records(buf, local, sizes[:end], mf.read_position), end)
+        return _SegmentRun(
+            buf,
+            local,
+            *gather_records(buf, local, sizes[:end], mf.read_position),
+            end,
+            (str(mf.path), mf.from_offset),
+        )
 
     def store_timestamp_at(self, offset: int) -> int:
         """Store time of the record at ``offset`` (-1 if unreadable)."""
