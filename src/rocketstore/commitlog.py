@@ -77,7 +77,7 @@ class _SegmentRun(NamedTuple):
     body_len: npt.NDArray[np.int64]
     readable: int  # how many, from the first, are whole records of the right size
     in_segment: int  # how many of the entries lie in the segment
-    origin: tuple[str, int]  # the segment's file and commitlog offset
+    origin: tuple[Path, int]  # the segment's file and commitlog offset
 
 
 def _every_record(offsets: npt.NDArray[np.int64], _: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
@@ -392,7 +392,7 @@ class CommitLog:
             0,
             tags_code,
             delay_levels_ms=self.config.delay_levels_ms,
-            origin=(str(mf.path), offset),
+            origin=(mf.path, offset),
         )
 
     def messages_at(
@@ -470,7 +470,7 @@ class CommitLog:
             local,
             *gather_records(buf, local, sizes[:end], mf.read_position),
             end,
-            (str(mf.path), mf.from_offset),
+            (mf.path, mf.from_offset),
         )
 
     def store_timestamp_at(self, offset: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -112,7 +113,7 @@ class MessageExt:
         record: DecodedRecord | None = None,
         delay_levels_ms: tuple[int, ...] = (),
         body_span: tuple[int, int] | None = None,
-        origin: tuple[str, int] | None = None,
+        origin: tuple[os.PathLike[str], int] | None = None,
     ) -> None:
         self._buf = buf
         self._origin = origin  # (segment file, commitlog offset of buf[0]): named by decode errors
@@ -138,7 +139,7 @@ class MessageExt:
         if self._origin is None:
             return exc
         path, base = self._origin
-        return CorruptDataError(exc.reason, path=path, offset=base + self._pos)
+        return CorruptDataError(exc.reason, path=os.fspath(path), offset=base + self._pos)
 
     # --- record fields ------------------------------------------------------------------
     @property

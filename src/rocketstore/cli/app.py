@@ -516,6 +516,9 @@ def recover(ctx: click.Context, store_dir: Path, dry_run: bool, as_json: bool) -
         "bytes_cut": rec.bytes_cut,
         "queue_entries_dropped": rec.queue_entries_dropped,
         "queue_bytes_damaged": rec.queue_bytes_damaged,
+        "queue_holes": rec.queue_holes,
+        # damage in older segments, stepped over (not cut): "start..end: reason; ..."
+        "stepped_over": "; ".join(f"{d.start}..{d.end}: {d.reason}" for d in rec.stepped_over) or None,
         "reput_from": rec.reput_from,
     }
     out.detail("recovery (dry run: nothing written)" if dry_run else "recovery done", fields)
