@@ -268,3 +268,54 @@ def test_bench_measures_every_workload_on_a_temporary_store(
     ]
     assert all(r["msgs_per_s"] > 0 and r["mb_per_s"] >= 0 for r in rows)
     assert list(tmp_path.iterdir()) == []  # the temporary stores are gone
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "abort"])
+def test_status_of_a_store_with_a_garbage_or_future_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], abort: bool
+) -> None:
+    """Times no calendar holds (year 765147 and beyond) are printed as the raw number, said to be
+    no date; a negative one as '-'. ``status`` does not fail on them."""
+    import shutil
+    import stat
+    import struct
+
+    root = tmp_path / "s"
+    shutil.copytree(FIXTURES / "store-sample", root)
+    for p in [root, *root.rglob("*")]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    future, garbage = 24_083_498_723_000_000, 0x7FFF_FFFF_FFFF_FFF0
+    (root / "checkpoint").write_bytes(struct.pack(">qqq", future, garbage, -5) + bytes(4096 - 24))
+    if abort:
+        (root / "abort").touch()
+    code, out, err = run(capsys, "status", str(root), "--json")
+    assert code == 0, err
+    row = jsonl(out)[0]
+    assert row["physicMsgTimestamp"] == f"{future} (ms, not a representable date)"
+    assert row["logicsMsgTimestamp"] == f"{garbage} (ms, not a representable date)"
+    assert row["indexMsgTimestamp"] == "-"
+
+
+def test_print_steps_over_a_damaged_record_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One record of an old segment with a damaged magic code: ``print`` lists every other
+    message and says on stderr which record it skipped, by segment file and commitlog offset."""
+    import shutil
+    import stat
+
+    root = tmp_path / "s"
+    shutil.copytree(FIXTURES / "store-sample", root)
+    for p in [root, *root.rglob("*")]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    victim = next(r for r in expected("store-sample", "msg") if 65536 < r["phyOffset"] < 131072)
+    seg = root / "commitlog" / "00000000000000065536"
+    data = bytearray(seg.read_bytes())
+    data[victim["phyOffset"] - 65536 + 5] ^= 0xFF
+    seg.write_bytes(data)
+    code, out, err = run(capsys, "print", str(root), "--no-body", "--json")
+    assert code == 0, err
+    rows = [r for r in jsonl(out) if "physical_offset" in r]
+    assert len(rows) == len(expected("store-sample", "msg")) - 1
+    assert victim["phyOffset"] not in {r["physical_offset"] for r in rows}
+    assert f"{seg}, offset {victim['phyOffset']}" in err and "unknown magic code" in err

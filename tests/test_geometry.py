@@ -47,8 +47,9 @@ def test_disagreeing_files_are_refused_but_surveyed(tmp_path: Path) -> None:
     root = written(tmp_path / "s")
     odd = sorted((root / "consumequeue" / "T" / "0").iterdir())[0]
     odd.write_bytes(odd.read_bytes()[:400])  # 20 entries where the others hold 30
-    with pytest.raises(StoreConfigError, match="consume-queue files of different sizes"):
+    with pytest.raises(StoreConfigError, match="consume-queue files of different sizes") as info:
         detect_geometry(root)
+    assert f"not {odd} (400 bytes)" in str(info.value)  # the odd file is named
     cfg, problems = survey_geometry(root)
     assert geometry(cfg) == geometry(CFG) and len(problems) == 1
 
@@ -59,3 +60,17 @@ def test_not_a_store(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(NotAStoreError, match="empty is not a store directory: it has no commitlog"):
         survey_geometry(tmp_path / "empty")
+
+
+def test_verify_names_the_odd_sized_segment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``rocketstore verify`` of a store whose files disagree on the geometry names the file."""
+    from rocketstore.cli import main
+
+    root = written(tmp_path / "s")
+    odd = sorted((root / "commitlog").iterdir())[1]
+    odd.write_bytes(odd.read_bytes()[:4096])
+    code = main(["verify", str(root)])
+    captured = capsys.readouterr()
+    assert code != 0
+    assert "commitlog segments of different sizes" in captured.out + captured.err
+    assert str(odd) in (captured.out + captured.err).replace("\n", "")

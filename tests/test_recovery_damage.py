@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from rocketstore import GetStatus, ManualClock, Message, MessageExt, MessageStore, PutStatus, StoreConfig
+from rocketstore.codec import index_layout
 from tests.conftest import FIXTURES, copy_fixture, fixture_clock
 
 SEG = 65536
@@ -893,3 +894,188 @@ def test_rocketmq_crash_sample_recovers_and_reopens_identically(tmp_path: Path) 
         for (topic, qid), (lo, hi) in queues.items():
             assert (again.min_offset_in_queue(topic, qid), again.max_offset_in_queue(topic, qid)) == (lo, hi)
     assert sorted(p.name for p in (root / "commitlog").iterdir())[-1] < ZERO_SEGMENT
+
+
+# --- 9. damage in two segments: no recovery cuts below what an earlier one accepted ---------------------
+
+
+def _damage_record(root: Path, r: Rec, how: str) -> None:
+    if how == "crc":
+        _flip(root, _body_start(r) + len(r.body) // 2, 0x5A)
+    else:  # a TOTALSIZE that runs past the segment: nothing after it can be found by lengths
+        _flip(root, r.phys + 1, 0x40)
+
+
+@pytest.mark.parametrize("second_abort", [False, True], ids=["then-normal", "then-abnormal"])
+@pytest.mark.parametrize("first_abort", [True, False], ids=["abnormal", "normal"])
+@pytest.mark.parametrize("old_damage", ["crc", "totalsize"])
+def test_damage_in_two_segments_never_cuts_below_an_accepted_recovery(
+    pristine: Pristine, tmp_path: Path, old_damage: str, first_abort: bool, second_abort: bool
+) -> None:
+    """A damaged record in the first segment and one in the last. The first open cuts the last
+    segment at its damage (the RocketMQ way) and steps over the older one (reported, everything
+    after it kept); puts are acknowledged; the next open, whatever segment it scans from, cuts
+    nothing: every valid record and every acknowledged message reads back."""
+    _, last = _last_segment_recs(pristine)
+    new_target = last[-3]
+    first_seg = [r for r in pristine.recs if r.end <= SEG]
+    old_target = first_seg[len(first_seg) // 2]
+    root = _copy(pristine, tmp_path)
+    _damage_record(root, old_target, old_damage)
+    _damage_record(root, new_target, "crc")
+    valid = [r for r in pristine.recs if r is not old_target and r.phys < new_target.phys]
+    if first_abort:
+        (root / "abort").touch()
+    store = _open(root, pristine.end_time)
+    try:
+        rep = store.recovery
+        assert rep is not None and rep.abnormal == first_abort
+        assert rep.stop == "corrupt" and rep.end_offset == new_target.phys
+        if rep.scan_start == 0:
+            assert [d.start for d in rep.stepped_over] == [old_target.phys]
+            assert rep.stepped_over[0].end == old_target.end
+        acked = _put_new(store, [*valid, old_target], [new_target, *last[-2:]], f"two-{old_damage}")
+    finally:
+        store.close()
+    if second_abort:
+        (root / "abort").touch()
+        (root / "checkpoint").write_bytes(bytes(4096))  # and scan from the first segment
+    with _open(root, pristine.end_time + 3_600_000) as again:
+        rep = again.recovery
+        assert rep is not None and rep.abnormal == second_abort
+        assert rep.stop != "corrupt"
+        assert rep.end_offset == acked[-1].end
+        assert [d.start for d in rep.stepped_over] == [old_target.phys]
+        assert again.wait_dispatched(10)
+        for r in valid + acked:
+            m = again.look_message_by_offset(r.phys)
+            assert m is not None and m.body == r.body, r.phys
+        for r in acked:
+            got = again.get_message("g", r.topic, r.queue_id, r.queue_offset, 1)
+            assert got.status is GetStatus.FOUND and got.messages[0].physical_offset == r.phys
+            assert [m.physical_offset for m in again.query_message(r.topic, r.key)] == [r.phys]
+
+
+# --- 10. a zero-filled consume-queue segment between valid ones: a hole, rebuilt ----------------------
+
+
+def _fixture_queue(topic: str, qid: int) -> list[dict[str, Any]]:
+    rows = [
+        r
+        for r in _fixture_rows("store-sample")
+        if r["kind"] == "msg" and r["topic"] == topic and r["queueId"] == qid
+    ]
+    return sorted(rows, key=lambda r: r["queueOffset"])
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["normal", "abnormal"])
+def test_zero_filled_consume_queue_file_of_the_fixture_is_rebuilt(tmp_path: Path, abort: bool) -> None:
+    """RocketMQ's sample store with the first of TopicA/1's two queue files zero-filled: the
+    hole is reported and rebuilt from the commitlog, every message of the queue reads back as
+    RocketMQ listed it, and the queue file is byte-identical to RocketMQ's again."""
+    root = copy_fixture("store-sample", tmp_path)
+    qdir = root / "consumequeue" / "TopicA" / "1"
+    first = sorted(qdir.iterdir())[0]
+    want_bytes = first.read_bytes()
+    first.write_bytes(bytes(len(want_bytes)))
+    if abort:
+        (root / "abort").touch()
+    rows = _fixture_queue("TopicA", 1)
+    assert len(rows) == 48
+    with MessageStore.open(root, CFG, clock=fixture_clock("store-sample")) as store:
+        rep = store.recovery
+        assert rep is not None and rep.queue_holes == 40
+        got = _read_queue(store, "TopicA", 1)
+        assert [m.queue_offset for m in got] == [r["queueOffset"] for r in rows]
+        assert [m.physical_offset for m in got] == [r["phyOffset"] for r in rows]
+        for m, r in zip(got, rows):
+            body = r["body_utf8"].encode() if "body_utf8" in r else bytes.fromhex(r["body_hex"])
+            assert m.body == body and m.tags_code == r["cq"]["tagsCode"]
+    assert first.read_bytes() == want_bytes
+
+
+def test_zero_filled_middle_consume_queue_file_is_rebuilt(tmp_path: Path) -> None:
+    """A queue of five files, the second zero-filled (older than the three a normal recovery
+    walks): reported as a hole and rebuilt; new puts continue the queue."""
+    root = tmp_path / "store"
+    rng = random.Random(5)
+    with _open(root, T0) as store:
+        results = store.put_messages(
+            [Message("TopicA", _body(rng, 50), tags="T", keys=[f"m{i}"], queue_id=0) for i in range(190)]
+        )
+        assert store.wait_dispatched(10)
+    qdir = root / "consumequeue" / "TopicA" / "0"
+    files = sorted(qdir.iterdir())
+    assert len(files) == 5
+    want = files[1].read_bytes()
+    files[1].write_bytes(bytes(len(want)))
+    with _open(root, T0 + 1000) as store:
+        rep = store.recovery
+        assert rep is not None and not rep.abnormal and rep.queue_holes == 40
+        got = _read_queue(store, "TopicA", 0)
+        assert [m.physical_offset for m in got] == [r.physical_offset for r in results]
+        res = store.put_message(Message("TopicA", b"after", queue_id=0))
+        assert res.status is PutStatus.PUT_OK and res.queue_offset == 190
+    assert files[1].read_bytes() == want
+    with _open(root, T0 + 2000) as store:
+        assert store.recovery is not None and store.recovery.queue_holes == 0
+        assert len(_read_queue(store, "TopicA", 0)) == 191
+
+
+# --- 11. index files of a commitlog that is not there ----------------------------------------------------
+
+
+@pytest.mark.parametrize("commitlog", ["removed", "zero-filled"])
+def test_index_files_without_their_commitlog_are_set_aside(tmp_path: Path, commitlog: str) -> None:
+    """RocketMQ's sample store with its commitlog gone (or all zeros) but its index files left,
+    the newest an empty one (as created when the one before filled up: its header carries that
+    file's end on): they describe records that are not there, so recovery deletes them, and new
+    puts are indexed and found by key (the stale files made them look indexed already)."""
+    root = copy_fixture("store-sample", tmp_path)
+    for seg in (root / "commitlog").iterdir():
+        if commitlog == "removed":
+            seg.unlink()
+        else:
+            seg.write_bytes(bytes(seg.stat().st_size))
+    index_dir = root / "index"
+    newest = sorted(index_dir.iterdir())[-1]
+    end_phy, end_ts = 290087, 1795324328624
+    header = index_layout.IndexHeader(end_ts, end_ts, end_phy, end_phy, 0, 1)
+    empty = bytearray(newest.stat().st_size)
+    empty[: index_layout.HEADER_SIZE] = index_layout.encode_header(header)
+    (index_dir / f"{int(newest.name) + 1}").write_bytes(empty)
+    with MessageStore.open(root, CFG, clock=fixture_clock("store-sample")) as store:
+        # a zero-filled log ends where the scan (the last three segments) found nothing
+        end = store.max_phy_offset()
+        assert end == (0 if commitlog == "removed" else 2 * SEG)
+        assert all(end_phy < end for _, _, end_phy, _ in _index_headers(root))
+        res = store.put_message(Message("TopicA", b"fresh", keys=["fresh-key"], queue_id=0))
+        assert res.status is PutStatus.PUT_OK and res.physical_offset == end
+        assert store.wait_dispatched(10)
+        assert [m.physical_offset for m in store.query_message("TopicA", "fresh-key")] == [end]
+        assert store.query_message("TopicA", "key-33") == []
+
+
+# --- 12. one damaged record does not keep a store shut ----------------------------------------------------
+
+
+def test_a_damaged_record_does_not_stop_the_delayed_delivery_check_at_open(tmp_path: Path) -> None:
+    """RocketMQ's sample store, opened when its delayed messages are due: the check for copies
+    delivered before a crash reads the real queues' records after each schedule record, and one
+    of them is damaged (an unknown magic code, in a segment recovery does not scan). The check
+    logs it and goes on: the store opens, and the damaged record alone is unreadable."""
+    root = copy_fixture("store-sample", tmp_path)
+    msgs = [r for r in _fixture_rows("store-sample") if r["kind"] == "msg"]
+    sched = min((r for r in msgs if r["topic"] == "SCHEDULE_TOPIC_XXXX"), key=lambda r: r["phyOffset"])
+    real = (sched["props"]["REAL_TOPIC"], int(sched["props"]["REAL_QID"]))
+    queue = sorted((r for r in msgs if (r["topic"], r["queueId"]) == real), key=lambda r: r["queueOffset"])
+    victim = next(r for r in queue if sched["phyOffset"] < r["phyOffset"] < 2 * SEG)
+    _flip(root, victim["phyOffset"] + 5, 0xFF)
+    clock = fixture_clock("store-sample")
+    clock.advance(86_400_000)  # every delayed message is due
+    with MessageStore.open(root, CFG, clock=clock) as store:
+        assert store.look_message_by_offset(victim["phyOffset"]) is None
+        for r in queue:
+            if r is not victim:
+                m = store.look_message_by_offset(r["phyOffset"])
+                assert m is not None and m.queue_offset == r["queueOffset"]

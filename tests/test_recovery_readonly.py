@@ -37,10 +37,19 @@ def test_readonly_open_of_a_damaged_store_writes_nothing(tmp_path: Path) -> None
     seg.write_bytes(data)
     (root / "abort").touch()
     before = snapshot(root)
+    torn_segment_end = cut - cut % 65536 + 65536
+    after = [r for r in results if r.physical_offset >= torn_segment_end]
+    assert after, "the tear must be in a segment older than the last"
     with MessageStore.open(root, CFG, readonly=True) as store:
-        assert store.max_phy_offset() == results[300].physical_offset
+        # the torn stretch is stepped over (the last segment holds data): the later records stay
+        assert store.max_phy_offset() == results[-1].physical_offset + results[-1].wrote_bytes
+        rep = store.recovery
+        assert rep is not None and [(d.start, d.end) for d in rep.stepped_over] == [
+            (results[300].physical_offset, torn_segment_end)
+        ]
         assert store.look_message_by_offset(results[299].physical_offset) is not None
         assert store.look_message_by_offset(results[300].physical_offset) is None
+        assert store.look_message_by_offset(after[0].physical_offset) is not None
         assert store.put_message(Message(topic="T", body=b"x")).status is PutStatus.SERVICE_NOT_AVAILABLE
     assert snapshot(root) == before
 

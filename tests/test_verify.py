@@ -30,7 +30,7 @@ from rocketstore.codec import index_layout
 from rocketstore.codec.commitlog_record import decode_record
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.verify import DAMAGE_KINDS, MAX_DAMAGE_PER_FILE, Damage, VerifyReport, verify_store
-from tests.conftest import FIXTURE_CONFIG, FIXTURES
+from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture
 
 SEG = 65536
 CQ_ENTRIES = 40
@@ -406,9 +406,14 @@ def test_an_index_entry_that_no_key_of_its_record_hashes_to(
     path = index_files(root)[0]
     at = index_layout.entry_position(SLOTS, 7)
     patch(path, at + 4, struct.pack(">q", results[0].physical_offset + results[0].wrote_bytes))
-    d = only(verify_store(root, CFG))
+    damage = verify_store(root, CFG).damage
+    assert sorted(d.kind for d in damage) == ["index_entry", "index_missing"]
+    d = next(d for d in damage if d.kind == "index_entry")
     assert (d.kind, d.file, d.offset) == ("index_entry", rel(root, path), at)
     assert "matches no key" in d.detail
+    # and the record the entry was for has lost that key's entry
+    missing = next(d for d in damage if d.kind == "index_missing")
+    assert missing.file == rel(root, path) and "no index entry for key" in missing.detail
 
 
 def test_a_key_that_is_not_utf8_still_gets_its_entry_checked(
@@ -419,9 +424,13 @@ def test_a_key_that_is_not_utf8_still_gets_its_entry_checked(
     path, pos = segment_of(root, victim.physical_offset)
     record = path.read_bytes()[pos : pos + victim.wrote_bytes]
     patch(path, pos + record.index(b"order5"), b"\xfe")
-    report = verify_store(root, CFG)
-    d = only(report)  # the entries of UNIQ_KEY and k5 still match
-    assert d.kind == "index_entry" and "matches no key" in d.detail and "\ufffdrder5" in d.detail
+    damage = verify_store(root, CFG).damage
+    assert sorted(d.kind for d in damage) == ["index_entry", "index_missing"]
+    d = next(d for d in damage if d.kind == "index_entry")  # the entries of UNIQ_KEY and k5 still match
+    assert "matches no key" in d.detail and "\ufffdrder5" in d.detail
+    # and the record's changed key has no entry: a query by it misses the record
+    missing = next(d for d in damage if d.kind == "index_missing")
+    assert f"commitlog offset {victim.physical_offset}" in missing.detail and "\ufffdrder5" in missing.detail
 
 
 def test_an_unreachable_index_entry(store: tuple[Path, list[PutMessageResult]]) -> None:
@@ -562,3 +571,43 @@ def test_random_damage_never_raises_and_always_ends(
         for report in reports:
             assert all(d.kind in DAMAGE_KINDS and d.detail for d in report.damage)
             json.dumps(report.to_dict())
+
+
+# --- the index must find every key ----------------------------------------------------------
+@pytest.mark.parametrize("which", [0, 1, -1], ids=["oldest", "middle", "newest"])
+@pytest.mark.parametrize("name", ["store-sample", "store-sample-crash"])
+def test_a_zero_filled_index_file_is_found_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, which: int
+) -> None:
+    """A zero-filled index file of a RocketMQ fixture reads as an empty file with consistent
+    chains: its keys are missing (every key of every record the index covers must be found
+    through it) and, unless it is the newest, a full file was expected there. ``rocketstore
+    verify`` exits 1 naming the file."""
+    from rocketstore.cli import main
+
+    root = copy_fixture(name, tmp_path)
+    path = index_files(root)[which]
+    path.write_bytes(bytes(path.stat().st_size))
+    report = verify_store(root, CFG)
+    named = {d.file for d in report.damage}
+    assert named == {rel(root, path)}, report.damage
+    kinds = {d.kind for d in report.damage}
+    assert kinds == ({"index_missing"} if which == -1 else {"index_header"}) or "index_missing" in kinds
+    if which != -1:
+        assert any(d.kind == "index_header" and "newer index file follows" in d.detail for d in report.damage)
+    code = main(["verify", str(root)])
+    out = capsys.readouterr().out
+    assert code == 1 and rel(root, path) in out
+
+
+def test_a_store_whose_index_lacks_keys_of_its_last_records_is_not_clean(
+    store: tuple[Path, list[PutMessageResult]],
+) -> None:
+    """The newest index file zero-filled after a clean close: the header still reads as a valid
+    empty file, but the records it held keys of are not findable by key."""
+    root, results = store
+    path = index_files(root)[-1]
+    path.write_bytes(bytes(path.stat().st_size))
+    damage = verify_store(root, CFG).damage
+    assert damage and {(d.kind, d.file) for d in damage} == {("index_missing", rel(root, path))}
+    assert f"commitlog offset {results[-1].physical_offset}" in damage[-1].detail or len(damage) > 1

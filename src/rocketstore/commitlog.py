@@ -25,7 +25,13 @@ from rocketstore.codec.commitlog_record import (
     patch_positions,
     patch_positions_many,
 )
-from rocketstore.codec.commitlog_scan import copy_bodies, gather_records, message_starts, store_timestamps
+from rocketstore.codec.commitlog_scan import (
+    copy_bodies,
+    gather_records,
+    message_starts,
+    next_record_start,
+    store_timestamps,
+)
 from rocketstore.codec.host import parse_host
 from rocketstore.config import StoreConfig
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest, dispatch_request_from_record
@@ -71,6 +77,7 @@ class _SegmentRun(NamedTuple):
     body_len: npt.NDArray[np.int64]
     readable: int  # how many, from the first, are whole records of the right size
     in_segment: int  # how many of the entries lie in the segment
+    origin: tuple[Path, int]  # the segment's file and commitlog offset
 
 
 def _every_record(offsets: npt.NDArray[np.int64], _: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
@@ -380,7 +387,13 @@ class CommitLog:
             size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
         if size <= 0 or pos + size > mf.read_position:
             return None
-        return MessageExt(buf[pos : pos + size], 0, tags_code, delay_levels_ms=self.config.delay_levels_ms)
+        return MessageExt(
+            buf[pos : pos + size],
+            0,
+            tags_code,
+            delay_levels_ms=self.config.delay_levels_ms,
+            origin=(mf.path, offset),
+        )
 
     def messages_at(
         self,
@@ -396,7 +409,7 @@ class CommitLog:
             return []
         ok, delays = run.readable, self.config.delay_levels_ms
         return [
-            MessageExt(run.buf, pos, code, delay_levels_ms=delays, body_span=span)
+            MessageExt(run.buf, pos, code, delay_levels_ms=delays, body_span=span, origin=run.origin)
             for pos, code, span in zip(
                 run.positions[:ok].tolist(),
                 tags_codes[:ok].tolist(),
@@ -452,7 +465,13 @@ class CommitLog:
             return None
         end = int(np.searchsorted(physical_offsets, mf.from_offset + mf.size, side="left"))
         local = physical_offsets[:end] - mf.from_offset
-        return _SegmentRun(buf, local, *gather_records(buf, local, sizes[:end], mf.read_position), end)
+        return _SegmentRun(
+            buf,
+            local,
+            *gather_records(buf, local, sizes[:end], mf.read_position),
+            end,
+            (mf.path, mf.from_offset),
+        )
 
     def store_timestamp_at(self, offset: int) -> int:
         """Store time of the record at ``offset`` (-1 if unreadable)."""
@@ -481,14 +500,22 @@ class CommitLog:
         seg_end = min(mf.read_position, end - base)
         local, stopped, blank = message_starts(mf.buf, start - base, seg_end)
         reached = base + mf.size if blank else base + stopped
+        if not blank and stopped < seg_end and base + mf.size < end:
+            # damage recovery stepped over in an older segment: so does dispatch
+            resume = next_record_start(mf.buf, stopped + 1, seg_end, base)
+            log.warning(
+                "dispatch steps over commitlog bytes %d..%d: no valid record there", reached, base + resume
+            )
+            reached = base + resume if resume < seg_end else base + mf.size
         requests: list[DispatchRequest] = []
         levels = self.config.delay_levels_ms
         for pos in local[needed(local + base, store_timestamps(mf.buf, local))].tolist():
             try:
                 rec = decode_record(mf.buf, pos, seg_end)
             except CorruptDataError as exc:
-                log.error("dispatch stops at commitlog offset %d: %s", base + pos, exc.reason)
-                return requests, base + pos
+                # its length and magic hold (message_starts walked past it): the next record is intact
+                log.error("dispatch skips the damaged record at commitlog offset %d: %s", base + pos, exc)
+                continue
             requests.append(dispatch_request_from_record(rec, base, levels))
         return requests, min(reached, end)
 

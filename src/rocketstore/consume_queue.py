@@ -67,6 +67,8 @@ class ConsumeQueue:
         )
         self.max_physical_offset = -1  # end (offset + size) of the last entry's record
         self.min_logic_offset = 0  # byte position of the first live entry
+        # [first, end) queue offsets of invalid entries between valid ones, found by recover
+        self.holes: list[tuple[int, int]] = []
 
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic}/{self.queue_id}, {self.min_offset}..{self.max_offset})"
@@ -92,15 +94,24 @@ class ConsumeQueue:
         Checked from the third-last segment, or (after a crash) from the segment holding the
         first entry at or after commitlog offset ``from_physical``: entries before it are known
         durable. Returns how many bytes of non-zero data were cut (a torn or damaged tail).
+
+        Invalid entries followed by valid ones are not the end but holes (a zero-filled or
+        damaged segment): ``holes`` lists them, the segments before the checked ones included,
+        for re-dispatch to fill (``put``).
         """
         files = self.files.files
+        self.holes = []
         if not files:
             return 0
         index = max(0, len(files) - 3)
         if from_physical is not None:
             index = min(index, self._segment_reaching(from_physical))
+        for mf in files[:index]:
+            self._find_holes(mf, decode_entries(mf.buf))
         end = files[index].from_offset
-        for mf in files[index:]:
+        i = index
+        while i < len(files):
+            mf = files[i]
             entries = decode_entries(mf.buf)
             valid = valid_prefix_length(entries)
             end = mf.from_offset + valid * CQ_ENTRY_SIZE
@@ -108,8 +119,21 @@ class ConsumeQueue:
                 last = entries[valid - 1]
                 self.max_physical_offset = int(last["offset"]) + int(last["size"])
             del entries
+            i += 1
             if valid < len(mf.buf) // CQ_ENTRY_SIZE:
-                break
+                resume = self._resumes_at(i)
+                if resume is None:
+                    break
+                self.holes.append((end // CQ_ENTRY_SIZE, files[resume].from_offset // CQ_ENTRY_SIZE))
+                i = resume
+        for first, stop in self.holes:
+            log.warning(
+                "%r: queue offsets %d..%d hold no valid entry but later ones do: a hole, rebuilt from the "
+                "commitlog",
+                self,
+                first,
+                stop - 1,
+            )
         damaged = self._nonzero_bytes_from(end)
         if damaged:
             log.warning(
@@ -121,6 +145,25 @@ class ConsumeQueue:
             )
         self.files.truncate(end)
         return damaged
+
+    def _find_holes(self, mf: MappedFile, entries: npt.NDArray[np.void]) -> None:
+        """Runs of invalid entries in a segment that later segments follow (each one a hole)."""
+        bad = (entries["offset"] < 0) | (entries["size"] <= 0)
+        if not bad.any():
+            return
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], bad.view(np.int8), [0]))))
+        base = mf.from_offset // CQ_ENTRY_SIZE
+        self.holes += [(base + int(a), base + int(b)) for a, b in edges.reshape(-1, 2)]
+
+    def _resumes_at(self, i: int) -> int | None:
+        """The first segment from ``i`` on that starts with a valid entry after the last valid
+        one: the queue goes on there (a segment in between was zeroed or damaged)."""
+        files = self.files.files
+        for j in range(i, len(files)):
+            offset, size, _ = decode_entry(files[j].buf, 0)
+            if offset >= 0 and size > 0 and offset >= self.max_physical_offset:
+                return j
+        return None
 
     def _segment_reaching(self, physical: int) -> int:
         """Index of the segment from which entries may point at or after ``physical``: segments
@@ -225,8 +268,12 @@ class ConsumeQueue:
         refused: list[DispatchRequest] = []
         for req in requests:
             qo = req.queue_offset
-            if qo < expected or req.physical_offset + req.size <= self.max_physical_offset:
+            if qo < expected:
+                if self.holes:
+                    self._fill_hole(req)
                 continue  # already present: dispatch is idempotent
+            if req.physical_offset + req.size <= self.max_physical_offset:
+                continue
             if qo > expected:
                 if expected == 0 and not self.files.files:
                     self._fill_pre_blank(qo)
@@ -248,6 +295,20 @@ class ConsumeQueue:
                 refused[0].physical_offset,
                 expected,
             )
+
+    def _fill_hole(self, req: DispatchRequest) -> None:
+        """Write the entry of ``req`` if its place is a hole recovery found."""
+        qo = req.queue_offset
+        if not any(first <= qo < end for first, end in self.holes):
+            return
+        logic = qo * CQ_ENTRY_SIZE
+        mf = self.files.find(logic)
+        if mf is None:
+            return
+        pos = logic - mf.from_offset
+        offset, size, _ = decode_entry(mf.buf, pos)
+        if offset < 0 or size <= 0:
+            mf.write_at(pos, encode_entry(req.physical_offset, req.size, req.tags_code))
 
     def put_columns(
         self,

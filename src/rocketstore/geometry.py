@@ -34,6 +34,7 @@ from rocketstore.storage.paths import (
 
 __all__ = ["detect_geometry", "index_split", "survey_geometry"]
 
+_NAMED = 5  # odd-sized files named in a problem, at most
 _RATIOS = (4, 1, 2, 8, 16, 3, 5, 10)  # entries per slot to try, the usual one first
 
 
@@ -122,12 +123,21 @@ def _most_common_size(directories: list[Path], what: str, problems: list[str]) -
     return _most_common(_file_sizes(directories, is_segment_name), what, problems)
 
 
-def _most_common(files: list[tuple[Path, int]], what: str, problems: list[str]) -> int | None:
-    """The most common of the sizes; the files of other sizes are recorded in ``problems``."""
-    sizes = Counter(size for _, size in files)
+def _most_common(found: list[tuple[Path, int]], what: str, problems: list[str]) -> int | None:
+    """The most common of the sizes; the files of other sizes are recorded in ``problems``,
+    named (the first few)."""
+    sizes = Counter(size for _, size in found)
+    if not sizes:
+        return None
+    usual = sizes.most_common(1)[0][0]
     if len(sizes) > 1:
-        problems.append(f"{what} of different sizes: {sorted(sizes)}")
-    return sizes.most_common(1)[0][0] if sizes else None
+        odd = [f"{p} ({size} bytes)" for p, size in found if size != usual]
+        more = f" and {len(odd) - _NAMED} more" if len(odd) > _NAMED else ""
+        problems.append(
+            f"{what} of different sizes: {sorted(sizes)}; most are {usual} bytes, not "
+            f"{', '.join(odd[:_NAMED])}{more}"
+        )
+    return usual
 
 
 def index_split(path: Path) -> tuple[int, int]:

@@ -372,7 +372,9 @@ class IndexService:
         dropped = self._drop(
             lambda h: h.end_timestamp > timestamp, "it reaches past the checkpoint's index time"
         )
-        return self._rebuild_from(min((h.begin_phy_offset for h in dropped), default=None))
+        return self._rebuild_from(
+            min((h.begin_phy_offset for h in dropped if h.index_count > 1), default=None)
+        )
 
     def truncate_after(self, offset: int) -> int | None:
         """Forget index entries of records at or past ``offset`` (the commitlog was cut there).
@@ -385,15 +387,20 @@ class IndexService:
             lambda h: h.end_phy_offset >= offset, f"it indexes records past commitlog offset {offset}"
         )
         return self._rebuild_from(
-            min((h.begin_phy_offset for h in dropped if h.begin_phy_offset < offset), default=None)
+            min(
+                (h.begin_phy_offset for h in dropped if h.index_count > 1 and h.begin_phy_offset < offset),
+                default=None,
+            )
         )
 
     def _drop(self, doomed: Callable[[layout.IndexHeader], bool], reason: str) -> list[layout.IndexHeader]:
-        """Delete (read-only: only forget) the non-empty files ``doomed`` picks; their headers."""
+        """Delete (read-only: only forget) the files ``doomed`` picks; their headers. An empty
+        file counts too: its header carries on the end of the file before it, which would make
+        the records after that end look indexed already."""
         keep: list[IndexFile] = []
         dropped: list[layout.IndexHeader] = []
         for f in self.files:
-            if f.header.index_count <= 1 or not doomed(f.header):
+            if not doomed(f.header):
                 keep.append(f)
                 continue
             dropped.append(f.header)

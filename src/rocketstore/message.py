@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from rocketstore.codec.host import format_host
 from rocketstore.codec.java_hash import tags_code as _tags_code
 from rocketstore.codec.message_id import encode_offset_msg_id
 from rocketstore.codec.properties import decode_properties
+from rocketstore.errors import CorruptDataError
 
 __all__ = [
     "PROPERTY_DELAY",
@@ -101,7 +103,7 @@ class MessageExt:
     message was read through its queue.
     """
 
-    __slots__ = ("_body", "_buf", "_delay_levels", "_pos", "_props", "_rec", "_tags_code")
+    __slots__ = ("_body", "_buf", "_delay_levels", "_origin", "_pos", "_props", "_rec", "_tags_code")
 
     def __init__(
         self,
@@ -111,8 +113,10 @@ class MessageExt:
         record: DecodedRecord | None = None,
         delay_levels_ms: tuple[int, ...] = (),
         body_span: tuple[int, int] | None = None,
+        origin: tuple[os.PathLike[str], int] | None = None,
     ) -> None:
         self._buf = buf
+        self._origin = origin  # (segment file, commitlog offset of buf[0]): named by decode errors
         self._body = body_span  # (start in buf, length) when the reader found it already
         self._pos = pos
         self._rec = record
@@ -124,8 +128,18 @@ class MessageExt:
     def record(self) -> DecodedRecord:
         rec = self._rec
         if rec is None:
-            rec = self._rec = decode_record(self._buf, self._pos)
+            try:
+                rec = self._rec = decode_record(self._buf, self._pos)
+            except CorruptDataError as exc:
+                raise self._located(exc) from None
         return rec
+
+    def _located(self, exc: CorruptDataError) -> CorruptDataError:
+        """``exc`` naming the segment file and the record's commitlog offset, when known."""
+        if self._origin is None:
+            return exc
+        path, base = self._origin
+        return CorruptDataError(exc.reason, path=os.fspath(path), offset=base + self._pos)
 
     # --- record fields ------------------------------------------------------------------
     @property
@@ -209,7 +223,10 @@ class MessageExt:
         rec = self._rec
         if rec is not None:
             return rec.body_start, rec.body_len
-        span = self._body = body_span(self._buf, self._pos)
+        try:
+            span = self._body = body_span(self._buf, self._pos)
+        except CorruptDataError as exc:
+            raise self._located(exc) from None
         return span
 
     @property

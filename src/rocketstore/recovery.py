@@ -14,13 +14,14 @@ import logging
 from dataclasses import dataclass
 
 from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec.commitlog_scan import scan_extent
+from rocketstore.codec.commitlog_scan import Extent, next_record_start, scan_extent
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.index import IndexService
+from rocketstore.storage.mapped_file import MappedFile
 
-__all__ = ["RecoveryReport", "recover"]
+__all__ = ["DamagedRange", "RecoveryReport", "recover"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,19 @@ class RecoveryReport:
     reput_from: int  # where dispatch resumes
     queue_bytes_damaged: int = 0  # non-zero bytes cut after the last valid entry of consume queues
     queue_entries_dropped: int = 0  # entries that pointed past end_offset
+    # damaged stretches of segments older than the last one holding data: stepped over, kept
+    stepped_over: tuple[DamagedRange, ...] = ()
+    queue_holes: int = 0  # missing entries between valid ones of consume queues, rebuilt by re-dispatch
+
+
+@dataclass(frozen=True)
+class DamagedRange:
+    """Bytes of the commitlog that hold no valid record, before later valid ones: ``[start,
+    end)``, ``end`` being the next valid record start or the end of the segment."""
+
+    start: int
+    end: int
+    reason: str
 
 
 def recover(
@@ -59,22 +73,13 @@ def recover(
     damaged_queues = [cq for cq, damaged_bytes in cut if damaged_bytes]
     queue_damage = sum(damaged_bytes for _, damaged_bytes in cut)
     if not files:
-        for cq in queues:
-            cq.truncate_after(0)
         dropped = sum(cq.truncate_after(0) for cq in queues)
+        if index is not None:
+            index.truncate_after(0)  # index files of a log that is not there: new records get indexed
         return RecoveryReport(abnormal, 0, 0, 0, "end_of_data", None, 0, 0, 0, queue_damage, dropped)
 
     scan_start = files[start_index].from_offset
-    end = scan_start
-    records = 0
-    scan = None
-    for mf in files[start_index:]:
-        scan = scan_extent(mf.buf, 0, mf.size, check_crc=config.check_crc_on_recover)
-        records += scan.records
-        end = mf.from_offset + scan.position
-        if scan.stop != "blank":
-            break
-    assert scan is not None
+    scan, end, records, stepped_over = _scan_log(files[start_index:], config.check_crc_on_recover)
     damage = scan.error.reason if scan.error is not None else None
     if damage:
         log.warning(
@@ -103,6 +108,14 @@ def recover(
         reput_from = min(reput_from, max(cq.max_physical_offset, commitlog.min_offset, 0))
     if abnormal:
         reput_from = min(reput_from, scan_start)
+    queue_holes = 0
+    for cq in queues:
+        for first, stop in cq.holes:
+            queue_holes += stop - first
+            # re-dispatch fills the hole from the record after the entry before it
+            prior = cq.entry_at(first - 1) if first > cq.min_offset else None
+            after = prior[0] + prior[1] if prior is not None and 0 < prior[1] < 0x7FFFFFFF else 0
+            reput_from = min(reput_from, max(after, commitlog.min_offset, 0))
     if index is not None:
         # The dispatcher writes queues before the index: after an unclean stop the index may
         # lack the last records the queues have. Resume from the last indexed record.
@@ -135,7 +148,56 @@ def recover(
         min(reput_from, end),
         queue_damage,
         dropped,
+        stepped_over,
+        queue_holes,
     )
+
+
+def _scan_log(files: list[MappedFile], check_crc: bool) -> tuple[Extent, int, int, tuple[DamagedRange, ...]]:
+    """Scan the segments ``files`` (each parses on its own, from its byte 0): (the scan of the
+    segment the log ends in, where it ends, valid records, damaged ranges stepped over).
+
+    The log ends in the last segment that holds data, at its first invalid record. Damage in an
+    older segment is stepped over to the next valid record start: cutting there would drop the
+    later segments' valid records, and a later open scanning from further back than this one
+    would cut below what this one accepted (and what was acknowledged since)."""
+    scans = [scan_extent(mf.buf, 0, mf.size, check_crc=check_crc) for mf in files]
+    holding = [i for i, e in enumerate(scans) if e.position > 0 or e.stop == "blank"]
+    last = holding[-1] if holding else 0
+    records = sum(e.records for e in scans[: last + 1])
+    stepped_over: list[DamagedRange] = []
+    for mf, e in zip(files[:last], scans[:last]):
+        ranges, more = _step_over(mf, e, check_crc)
+        stepped_over += ranges
+        records += more
+    if scans[last].stop == "blank" and last + 1 < len(files):
+        last += 1  # a BLANK record closes it: the log goes on at the next segment's start
+    end = files[last].from_offset + scans[last].position
+    for r in stepped_over:
+        log.warning(
+            "recovery: commitlog bytes %d..%d hold no valid record (%s); stepped over, later records kept",
+            r.start,
+            r.end,
+            r.reason,
+        )
+    return scans[last], end, records, tuple(stepped_over)
+
+
+def _step_over(mf: MappedFile, scan: Extent, check_crc: bool) -> tuple[list[DamagedRange], int]:
+    """The damaged ranges of a segment that is not the last one holding data, and how many
+    valid records lie after the first of them."""
+    ranges: list[DamagedRange] = []
+    records = 0
+    while scan.stop != "blank" and scan.position < mf.size:
+        at = scan.position
+        resume = next_record_start(mf.buf, at + 1, mf.size, mf.from_offset)
+        reason = scan.error.reason if scan.error is not None else "zero fill without a closing BLANK record"
+        ranges.append(DamagedRange(mf.from_offset + at, mf.from_offset + resume, reason))
+        if resume >= mf.size:
+            break
+        scan = scan_extent(mf.buf, resume, mf.size, check_crc=check_crc)
+        records += scan.records
+    return ranges, records
 
 
 def _abnormal_start(commitlog: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig) -> int:

@@ -152,20 +152,24 @@ class ScheduleService(BackgroundService):
     def _delivered_copy_exists(self, original: MessageExt) -> bool:
         try:
             target = real_message(original)
-        except CorruptDataError:
+            floor = max(original.physical_offset, self._persisted_at_physical)
+        except CorruptDataError as exc:
+            log.warning("delayed-delivery check at open: %s; left to delivery", exc)
             return False
         cq = self._queues.get(target.topic, target.queue_id or 0)
         if cq is None:
             return False
-        floor = max(original.physical_offset, self._persisted_at_physical)
         pos = cq.max_offset - 1
         while pos >= cq.min_offset:
             entry = cq.entry_at(pos)
             if entry is None or entry[0] < floor:
                 return False
             copy = self._commitlog.message_at(entry[0], entry[1])
-            if copy is not None and _same_message(copy, original):
-                return True
+            try:
+                if copy is not None and _same_message(copy, original):
+                    return True
+            except CorruptDataError as exc:  # damage is no copy; it must not keep the store shut
+                log.warning("delayed-delivery check at open: %s; not a delivered copy", exc)
             pos -= 1
         return False
 

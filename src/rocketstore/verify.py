@@ -31,6 +31,8 @@ What is checked, in this order::
         a BLANK record must fill the segment exactly              commitlog_record
       - zero fill ends a segment's data; only the last segment holding data may end that way
         without a BLANK record, and nothing non-zero may follow zero fill   commitlog_gap
+      - every file but the newest is full (a file is only followed by another once full: an emptied
+        or zero-filled one lost its entries)                     index_header
     checkpoint                               4096 bytes          file_size
     anywhere: links are not followed; a store file that is not a regular file, or a store
     directory that is not a real directory, is reported and not read      file_type
@@ -45,6 +47,14 @@ the record it names (pointers below the commitlog's first segment are reclaimed:
   after the store time);                                      consume_queue_entry
 - an index entry must name the start of a valid record one of whose keys (UNIQ_KEY, and each
   space-separated KEYS) hashes, as ``topic#key``, to the entry's keyHash.       index_entry
+
+And the other way round, every key must be found through the index: each key dispatch indexes
+(UNIQ_KEY, each KEYS word, as ``topic#key``) of each valid record the index covers must have an
+entry naming that record with that keyHash, in the index file whose range holds the record
+(``IndexCover``): after a clean shutdown (no ``abort``) every record; otherwise those up to the
+newest indexed one and those stored before the checkpoint's index time. ROLLBACK records are left
+out (RocketMQ does not index them), and so are the records of index files already reported
+damaged (their keys being missing says nothing new).                               index_missing
 
 A pointer into bytes that could not be parsed (after a corrupt record, until the scan finds the
 next record start again) is not reported: the commitlog damage already covers it. A pointer
@@ -83,7 +93,7 @@ import os
 import struct
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -94,7 +104,7 @@ import numpy.typing as npt
 from rocketstore.codec import index_layout
 from rocketstore.codec.big_endian import read_i32 as _be32
 from rocketstore.codec.big_endian import read_i64 as _be64
-from rocketstore.codec.checkpoint import CHECKPOINT_FILE_SIZE
+from rocketstore.codec.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
 from rocketstore.codec.commitlog_record import (
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
@@ -102,7 +112,7 @@ from rocketstore.codec.commitlog_record import (
     decode_record,
 )
 from rocketstore.codec.commitlog_scan import find_record_start as _find_record_start
-from rocketstore.codec.commitlog_scan import message_starts, scan_extent
+from rocketstore.codec.commitlog_scan import message_starts, scan_extent, store_timestamps
 from rocketstore.codec.commitlog_scan import record_layout as _layout
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
 from rocketstore.codec.consume_queue_entry import ENTRY_DTYPE as CQ_ENTRY_DTYPE
@@ -140,6 +150,7 @@ DAMAGE_KINDS: Final = (
     "index_header",
     "index_chain",
     "index_entry",
+    "index_missing",
 )
 MAX_DAMAGE_PER_FILE: Final = 100
 
@@ -213,8 +224,10 @@ def verify_store(
     queue_entries = _read_consume_queues(paths, cfg, queues, queue_refs, damage, tick)
     index_files: list[str] = []
     index_refs = _index_refs()
+    cover = index_cover(paths, cfg, damage)  # before the entries: a writer updates headers last
     index_entries = _read_index_files(paths, cfg, index_files, index_refs, damage, tick)
-    checker = _PointerCheck(queues, queue_refs, index_files, index_refs, damage)
+    cover = cover.quieting(damage)
+    checker = _PointerCheck(queues, queue_refs, index_files, index_refs, damage, cover)
     records, commitlog_range = _check_commitlog(paths, cfg, check_crc, checker, damage, tick)
     _check_checkpoint(paths, damage)
     _check_config_dir(paths, damage)
@@ -234,6 +247,10 @@ class _DamageLog:
         self._items: list[Damage] = []
         self._per_file: Counter[str] = Counter()
         self._unlisted: dict[str, Damage] = {}
+
+    def files(self) -> set[str]:
+        """The files with damage added so far."""
+        return set(self._per_file)
 
     def wants(self, file: str) -> bool:
         return self._per_file[file] < MAX_DAMAGE_PER_FILE
@@ -667,6 +684,90 @@ def _read_index_file(
     return count - 1
 
 
+@dataclass(frozen=True)
+class IndexCover:
+    """What the index files cover, for the check that every key can be found through them: each
+    key (UNIQ_KEY and every KEYS word) of each record at or below ``complete_through`` (a commitlog
+    offset; -1 for none) must have its entry. That is every record after a clean shutdown (no
+    ``abort``: dispatch and the index were drained), else every record up to the newest indexed
+    one. ROLLBACK records are left out: RocketMQ does not index them."""
+
+    files: list[str] = field(default_factory=list)  # relative names, oldest first
+    begins: list[int] = field(default_factory=list)  # beginPhyOffset of each (-1: empty file)
+    ends: list[int] = field(default_factory=list)  # endPhyOffset of each (-1: empty file)
+    complete_through: int = -1
+    indexed_before: int = 0  # and every record stored before this time (the checkpoint's index time)
+    quiet: frozenset[str] = frozenset()  # files whose damage is reported already: not their keys too
+
+    def quieting(self, damage: _DamageLog) -> IndexCover:
+        """This cover, with the index files ``damage`` already names made quiet."""
+        return replace(self, quiet=frozenset(f for f in damage.files() if f in self.files))
+
+    def files_for(self, phy: int) -> tuple[str, ...]:
+        """The index files that should hold the keys of the record at ``phy``: the one whose
+        range covers it (and the next one, when the record ends it: keys that did not fit go
+        there), else the empty file that comes after the files ending before it, else the newest."""
+        for i, (name, begin, end) in enumerate(zip(self.files, self.begins, self.ends)):
+            if phy == end and i + 1 < len(self.files):
+                return name, self.files[i + 1]
+            if end < 0 or begin <= phy <= end or begin > phy:
+                return (name,)
+        return (self.files[-1],)
+
+
+def index_cover(paths: StoreLayout, cfg: StoreConfig, damage: _DamageLog) -> IndexCover:
+    """Read the index headers; report every file but the newest that is not full (a file is only
+    followed by another once it is full: a zero-filled or emptied file is damage)."""
+    files, _ = _index_files(paths)
+    max_entries = cfg.index_max_entries
+    expected = index_layout.file_size(cfg.index_hash_slots, max_entries)
+    cover = IndexCover()
+    for i, path in enumerate(files):
+        rel = _rel(paths, path)
+        try:
+            with mapped_readonly(path) as view:
+                whole = len(view) == expected  # else reported by _read_index_file
+                header = index_layout.decode_header(view) if len(view) >= index_layout.HEADER_SIZE else None
+        except FileNotFoundError:
+            continue
+        if header is None:
+            header = index_layout.IndexHeader()
+        count = header.index_count or 1
+        if whole and i < len(files) - 1 and count < max_entries:
+            damage.add(
+                "index_header",
+                rel,
+                36,
+                f"indexCount {count} of {max_entries}, but a newer index file follows (a file is only "
+                "followed by another once full): its entries are missing",
+            )
+        used = count > 1 and 1 <= count <= max_entries
+        cover.files.append(rel)
+        cover.begins.append(header.begin_phy_offset if used else -1)
+        cover.ends.append(header.end_phy_offset if used else -1)
+    if cover.files:
+        clean = not paths.abort.exists()
+        cover = replace(
+            cover,
+            complete_through=1 << 62 if clean else max(cover.ends),
+            indexed_before=_checkpoint_index_time(paths),
+        )
+    return cover
+
+
+def _checkpoint_index_time(paths: StoreLayout) -> int:
+    """The checkpoint's indexMsgTimestamp: every record stored before it was indexed (0 if unknown)."""
+    if not paths.checkpoint.is_file():
+        return 0
+    try:
+        with mapped_readonly(paths.checkpoint) as view:
+            if len(view) != CHECKPOINT_FILE_SIZE:
+                return 0
+            return decode_checkpoint(view).index_msg_timestamp
+    except FileNotFoundError:
+        return 0
+
+
 def _check_chains(
     rel: str, slots: int, count: int, heads: I64, key_hash: I32, prev: I32, damage: _DamageLog
 ) -> None:
@@ -1040,12 +1141,14 @@ class _PointerCheck:
         index_files: list[str],
         index_refs: _Refs,
         damage: _DamageLog,
+        cover: IndexCover | None = None,
     ) -> None:
         self.queues = queues
         self.queue_refs = queue_refs
         self.index_files = index_files
         self.index_refs = index_refs
         self.damage = damage
+        self.cover = cover or IndexCover()
         self.topic_bytes, self.topic_offsets, self.queue_ids, self.schedule = queues.arrays()
 
     def check_segment(
@@ -1066,6 +1169,54 @@ class _PointerCheck:
                 check(view, seg, rel[at], sl.start + at)
             for i in np.flatnonzero((where == _NO_RECORD) | (where == _INSIDE)).tolist():
                 self._report(refs, sl.start + i, _misplaced(view, seg, starts, int(rel[i]), int(where[i])))
+        self._check_keys_indexed(view, seg, seg_size, starts)
+
+    def _check_keys_indexed(self, view: memoryview, seg: _Segment, seg_size: int, starts: I64) -> None:
+        """Every key of the records at ``starts`` (within what the index covers) has its entry."""
+        cover = self.cover
+        if not cover.files or not len(starts):
+            return
+        required = starts <= cover.complete_through - seg.start
+        if cover.indexed_before > 0 and not required.all():
+            required |= store_timestamps(view, starts) < cover.indexed_before
+        starts = starts[required]
+        u8 = np.frombuffer(view, dtype=np.uint8)
+        try:
+            rec, hashes, slow = _record_keys_kernel(u8, starts)
+        finally:
+            del u8
+        r = self.index_refs
+        sl = r.span(seg.start, seg.start + seg_size)
+        present = ((r["phy"][sl] - seg.start) << 32) | r["key_hash"][sl].astype(np.int64)
+        missing = ~np.isin((starts[rec] << 32) | hashes, present)
+        suspects = sorted(set(rec[missing].tolist()) | set(np.flatnonzero(slow).tolist()))
+        if not suspects:
+            return
+        present_set = set(present.tolist())
+        for i in suspects:
+            pos = int(starts[i])
+            phy = seg.start + pos
+            candidates = self.cover.files_for(phy)
+            if self.cover.quiet.intersection(candidates):
+                continue
+            file = candidates[-1]
+            if not slow[i] and not self.damage.wants(file):
+                self.damage.add("index_missing", file, 0, "")  # counted, not listed: no need to decode
+                continue
+            record = decode_record(view, pos)
+            lost = [
+                k
+                for k in _record_keys(record.properties)
+                if (pos << 32) | index_key_hash(f"{record.topic}#{k}") not in present_set
+            ]
+            if lost:
+                self.damage.add(
+                    "index_missing",
+                    file,
+                    0,
+                    f"no index entry for key(s) {lost} of the record at commitlog offset {phy} "
+                    f"(topic {record.topic!r}): a query by key misses it",
+                )
 
     def skip(self, lo: int, hi: int) -> None:
         """Refs into [lo, hi) are not checked."""
@@ -1343,6 +1494,63 @@ def _check_keys_kernel(u8: npt.NDArray[np.uint8], pos: I64, key_hash: I32) -> np
             j = t + 1
         out[i] = _K_MATCH if found else _K_DECODE if slow else _K_NONE
     return out
+
+
+_TX_MASK: Final = 0xC
+_TX_ROLLBACK: Final = 0xC
+_SYSFLAG_AT: Final = 36
+
+
+@numba.njit(cache=True, nogil=True)
+def _grow(a: I64, k: int) -> I64:
+    if k < len(a):
+        return a
+    b = np.empty(2 * len(a), dtype=np.int64)
+    b[:k] = a[:k]
+    return b
+
+
+@numba.njit(cache=True, nogil=True)
+def _record_keys_kernel(u8: npt.NDArray[np.uint8], pos: I64) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
+    """The keys dispatch indexes for each record at ``pos`` (UNIQ_KEY, each KEYS word), as
+    (record number, keyHash) pairs, and which records hold keys that are not strict UTF-8 (their
+    pairs are left out: Python hashes them). ROLLBACK records have none: RocketMQ skips them."""
+    n = len(pos)
+    rec = np.empty(2 * n + 16, dtype=np.int64)
+    out = np.empty(2 * n + 16, dtype=np.int64)
+    slow = np.zeros(n, dtype=np.bool_)
+    k = 0
+    for i in range(n):
+        p = pos[i]
+        if _be32(u8, p + _SYSFLAG_AT) & _TX_MASK == _TX_ROLLBACK:
+            continue
+        first = k
+        topic_at, topic_len, props_at, props_len, _ = _layout(u8, p)
+        props_end = props_at + props_len
+        prefix, ok = _hash_utf8(u8, topic_at, topic_at + topic_len, 0)
+        prefix = (prefix * 31 + 35) & _MASK32  # '#'
+        vs, ve = _property(u8, props_at, props_end, _UNIQ_NAME)
+        if vs >= 0 and ok:
+            h, ok = _hash_utf8(u8, vs, ve, prefix)
+            rec, out = _grow(rec, k), _grow(out, k)
+            rec[k], out[k] = i, _index_hash(h)
+            k += 1
+        ks, ke = _property(u8, props_at, props_end, _KEYS_NAME)
+        j = ks
+        while ok and 0 <= j < ke:
+            t = j
+            while t < ke and u8[t] != 0x20:
+                t += 1
+            if t > j:
+                h, ok = _hash_utf8(u8, j, t, prefix)
+                rec, out = _grow(rec, k), _grow(out, k)
+                rec[k], out[k] = i, _index_hash(h)
+                k += 1
+            j = t + 1
+        if not ok:
+            slow[i] = True
+            k = first
+    return rec[:k].copy(), out[:k].copy(), slow
 
 
 # --- checkpoint -----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from rocketstore.cli.spark import spark_group
 from rocketstore.codec.host import format_host
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.config import StoreConfig
-from rocketstore.errors import RocketStoreError
+from rocketstore.errors import CorruptDataError, RocketStoreError
 from rocketstore.geometry import detect_geometry
 from rocketstore.message import Message, MessageExt
 from rocketstore.results import GetStatus
@@ -136,12 +136,19 @@ def _queues(store: MessageStore, topic: str | None, queue: int | None) -> list[t
 def _read_queue(
     store: MessageStore, topic: str, queue: int, start: int, tags: str | None = None
 ) -> Iterator[MessageExt]:
-    """Every message of a queue from ``start`` on, across holes and reclaimed ranges."""
+    """Every message of a queue from ``start`` on, across holes and reclaimed ranges. A damaged
+    record is reported on stderr and stepped over: one bad record does not end the listing."""
     offset = max(start, store.min_offset_in_queue(topic, queue))
     end = store.max_offset_in_queue(topic, queue)
     while offset < end:
         res = store.get_message("rocketstore-cli", topic, queue, offset, 32, tags)
-        yield from res.messages
+        for m in res.messages:
+            try:
+                m.record  # noqa: B018 - decode now, to step over a damaged record
+            except CorruptDataError as exc:
+                click.echo(f"rocketstore: warning: {topic}/{queue}: damaged record skipped: {exc}", err=True)
+                continue
+            yield m
         if res.status in (GetStatus.OFFSET_OVERFLOW_ONE, GetStatus.OFFSET_OVERFLOW_BADLY):
             return
         if res.next_begin_offset <= offset:
@@ -517,6 +524,9 @@ def recover(ctx: click.Context, store_dir: Path, dry_run: bool, as_json: bool) -
         "bytes_cut": rec.bytes_cut,
         "queue_entries_dropped": rec.queue_entries_dropped,
         "queue_bytes_damaged": rec.queue_bytes_damaged,
+        "queue_holes": rec.queue_holes,
+        # damage in older segments, stepped over (not cut): "start..end: reason; ..."
+        "stepped_over": "; ".join(f"{d.start}..{d.end}: {d.reason}" for d in rec.stepped_over) or None,
         "reput_from": rec.reput_from,
     }
     out.detail("recovery (dry run: nothing written)" if dry_run else "recovery done", fields)

@@ -19,10 +19,14 @@ __all__ = ["Output", "format_time", "message_row"]
 
 
 def format_time(ms: int | None) -> str:
-    """Store times as mqadmin prints them, in local time; '-' for none."""
+    """Store times as mqadmin prints them, in local time; '-' for none; the raw number, said to be
+    no date, for one no calendar holds (a garbage or far-future checkpoint)."""
     if ms is None or ms < 0:
         return "-"
-    return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} (ms, not a representable date)"
 
 
 def message_row(msg: MessageExt, *, body: bool, charset: str) -> dict[str, Any]:

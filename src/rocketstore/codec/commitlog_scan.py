@@ -37,6 +37,7 @@ __all__ = [
     "find_record_start",
     "gather_records",
     "message_starts",
+    "next_record_start",
     "range_starts",
     "record_fields",
     "record_layout",
@@ -405,6 +406,17 @@ def _boundary(
         ):
             return q
         q += 1
+
+
+def next_record_start(buf: Buffer, at: int, limit: int, seg_start: int) -> int:
+    """The first start of a whole, valid MESSAGE record (body CRC included) at or after ``at``
+    (> 0) in segment ``buf`` at log offset ``seg_start``, or ``limit`` if there is none: where a
+    walk picks up again after a damaged record."""
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        return int(_boundary(u8, at, min(limit, len(buf)), seg_start, CRC_TABLES))
+    finally:
+        del u8
 
 
 @numba.njit(cache=True, nogil=True)

@@ -124,6 +124,7 @@ from rocketstore.storage.paths import (
 from rocketstore.store_lock import StoreLock
 from rocketstore.verify import (
     Damage,
+    IndexCover,
     VerifyReport,
     _check_checkpoint,
     _check_config_dir,
@@ -144,6 +145,7 @@ from rocketstore.verify import (
     _Refs,
     _rel,
     _Segment,
+    index_cover,
 )
 
 if TYPE_CHECKING:
@@ -191,6 +193,7 @@ class _Meta:
     queue_ids: list[int]
     queue_files: list[str]
     index_files: list[str]
+    index_cover: IndexCover
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,7 @@ def verify(
     damage = _DamageLog()
     found = _find_queues(paths, damage)
     index_paths = _find_index_files(paths, damage)
+    cover = index_cover(paths, cfg, damage)  # before the entries: a writer updates headers last
 
     jobs = [_ReadJob("queue", queue_dir, tuple(files)) for _, _, queue_dir, files in found]
     jobs += [_ReadJob("index", p) for p in index_paths]
@@ -242,10 +246,11 @@ def verify(
             index_entries += res.checked
     queue_refs.seal()
     index_refs.seal()
+    cover = cover.quieting(damage)
 
     seg_size = cfg.commitlog_segment_size
     segments = _commitlog_segments(paths, cfg, damage)
-    meta = sc.broadcast(_Meta(queues.topics, queues.queue_ids, queues.files, index_names))
+    meta = sc.broadcast(_Meta(queues.topics, queues.queue_ids, queues.files, index_names, cover))
     seg_jobs = []
     for i, seg in enumerate(segments):
         _check_missing_segment(paths, segments, i, seg_size, damage)
@@ -314,7 +319,7 @@ def _segment_task(meta: Any, job: _SegmentJob) -> tuple[_Segment, PerFile]:
         refs.cols = cols
         refs.done = np.zeros(len(cols["phy"]), dtype=bool)
     queues = _Queues(m.topics, m.queue_ids, m.queue_files)
-    checker = _PointerCheck(queues, queue_refs, m.index_files, index_refs, damage)
+    checker = _PointerCheck(queues, queue_refs, m.index_files, index_refs, damage, m.index_cover)
     _check_segment(job.seg, job.seg_size, job.check_crc, checker, damage, being_written=job.being_written)
     return job.seg, damage.per_file()
 
