@@ -785,6 +785,27 @@ def test_puts_without_a_queue_go_round_robin(tmp_path: Path, clock: ManualClock)
         assert store.put_message(Message("RR", b"y", queue_id=None)).queue_id == 0
 
 
+def test_a_message_names_no_queue_by_default_and_a_single_put_places_it_itself(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default is the store's choice, as for a RocketMQ producer; a single put to a known
+    topic places its message without a trip through the batch put."""
+    assert Message("RR", b"x").queue_id is None
+    with open_store(tmp_path, clock, make_config(clock)) as store:
+        store.create_topic("RR", 4)
+        monkeypatch.setattr(store, "put_messages", None)  # a call would raise TypeError
+        results = [store.put_message(Message("RR", f"s{i}".encode())) for i in range(8)]
+        sharded = store.put_message(Message("RR", b"k", properties={"__SHARDINGKEY": "order-3"}))
+        assert all(r.ok for r in [*results, sharded])
+        assert [r.queue_id for r in results] == [0, 1, 2, 3, 0, 1, 2, 3]
+        assert sharded.queue_id == abs(java_hash("order-3")) % 4
+        monkeypatch.undo()
+        assert store.wait_dispatched(5.0)
+        assert [store.max_offset_in_queue("RR", q) for q in range(4)] == [
+            2 + (q == sharded.queue_id) for q in range(4)
+        ]
+
+
 def test_round_robin_follows_the_write_queue_count(tmp_path: Path, clock: ManualClock) -> None:
     with open_store(tmp_path, clock, make_config(clock)) as store:
         store.create_topic("Two", 2)

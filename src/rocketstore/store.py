@@ -327,11 +327,16 @@ class MessageStore:
     # --- writing -------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message. Raises InvalidMessageError (nothing written) for a bad message."""
-        config = self._topics.get(msg.topic)
-        if config is None or not config.perm & PERM_WRITE or msg.queue_id is None or self._closed:
+        topics = self._topics
+        config = topics.get(msg.topic)
+        if config is None or not config.perm & PERM_WRITE or self._closed:
             return self.put_messages((msg,))[0]
         # the common case, with put_messages' steps for one message of a known topic
-        prepared = self._encoder.prepare(msg)
+        queue_id = msg.queue_id
+        if queue_id is None:
+            props = msg.properties
+            queue_id = topics.select_queue(msg.topic, props.get(PROPERTY_SHARDING_KEY) if props else None)
+        prepared = self._encoder.prepare(msg, queue_id=queue_id)
         refused = self._refusal()
         if refused is not None:
             return PutMessageResult(refused)
