@@ -11,6 +11,7 @@ PUBLIC = {
     "FlushDiskType",
     "GetMessageResult",
     "GetStatus",
+    "InvalidArgumentError",
     "InvalidMessageError",
     "ManualClock",
     "Message",
@@ -26,6 +27,7 @@ PUBLIC = {
     "StoreConfig",
     "StoreConfigError",
     "StoreLockedError",
+    "StoreReadOnlyError",
     "SystemClock",
     "TopicConfig",
 }
@@ -41,9 +43,11 @@ def test_every_error_derives_from_one_base() -> None:
     for name in (
         "CorruptDataError",
         "DataLossError",
+        "InvalidArgumentError",
         "InvalidMessageError",
         "StoreClosedError",
         "StoreConfigError",
         "StoreLockedError",
+        "StoreReadOnlyError",
     ):
         assert issubclass(getattr(rocketstore, name), rocketstore.RocketStoreError)

@@ -34,6 +34,7 @@ from rocketstore import (
     StoreClosedError,
     StoreConfig,
     StoreConfigError,
+    StoreReadOnlyError,
     TopicConfig,
 )
 from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, fixture_clock
@@ -1009,9 +1010,9 @@ def test_a_refused_create_topic_on_a_readonly_store_changes_nothing(
     with open_store(tmp_path, clock, cfg) as store:
         store.create_topic("T", 4)
     with MessageStore.open(tmp_path, cfg, clock=clock, readonly=True) as ro:
-        with pytest.raises(StoreConfigError):
+        with pytest.raises(StoreReadOnlyError):
             ro.create_topic("New", 4)
-        with pytest.raises(StoreConfigError):
+        with pytest.raises(StoreReadOnlyError):
             ro.create_topic("T", 8)
         assert ro.topic_configs() == {"T": TopicConfig("T", 4, 4)}
 
@@ -1149,15 +1150,16 @@ def test_a_readonly_store_writes_no_config_file(tmp_path: Path, clock: ManualClo
     clock.advance(AGE_MS)
     with MessageStore.open(tmp_path, cfg, clock=clock, readonly=True, disk_usage=Disk(0.99)) as ro:
         assert ro.query_offset("g", "T", 0) == 1
-        with pytest.raises(StoreConfigError):
+        with pytest.raises(StoreReadOnlyError, match="is open read-only: offset commits need"):
             ro.commit_offset("g", "T", 0, 2)
-        with pytest.raises(StoreConfigError):
+        with pytest.raises(StoreReadOnlyError, match="topic changes"):
             ro.create_topic("New", 2)
-        assert ro.put_message(Message("T", b"x", queue_id=None)).status is PutStatus.SERVICE_NOT_AVAILABLE
-        assert (
-            ro.put_message(Message("Unknown", b"x", queue_id=None)).status is PutStatus.SERVICE_NOT_AVAILABLE
-        )
-        with pytest.raises(StoreConfigError, match="read-only"):
+        for msg in (Message("T", b"x"), Message("T", b"x", queue_id=1), Message("Unknown", b"x")):
+            with pytest.raises(StoreReadOnlyError, match="puts need it opened without readonly=True"):
+                ro.put_message(msg)
+            with pytest.raises(StoreReadOnlyError):
+                ro.put_messages([msg])
+        with pytest.raises(StoreReadOnlyError, match="reclaims"):
             ro.reclaim()
         assert not ro.disk_full
         assert ro.query_offset("g", "T", 0) == 1

@@ -12,11 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from rocketstore import (
     CorruptDataError,
     GetStatus,
+    InvalidArgumentError,
     InvalidMessageError,
     ManualClock,
     Message,
@@ -26,6 +28,7 @@ from rocketstore import (
     StoreClosedError,
     StoreConfig,
     StoreLockedError,
+    StoreReadOnlyError,
 )
 
 SEG = 65536
@@ -1067,9 +1070,8 @@ def test_second_open_is_refused_and_readonly_open_reads(tmp_path: Path) -> None:
         assert not (tmp_path / "abort").exists()
         assert [m.body for m in ro.get_message("g", "RO", 0, 0).messages] == [b"one"]
         assert [m.body for m in ro.query_message("RO", "rk")] == [b"one"]
-        r = ro.put_message(Message(topic="RO", body=b"two"))
-        assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
-        assert r.msg_id is None
+        with pytest.raises(StoreReadOnlyError, match="read-only"):
+            ro.put_message(Message(topic="RO", body=b"two"))
         assert ro.max_offset_in_queue("RO", 0) == 1
     with open_store(tmp_path) as store:
         assert store.put_message(Message(topic="RO", body=b"two")).queue_offset == 1
@@ -1152,3 +1154,52 @@ def test_a_batch_of_irregular_messages_naming_no_queue_goes_round_robin(tmp_path
         drain(store)
         got = store.look_message_by_offset(results[5].physical_offset)
         assert got is not None and got.queue_id == 5 % queues and got.properties["a"] == "b"
+
+
+# --- wrong argument types ----------------------------------------------------------------------------
+
+WRONG_TYPES: list[tuple[str, Callable[[MessageStore], object]]] = [
+    ("queue_id", lambda s: s.get_message("g", "T", "0", 0)),  # type: ignore[arg-type]
+    ("offset", lambda s: s.get_message("g", "T", 0, 0.0)),  # type: ignore[arg-type]
+    ("max_msgs", lambda s: s.get_message("g", "T", 0, 0, "32")),  # type: ignore[arg-type]
+    ("topic", lambda s: s.get_message("g", b"T", 0, 0)),  # type: ignore[arg-type]
+    ("queue_id", lambda s: s.read_batch("T", True, 0)),
+    ("max_count", lambda s: s.read_batch("T", 0, 0, None)),  # type: ignore[arg-type]
+    ("queue_id", lambda s: s.min_offset_in_queue("T", "0")),  # type: ignore[arg-type]
+    ("queue_id", lambda s: s.max_offset_in_queue("T", 0.0)),  # type: ignore[arg-type]
+    ("timestamp", lambda s: s.offset_in_queue_by_time("T", 0, "2026-01-01")),  # type: ignore[arg-type]
+    ("queue_id", lambda s: s.earliest_message_time("T", "0")),  # type: ignore[arg-type]
+    ("queue_id", lambda s: s.query_offset("g", "T", "0")),  # type: ignore[arg-type]
+    ("offset", lambda s: s.commit_offset("g", "T", 0, "5")),  # type: ignore[arg-type]
+    ("group", lambda s: s.commit_offset(None, "T", 0, 5)),  # type: ignore[arg-type]
+    ("physical_offset", lambda s: s.look_message_by_offset("0")),  # type: ignore[arg-type]
+    ("max_num", lambda s: s.query_message("T", "k", "1")),  # type: ignore[arg-type]
+    ("begin", lambda s: s.query_message("T", "k", 1, "0")),  # type: ignore[arg-type]
+    ("offset", lambda s: s.wait_for_message("T", 0, "0", 0.01)),  # type: ignore[arg-type]
+    ("queues", lambda s: s.create_topic("T", "4")),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("name", "call"), WRONG_TYPES)
+def test_an_argument_of_the_wrong_type_raises_naming_it(
+    tmp_path: Path, name: str, call: Callable[[MessageStore], object]
+) -> None:
+    with open_store(tmp_path) as store:
+        store.put_message(Message(topic="T", body=b"x", keys=["k"], queue_id=0))
+        drain(store)
+        with pytest.raises(InvalidArgumentError, match=f"^{name} must be ") as info:
+            call(store)
+        assert isinstance(info.value, TypeError)
+        assert store.query_offset("g", "T", 0) == -1  # nothing was committed
+
+
+def test_numpy_ints_are_ints(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        store.put_message(Message(topic="T", body=b"x", queue_id=1))
+        drain(store)
+        q, off = np.int64(1), np.int32(0)
+        assert [m.body for m in store.get_message("g", "T", q, off, np.int64(4)).messages] == [b"x"]  # type: ignore[arg-type]
+        assert store.max_offset_in_queue("T", q) == 1  # type: ignore[arg-type]
+        store.commit_offset("g", "T", q, np.int64(1))  # type: ignore[arg-type]
+        assert store.query_offset("g", "T", 1) == 1
+        assert type(store.consumer_offsets()[("T", "g")][1]) is int

@@ -7,11 +7,13 @@ from rocketstore.config import FlushDiskType, StoreConfig
 from rocketstore.errors import (
     CorruptDataError,
     DataLossError,
+    InvalidArgumentError,
     InvalidMessageError,
     RocketStoreError,
     StoreClosedError,
     StoreConfigError,
     StoreLockedError,
+    StoreReadOnlyError,
 )
 from rocketstore.message import Message, MessageExt
 from rocketstore.results import (
@@ -31,6 +33,7 @@ __all__ = [
     "FlushDiskType",
     "GetMessageResult",
     "GetStatus",
+    "InvalidArgumentError",
     "InvalidMessageError",
     "ManualClock",
     "Message",
@@ -46,6 +49,7 @@ __all__ = [
     "StoreConfig",
     "StoreConfigError",
     "StoreLockedError",
+    "StoreReadOnlyError",
     "SystemClock",
     "TopicConfig",
 ]
