@@ -38,6 +38,7 @@ from rocketstore.flush import (
     ConsumeQueueFlushService,
     GroupCommitService,
 )
+from rocketstore.geometry import fit_geometry
 from rocketstore.index import IndexService
 from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageExt
 from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
@@ -162,13 +163,16 @@ class MessageStore:
     ) -> MessageStore:
         """Open (creating if needed) the store at ``path``, recover it, start its services.
 
+        An existing store's geometry (segment sizes, index split) is read from its files where
+        ``config`` leaves it at the defaults, so ``StoreConfig()`` opens a store RocketMQ wrote with
+        any geometry; sizes ``config`` sets must match the files (see ``geometry.fit_geometry``).
         ``readonly=True`` takes no lock and writes nothing: no abort file, no recovery writes,
         no dispatch; it reads what is on disk, for stores another process may have open.
         ``clock`` and ``disk_usage`` (the used fraction of the disk holding a path) replace the
         real ones, for tests and simulations.
         """
         layout = StoreLayout(path)
-        cfg = config or StoreConfig()
+        cfg = fit_geometry(layout.root, config or StoreConfig())
         if readonly:
             if not layout.root.is_dir():
                 raise FileNotFoundError(f"no store directory at {str(layout.root)!r}")
