@@ -154,7 +154,7 @@ class MessageStore:
     @classmethod
     def open(
         cls,
-        path: str | os.PathLike[str] = "store",
+        path: str | os.PathLike[str] | None = None,
         config: StoreConfig | None = None,
         *,
         clock: Clock | None = None,
@@ -162,6 +162,8 @@ class MessageStore:
         disk_usage: DiskUsage | None = None,
     ) -> MessageStore:
         """Open (creating if needed) the store at ``path``, recover it, start its services.
+        Without a path, the store is the config's ``store_path_root_dir`` (a broker.conf's
+        storePathRootDir), else ``./store``.
 
         An existing store's geometry (segment sizes, index split) is read from its files where
         ``config`` leaves it at the defaults, so ``StoreConfig()`` opens a store RocketMQ wrote with
@@ -171,8 +173,9 @@ class MessageStore:
         ``clock`` and ``disk_usage`` (the used fraction of the disk holding a path) replace the
         real ones, for tests and simulations.
         """
-        layout = StoreLayout(path)
-        cfg = fit_geometry(layout.root, config or StoreConfig())
+        config = config or StoreConfig()
+        layout = StoreLayout(path if path is not None else config.store_path_root_dir or "store")
+        cfg = fit_geometry(layout.root, config)
         if readonly:
             if not layout.root.is_dir():
                 raise FileNotFoundError(f"no store directory at {str(layout.root)!r}")
