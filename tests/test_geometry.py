@@ -61,15 +61,18 @@ def test_not_a_store(tmp_path: Path) -> None:
         survey_geometry(tmp_path / "empty")
 
 
-def test_open_takes_the_geometry_from_the_files_where_the_config_leaves_the_defaults(tmp_path: Path) -> None:
-    expected = _listing_msgs("store-sample")
-    with MessageStore.open(FIXTURES / "store-sample", readonly=True) as ro:  # no config at all
+@pytest.mark.parametrize("name", ["store-sample", "store-sample-crash"])
+def test_open_takes_the_geometry_from_the_files_where_the_config_leaves_the_defaults(
+    tmp_path: Path, name: str
+) -> None:
+    expected = _listing_msgs(name)
+    with MessageStore.open(FIXTURES / name, readonly=True) as ro:  # no config at all
         assert geometry(ro.config) == geometry(FIXTURE_CONFIG)
         assert _all_messages(ro) == expected
-    with MessageStore.open(FIXTURES / "store-sample", StoreConfig(), readonly=True) as ro:
+    with MessageStore.open(FIXTURES / name, StoreConfig(), readonly=True) as ro:
         assert _all_messages(ro) == expected
-    root = copy_fixture("store-sample", tmp_path)  # read-write: recovery, dispatch, a put, a reopen
-    clock = fixture_clock("store-sample")  # no delayed message falls due meanwhile
+    root = copy_fixture(name, tmp_path)  # read-write: recovery, dispatch, a put, a reopen
+    clock = fixture_clock(name)  # no delayed message falls due meanwhile
     with MessageStore.open(root, StoreConfig(flush_interval=200), clock=clock) as store:
         assert geometry(store.config) == geometry(FIXTURE_CONFIG) and store.config.flush_interval == 200
         assert _all_messages(store) == expected
