@@ -71,21 +71,22 @@ def test_generated_uniq_keys_are_in_the_records() -> None:
 @pytest.mark.parametrize(
     "odd",
     [
-        Message("Other", b"x"),  # a second topic
-        Message("T", b"x", keys=[""]),  # an empty key
-        Message("T", b"x", keys=["a", ""]),  # an empty key after another
-        Message("T", b"x", keys="a b"),  # one key (a str) with a space
-        Message("T", b"x", keys=("a", "b c")),  # a space inside the second key
-        Message("T", b"x", properties={"a": "b"}),
-        Message("T", b"x", uniq_key="U"),
-        Message("T", b"x", keys=["has space"]),
-        Message("T", b"x", tags="bad\x01tag"),
+        Message("Other", b"x", queue_id=0),  # a second topic
+        Message("T", b"x", keys=[""], queue_id=0),  # an empty key
+        Message("T", b"x", keys=["a", ""], queue_id=0),  # an empty key after another
+        Message("T", b"x", keys="a b", queue_id=0),  # one key (a str) with a space
+        Message("T", b"x", keys=("a", "b c"), queue_id=0),  # a space inside the second key
+        Message("T", b"x", properties={"a": "b"}, queue_id=0),
+        Message("T", b"x", uniq_key="U", queue_id=0),
+        Message("T", b"x", keys=["has space"], queue_id=0),
+        Message("T", b"x", tags="bad\x01tag", queue_id=0),
         Message("T", b"x", queue_id=70000),
-        Message("T", b"x", flag=2**40),
+        Message("T", b"x", flag=2**40, queue_id=0),
     ],
 )
 def test_anything_unusual_takes_the_general_path(odd: Message) -> None:
-    msgs = [Message("T", b"plain", tags="a") for _ in range(20)] + [odd]
+    """(The encoder is given placed messages: the store picks the queues of those that name none.)"""
+    msgs = [Message("T", b"plain", tags="a", queue_id=0) for _ in range(20)] + [odd]
     enc = encoder(False)
     assert enc._prepare_plain(msgs) is None
     try:

@@ -348,7 +348,7 @@ def test_store_lock_in_process_and_across_processes(tmp_path: Path) -> None:
     root = tmp_path / "s"
     store = MessageStore.open(root, CFG)
     try:
-        assert store.put_message(Message(TOPIC_A, b"held")).status is PutStatus.PUT_OK
+        assert store.put_message(Message(TOPIC_A, b"held", queue_id=0)).status is PutStatus.PUT_OK
         with pytest.raises(StoreLockedError):
             MessageStore.open(root, CFG)
         # the refused open in this process must not have released the OS lock
@@ -356,7 +356,7 @@ def test_store_lock_in_process_and_across_processes(tmp_path: Path) -> None:
         assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
         assert proc.stdout.strip() == "StoreLockedError"
         # and the store that holds the lock still works
-        assert store.put_message(Message(TOPIC_A, b"still held")).status is PutStatus.PUT_OK
+        assert store.put_message(Message(TOPIC_A, b"still held", queue_id=0)).status is PutStatus.PUT_OK
     finally:
         store.close()
 
@@ -399,7 +399,7 @@ def test_reopen_in_process_after_close(tmp_path: Path) -> None:
     root = tmp_path / "s"
     for i in range(3):
         with MessageStore.open(root, CFG) as store:
-            store.put_message(Message(TOPIC_A, f"round {i}".encode()))
+            store.put_message(Message(TOPIC_A, f"round {i}".encode(), queue_id=0))
         with pytest.raises(StoreLockedError), MessageStore.open(root, CFG), MessageStore.open(root, CFG):
             pass
     with MessageStore.open(root, CFG) as store:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore import FlushDiskType, StoreConfig, StoreConfigError
+from rocketstore import FlushDiskType, Message, MessageStore, StoreConfig, StoreConfigError
 
 
 def test_defaults_are_rocketmq_defaults() -> None:
@@ -56,7 +56,15 @@ def test_toml_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("no_such_setting=1\n", "unknown store setting"),
+        ("no_such_setting=1\n", "unknown setting.*'no_such_setting'"),
+        (
+            "flushIntervalComitLog=5\n",
+            "'flushIntervalComitLog' \\(did you mean 'flushIntervalCommitLog'\\?\\)",
+        ),
+        ("commitlog_segmnet_size=4096\n", "did you mean 'commitlog_segment_size'"),
+        ("storePathCommitLog=/data/commitlog\n", "storePathCommitLog=/data/commitlog: rocketstore keeps"),
+        ("storePathRootDir=/a\nstorePathCommitLog=/b/commitlog\n", "give storePathRootDir"),
+        ("enableDLegerCommitLog=true\n", "DLedger"),
         ("flush_interval=soon\n", "flush_interval must be an integer"),
         ("mappedFileSizeConsumeQueue=801\n", "multiple of 20"),
         ("commitlog_segment_size=100\n", "at least 4096"),
@@ -82,3 +90,55 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 def test_transient_pool_needs_async_flush() -> None:
     with pytest.raises(StoreConfigError, match="ASYNC_FLUSH only"):
         StoreConfig(transient_store_pool_enable=True, flush_disk_type="SYNC_FLUSH")
+
+
+BROKER_CONF = Path(__file__).parent / "fixtures" / "broker.conf"
+
+
+def broker_conf(tmp_path: Path, root: Path) -> Path:
+    """tests/fixtures/broker.conf (a stock RocketMQ 4.9 broker.conf) with its store under ``root``."""
+    f = tmp_path / "broker.conf"
+    f.write_text(BROKER_CONF.read_text("utf-8").replace("STORE_ROOT", str(root)))
+    return f
+
+
+def test_a_stock_broker_conf_loads_its_store_settings_and_lists_the_rest(tmp_path: Path) -> None:
+    c = StoreConfig.from_file(broker_conf(tmp_path, tmp_path / "store"))
+    assert (c.delete_when, c.file_reserved_time, c.flush_disk_type) == ("04", 48, FlushDiskType.ASYNC_FLUSH)
+    assert (c.consume_queue_entries, c.max_message_size, c.flush_interval) == (40, 65536, 1000)
+    assert c.disk_max_used_space_ratio == 88
+    assert c.store_path_root_dir == str(tmp_path / "store")
+    # RocketMQ 4.9 has no setter for the old spelling: it keeps 1 GiB segments, and so does the store
+    assert c.commitlog_segment_size == 1 << 30
+    assert "RocketMQ 4.9 ignores too" in c.ignored_keys["mapedFileSizeCommitLog"]
+    assert set(c.ignored_keys) == {
+        "brokerClusterName",
+        "brokerName",
+        "brokerId",
+        "brokerRole",
+        "namesrvAddr",
+        "listenPort",
+        "brokerIP1",
+        "autoCreateTopicEnable",
+        "sendMessageThreadPoolNums",
+        "haListenPort",
+        "mapedFileSizeCommitLog",
+    }
+    assert c.ignored_keys["brokerName"] == "a broker setting, not the store's"
+    assert c.ignored_keys["brokerRole"] == "a RocketMQ store setting for a feature rocketstore does not have"
+    assert StoreConfig().ignored_keys == {}
+
+
+def test_the_broker_conf_store_path_is_where_open_without_a_path_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "rmq" / "store"
+    c = StoreConfig.from_file(broker_conf(tmp_path, root)).replace(commitlog_segment_size=65536)
+    monkeypatch.chdir(tmp_path)  # not ./store
+    with MessageStore.open(config=c) as store:
+        assert store.layout.root == root
+        assert store.put_message(Message("T", b"x")).ok
+    assert (root / "commitlog" / f"{0:020d}").stat().st_size == 65536
+    assert not (tmp_path / "store").exists()
+    with MessageStore.open(tmp_path / "elsewhere", c) as store:  # a path given wins
+        assert store.layout.root == tmp_path / "elsewhere"

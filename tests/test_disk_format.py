@@ -576,7 +576,9 @@ def test_roll_keeps_eight_bytes_for_the_blank_record(tmp_path: Path, mode: str, 
     overhead = 88 + 1 + len("TopicA") + 2  # no properties: no tags, keys or UNIQ_KEY
     remaining = 5000  # what is left after the fillers and the big record
     sizes = [1000] * 16 + [SEGMENT - 16 * 1000 - remaining, remaining - spare, 500]
-    msgs = [Message("TopicA", bytes([i % 251]) * (size - overhead)) for i, size in enumerate(sizes)]
+    msgs = [
+        Message("TopicA", bytes([i % 251]) * (size - overhead), queue_id=0) for i, size in enumerate(sizes)
+    ]
     with MessageStore.open(tmp_path / "s", CFG.replace(generate_uniq_key=False)) as store:
         if mode == "single":
             results = [store.put_message(m) for m in msgs]
@@ -649,8 +651,8 @@ def test_transaction_and_delay_records(tmp_path: Path) -> None:
 
 def test_ipv6_store_host_record_layout(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path / "s", CFG.replace(store_host="[::1]:10911")) as store:
-        r = store.put_message(Message("TopicA", b"v6", tags="Tag0"))
-        r2 = store.put_message(Message("TopicA", b"v4 born", born_host="10.1.2.3:999"))
+        r = store.put_message(Message("TopicA", b"v6", tags="Tag0", queue_id=0))
+        r2 = store.put_message(Message("TopicA", b"v4 born", born_host="10.1.2.3:999", queue_id=0))
         assert store.wait_dispatched(10)
     rec, rec2 = all_records(walk_commitlog(tmp_path / "s"))
     loopback6 = bytes(15) + b"\x01"
@@ -714,18 +716,22 @@ def test_index_entries_per_message(tmp_path: Path) -> None:
             assert store.wait_dispatched(10)
             return sum(h["indexCount"] - 1 for _, h in store.index_headers())
 
-        store.put_message(Message("TopicA", b"no keys"))
+        store.put_message(Message("TopicA", b"no keys", queue_id=0))
         assert count() == 0
-        store.put_message(Message("TopicA", b"two keys", keys=["a1", "a2"]))
+        store.put_message(Message("TopicA", b"two keys", keys=["a1", "a2"], queue_id=0))
         assert count() == 2
         r = store.put_message(
             Message(
-                "TopicA", b"uniq and two keys", keys=["b1", "b2"], uniq_key="0A0B0C0D0E0F00112233445566778899"
+                "TopicA",
+                b"uniq and two keys",
+                keys=["b1", "b2"],
+                uniq_key="0A0B0C0D0E0F00112233445566778899",
+                queue_id=0,
             )
         )
         assert count() == 5
         clock.advance(2500)
-        r2 = store.put_message(Message("TopicB", b"one key", keys=["a1"]))
+        r2 = store.put_message(Message("TopicB", b"one key", keys=["a1"], queue_id=0))
         assert count() == 6
         hits = store.query_message("TopicA", "0A0B0C0D0E0F00112233445566778899")
         assert [m.physical_offset for m in hits] == [r.physical_offset]
@@ -752,10 +758,12 @@ def test_full_index_file_rolls_to_a_new_one(tmp_path: Path) -> None:
     cfg = CFG.replace(generate_uniq_key=False)
     with MessageStore.open(tmp_path / "s", cfg, clock=ManualClock(START_MS)) as store:
         # 85 messages x 3 keys = 255 keys: exactly one full file
-        store.put_messages([Message("TopicA", b"x", keys=[f"k{i}", f"l{i}", f"m{i}"]) for i in range(85)])
+        store.put_messages(
+            [Message("TopicA", b"x", keys=[f"k{i}", f"l{i}", f"m{i}"], queue_id=0) for i in range(85)]
+        )
         assert store.wait_dispatched(10)
         assert [h["indexCount"] for _, h in store.index_headers()] == [256]
-        store.put_message(Message("TopicA", b"y", keys=["n"]))
+        store.put_message(Message("TopicA", b"y", keys=["n"], queue_id=0))
         assert store.wait_dispatched(10)
         assert [h["indexCount"] for _, h in store.index_headers()] == [256, 2]
     views = [read_index_file(p) for p in sorted((tmp_path / "s" / "index").iterdir())]

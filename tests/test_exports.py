@@ -11,6 +11,7 @@ PUBLIC = {
     "FlushDiskType",
     "GetMessageResult",
     "GetStatus",
+    "InvalidArgumentError",
     "InvalidMessageError",
     "ManualClock",
     "Message",
@@ -29,6 +30,7 @@ PUBLIC = {
     "StoreConfigError",
     "StoreLockedError",
     "StorePathError",
+    "StoreReadOnlyError",
     "SystemClock",
     "TopicConfig",
 }
@@ -44,6 +46,7 @@ def test_every_error_derives_from_one_base() -> None:
     for name in (
         "CorruptDataError",
         "DataLossError",
+        "InvalidArgumentError",
         "InvalidMessageError",
         "StoreClosedError",
         "StoreConfigError",
@@ -51,5 +54,6 @@ def test_every_error_derives_from_one_base() -> None:
         "StorePathError",
         "NotAStoreError",
         "StoreAccessError",
+        "StoreReadOnlyError",
     ):
         assert issubclass(getattr(rocketstore, name), rocketstore.RocketStoreError)

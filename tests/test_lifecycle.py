@@ -34,6 +34,7 @@ from rocketstore import (
     StoreClosedError,
     StoreConfig,
     StoreConfigError,
+    StoreReadOnlyError,
     TopicConfig,
 )
 from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, fixture_clock
@@ -785,6 +786,27 @@ def test_puts_without_a_queue_go_round_robin(tmp_path: Path, clock: ManualClock)
         assert store.put_message(Message("RR", b"y", queue_id=None)).queue_id == 0
 
 
+def test_a_message_names_no_queue_by_default_and_a_single_put_places_it_itself(
+    tmp_path: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default is the store's choice, as for a RocketMQ producer; a single put to a known
+    topic places its message without a trip through the batch put."""
+    assert Message("RR", b"x").queue_id is None
+    with open_store(tmp_path, clock, make_config(clock)) as store:
+        store.create_topic("RR", 4)
+        monkeypatch.setattr(store, "put_messages", None)  # a call would raise TypeError
+        results = [store.put_message(Message("RR", f"s{i}".encode())) for i in range(8)]
+        sharded = store.put_message(Message("RR", b"k", properties={"__SHARDINGKEY": "order-3"}))
+        assert all(r.ok for r in [*results, sharded])
+        assert [r.queue_id for r in results] == [0, 1, 2, 3, 0, 1, 2, 3]
+        assert sharded.queue_id == abs(java_hash("order-3")) % 4
+        monkeypatch.undo()
+        assert store.wait_dispatched(5.0)
+        assert [store.max_offset_in_queue("RR", q) for q in range(4)] == [
+            2 + (q == sharded.queue_id) for q in range(4)
+        ]
+
+
 def test_round_robin_follows_the_write_queue_count(tmp_path: Path, clock: ManualClock) -> None:
     with open_store(tmp_path, clock, make_config(clock)) as store:
         store.create_topic("Two", 2)
@@ -988,9 +1010,9 @@ def test_a_refused_create_topic_on_a_readonly_store_changes_nothing(
     with open_store(tmp_path, clock, cfg) as store:
         store.create_topic("T", 4)
     with MessageStore.open(tmp_path, cfg, clock=clock, readonly=True) as ro:
-        with pytest.raises(StoreConfigError):
+        with pytest.raises(StoreReadOnlyError):
             ro.create_topic("New", 4)
-        with pytest.raises(StoreConfigError):
+        with pytest.raises(StoreReadOnlyError):
             ro.create_topic("T", 8)
         assert ro.topic_configs() == {"T": TopicConfig("T", 4, 4)}
 
@@ -1128,15 +1150,16 @@ def test_a_readonly_store_writes_no_config_file(tmp_path: Path, clock: ManualClo
     clock.advance(AGE_MS)
     with MessageStore.open(tmp_path, cfg, clock=clock, readonly=True, disk_usage=Disk(0.99)) as ro:
         assert ro.query_offset("g", "T", 0) == 1
-        with pytest.raises(StoreConfigError):
+        with pytest.raises(StoreReadOnlyError, match="is open read-only: offset commits need"):
             ro.commit_offset("g", "T", 0, 2)
-        with pytest.raises(StoreConfigError):
+        with pytest.raises(StoreReadOnlyError, match="topic changes"):
             ro.create_topic("New", 2)
-        assert ro.put_message(Message("T", b"x", queue_id=None)).status is PutStatus.SERVICE_NOT_AVAILABLE
-        assert (
-            ro.put_message(Message("Unknown", b"x", queue_id=None)).status is PutStatus.SERVICE_NOT_AVAILABLE
-        )
-        with pytest.raises(StoreConfigError, match="read-only"):
+        for msg in (Message("T", b"x"), Message("T", b"x", queue_id=1), Message("Unknown", b"x")):
+            with pytest.raises(StoreReadOnlyError, match="puts need it opened without readonly=True"):
+                ro.put_message(msg)
+            with pytest.raises(StoreReadOnlyError):
+                ro.put_messages([msg])
+        with pytest.raises(StoreReadOnlyError, match="reclaims"):
             ro.reclaim()
         assert not ro.disk_full
         assert ro.query_offset("g", "T", 0) == 1

@@ -38,6 +38,7 @@ from rocketstore import (
     PutStatus,
     StoreClosedError,
     StoreConfig,
+    StoreReadOnlyError,
 )
 from rocketstore.verify import verify_store
 from tests.test_store_api import BLANK_MAGIC, CFG, HEX_UPPER, SEG, T0, drain
@@ -1014,21 +1015,15 @@ def test_empty_batch_to_a_new_topic_with_round_robin_creates_nothing(tmp_path: P
 # --- 8. a read-only store -----------------------------------------------------------------------------------
 
 
-def test_read_only_store_refuses_with_a_status_and_writes_nothing(tmp_path: Path) -> None:
+def test_read_only_store_refuses_with_an_error_and_writes_nothing(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         store.put_batch("RO", [b"one", b"two"], queue_ids=0, keys=["rk", None])
     before = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     with MessageStore.open(tmp_path, CFG, readonly=True, clock=ManualClock(T0)) as ro:
         for topic, queue_ids in (("RO", 0), ("RO", None), ("Unknown", None), ("Unknown", [3, 1])):
-            r = ro.put_batch(topic, [b"a", b"b"], queue_ids=queue_ids, tags="t", keys=["k", None])
-            assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
-            assert not r.ok and len(r) == 2
-            assert r.physical_offsets.tolist() == [-1, -1]
-            assert r.queue_offsets.tolist() == [-1, -1]
-            assert [r.msg_id(0), r.msg_id(1)] == [None, None]
-            assert r[0].msg_id is None and r[0].status is PutStatus.SERVICE_NOT_AVAILABLE
-            assert r[1].wrote_bytes == 0 and r[1].store_timestamp == 0
-        with pytest.raises(InvalidMessageError, match="message 1 of the batch"):  # validation first
+            with pytest.raises(StoreReadOnlyError, match="is open read-only: puts need"):
+                ro.put_batch(topic, [b"a", b"b"], queue_ids=queue_ids, tags="t", keys=["k", None])
+        with pytest.raises(StoreReadOnlyError):  # whatever the batch holds: no put can succeed
             ro.put_batch("RO", [b"a", "b"])  # type: ignore[list-item]
         assert ro.max_offset_in_queue("RO", 0) == 2
         assert ro.topics() == {"RO": [0]}

@@ -6,7 +6,9 @@ import hashlib
 import os
 from pathlib import Path
 
-from rocketstore import Message, MessageStore, PutStatus, StoreConfig
+import pytest
+
+from rocketstore import Message, MessageStore, StoreConfig, StoreReadOnlyError
 from tests.conftest import FIXTURE_CONFIG, copy_fixture
 
 CFG = StoreConfig(
@@ -50,7 +52,8 @@ def test_readonly_open_of_a_damaged_store_writes_nothing(tmp_path: Path) -> None
         assert store.look_message_by_offset(results[299].physical_offset) is not None
         assert store.look_message_by_offset(results[300].physical_offset) is None
         assert store.look_message_by_offset(after[0].physical_offset) is not None
-        assert store.put_message(Message(topic="T", body=b"x")).status is PutStatus.SERVICE_NOT_AVAILABLE
+        with pytest.raises(StoreReadOnlyError):
+            store.put_message(Message(topic="T", body=b"x"))
     assert snapshot(root) == before
 
 

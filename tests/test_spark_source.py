@@ -273,6 +273,36 @@ def test_a_million_rows_round_trip(spark: SparkSession, tmp_path: Path) -> None:
         assert found[0].tags == "t4"
 
 
+def test_a_properties_map_column_from_create_data_frame_is_written(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from pyspark.sql.types import BinaryType, MapType, StringType, StructField, StructType
+
+    schema = StructType(
+        [
+            StructField("topic", StringType()),
+            StructField("body", BinaryType()),
+            StructField("properties", MapType(StringType(), StringType())),
+        ]
+    )
+    rows = [("P", b"both", {"color": "red", "size": "L"}), ("P", b"empty", {}), ("P", b"none", None)]
+    store = tmp_path / "store"
+    conf = tmp_path / "store.toml"
+    conf.write_text(
+        "commitlog_segment_size = 1048576\ndisk_max_used_space_ratio = 100\ndisk_warning_ratio = 100\n"
+    )
+    spark.createDataFrame(rows, schema).coalesce(1).write.format("rocketstore").mode("append").option(
+        "config", str(conf)
+    ).save(str(store))
+    with MessageStore.open(store, detect_geometry(store), readonly=True) as s:
+        got = {
+            m.body: {k: v for k, v in m.properties.items() if k != "UNIQ_KEY"}
+            for q in s.topics()["P"]
+            for m in s.get_message("g", "P", q, 0).messages
+        }
+    assert got == {b"both": {"color": "red", "size": "L"}, b"empty": {}, b"none": {}}
+
+
 def test_writing_to_a_store_another_process_holds_fails_at_once(spark: SparkSession, tmp_path: Path) -> None:
     store = tmp_path / "store"
     MessageStore.open(store, StoreConfig(commitlog_segment_size=64 * 1024)).close()

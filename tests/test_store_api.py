@@ -12,11 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from rocketstore import (
     CorruptDataError,
     GetStatus,
+    InvalidArgumentError,
     InvalidMessageError,
     ManualClock,
     Message,
@@ -26,6 +28,7 @@ from rocketstore import (
     StoreClosedError,
     StoreConfig,
     StoreLockedError,
+    StoreReadOnlyError,
 )
 
 SEG = 65536
@@ -183,9 +186,11 @@ def test_round_trip_defaults_and_empty_body(tmp_path: Path) -> None:
 def test_ipv6_store_host_msg_id(tmp_path: Path) -> None:
     cfg = CFG.replace(store_host="[0:0:0:0:0:0:0:1]:10911")
     with open_store(tmp_path, cfg) as store:
-        store.put_message(Message(topic="V6", body=b"first"))
-        r = store.put_message(Message(topic="V6", body=b"second", born_host="10.0.0.9:1234"))
-        both = store.put_message(Message(topic="V6", body=b"third", born_host="[fe80:0:0:0:1:2:3:4]:40005"))
+        store.put_message(Message(topic="V6", body=b"first", queue_id=0))
+        r = store.put_message(Message(topic="V6", body=b"second", born_host="10.0.0.9:1234", queue_id=0))
+        both = store.put_message(
+            Message(topic="V6", body=b"third", born_host="[fe80:0:0:0:1:2:3:4]:40005", queue_id=0)
+        )
         drain(store)
         assert r.msg_id is not None
         assert len(r.msg_id) == 56
@@ -317,7 +322,10 @@ def test_get_caps_at_32_and_stops_at_consume_queue_segment_end(tmp_path: Path) -
 def test_tag_filter_stops_at_consume_queue_segment_end(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         store.put_messages(
-            [Message(topic="FS", body=b"x", tags="TagA" if i in (2, 38, 45) else "TagB") for i in range(50)]
+            [
+                Message(topic="FS", body=b"x", tags="TagA" if i in (2, 38, 45) else "TagB", queue_id=0)
+                for i in range(50)
+            ]
         )
         drain(store)
         res = store.get_message("g", "FS", 0, 39, 32, "TagA")
@@ -372,7 +380,9 @@ def test_get_respects_configured_count_and_byte_caps(tmp_path: Path) -> None:
 def test_tag_filter(tmp_path: Path) -> None:
     tags = ["TagA", "TagB", "TagA", "TagB", "TagA", None, "TagB", "TagA", "TagB", "TagC"]
     with open_store(tmp_path) as store:
-        store.put_messages([Message(topic="F", body=str(i).encode(), tags=t) for i, t in enumerate(tags)])
+        store.put_messages(
+            [Message(topic="F", body=str(i).encode(), tags=t, queue_id=0) for i, t in enumerate(tags)]
+        )
         drain(store)
 
         def offsets(flt: Any, start: int = 0, max_msgs: int = 32) -> tuple[GetStatus, list[int], int]:
@@ -402,12 +412,12 @@ def test_tag_filter_compares_real_tag_on_hash_collision(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         store.put_messages(
             [
-                Message(topic="H", body=b"bb0", tags="BB"),
-                Message(topic="H", body=b"aa", tags="Aa"),
-                Message(topic="H", body=b"bb1", tags="BB"),
+                Message(topic="H", body=b"bb0", tags="BB", queue_id=0),
+                Message(topic="H", body=b"aa", tags="Aa", queue_id=0),
+                Message(topic="H", body=b"bb1", tags="BB", queue_id=0),
             ]
         )
-        store.put_messages([Message(topic="H2", body=b"bb", tags="BB")])
+        store.put_messages([Message(topic="H2", body=b"bb", tags="BB", queue_id=0)])
         drain(store)
         res = store.get_message("g", "H", 0, 0, 32, "Aa")
         assert res.status is GetStatus.FOUND
@@ -562,7 +572,7 @@ def test_offset_in_queue_by_time(tmp_path: Path) -> None:
         stamps = []
         for step in (0, 1000, 1000, 0, 1000, 1000, 1000):  # t0, +1s, +2s, +2s, +3s, +4s, +5s
             clock.advance(step)
-            stamps.append(store.put_message(Message(topic="Time", body=b"x")).store_timestamp)
+            stamps.append(store.put_message(Message(topic="Time", body=b"x", queue_id=0)).store_timestamp)
         drain(store)
         assert stamps == [T0, T0 + 1000, T0 + 2000, T0 + 2000, T0 + 3000, T0 + 4000, T0 + 5000]
         by_time = store.offset_in_queue_by_time
@@ -645,7 +655,9 @@ def test_transaction_flags(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
         flags = [0, TX_PREPARED, TX_COMMIT, TX_ROLLBACK, 0, TX_PREPARED]
         results = [
-            store.put_message(Message(topic="Tx", body=f"m{i}".encode(), keys=[f"tx{i}"], sys_flag=f))
+            store.put_message(
+                Message(topic="Tx", body=f"m{i}".encode(), keys=[f"tx{i}"], sys_flag=f, queue_id=0)
+            )
             for i, f in enumerate(flags)
         ]
         drain(store)
@@ -662,7 +674,7 @@ def test_transaction_flags(tmp_path: Path) -> None:
         assert res.next_begin_offset == 3
         for i in (1, 3, 5):  # PREPARED and ROLLBACK are still indexed
             assert [m.body for m in store.query_message("Tx", f"tx{i}")] == [f"m{i}".encode()]
-        r = store.put_message(Message(topic="Tx", body=b"next"))
+        r = store.put_message(Message(topic="Tx", body=b"next", queue_id=0))
         assert r.queue_offset == 3
 
 
@@ -728,7 +740,7 @@ def test_invalid_message_is_rejected_and_writes_nothing(
     # the record-over-segment case needs a max_message_size that lets the body through
     cfg = CFG if len(msg.body) == SEG else cfg_small
     with open_store(root, cfg) as store:
-        store.put_message(Message(topic="Good", body=b"ok"))
+        store.put_message(Message(topic="Good", body=b"ok", queue_id=0))
         drain(store)
         before_offset = store.max_phy_offset()
         before_files = store_entries(root)
@@ -747,7 +759,7 @@ def test_invalid_message_is_rejected_and_writes_nothing(
         assert [p.name for p in tmp_path.iterdir()] == ["store"]
         segment = (root / "commitlog" / f"{0:020d}").read_bytes()
         assert segment[before_offset:] == bytes(SEG - before_offset)
-        r = store.put_message(Message(topic="Good", body=b"after"))
+        r = store.put_message(Message(topic="Good", body=b"after", queue_id=0))
         assert (r.physical_offset, r.queue_offset) == (before_offset, 1)
 
 
@@ -780,14 +792,14 @@ def test_record_larger_than_max_message_size_is_size_exceeded(tmp_path: Path) ->
 
 def test_invalid_message_in_batch_writes_none_of_it(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
-        store.put_message(Message(topic="Batch", body=b"first"))
+        store.put_message(Message(topic="Batch", body=b"first", queue_id=0))
         drain(store)
         before = store.max_phy_offset()
         batch = [
-            Message(topic="Batch", body=b"a"),
-            Message(topic="Batch", body=b"b"),
-            Message(topic="Batch", body=b"c", keys=["bad key"]),
-            Message(topic="Batch", body=b"d"),
+            Message(topic="Batch", body=b"a", queue_id=0),
+            Message(topic="Batch", body=b"b", queue_id=0),
+            Message(topic="Batch", body=b"c", keys=["bad key"], queue_id=0),
+            Message(topic="Batch", body=b"d", queue_id=0),
         ]
         with pytest.raises(InvalidMessageError) as info:
             store.put_messages(batch)
@@ -842,9 +854,9 @@ def test_concurrent_puts_get_dense_offsets(tmp_path: Path) -> None:
         def worker(w: int) -> None:
             for i in range(50):
                 r = (
-                    store.put_message(Message(topic="Conc", body=f"{w}-{i}".encode()))
+                    store.put_message(Message(topic="Conc", body=f"{w}-{i}".encode(), queue_id=0))
                     if i % 2
-                    else store.put_messages([Message(topic="Conc", body=f"{w}-{i}".encode())])[0]
+                    else store.put_messages([Message(topic="Conc", body=f"{w}-{i}".encode(), queue_id=0)])[0]
                 )
                 with lock:
                     results.append(r)
@@ -919,7 +931,9 @@ def test_segment_rolls_batch_puts(tmp_path: Path) -> None:
         results = []
         expected: list[bytes] = []
         for b in range(25):
-            batch = [Message(topic="SegB", body=bytes([b, j]) * (400 + 13 * j)) for j in range(10)]
+            batch = [
+                Message(topic="SegB", body=bytes([b, j]) * (400 + 13 * j), queue_id=0) for j in range(10)
+            ]
             expected.extend(m.body for m in batch)
             results.extend(store.put_messages(batch))
         drain(store)
@@ -934,8 +948,8 @@ def test_segment_rolls_batch_puts(tmp_path: Path) -> None:
 # --- 10. closed store -----------------------------------------------------------------------------------
 
 CLOSED_CALLS: list[tuple[str, Callable[[MessageStore], object]]] = [
-    ("put_message", lambda s: s.put_message(Message(topic="C", body=b"x"))),
-    ("put_messages", lambda s: s.put_messages([Message(topic="C", body=b"x")])),
+    ("put_message", lambda s: s.put_message(Message(topic="C", body=b"x", queue_id=0))),
+    ("put_messages", lambda s: s.put_messages([Message(topic="C", body=b"x", queue_id=0)])),
     ("get_message", lambda s: s.get_message("g", "C", 0, 0)),
     ("query_message", lambda s: s.query_message("C", "k")),
     ("iter_query_message", lambda s: list(s.iter_query_message("C", "k"))),
@@ -1056,9 +1070,8 @@ def test_second_open_is_refused_and_readonly_open_reads(tmp_path: Path) -> None:
         assert not (tmp_path / "abort").exists()
         assert [m.body for m in ro.get_message("g", "RO", 0, 0).messages] == [b"one"]
         assert [m.body for m in ro.query_message("RO", "rk")] == [b"one"]
-        r = ro.put_message(Message(topic="RO", body=b"two"))
-        assert r.status is PutStatus.SERVICE_NOT_AVAILABLE
-        assert r.msg_id is None
+        with pytest.raises(StoreReadOnlyError, match="read-only"):
+            ro.put_message(Message(topic="RO", body=b"two"))
         assert ro.max_offset_in_queue("RO", 0) == 1
     with open_store(tmp_path) as store:
         assert store.put_message(Message(topic="RO", body=b"two")).queue_offset == 1
@@ -1069,13 +1082,13 @@ def test_second_open_is_refused_and_readonly_open_reads(tmp_path: Path) -> None:
 
 def test_wait_for_message_wakes_on_put(tmp_path: Path) -> None:
     with open_store(tmp_path) as store:
-        store.put_message(Message(topic="Wait", body=b"0"))
+        store.put_message(Message(topic="Wait", body=b"0", queue_id=0))
         drain(store)
         assert store.wait_for_message("Wait", 0, 0, 0.01)  # already there
 
         def producer() -> None:
             time.sleep(0.2)
-            store.put_message(Message(topic="Wait", body=b"1"))
+            store.put_message(Message(topic="Wait", body=b"1", queue_id=0))
 
         thread = threading.Thread(target=producer)
         started = time.monotonic()
@@ -1141,3 +1154,52 @@ def test_a_batch_of_irregular_messages_naming_no_queue_goes_round_robin(tmp_path
         drain(store)
         got = store.look_message_by_offset(results[5].physical_offset)
         assert got is not None and got.queue_id == 5 % queues and got.properties["a"] == "b"
+
+
+# --- wrong argument types ----------------------------------------------------------------------------
+
+WRONG_TYPES: list[tuple[str, Callable[[MessageStore], object]]] = [
+    ("queue_id", lambda s: s.get_message("g", "T", "0", 0)),  # type: ignore[arg-type]
+    ("offset", lambda s: s.get_message("g", "T", 0, 0.0)),  # type: ignore[arg-type]
+    ("max_msgs", lambda s: s.get_message("g", "T", 0, 0, "32")),  # type: ignore[arg-type]
+    ("topic", lambda s: s.get_message("g", b"T", 0, 0)),  # type: ignore[arg-type]
+    ("queue_id", lambda s: s.read_batch("T", True, 0)),
+    ("max_count", lambda s: s.read_batch("T", 0, 0, None)),  # type: ignore[arg-type]
+    ("queue_id", lambda s: s.min_offset_in_queue("T", "0")),  # type: ignore[arg-type]
+    ("queue_id", lambda s: s.max_offset_in_queue("T", 0.0)),  # type: ignore[arg-type]
+    ("timestamp", lambda s: s.offset_in_queue_by_time("T", 0, "2026-01-01")),  # type: ignore[arg-type]
+    ("queue_id", lambda s: s.earliest_message_time("T", "0")),  # type: ignore[arg-type]
+    ("queue_id", lambda s: s.query_offset("g", "T", "0")),  # type: ignore[arg-type]
+    ("offset", lambda s: s.commit_offset("g", "T", 0, "5")),  # type: ignore[arg-type]
+    ("group", lambda s: s.commit_offset(None, "T", 0, 5)),  # type: ignore[arg-type]
+    ("physical_offset", lambda s: s.look_message_by_offset("0")),  # type: ignore[arg-type]
+    ("max_num", lambda s: s.query_message("T", "k", "1")),  # type: ignore[arg-type]
+    ("begin", lambda s: s.query_message("T", "k", 1, "0")),  # type: ignore[arg-type]
+    ("offset", lambda s: s.wait_for_message("T", 0, "0", 0.01)),  # type: ignore[arg-type]
+    ("queues", lambda s: s.create_topic("T", "4")),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("name", "call"), WRONG_TYPES)
+def test_an_argument_of_the_wrong_type_raises_naming_it(
+    tmp_path: Path, name: str, call: Callable[[MessageStore], object]
+) -> None:
+    with open_store(tmp_path) as store:
+        store.put_message(Message(topic="T", body=b"x", keys=["k"], queue_id=0))
+        drain(store)
+        with pytest.raises(InvalidArgumentError, match=f"^{name} must be ") as info:
+            call(store)
+        assert isinstance(info.value, TypeError)
+        assert store.query_offset("g", "T", 0) == -1  # nothing was committed
+
+
+def test_numpy_ints_are_ints(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        store.put_message(Message(topic="T", body=b"x", queue_id=1))
+        drain(store)
+        q, off = np.int64(1), np.int32(0)
+        assert [m.body for m in store.get_message("g", "T", q, off, np.int64(4)).messages] == [b"x"]  # type: ignore[arg-type]
+        assert store.max_offset_in_queue("T", q) == 1  # type: ignore[arg-type]
+        store.commit_offset("g", "T", q, np.int64(1))  # type: ignore[arg-type]
+        assert store.query_offset("g", "T", 1) == 1
+        assert type(store.consumer_offsets()[("T", "g")][1]) is int

@@ -7,6 +7,7 @@ from rocketstore.config import FlushDiskType, StoreConfig
 from rocketstore.errors import (
     CorruptDataError,
     DataLossError,
+    InvalidArgumentError,
     InvalidMessageError,
     NotAStoreError,
     RocketStoreError,
@@ -15,6 +16,7 @@ from rocketstore.errors import (
     StoreConfigError,
     StoreLockedError,
     StorePathError,
+    StoreReadOnlyError,
 )
 from rocketstore.message import Message, MessageExt
 from rocketstore.results import (
@@ -34,6 +36,7 @@ __all__ = [
     "FlushDiskType",
     "GetMessageResult",
     "GetStatus",
+    "InvalidArgumentError",
     "InvalidMessageError",
     "ManualClock",
     "Message",
@@ -52,6 +55,7 @@ __all__ = [
     "StoreConfigError",
     "StoreLockedError",
     "StorePathError",
+    "StoreReadOnlyError",
     "SystemClock",
     "TopicConfig",
 ]

@@ -4,12 +4,23 @@ Durations are in milliseconds (as in RocketMQ's ``MessageStoreConfig``) except
 ``file_reserved_time``, which is in hours. A config can be built in code or loaded from a
 TOML or ``.properties`` file with ``StoreConfig.from_file``; file keys may use the field names
 below or RocketMQ's own camelCase names (``mappedFileSizeCommitLog``, ``flushDiskType`` ...).
+
+A stock RocketMQ 4.9 ``broker.conf`` loads as it is: the store settings rocketstore implements
+are read; every other setting RocketMQ 4.9's broker knows (``brokerName``, ``brokerRole``,
+``namesrvAddr``, ``haListenPort`` ...) is accepted and listed in ``ignored_keys`` with why it is
+not used. A key neither rocketstore nor RocketMQ 4.9 knows is refused, naming it: RocketMQ itself
+skips unknown keys silently, which is how a misspelt setting goes unnoticed for years.
+``storePathRootDir`` is the store directory ``MessageStore.open`` uses when given no path;
+``storePathCommitLog``, if given, must be that directory's ``commitlog`` (rocketstore keeps the
+commitlog inside the store directory).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rocketstore.errors import StoreConfigError
+from rocketstore.rocketmq_keys import BROKER_KEYS, OLD_SPELLINGS, STORE_KEYS
 
 __all__ = ["DEFAULT_DELAY_LEVELS", "FlushDiskType", "StoreConfig"]
 
@@ -91,8 +103,14 @@ class StoreConfig:
     # in a config file, octal: file_mode = 0o640 (TOML) or fileMode=0640 (.properties)
     file_mode: int = 0o600
     dir_mode: int = 0o700
+    # --- where ------------------------------------------------------------------------------
+    # RocketMQ's storePathRootDir: the store directory MessageStore.open uses when given no path
+    store_path_root_dir: str | None = None
     # derived, not settable
     delay_levels_ms: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    # set by from_file / from_mapping: each RocketMQ setting of the file the store does not use,
+    # and why (a copy made by replace() has none)
+    ignored_keys: Mapping[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.flush_disk_type, str) and not isinstance(self.flush_disk_type, FlushDiskType):
@@ -110,6 +128,10 @@ class StoreConfig:
                 raise StoreConfigError(f"{f.name} must be an integer, not {value!r}")
             if f.type in ("bool", bool) and not isinstance(value, bool):
                 raise StoreConfigError(f"{f.name} must be true or false, not {value!r}")
+            if f.type == "str" and not isinstance(value, str):
+                raise StoreConfigError(f"{f.name} must be a string, not {value!r}")
+        if self.store_path_root_dir is not None and not isinstance(self.store_path_root_dir, str):
+            raise StoreConfigError(f"store_path_root_dir must be a string, not {self.store_path_root_dir!r}")
         _require(self.commitlog_segment_size >= 4096, "commitlog_segment_size must be at least 4096 bytes")
         _require(self.commitlog_segment_size <= (1 << 31) - 1, "commitlog_segment_size must be below 2 GiB")
         _require(self.consume_queue_entries >= 1, "consume_queue_entries must be at least 1")
@@ -181,20 +203,40 @@ class StoreConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> StoreConfig:
-        """Build from a mapping whose keys are field names or RocketMQ camelCase names."""
+        """Build from a mapping whose keys are field names or RocketMQ camelCase names (a
+        ``broker.conf``'s: see the module docstring). Raises StoreConfigError naming unknown keys."""
         fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
         kwargs: dict[str, Any] = {}
+        ignored: dict[str, str] = {}
         unknown = []
         for key, raw in values.items():
             name, convert = _ROCKETMQ_NAMES.get(key, (key, None))
-            if name not in fields:
+            if name in fields:
+                value = convert(raw) if convert else raw
+                kwargs[name] = _coerce(name, fields[name].type, value)
+            elif key == "storePathCommitLog" or key == "enableDLegerCommitLog":
+                continue  # checked below, once the root is known
+            elif key in OLD_SPELLINGS:
+                ignored[key] = (
+                    f"an old spelling RocketMQ 4.9 ignores too (its setting is {OLD_SPELLINGS[key]}); "
+                    "an existing store's sizes are read from its files"
+                )
+            elif key in STORE_KEYS:
+                ignored[key] = "a RocketMQ store setting for a feature rocketstore does not have"
+            elif key in BROKER_KEYS:
+                ignored[key] = "a broker setting, not the store's"
+            else:
                 unknown.append(key)
-                continue
-            value = convert(raw) if convert else raw
-            kwargs[name] = _coerce(name, fields[name].type, value)
         if unknown:
-            raise StoreConfigError(f"unknown store setting(s): {', '.join(sorted(unknown))}")
-        return cls(**kwargs)
+            known = [*fields, *_ROCKETMQ_NAMES, *STORE_KEYS, *BROKER_KEYS]
+            raise StoreConfigError(
+                "unknown setting(s), neither rocketstore's nor RocketMQ 4.9's: "
+                + ", ".join(_with_suggestion(key, known) for key in sorted(unknown))
+            )
+        _check_rocketmq_layout(values, kwargs.get("store_path_root_dir"))
+        config = cls(**kwargs)
+        object.__setattr__(config, "ignored_keys", ignored)
+        return config
 
     @classmethod
     def from_file(cls, path: str | Path) -> StoreConfig:
@@ -228,6 +270,30 @@ class StoreConfig:
                 raise StoreConfigError(f"{p}:{lineno}: expected key=value, got {line!r}")
             values[key.strip()] = value.strip()
         return cls.from_mapping(values)
+
+
+def _with_suggestion(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    return f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
+
+
+def _check_rocketmq_layout(values: Mapping[str, Any], root: str | None) -> None:
+    """Refuse the RocketMQ layouts rocketstore cannot open: a commitlog outside the store
+    directory, or a DLedger (Raft) commitlog, whose records are wrapped in DLedger entries."""
+    commitlog = values.get("storePathCommitLog")
+    if commitlog is not None:
+        where = os.path.join(root, "commitlog") if root is not None else None
+        if where is None or os.path.normpath(str(commitlog)) != os.path.normpath(where):
+            raise StoreConfigError(
+                f"storePathCommitLog={commitlog}: rocketstore keeps the commitlog in the store directory's "
+                "commitlog/ (storePathRootDir/commitlog, RocketMQ 4.9's default); give storePathRootDir "
+                "and leave storePathCommitLog out, or set it to storePathRootDir/commitlog"
+            )
+    if str(values.get("enableDLegerCommitLog", "false")).strip().lower() == "true":
+        raise StoreConfigError(
+            "enableDLegerCommitLog=true: a DLedger commitlog wraps records in Raft entries, a format "
+            "rocketstore does not read; it opens RocketMQ's plain commitlog only"
+        )
 
 
 def _require(condition: bool, message: str) -> None:
@@ -326,4 +392,5 @@ _ROCKETMQ_NAMES: dict[str, tuple[str, Any]] = {
     "maxTransferBytesOnMessageInMemory": ("max_transfer_bytes_on_message_in_memory", int),
     "maxTransferCountOnMessageInMemory": ("max_transfer_count_on_message_in_memory", int),
     "messageDelayLevel": ("message_delay_level", str),
+    "storePathRootDir": ("store_path_root_dir", str),
 }

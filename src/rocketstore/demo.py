@@ -28,8 +28,7 @@ DEMO_CONFIG = StoreConfig(
     index_hash_slots=65_536,
     index_max_entries=262_144,
 )
-TOPICS = ("Orders", "Payments", "Audit")
-QUEUES = 4
+TOPICS = ("Orders", "Payments", "Audit")  # 4 queues each (default_topic_queue_nums)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,8 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                 tags=("created", "paid", "shipped")[i % 3],
                 keys=[f"{topic.lower()}-{run + i}", f"customer-{i % 5}"],
                 properties={"source": "demo"},
-                queue_id=i % QUEUES,
-            )
+            )  # no queue_id: the store spreads each topic's messages round robin over its queues
             for topic in TOPICS
             for i in range(40)
         ]

@@ -13,6 +13,10 @@
     │                                read-only file system); carries the path (also a PermissionError)
     ├── StoreLockedError             another process (or another open in this one) holds the store
     ├── StoreClosedError             the store was used after close()
+    ├── StoreReadOnlyError           a write (put, topic change, offset commit, reclaim) on a
+    │                                store opened with readonly=True
+    ├── InvalidArgumentError         an argument of the wrong type (a str queue id ...); also a
+    │                                TypeError
     ├── InvalidMessageError          a message that must not be stored; carries the PutStatus
     ├── CorruptDataError             bytes on disk (or given to a codec) that break the format;
     │                                carries the path and offset when known
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CorruptDataError",
     "DataLossError",
+    "InvalidArgumentError",
     "InvalidMessageError",
     "NotAStoreError",
     "RocketStoreError",
@@ -41,6 +46,7 @@ __all__ = [
     "StoreConfigError",
     "StoreLockedError",
     "StorePathError",
+    "StoreReadOnlyError",
 ]
 
 
@@ -100,6 +106,15 @@ class StoreLockedError(RocketStoreError):
 
 class StoreClosedError(RocketStoreError):
     """An operation was attempted on a closed store."""
+
+
+class StoreReadOnlyError(RocketStoreError):
+    """A write was asked of a store opened with ``readonly=True``; nothing was written."""
+
+
+class InvalidArgumentError(RocketStoreError, TypeError):
+    """An argument of the wrong type: a queue id, offset or count that is not an int, a topic
+    that is not a str. (Without this a str queue id would simply find no queue.)"""
 
 
 class InvalidMessageError(RocketStoreError, ValueError):

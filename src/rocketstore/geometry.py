@@ -6,6 +6,10 @@ so does every consume-queue file (20 bytes an entry). An index file's size is
 slots, 20,000,000 entries) and most configurations keep ``entries = 4 * slots``, so that split
 is tried first, then the others, and a split is taken only if the file's own contents agree with
 it: every used slot and every entry's chain link names an entry below the header's count.
+
+``MessageStore.open`` uses ``fit_geometry``: the geometry settings a config leaves at their
+defaults are taken from the files (so ``StoreConfig()`` opens a store written with any geometry),
+and settings it changes must agree with the files.
 """
 
 from __future__ import annotations
@@ -28,14 +32,16 @@ from rocketstore.storage.paths import (
     is_index_name,
     is_segment_name,
     list_store_dir,
+    looks_like_store,
     open_store_file,
     parse_queue_id,
 )
 
-__all__ = ["detect_geometry", "index_split", "survey_geometry"]
+__all__ = ["detect_geometry", "fit_geometry", "index_split", "survey_geometry"]
 
 _NAMED = 5  # odd-sized files named in a problem, at most
 _RATIOS = (4, 1, 2, 8, 16, 3, 5, 10)  # entries per slot to try, the usual one first
+_DEFAULT = StoreConfig()
 
 
 def detect_geometry(
@@ -66,13 +72,7 @@ def survey_geometry(
     seg = _most_common_size([paths.commitlog], "commitlog segments", problems)
     if seg is not None:
         changes["commitlog_segment_size"] = seg
-    queue_dirs = [
-        q.path
-        for topic in _dir_entries(paths.consume_queue)
-        if topic.is_dir
-        for q in _dir_entries(topic.path)
-        if q.is_dir and parse_queue_id(q.name) is not None
-    ]
+    queue_dirs = _queue_dirs(paths)
     cq = _most_common_size(queue_dirs, "consume-queue files", problems)
     if cq is not None:
         if cq % CQ_ENTRY_SIZE:
@@ -97,6 +97,100 @@ def survey_geometry(
         except StoreConfigError as exc:  # not a possible geometry: keep the configured one
             problems.append(str(exc))
     return cfg, problems
+
+
+def fit_geometry(root: str | os.PathLike[str], config: StoreConfig) -> StoreConfig:
+    """``config`` with the geometry of the store at ``root``: each geometry setting ``config``
+    leaves at its default (commitlog segment size, consume-queue entries, the index slots and
+    entries as a pair) becomes the size the files have. A setting ``config`` changes is kept; if
+    the files disagree with it, StoreConfigError names the sizes found and the settings to pass.
+    A directory with no files of a kind (a new store) keeps ``config``'s sizes for them.
+
+    Cheap for a store of any size: file sizes are read from the directory, and an index file's
+    contents only when its size is not the one the config's split makes (``index_split`` reads
+    its slots and used entries).
+    """
+    paths = StoreLayout(root)
+    if not looks_like_store(paths.root):
+        return config
+    changes: dict[str, int] = {}
+    wrong: list[str] = []  # each disagreement: the files' sizes, the config's, what to pass
+    queue_dirs = _queue_dirs(paths)
+    for name, dirs, unit in (
+        ("commitlog_segment_size", [paths.commitlog], 1),
+        ("consume_queue_entries", queue_dirs, CQ_ENTRY_SIZE),
+    ):
+        size, example = _usual_file(paths.root, dirs, is_segment_name)
+        if size is None or size % unit:
+            continue  # no files yet, or odd ones: the loaders report those, as with any config
+        given = getattr(config, name)
+        if given == getattr(_DEFAULT, name):
+            changes[name] = size // unit
+        elif given * unit != size:
+            wrong.append(
+                f"{example} is {size} bytes where the config's {name}={given} makes {given * unit}: "
+                f"pass {name}={size // unit}"
+            )
+    size, example = _usual_file(
+        paths.root, [paths.index] if config.message_index_enable else [], is_index_name
+    )
+    # index files of the size the config's split makes are taken to have that split (one size
+    # could hold another split, a case no one configures); only other sizes are read to split them
+    if size is not None and size != config.index_file_size:
+        split = (config.index_hash_slots, config.index_max_entries)
+        if split == (_DEFAULT.index_hash_slots, _DEFAULT.index_max_entries):
+            changes["index_hash_slots"], changes["index_max_entries"] = _split_of(paths.index, size)
+        else:
+            try:
+                slots, entries = _split_of(paths.index, size)
+                fix = f"pass index_hash_slots={slots}, index_max_entries={entries}"
+            except StoreConfigError:
+                fix = "pass the index_hash_slots and index_max_entries it was written with"
+            wrong.append(
+                f"{example} is {size} bytes where the config's index_hash_slots={split[0]}, "
+                f"index_max_entries={split[1]} make {config.index_file_size}: {fix}"
+            )
+    if wrong:
+        raise StoreConfigError(
+            f"the store at {str(paths.root)!r} was written with another geometry than the config gives: "
+            f"{'; '.join(wrong)} (or leave these settings at their defaults to take them from the files)"
+        )
+    return config.replace(**changes) if changes else config
+
+
+def _usual_file(root: Path, directories: list[Path], names: Callable[[str], bool]) -> tuple[int | None, str]:
+    """The most common size of the files named like ``names`` in ``directories``, and one such
+    file (its path from ``root``, for messages)."""
+    found = _file_sizes(directories, names)
+    if not found:
+        return None, ""
+    size = Counter(size for _, size in found).most_common(1)[0][0]
+    return size, str(next(p for p, n in found if n == size).relative_to(root))
+
+
+def _split_of(index_dir: Path, size: int) -> tuple[int, int]:
+    """The (slots, entries) split of the newest index file of ``size`` bytes whose contents settle
+    it (a live writer's newest file may not, for a moment); StoreConfigError when none does."""
+    files = [p for p, n in reversed(_file_sizes([index_dir], is_index_name)) if n == size]
+    error: StoreConfigError | None = None
+    for path in files:
+        try:
+            return index_split(path)
+        except StoreConfigError as exc:
+            error = error or exc
+    assert error is not None  # there is a file of this size: the most common one
+    raise error
+
+
+def _queue_dirs(paths: StoreLayout) -> list[Path]:
+    """Every queue directory (topic/queue id) of the store, by the strict queue id rule."""
+    return [
+        q.path
+        for topic in _dir_entries(paths.consume_queue)
+        if topic.is_dir
+        for q in _dir_entries(topic.path)
+        if q.is_dir and parse_queue_id(q.name) is not None
+    ]
 
 
 def _dir_entries(directory: Path) -> list[StoreEntry]:

@@ -77,8 +77,9 @@ class Message:
     transaction type (0, 0x4 PREPARED, 0x8 COMMIT, 0xC ROLLBACK) and the compressed / multi-tags
     bits; the host bits are set by the store. ``born_timestamp`` and ``born_host`` default to
     the store time and the store host. ``uniq_key`` is generated when None and the store's
-    ``generate_uniq_key`` is on. ``queue_id=None`` lets the store pick the queue (see
-    ``MessageStore.put_messages``).
+    ``generate_uniq_key`` is on. ``queue_id`` (default None) lets the store pick the queue, as
+    a RocketMQ producer does: by the ``__SHARDINGKEY`` property when there is one, else round
+    robin over the topic's queues (see ``MessageStore.put_messages``).
     """
 
     topic: str
@@ -86,7 +87,7 @@ class Message:
     tags: str | None = None
     keys: Sequence[str] = ()
     properties: Mapping[str, str] | None = None
-    queue_id: int | None = 0
+    queue_id: int | None = None
     flag: int = 0
     delay_level: int = 0
     uniq_key: str | None = None

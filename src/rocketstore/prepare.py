@@ -17,7 +17,6 @@ keys with spaces, and properties that cannot be read back.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -418,22 +417,23 @@ class MessageEncoder:
     ) -> list[PreparedMessage]:
         """Every message prepared, or an InvalidMessageError for the first bad one (nothing kept).
         ``queue_ids`` as for ``prepare_batch``."""
-        if queue_ids is not None:
-            msgs = [
-                m if m.queue_id == q else dataclasses.replace(m, queue_id=q) for m, q in zip(msgs, queue_ids)
-            ]
         out = []
         for i, m in enumerate(msgs):
             try:
-                out.append(self.prepare(m))
+                out.append(self.prepare(m, queue_id=queue_ids[i] if queue_ids is not None else None))
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"message {i} of the batch: {exc}", exc.status) from None
         return out
 
     # --- one message -----------------------------------------------------------------------
-    def prepare(self, msg: Message, *, internal: bool = False) -> PreparedMessage:
-        """Encode one message. ``internal`` allows system topics and properties (store use only)."""
-        topic, topic_bytes, body, queue_id, sys_flag = self._check(msg, internal=internal)
+    def prepare(
+        self, msg: Message, *, internal: bool = False, queue_id: int | None = None
+    ) -> PreparedMessage:
+        """Encode one message, to ``queue_id`` when given (the store's pick for a message that
+        names none). ``internal`` allows system topics and properties (store use only)."""
+        topic, topic_bytes, body, queue_id, sys_flag = self._check(
+            msg, msg.queue_id if queue_id is None else queue_id, internal=internal
+        )
         uniq = msg.uniq_key
         if uniq is None and not internal and self._uniq is not None:
             uniq = self._uniq.next()
@@ -544,7 +544,7 @@ class MessageEncoder:
 
     # --- shared checks -----------------------------------------------------------------------
     def _check(
-        self, msg: Message, *, internal: bool
+        self, msg: Message, queue_id: int | None, *, internal: bool
     ) -> tuple[str, bytes, bytes | bytearray | memoryview, int, int]:
         """Validate the fields every path needs: (topic, topic bytes, body, queue id, sysflag)."""
         if not isinstance(msg, Message):
@@ -562,7 +562,6 @@ class MessageEncoder:
             raise InvalidMessageError(
                 f"body of {len(body)} bytes exceeds max_message_size {self._max_body}", _ILLEGAL
             )
-        queue_id = msg.queue_id
         if type(queue_id) is not int or not 0 <= queue_id <= MAX_QUEUE_ID:
             raise InvalidMessageError(
                 f"queue_id must be an int in 0..{MAX_QUEUE_ID}, not {queue_id!r}", _ILLEGAL

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import repeat
 from types import TracebackType
-from typing import cast
+from typing import SupportsIndex, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -25,13 +25,20 @@ from rocketstore.commitlog import CommitLog
 from rocketstore.config import FlushDiskType, StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.dispatch import DispatchService
-from rocketstore.errors import CorruptDataError, InvalidMessageError, StoreClosedError, StoreConfigError
+from rocketstore.errors import (
+    CorruptDataError,
+    InvalidArgumentError,
+    InvalidMessageError,
+    StoreClosedError,
+    StoreReadOnlyError,
+)
 from rocketstore.flush import (
     CommitLogFlushService,
     CommitService,
     ConsumeQueueFlushService,
     GroupCommitService,
 )
+from rocketstore.geometry import fit_geometry
 from rocketstore.index import IndexService
 from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageExt
 from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
@@ -78,8 +85,9 @@ class MessageStore:
 
     Use ``MessageStore.open(path, config)``, preferably as a context manager. Puts may come from
     many threads at once; reads are lock-free. Invalid messages raise ``InvalidMessageError``
-    and write nothing; a failed store service (flush, dispatch) or a read-only store is reported
-    in the put status; any call on a closed store raises ``StoreClosedError``.
+    and write nothing; a failed store service (flush, dispatch) is reported in the put status;
+    a write on a read-only store raises ``StoreReadOnlyError``, an argument of the wrong type
+    (a str queue id) ``InvalidArgumentError``, any call on a closed store ``StoreClosedError``.
     """
 
     def __init__(
@@ -173,7 +181,7 @@ class MessageStore:
     @classmethod
     def open(
         cls,
-        path: str | os.PathLike[str] = "store",
+        path: str | os.PathLike[str] | None = None,
         config: StoreConfig | None = None,
         *,
         clock: Clock | None = None,
@@ -181,7 +189,12 @@ class MessageStore:
         disk_usage: DiskUsage | None = None,
     ) -> MessageStore:
         """Open (creating if needed) the store at ``path``, recover it, start its services.
+        Without a path, the store is the config's ``store_path_root_dir`` (a broker.conf's
+        storePathRootDir), else ``./store``.
 
+        An existing store's geometry (segment sizes, index split) is read from its files where
+        ``config`` leaves it at the defaults, so ``StoreConfig()`` opens a store RocketMQ wrote with
+        any geometry; sizes ``config`` sets must match the files (see ``geometry.fit_geometry``).
         ``readonly=True`` takes no lock and writes nothing: no abort file, no recovery writes,
         no dispatch; it reads what is on disk, for stores another process may have open, and
         raises NotAStoreError when ``path`` holds no store. A store path holding the wrong kind
@@ -190,9 +203,14 @@ class MessageStore:
         ``clock`` and ``disk_usage`` (the used fraction of the disk holding a path) replace the
         real ones, for tests and simulations.
         """
-        cfg = config or StoreConfig()
-        layout = StoreLayout(path, file_mode=cfg.file_mode, dir_mode=cfg.dir_mode)
+        config = config or StoreConfig()
+        layout = StoreLayout(
+            path if path is not None else config.store_path_root_dir or "store",
+            file_mode=config.file_mode,
+            dir_mode=config.dir_mode,
+        )
         layout.open_root(readonly=readonly)
+        cfg = fit_geometry(layout.root, config)
         store = cls(
             layout, cfg, clock or SystemClock(), readonly=readonly, disk_usage=disk_usage or disk_used_ratio
         )
@@ -351,15 +369,28 @@ class MessageStore:
         if self._closed:
             raise StoreClosedError(f"store {str(self.layout.root)!r} is closed")
 
+    def _check_writable(self, what: str) -> None:
+        self._check_open()
+        if self.readonly:
+            raise StoreReadOnlyError(
+                f"store {str(self.layout.root)!r} is open read-only: {what} need it opened without "
+                "readonly=True"
+            )
+
     # --- writing -------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message. Raises InvalidMessageError (nothing written) for a bad message."""
         topic = getattr(msg, "topic", None)
-        config = self._topics.get(topic) if type(topic) is str else None
-        if config is None or not config.perm & PERM_WRITE or msg.queue_id is None or self._closed:
+        topics = self._topics
+        config = topics.get(topic) if type(topic) is str else None
+        if config is None or not config.perm & PERM_WRITE or self._closed or self.readonly:
             return self.put_messages((msg,))[0]
         # the common case, with put_messages' steps for one message of a known topic
-        prepared = self._encoder.prepare(msg)
+        queue_id = msg.queue_id
+        if queue_id is None:
+            props = msg.properties
+            queue_id = topics.select_queue(msg.topic, props.get(PROPERTY_SHARDING_KEY) if props else None)
+        prepared = self._encoder.prepare(msg, queue_id=queue_id)
         refused = self._refusal()
         if refused is not None:
             return PutMessageResult(refused)
@@ -392,7 +423,7 @@ class MessageStore:
         ``__SHARDINGKEY`` property when it has one, else round robin. A topic not yet known
         is created with ``default_topic_queue_nums`` queues.
         """
-        self._check_open()
+        self._check_writable("puts")
         if not msgs:
             return []
         queue_ids = self._place(msgs)
@@ -462,7 +493,7 @@ class MessageStore:
         The records are byte for byte those ``put_messages`` writes for the same messages.
         Raises InvalidMessageError naming the first bad message; nothing is stored then.
         """
-        self._check_open()
+        self._check_writable("puts")
         n = column_length("bodies", bodies)
         validate_topic(topic)
         if n == 0:
@@ -528,7 +559,7 @@ class MessageStore:
         """put_batch's queue per message; the topic created (or its queues widened) as for a put."""
         if queue_ids is None:
             self._open_topic(topic, None)
-            return self._topics.select_queues(topic, n) if not self.readonly else np.zeros(n, dtype=np.int64)
+            return self._topics.select_queues(topic, n)
         qids = _int_column("queue_ids", queue_ids, n)
         if n and (qids.min() < 0 or qids.max() > MAX_QUEUE_ID):
             i = int(np.argmax((qids < 0) | (qids > MAX_QUEUE_ID)))
@@ -591,7 +622,6 @@ class MessageStore:
         if not (
             self._failure is not None
             or self._closed
-            or self.readonly
             or self._commitlog.begin_time_in_lock
             or (self._cleaner is not None and self._cleaner.disk_full)
         ):
@@ -663,8 +693,6 @@ class MessageStore:
         return self._failure
 
     def _unavailable_reason(self) -> str | None:
-        if self.readonly:
-            return "the store is open read-only"
         if self._closed:
             return "the store is closed"
         if self._failure is not None:
@@ -691,6 +719,11 @@ class MessageStore:
     def wait_for_message(self, topic: str, queue_id: int, offset: int, timeout: float) -> bool:
         """Block until the queue's max offset passes ``offset`` (a message at ``offset`` is readable)."""
         self._check_open()
+        topic, queue_id, offset = (
+            _str_arg("topic", topic),
+            _int_arg("queue_id", queue_id),
+            _int_arg("offset", offset),
+        )
         dispatcher = self._dispatcher
         if dispatcher is None:
             return self.max_offset_in_queue(topic, queue_id) > offset
@@ -723,7 +756,13 @@ class MessageStore:
         """
         self._check_open()
         del group  # accepted for RocketMQ's signature; consumer offsets are kept elsewhere
-        result = self._get_message(topic, queue_id, offset, max_msgs, tags)
+        result = self._get_message(
+            _str_arg("topic", topic),
+            _int_arg("queue_id", queue_id),
+            _int_arg("offset", offset),
+            _int_arg("max_msgs", max_msgs),
+            tags,
+        )
         self._stats.count_get(len(result.messages))  # every call that finds nothing is a miss
         return result
 
@@ -823,6 +862,8 @@ class MessageStore:
         ``next_offset`` steps over it); an offset below the queue's min starts at the min; at the
         end of the queue the batch is empty and ``next_offset`` stays."""
         self._check_open()
+        topic, queue_id = _str_arg("topic", topic), _int_arg("queue_id", queue_id)
+        offset, max_count = _int_arg("offset", offset), _int_arg("max_count", max_count)
         empty = np.empty(0, dtype=np.int64)
         cq = self._queues.get(topic, queue_id)
         start = max(offset, cq.min_offset) if cq is not None else offset
@@ -868,7 +909,7 @@ class MessageStore:
     def look_message_by_offset(self, physical_offset: int) -> MessageExt | None:
         """The message whose record starts at ``physical_offset``; None if there is none."""
         self._check_open()
-        msg = self._commitlog.message_at(physical_offset)
+        msg = self._commitlog.message_at(_int_arg("physical_offset", physical_offset))
         if msg is None:
             return None
         try:
@@ -888,9 +929,10 @@ class MessageStore:
         """Every message of ``topic`` with KEYS ``key`` or UNIQ_KEY ``key`` stored in [begin, end],
         newest first. Index hash matches are checked against the real topic and key."""
         self._check_open()
+        topic, key, begin = _str_arg("topic", topic), _str_arg("key", key), _int_arg("begin", begin)
         if self._index is None:
             return
-        stop = _MAX_TIME if end is None else end
+        stop = _MAX_TIME if end is None else _int_arg("end", end)
         for phy in self._index.lookup(topic, key, begin, stop):
             msg = self._commitlog.message_at(phy)
             if msg is None:
@@ -908,7 +950,7 @@ class MessageStore:
         it = self.iter_query_message(topic, key, begin, end)
         if max_num is None:
             return list(it)
-        return [m for _, m in zip(range(max_num), it)]
+        return [m for _, m in zip(range(_int_arg("max_num", max_num)), it)]
 
     def query_by_uniq_key(self, topic: str, uniq_key: str) -> MessageExt | None:
         """The newest message of ``topic`` whose UNIQ_KEY is ``uniq_key``."""
@@ -921,19 +963,20 @@ class MessageStore:
     def offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """The first queue offset stored at or after ``timestamp`` (max offset if none)."""
         self._check_open()
-        cq = self._queues.get(topic, queue_id)
+        timestamp = _int_arg("timestamp", timestamp)
+        cq = self._queues.get(_str_arg("topic", topic), _int_arg("queue_id", queue_id))
         if cq is None:
             return 0
         return cq.offset_by_time(timestamp, self._commitlog.store_timestamp_at)
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         self._check_open()
-        cq = self._queues.get(topic, queue_id)
+        cq = self._queues.get(_str_arg("topic", topic), _int_arg("queue_id", queue_id))
         return cq.min_offset if cq is not None else 0
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         self._check_open()
-        cq = self._queues.get(topic, queue_id)
+        cq = self._queues.get(_str_arg("topic", topic), _int_arg("queue_id", queue_id))
         return cq.max_offset if cq is not None else 0
 
     def earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
@@ -942,7 +985,9 @@ class MessageStore:
         if topic is None:
             first = self._commitlog.min_offset
             return self._commitlog.store_timestamp_at(first) if first >= 0 else -1
-        cq = self._queues.get(topic, queue_id if queue_id is not None else 0)
+        cq = self._queues.get(
+            _str_arg("topic", topic), _int_arg("queue_id", queue_id) if queue_id is not None else 0
+        )
         if cq is None or cq.max_offset <= cq.min_offset:
             return -1
         entry = cq.entry_at(cq.min_offset)
@@ -992,8 +1037,8 @@ class MessageStore:
     ) -> TopicConfig:
         """Create a topic (or change its queue count and permissions); ``config/topics.json``
         is rewritten at once."""
-        self._check_open()
-        count = self.config.default_topic_queue_nums if queues is None else queues
+        self._check_writable("topic changes")
+        count = self.config.default_topic_queue_nums if queues is None else _int_arg("queues", queues)
         return self._topics.create(validate_topic(topic), count, perm=perm, order=order)
 
     def topic_configs(self) -> dict[str, TopicConfig]:
@@ -1004,13 +1049,20 @@ class MessageStore:
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Remember where ``group`` is in a queue (written to consumerOffset.json periodically
         and at close)."""
-        self._check_open()
-        self._offsets.commit(group, topic, queue_id, offset)
+        self._check_writable("offset commits")
+        self._offsets.commit(
+            _str_arg("group", group),
+            _str_arg("topic", topic),
+            _int_arg("queue_id", queue_id),
+            _int_arg("offset", offset),
+        )
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The offset ``group`` committed for a queue, -1 if none."""
         self._check_open()
-        return self._offsets.query(group, topic, queue_id)
+        return self._offsets.query(
+            _str_arg("group", group), _str_arg("topic", topic), _int_arg("queue_id", queue_id)
+        )
 
     def consumer_offsets(self) -> dict[tuple[str, str], dict[int, int]]:
         """(topic, group) -> {queue id: committed offset}."""
@@ -1022,11 +1074,8 @@ class MessageStore:
         """Run one reclamation round now (STORE.md §9) and say what it did. ``manual`` arms the
         manual trigger first, for this round and the next ones (RocketMQ's
         executeDeleteFilesManually); ``manual=False`` runs exactly what the periodic round would."""
-        self._check_open()
-        if self._cleaner is None:
-            raise StoreConfigError(
-                f"store {str(self.layout.root)!r} is open read-only: nothing can be reclaimed"
-            )
+        self._check_writable("reclaims")
+        assert self._cleaner is not None  # started by every open that is not read-only
         if manual:
             self._cleaner.request_delete()
         return self._cleaner.reclaim()
@@ -1093,6 +1142,22 @@ class MessageStore:
 
 
 _TOPIC = operator.attrgetter("topic")
+
+
+def _int_arg(name: str, value: object) -> int:
+    """``value``, an argument that must be an int (a numpy int passes; a bool, float or str is
+    refused, rather than finding no queue). One type check for the usual int."""
+    if type(value) is int:
+        return value
+    if isinstance(value, bool) or not isinstance(value, SupportsIndex):
+        raise InvalidArgumentError(f"{name} must be an int, not {type(value).__name__} {value!r}")
+    return operator.index(value)
+
+
+def _str_arg(name: str, value: object) -> str:
+    if type(value) is not str:
+        raise InvalidArgumentError(f"{name} must be a str, not {type(value).__name__} {value!r}")
+    return value
 
 
 def _int_column(

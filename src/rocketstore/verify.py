@@ -718,7 +718,7 @@ class IndexCover:
 def index_cover(paths: StoreLayout, cfg: StoreConfig, damage: _DamageLog) -> IndexCover:
     """Read the index headers; report every file but the newest that is not full (a file is only
     followed by another once it is full: a zero-filled or emptied file is damage)."""
-    files, _ = _index_files(paths)
+    files = _find_index_files(paths, _DamageLog())  # strays are reported by _read_index_files
     max_entries = cfg.index_max_entries
     expected = index_layout.file_size(cfg.index_hash_slots, max_entries)
     cover = IndexCover()

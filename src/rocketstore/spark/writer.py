@@ -152,10 +152,7 @@ def _columnar(table: pa.Table) -> bool:
     """Whether every row can go through ``MessageStore.put_batch``: no properties, no delay, and
     born times and queue ids given for every row or for none."""
     names = table.column_names
-    if (
-        "properties" in names
-        and pc.any(pc.greater(pc.list_value_length(table.column("properties")), 0)).as_py()
-    ):
+    if "properties" in names and pc.any(pc.greater(_entry_counts(table.column("properties")), 0)).as_py():
         return False
     if "delay_level" in names and pc.any(pc.greater(table.column("delay_level"), 0)).as_py():
         return False
@@ -163,6 +160,16 @@ def _columnar(table: pa.Table) -> bool:
         if name in names and 0 < table.column(name).null_count < table.num_rows:
             return False
     return True
+
+
+def _entry_counts(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Entries per row (null for a null row) of a properties column: a map, as Spark sends it, or
+    a list of key/value structs. Arrow has no length kernel for maps, so a map is first read as
+    the list of key/value structs it is stored as (no copy)."""
+    if pa.types.is_map(column.type):
+        map_type = column.type
+        column = column.cast(pa.list_(pa.struct([map_type.key_field, map_type.item_field])))
+    return pc.list_value_length(column)
 
 
 def _first(mask: pa.ChunkedArray) -> int:
