@@ -406,6 +406,12 @@ def test_root_is_a_file(tmp_path: Path, readonly: bool) -> None:
         MessageStore.open(root, FIXTURE_CONFIG, readonly=readonly)
     assert info.value.path == str(root)
     assert root.read_bytes() == b"a file"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # never opened: its kind is known from stat
+    with pytest.raises(StorePathError, match="expected a store directory, found a FIFO"):
+        MessageStore.open(fifo, FIXTURE_CONFIG, readonly=readonly)
+    with pytest.raises(StorePathError, match="found a part of it that is not a directory"):
+        MessageStore.open(root / "below-a-file", FIXTURE_CONFIG, readonly=readonly)
 
 
 def test_root_may_be_a_link(tmp_path: Path) -> None:
