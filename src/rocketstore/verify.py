@@ -12,7 +12,7 @@ What is checked, in this order::
       - file size = consume_queue_entries * 20, name = its first byte (a multiple of the size),
         files contiguous                                   file_size, file_name, missing_file
       - a queue's entries run up to its first all-zero entry (unwritten space); a non-zero entry
-        after zero entries is a hole recovery would cut at     consume_queue_entry
+        after zero entries marks a hole (recovery rebuilds it)   consume_queue_entry
       - leading fillPreBlank entries (0, 0x7FFFFFFF, 0) of the first file are skipped; every
         other entry has offset >= 0 and size > 0                consume_queue_entry
     index/{yyyyMMddHHmmssSSS}               codec.index_layout
@@ -526,8 +526,8 @@ def _read_queue_entries(
         rel,
         (lead + np.flatnonzero(follows_zero)) * CQ_ENTRY_SIZE,
         lambda i: (
-            "entry after unwritten (all-zero) entries: recovery ends the queue before it and drops "
-            "it and everything after"
+            "entry after unwritten (all-zero) entries: the zero entries are a hole (recovery "
+            "rebuilds them from the commitlog; readers meanwhile miss those messages)"
         ),
     )
     valid = written & (off[lead:] >= 0) & (size[lead:] > 0)
@@ -963,7 +963,7 @@ def _finish_commitlog(
                 seg.rel,
                 seg.start + seg.zero_at,
                 "segment data ends in zero fill without a BLANK record, but later segments hold data: "
-                "recovery ends the log here and drops everything after",
+                "recovery steps over it (and RocketMQ would end the log here, dropping everything after)",
             )
     segments_end = segments[-1].start + seg_size if segments else 0
     checker.check_outside(min_offset, segments_end)
@@ -1036,8 +1036,8 @@ def _scan_segment(
                 "commitlog_gap",
                 seg.rel,
                 seg.start + at,
-                f"zero fill, then data again at offset {seg.start + data_at}: recovery ends the log here "
-                "and drops what follows",
+                f"zero fill, then data again at offset {seg.start + data_at}: in the last segment "
+                "holding data recovery ends the log here, in an older one it steps over it",
             )
             resume = _resync(view, at, limit, seg.start)
         if resume < 0:
