@@ -81,9 +81,10 @@ records are hashed once (``_SegmentKeys``); index entries are checked against th
 against the entries by binary search over sorted ``(position << 32) | keyHash`` pairs. About
 0.9 s per million records of 100 B with a consume-queue entry and two index entries each, CRC
 included (the CRC is 0.2 s of it), before the every-key check; that check added about a quarter
-(measured on a loaded 2-core machine: 6.6 s -> 8.4 s for a million records). Memory: about 50 bytes per consume-queue entry and 25 per index entry gathered
-(twice that while they are sorted), about 60 per entry of the index file being checked, 8 per
-record of the segment being scanned. At most ``MAX_DAMAGE_PER_FILE`` problems are listed per
+(measured on a loaded 2-core machine: 6.6 s -> 8.4 s for a million records). Memory: about 50
+bytes per consume-queue entry and 25 per index entry gathered (twice that while they are sorted),
+about 60 per entry of the index file being checked, 8 per record of the segment being scanned, and
+24 per key of that segment's records. At most ``MAX_DAMAGE_PER_FILE`` problems are listed per
 file; one more line counts the rest.
 """
 
