@@ -994,9 +994,11 @@ def test_zero_filled_consume_queue_file_of_the_fixture_is_rebuilt(tmp_path: Path
     assert first.read_bytes() == want_bytes
 
 
-def test_zero_filled_middle_consume_queue_file_is_rebuilt(tmp_path: Path) -> None:
-    """A queue of five files, the second zero-filled (older than the three a normal recovery
-    walks): reported as a hole and rebuilt; new puts continue the queue."""
+@pytest.mark.parametrize(("first", "count"), [(0, 40), (12, 9)], ids=["whole-file", "run-in-file"])
+def test_zero_filled_middle_consume_queue_file_is_rebuilt(tmp_path: Path, first: int, count: int) -> None:
+    """A queue of five files, entries of the second zero-filled (the whole file, or a run inside
+    it; older than the three files a normal recovery walks): reported as a hole and rebuilt; new
+    puts continue the queue."""
     root = tmp_path / "store"
     rng = random.Random(5)
     with _open(root, T0) as store:
@@ -1008,10 +1010,12 @@ def test_zero_filled_middle_consume_queue_file_is_rebuilt(tmp_path: Path) -> Non
     files = sorted(qdir.iterdir())
     assert len(files) == 5
     want = files[1].read_bytes()
-    files[1].write_bytes(bytes(len(want)))
+    damaged = bytearray(want)
+    damaged[first * CQ_ENTRY : (first + count) * CQ_ENTRY] = bytes(count * CQ_ENTRY)
+    files[1].write_bytes(damaged)
     with _open(root, T0 + 1000) as store:
         rep = store.recovery
-        assert rep is not None and not rep.abnormal and rep.queue_holes == 40
+        assert rep is not None and not rep.abnormal and rep.queue_holes == count
         got = _read_queue(store, "TopicA", 0)
         assert [m.physical_offset for m in got] == [r.physical_offset for r in results]
         res = store.put_message(Message("TopicA", b"after", queue_id=0))

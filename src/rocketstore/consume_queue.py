@@ -176,11 +176,15 @@ class ConsumeQueue:
         return max(0, len(files) - 1)
 
     def _nonzero_bytes_from(self, logic: int) -> int:
-        mf = self.files.find(logic)
-        if mf is None:
-            return 0
-        tail = np.frombuffer(mf.buf, dtype=np.uint8)[logic - mf.from_offset :]
-        return int(np.count_nonzero(tail))
+        """Non-zero bytes from queue position ``logic`` to the end of the last segment."""
+        count = 0
+        for mf in self.files.files:
+            if mf.from_offset + len(mf.buf) <= logic:
+                continue
+            tail = np.frombuffer(mf.buf, dtype=np.uint8)[max(0, logic - mf.from_offset) :]
+            count += int(np.count_nonzero(tail))
+            del tail
+        return count
 
     def truncate_after(self, physical_offset: int) -> int:
         """Drop entries pointing at or past ``physical_offset`` (the commitlog was cut there);
