@@ -4,10 +4,15 @@ delayOffset.json, fastjson's bare integer keys included.
     python fuzz/target_config_json.py [libFuzzer options] [corpus dir]
 
 Contract: each decoder raises nothing but CorruptDataError on any text, and what it accepts
-encodes and decodes back to the same tables.
+encodes and decodes back to the same tables. Inputs whose first byte has its top bit set are
+built as documents of the right shape with fuzzed keys and values (``structured``): raw byte
+mutations alone rarely write a non-ASCII digit as a key, a number of 4300+ digits or a
+thousand nested arrays.
 """
 
 from __future__ import annotations
+
+import json
 
 import _harness
 from rocketstore.codec import config_json
@@ -28,10 +33,44 @@ def seeds() -> list[bytes]:
     ]
 
 
+def structured(fdp: atheris.FuzzedDataProvider, which: int) -> str:
+    """A document of the right shape with fuzzed keys and values: any text as a key (a queue id,
+    a delay level, ``topic@group``, a topic), an integer of any size, a value nested deeply, a
+    number of thousands of digits, fastjson's bare keys."""
+    entries = []
+    for _ in range(fdp.ConsumeIntInRange(0, 3)):
+        key = json.dumps(fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 8)))
+        kind = fdp.ConsumeIntInRange(0, 4)
+        if kind == 0:
+            value = str(fdp.ConsumeIntInRange(-(1 << 70), 1 << 70))
+        elif kind == 1:
+            depth = fdp.ConsumeIntInRange(0, 3000)
+            value = "[" * depth + "1" + "]" * depth
+        elif kind == 2:
+            value = "9" * fdp.ConsumeIntInRange(1, 6000)
+        elif kind == 3:
+            value = json.dumps(
+                {fdp.ConsumeUnicodeNoSurrogates(4): fdp.ConsumeIntInRange(-(1 << 66), 1 << 66)}
+            )
+        else:
+            value = json.dumps(fdp.ConsumeUnicodeNoSurrogates(6))
+        if fdp.ConsumeBool() and key[1:-1].lstrip("-").isdigit():
+            key = key[1:-1]  # fastjson's bare integer key
+        entries.append(f"{key}:{value}")
+    table = "{" + ",".join(entries) + "}"
+    if which == 2:
+        return '{"topicConfigTable":{"T":' + table + "}}"
+    return '{"offsetTable":' + (table if which == 0 else '{"T@g":' + table + "}") + "}"
+
+
 def test_one_input(data: bytes) -> None:
     if not data:
         return
-    which, text = data[0] % 3, data[1:].decode("utf-8", "replace")
+    which = data[0] % 3
+    if data[0] & 0x80:
+        text = structured(atheris.FuzzedDataProvider(data[1:]), which)
+    else:
+        text = data[1:].decode("utf-8", "replace")
     try:
         if which == 0:
             offsets, mark = config_json.decode_delay_offsets(text)

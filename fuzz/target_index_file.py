@@ -37,6 +37,21 @@ def seeds() -> list[bytes]:
     ]
 
 
+def edge_values(fdp: atheris.FuzzedDataProvider, raw: bytearray, slots: int, entries: int) -> bytes:
+    """Set indexCount and every slot to values at the edges a reader must respect (0, 1, the
+    count, one past it, the file's capacity): random bytes rarely line them up."""
+    count = fdp.PickValueInList(
+        [entries, entries - 1, 1, 0, fdp.ConsumeIntInRange(-(1 << 31), (1 << 31) - 1)]
+    )
+    header = layout.decode_header(raw)
+    header.index_count = count
+    raw[: layout.HEADER_SIZE] = layout.encode_header(header)
+    for slot in range(slots):
+        value = fdp.PickValueInList([count, count - 1, count + 1, entries, 0, 1, -1])
+        layout.SLOT.pack_into(raw, layout.slot_position(slot), max(-(1 << 31), min(value, (1 << 31) - 1)))
+    return bytes(raw)
+
+
 def test_one_input(data: bytes) -> None:
     fdp = atheris.FuzzedDataProvider(data)
     slots = fdp.ConsumeIntInRange(1, 64)
@@ -46,6 +61,8 @@ def test_one_input(data: bytes) -> None:
     raw = fdp.ConsumeBytes(size if exact else fdp.ConsumeIntInRange(0, 2 * size))
     if exact:
         raw = raw.ljust(size, b"\x00")
+        if fdp.ConsumeBool():
+            raw = edge_values(fdp, bytearray(raw), slots, entries)
 
     try:
         header = layout.decode_header(raw)
