@@ -74,6 +74,8 @@ def test_verify_names_the_odd_sized_segment(tmp_path: Path, capsys: pytest.Captu
     assert code != 0
     assert "commitlog segments of different sizes" in captured.out + captured.err
     assert str(odd) in (captured.out + captured.err).replace("\n", "")
+
+
 @pytest.mark.parametrize("name", ["store-sample", "store-sample-crash"])
 def test_open_takes_the_geometry_from_the_files_where_the_config_leaves_the_defaults(
     tmp_path: Path, name: str
