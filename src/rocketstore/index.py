@@ -369,7 +369,9 @@ class IndexService:
                 continue
             dropped.append(f.header)
             if self.readonly:
-                f.close()
+                # a reader cannot rebuild the file as the writer's recovery will: it keeps it, and
+                # every candidate is checked against the recovered log anyway
+                keep.append(f)
                 continue
             log.info("deleting index file %s: %s", f.path, reason)
             f.destroy()

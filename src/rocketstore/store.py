@@ -31,6 +31,7 @@ from rocketstore.flush import (
     ConsumeQueueFlushService,
     GroupCommitService,
 )
+from rocketstore.follow import DispatchEvents, FollowedQueues, SignalWriter, StoreFollower, WriterEvents
 from rocketstore.index import IndexService
 from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageExt
 from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
@@ -105,13 +106,20 @@ class MessageStore:
             allocator=self._allocator.allocate if self._allocator else None,
             readonly=readonly,
         )
-        self._queues = ConsumeQueueSet(layout.consume_queue, config.consume_queue_entries, readonly=readonly)
         self._index = (
             IndexService(
                 layout.index, config.index_hash_slots, config.index_max_entries, clock, readonly=readonly
             )
             if config.message_index_enable
             else None
+        )
+        # read-only: follow whatever process writes the store (follow.py); writing: publish for them
+        self._follower = StoreFollower(layout, self._commitlog, self._index) if readonly else None
+        self._signal: SignalWriter | None = None
+        self._queues = (
+            FollowedQueues(layout.consume_queue, config.consume_queue_entries, self._follower)
+            if self._follower is not None
+            else ConsumeQueueSet(layout.consume_queue, config.consume_queue_entries)
         )
         self._checkpoint = StoreCheckpoint(layout.checkpoint, readonly=readonly)
         self._topics = TopicTable(
@@ -195,9 +203,11 @@ class MessageStore:
         self._topics.load(self._queues.topics())
         self._offsets.load()
         self._scheduler.load_progress()
-        if self.readonly:
+        if self._follower is not None:
+            self._follower.attach(self.recovery.end_offset)
             return
         self.layout.abort.touch()
+        signal = self._signal = SignalWriter(self.layout.dispatch_signal)
         dispatcher = DispatchService(
             self._commitlog,
             self._queues,
@@ -205,9 +215,11 @@ class MessageStore:
             reput_offset=self.recovery.reput_from,
             index_durable_until=self._checkpoint.value.index_msg_timestamp,
             on_failure=self._service_failed,
+            on_dispatched=signal.publish,
         )
         # Re-dispatch what the queues and index lack before any put, so queue offsets continue densely.
         dispatcher.run_once()
+        signal.publish(dispatcher.dispatched_to)
         table = self._commitlog.topic_queue_table
         for cq in self._queues:
             table[(cq.topic, cq.queue_id)] = cq.max_offset
@@ -308,6 +320,9 @@ class MessageStore:
         self._queues.close()
         if self._index is not None:
             self._index.close()
+        for end in (self._signal, self._follower):
+            if end is not None:
+                end.close()
         self._lock.release()
         if errors and clean:
             raise errors[0]
@@ -323,6 +338,8 @@ class MessageStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"store {str(self.layout.root)!r} is closed")
+        if self._follower is not None:
+            self._follower.refresh()
 
     # --- writing -------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
@@ -664,12 +681,26 @@ class MessageStore:
         """Block until the queue's max offset passes ``offset`` (a message at ``offset`` is readable)."""
         self._check_open()
         dispatcher = self._dispatcher
+        if self._follower is not None:
+            return self._follower.wait_until(
+                lambda: self.max_offset_in_queue(topic, queue_id) > offset, timeout
+            )
         if dispatcher is None:
             return self.max_offset_in_queue(topic, queue_id) > offset
         with dispatcher.changed:
             return dispatcher.changed.wait_for(
                 lambda: self.max_offset_in_queue(topic, queue_id) > offset, timeout
             )
+
+    @property
+    def dispatch_events(self) -> DispatchEvents:
+        """What consumers wait on: changes whenever dispatch makes messages visible."""
+        if self._follower is not None:
+            return self._follower
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            raise StoreClosedError(f"store {str(self.layout.root)!r} is not open")
+        return WriterEvents(lambda: dispatcher.dispatched_to, dispatcher.changed)
 
     @property
     def dispatch_behind_bytes(self) -> int:

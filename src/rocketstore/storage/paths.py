@@ -6,6 +6,7 @@
     {root}/consumequeue/{topic}/{queueId}/{20-digit start offset}
     {root}/index/{yyyyMMddHHmmssSSS}
     {root}/checkpoint  {root}/abort  {root}/lock  {root}/config/*.json
+    {root}/.dispatch-seq (rocketstore's, not RocketMQ's: see codec/dispatch_signal.py)
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class StoreLayout:
         self.abort = self.root / "abort"
         self.lock = self.root / "lock"
         self.config = self.root / "config"
+        self.dispatch_signal = self.root / ".dispatch-seq"
 
     def queue_dir(self, topic: str, queue_id: int) -> Path:
         return self.consume_queue / topic / str(queue_id)
