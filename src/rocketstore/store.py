@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import repeat
 from types import TracebackType
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -53,6 +53,9 @@ from rocketstore.storage.paths import StoreLayout
 from rocketstore.storage.transient_pool import TransientStorePool
 from rocketstore.store_lock import StoreLock
 from rocketstore.topics import PROPERTY_SHARDING_KEY, TopicConfig, TopicTable
+
+if TYPE_CHECKING:
+    from rocketstore.consumer import Consumer
 
 __all__ = ["MessageStore"]
 
@@ -1019,6 +1022,12 @@ class MessageStore:
         """(topic, group) -> {queue id: committed offset}."""
         self._check_open()
         return self._offsets.table()
+
+    def consumer(self, group: str, subscription: Mapping[str, str | None] | str, **options: Any) -> Consumer:
+        """A ``Consumer`` of ``group`` over this store (options: see ``rocketstore.consumer``)."""
+        from rocketstore.consumer import Consumer
+
+        return Consumer(self, group, subscription, **options)
 
     # --- reclaiming and delayed delivery ---------------------------------------------------
     def reclaim(self, *, manual: bool = True) -> ReclaimReport:

@@ -7,6 +7,7 @@
     {root}/index/{yyyyMMddHHmmssSSS}
     {root}/checkpoint  {root}/abort  {root}/lock  {root}/config/*.json
     {root}/.dispatch-seq (rocketstore's, not RocketMQ's: see codec/dispatch_signal.py)
+    {root}/consumers/{group}/ (rocketstore's: consumer group membership, see consumer/group.py)
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class StoreLayout:
         self.lock = self.root / "lock"
         self.config = self.root / "config"
         self.dispatch_signal = self.root / ".dispatch-seq"
+        self.consumers = self.root / "consumers"
 
     def queue_dir(self, topic: str, queue_id: int) -> Path:
         return self.consume_queue / topic / str(queue_id)
