@@ -79,14 +79,20 @@ class GroupMembership:
 
     def members(self) -> list[str]:
         """The live members, sorted (this one included); files of stopped members are removed."""
-        live = []
-        for path in self._members.iterdir():
-            name = path.name
-            if name.startswith("."):
-                continue
-            if name == self.client_id or self._alive(path):
-                live.append(name)
-        return sorted(live)
+        return sorted({self.client_id, *self.live_members(self.directory, skip=self.client_id)})
+
+    @classmethod
+    def live_members(cls, directory: Path, *, skip: str | None = None) -> list[str]:
+        """The live members of the group at ``directory``, sorted, without joining it (``skip``:
+        a member known to be alive, not probed)."""
+        members = directory / "members"
+        if not members.is_dir():
+            return []
+        return sorted(
+            path.name
+            for path in members.iterdir()
+            if not path.name.startswith(".") and path.name != skip and cls._alive(path)
+        )
 
     @staticmethod
     def _alive(path: Path) -> bool:
