@@ -174,11 +174,12 @@ class Consumer:
             raise StoreConfigError(f"max_messages must be positive, not {max_messages}")
         if not self._buffer:
             self._fill(max_messages, timeout)
-        out: list[MessageExt] = []
         buffer = self._buffer
-        while buffer and len(out) < max_messages:
-            out.append(buffer.popleft()[1])
-        return out
+        if len(buffer) <= max_messages:  # the usual case: all of it, without a pop per message
+            out = [m for _, m in buffer]
+            buffer.clear()
+            return out
+        return [buffer.popleft()[1] for _ in range(max_messages)]
 
     def poll_batch(self, max_messages: int = 65536, timeout: float = 0.0) -> list[MessageBatch]:
         """Like ``poll``, as columns: one ``MessageBatch`` per queue read (``read_batch``'s form).
