@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -137,3 +138,30 @@ def test_follower_survives_a_writer_killed_mid_stream_and_goes_on_after_recovery
         # what the follower saw is exactly what is stored: every message, once, in queue order
         for q in range(4):
             assert seen[q] == read_queue(fresh, "A", q)
+
+
+@pytest.mark.slow
+def test_read_commands_beside_a_live_writer_never_fail_nor_call_its_tail_damage(
+    tmp_path: Path, writer: LiveWriter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rocketstore.cli import main
+
+    root = str(tmp_path / "s")
+    writer.put("A", 100)
+    writer.stream("A", 100_000, batch=8)
+    commands = [
+        ["status", root],
+        ["verify", root, "--no-crc"],
+        ["print", root, "-t", "A", "-q", "1", "--no-body"],
+        ["query-key", root, "-t", "A", "-k", "k5"],
+        ["recover", root, "--dry-run"],
+    ]
+    for _ in range(5):
+        for args in commands:
+            code = main([*args, "--json"])
+            out, err = capsys.readouterr()
+            assert code == 0, (args, err)
+            assert "Traceback" not in err, (args, err)
+            if args[0] in ("status", "recover"):
+                row = json.loads(out.splitlines()[-1])
+                assert row["damage"] is None, (args, row)

@@ -22,6 +22,7 @@ found, as before; it starts following when a writer publishes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import mmap
 import os
@@ -45,6 +46,7 @@ from rocketstore.commitlog import CommitLog
 from rocketstore.consume_queue import ConsumeQueue, ConsumeQueueSet
 from rocketstore.errors import RocketStoreError
 from rocketstore.index import IndexFile, IndexService
+from rocketstore.recovery import RecoveryReport
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import StoreLayout, segment_files, segment_name
 from rocketstore.store_lock import lock_holder
@@ -189,16 +191,29 @@ class StoreFollower(DispatchEvents):
         self.log_min_version = 0
 
     # --- following ------------------------------------------------------------------------
-    def attach(self, recovered_end: int) -> None:
-        """After read-only recovery: with a live writer, trust only what it published."""
-        self.dispatched_to = recovered_end
+    def attach(self, report: RecoveryReport) -> RecoveryReport:
+        """After read-only recovery: with a live writer, trust only what it published. Returns
+        the report to show: what recovery saw past the published end is the writer's work in
+        progress (a record or queue entry being copied in), not damage."""
+        self.dispatched_to = report.end_offset
         signal = self._signal.read()
         if signal is None or lock_holder(self._layout.lock) is None:
             if signal is not None:
                 self._generation = signal.generation
             self._raw = self._signal.raw()
-            return
+            return report
         self._apply(signal)
+        if report.end_offset < signal.dispatched_to:
+            return report  # damage inside what the writer published: real
+        return dataclasses.replace(
+            report,
+            stop="writer_live",
+            damage=None,
+            segments_deleted=0,
+            bytes_cut=0,
+            queue_bytes_damaged=0,
+            queue_entries_dropped=0,
+        )
 
     def refresh(self) -> None:
         raw = self._signal.raw()
@@ -277,9 +292,8 @@ class StoreFollower(DispatchEvents):
         while gone < len(files) - 1 and not files[gone].path.exists():
             gone += 1
         if gone:
+            # not closed: a reader may still hold a view; the mapping goes with the last one
             mfq.files = files[gone:]
-            for mf in files[:gone]:
-                mf.close()
             self.log_min_version += 1
 
     # --- index ------------------------------------------------------------------------------
@@ -304,11 +318,9 @@ class StoreFollower(DispatchEvents):
     def _relist_index(self) -> None:
         index = self._index
         assert index is not None
-        old = index.files
         paths = sorted(p for p in index.directory.iterdir() if p.name.isdigit() and len(p.name) == 17)
+        # the old files are not closed: a lookup may still walk one; each mapping goes with its last user
         index.files = [IndexFile(p, index.hash_slots, index.max_entries, readonly=True) for p in paths]
-        for f in old:
-            f.close()
 
     # --- waiting ----------------------------------------------------------------------------
     def position(self) -> int:
@@ -392,10 +404,15 @@ class FollowedQueues(ConsumeQueueSet):
         directory = self.root / topic / str(queue_id)
         if not directory.is_dir():
             return None
+        segments = segment_files(directory)
+        if not segments:
+            return None
         cq = ConsumeQueue(topic, queue_id, directory, self.entries_per_file, readonly=True)
-        cq.load()
-        cq.recover()
-        cq.truncate_after(self._follower.dispatched_to)
+        # the first segment only, nothing of it trusted yet: _follow reads on from there
+        first = _map(segments[0][1], cq.files.file_size)
+        first.wrote_position = 0
+        cq.files.files = [first]
+        cq.min_logic_offset = first.from_offset
         self._queues = {**self._queues, (topic, queue_id): cq}
         return cq
 

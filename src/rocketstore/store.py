@@ -207,7 +207,7 @@ class MessageStore:
         self._offsets.load()
         self._scheduler.load_progress()
         if self._follower is not None:
-            self._follower.attach(self.recovery.end_offset)
+            self.recovery = self._follower.attach(self.recovery)
             return
         self.layout.abort.touch()
         signal = self._signal = SignalWriter(self.layout.dispatch_signal)
