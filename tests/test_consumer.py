@@ -45,10 +45,14 @@ def test_poll_reads_every_queue_in_order_and_commit_writes_rocketmq_shape(store:
     fill(store, 40)
     with store.consumer("g", {"T": "*"}, start="earliest") as c:
         assert c.assignment() == [("T", 0), ("T", 1), ("T", 2), ("T", 3)]
-        got = c.poll(8)
-        # fair: two from each queue, each queue in order
-        assert sorted(m.body for m in got) == sorted(f"m{i}".encode() for i in (0, 4, 1, 5, 2, 6, 3, 7))
+        # fair: each poll starts at the next queue (a read of a queue is up to 32 messages)
+        polls = [c.poll(8) for _ in range(4)]
+        assert sorted(p[0].queue_id for p in polls) == [0, 1, 2, 3]
+        assert all([m.queue_offset for m in p] == list(range(8)) for p in polls)
+        assert all(len({m.queue_id for m in p}) == 1 for p in polls)
+        got = [m for p in polls for m in p]
         rest = c.poll(1000)
+        assert {m.queue_id for m in rest} == {0, 1, 2, 3}
         by_queue: dict[int, list[int]] = {}
         for m in got + rest:
             by_queue.setdefault(m.queue_id, []).append(m.queue_offset)
