@@ -374,7 +374,11 @@ class FollowedQueues(ConsumeQueueSet):
             if self._missing.get(key) == version:
                 return None
             self._missing[key] = version
-            cq = self._discover(topic, queue_id)
+            try:
+                cq = self._discover(topic, queue_id)
+            except (OSError, ValueError, RocketStoreError) as exc:
+                log.debug("queue %s/%d not mapped now: %s", topic, queue_id, exc)
+                return None
             if cq is None:
                 return None
         if self._seen.get(key) != version:

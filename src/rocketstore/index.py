@@ -155,9 +155,11 @@ class IndexFile:
         buf, h = self.buf, self.header  # the view first: see MappedFile.delete_when_unread
         if not self._file.available:
             return
-        count = h.index_count
+        # A slot may name an entry past the header's count: the writer (maybe another process)
+        # writes the entry, then the slot, then the count. The entry is whole, and the chain
+        # behind it holds the older entries: follow it (a candidate is checked against its record).
         current = _SLOT.unpack_from(buf, layout.HEADER_SIZE + (key_hash % self.hash_slots) * 4)[0]
-        if current <= 0 or current > count or count <= 1:
+        if current <= 0 or current >= self.max_entries:
             return
         while True:
             kh, phy, diff, prev = _ENTRY.unpack_from(buf, self._entries_base + current * layout.ENTRY_SIZE)
