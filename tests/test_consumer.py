@@ -182,6 +182,15 @@ def test_asyncio_form(store: MessageStore) -> None:
     got = asyncio.run(asyncio.wait_for(main(), 30))
     assert sorted(got) == sorted([f"m{i}".encode() for i in range(6)] + [b"m0", b"m1"])
 
+    async def apolls() -> tuple[list[bytes], list[bytes]]:
+        with store.consumer("h", "T", start="latest") as c:
+            nothing = await c.apoll(10, timeout=0.05)
+            fill(store, 3)
+            return [m.body for m in nothing], [m.body for m in await c.apoll(10, timeout=30)]
+
+    nothing, later = asyncio.run(apolls())
+    assert nothing == [] and sorted(later) == [b"m0", b"m1", b"m2"]
+
 
 def test_allocation_is_rocketmqs_averaging() -> None:
     members = ["a", "b", "c"]

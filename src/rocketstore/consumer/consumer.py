@@ -210,31 +210,38 @@ class Consumer:
         return self
 
     async def __anext__(self) -> MessageExt:
-        messages = await self.apoll(1, timeout=None)
-        if not messages:
+        if not self._buffer and not await self._await_buffer(256, None):
             raise StopAsyncIteration
-        return messages[0]
+        return self._buffer.popleft()[1]
 
     async def apoll(self, max_messages: int = 32, timeout: float | None = 0.0) -> list[MessageExt]:
         """``poll`` for asyncio: waits by short sleeps between looks at the dispatch progress (no
         thread). ``timeout=None`` waits until a message comes or the consumer is closed."""
+        self._check_open()
+        if not await self._await_buffer(max_messages, timeout):
+            return []
+        return self.poll(max_messages)
+
+    async def _await_buffer(self, max_messages: int, timeout: float | None) -> bool:
+        """Fill the buffer, awaiting new messages as long as ``timeout`` allows; False if none came."""
         deadline = None if timeout is None else self._clock.monotonic() + timeout
         while not self._closed:
             seen = self._events.position()
-            messages = self.poll(max_messages)
-            if messages:
-                return messages
+            if not self._buffer:
+                self._fill(max_messages, 0.0)
+            if self._buffer:
+                return True
             pause = _ASYNC_MIN_PAUSE
             stop_looking = self._clock.monotonic() + self._rebalance_every
             while not self._closed and self._events.position() == seen:
                 now = self._clock.monotonic()
                 if deadline is not None and now >= deadline:
-                    return []
+                    return False
                 if now >= stop_looking:
                     break
                 await asyncio.sleep(pause)
                 pause = min(2 * pause, _ASYNC_MAX_PAUSE)
-        return []
+        return False
 
     def _fill(self, max_messages: int, timeout: float) -> None:
         deadline = self._clock.monotonic() + max(0.0, timeout)
