@@ -165,3 +165,32 @@ def test_read_commands_beside_a_live_writer_never_fail_nor_call_its_tail_damage(
             if args[0] in ("status", "recover"):
                 row = json.loads(out.splitlines()[-1])
                 assert row["damage"] is None, (args, row)
+
+
+@pytest.mark.slow
+def test_threads_reading_one_follower_while_the_writer_writes(tmp_path: Path, writer: LiveWriter) -> None:
+    root = tmp_path / "s"
+    writer.put("A", 4)
+    got: dict[int, list[str]] = {q: [] for q in range(4)}
+    errors: list[BaseException] = []
+
+    with MessageStore.open(root, CFG, readonly=True) as store:
+
+        def reader(q: int) -> None:
+            try:
+                offset = 0
+                while offset < 201 and store.wait_for_message("A", q, offset, 30):
+                    res = store.get_message("g", "A", q, offset, 32)
+                    got[q] += [m.body.decode() for m in res.messages]
+                    offset = res.next_begin_offset
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=reader, args=(q,)) for q in range(4)]
+        for t in threads:
+            t.start()
+        writer.stream("A", 800, batch=8)
+        for t in threads:
+            t.join(60)
+    assert errors == []
+    assert got == {q: [f"A-{i}" for i in range(q, 804, 4)] for q in range(4)}

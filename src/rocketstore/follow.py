@@ -364,12 +364,25 @@ class FollowedQueues(ConsumeQueueSet):
         self._log_min_seen: dict[tuple[str, int], int] = {}
         self._missing: dict[tuple[str, int], int] = {}
         self._listed = -1
+        # extending a queue maps segments and replaces its list: one thread at a time does it
+        self._extending = threading.Lock()
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         key = (topic, queue_id)
         follower = self._follower
         version = follower.version
         cq = self._queues.get(key)
+        if cq is not None and self._seen.get(key) == version:
+            return cq  # the usual case: nothing changed since this queue was last brought up to date
+        with self._extending:
+            return self._bring_up_to_date(key, cq, version)
+
+    def _bring_up_to_date(
+        self, key: tuple[str, int], cq: ConsumeQueue | None, version: int
+    ) -> ConsumeQueue | None:
+        topic, queue_id = key
+        if cq is None:
+            cq = self._queues.get(key)  # another thread may have mapped it meanwhile
         if cq is None:
             if self._missing.get(key) == version:
                 return None
