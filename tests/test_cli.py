@@ -176,7 +176,8 @@ def test_consumer_progress(written: Path, capsys: pytest.CaptureFixture[str]) ->
             "max_offset": 20,
             "consumer_offset": 7,
             "lag": 13,
-        }
+        },
+        {"group": "billing", "topic": "Orders", "queues": 1, "diff_total": 13},
     ]
 
 

@@ -89,3 +89,19 @@ def test_a_reclaimed_head_is_skipped(tmp_path: Path) -> None:
         first = store.min_offset_in_queue("T", 0)
         batch = store.read_batch("T", 0, 0, 10)
         assert len(batch) > 0 and int(batch.queue_offsets[0]) == first
+
+
+def test_a_batch_stops_before_a_record_whose_magic_code_is_not_a_messages(tmp_path: Path) -> None:
+    """What a queue entry points at must be a message record: its size alone is not enough (a
+    follower beside a live writer relies on it too)."""
+    root = tmp_path / "s"
+    with MessageStore.open(root, CFG) as store:
+        results = store.put_messages([Message("T", f"m{i}".encode(), queue_id=0) for i in range(3)])
+    segment = root / "commitlog" / f"{0:020d}"
+    with MessageStore.open(root, CFG, readonly=True) as store:
+        assert len(store.read_batch("T", 0, 0)) == 3
+        # damaged after the open's recovery looked (the mapping sees the file's pages)
+        with segment.open("r+b") as f:
+            f.seek(results[1].physical_offset + 4)
+            f.write(b"\x00\x00\x00\x01")
+        assert len(store.read_batch("T", 0, 0)) == 1

@@ -44,8 +44,10 @@ class DispatchService(BackgroundService):
         reput_offset: int,
         index_durable_until: int = 0,
         on_failure: Callable[[BackgroundService, BaseException], None] | None = None,
+        on_dispatched: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__("dispatch", interval=0.001, on_failure=on_failure)
+        self._on_dispatched = on_dispatched  # told dispatched_to after each pass (follow.py)
         self._commitlog = commitlog
         self._queues = queues
         self._index = index
@@ -66,8 +68,7 @@ class DispatchService(BackgroundService):
         waiting = self._commitlog.first_pending_offset()
         if snapshot > self.dispatched_to and (waiting is None or waiting >= snapshot):
             self.dispatched_to = max(snapshot, self.reput_offset)
-            with self.changed:
-                self.changed.notify_all()
+            self._notify()
 
     def _catch_up(self) -> None:
         """Re-dispatch what was written before this store was opened, skipping (undecoded) every
@@ -112,8 +113,13 @@ class DispatchService(BackgroundService):
                 run.append(item)
         self._dispatch_batches(batches)
         self._dispatch_requests(run)
+        self._notify()
+
+    def _notify(self) -> None:
         with self.changed:
             self.changed.notify_all()
+        if self._on_dispatched is not None:
+            self._on_dispatched(self.dispatched_to)
 
     def _dispatch_batches(self, batches: list[DispatchBatch]) -> None:
         for start in range(0, len(batches), _BATCHES_PER_PASS):

@@ -245,12 +245,15 @@ def index_split(path: Path) -> tuple[int, int]:
         # mapped, not read: only the slots and the used entries are touched, not a whole 400 MB file
         data = np.memmap(f, dtype=np.uint8, mode="r", offset=layout.HEADER_SIZE)
     try:
-        for ratio in _RATIOS:
-            slots, rest = divmod(body, layout.SLOT_SIZE + ratio * layout.ENTRY_SIZE)
-            if rest or slots <= 0:
-                continue
-            if _consistent(data, header.index_count, slots, ratio * slots):
-                return slots, ratio * slots
+        # strictly first; then allowing slots past the header's count, which a live writer's
+        # newest file has while a batch of keys lands (the count is written last)
+        for live in (False, True):
+            for ratio in _RATIOS:
+                slots, rest = divmod(body, layout.SLOT_SIZE + ratio * layout.ENTRY_SIZE)
+                if rest or slots <= 0:
+                    continue
+                if _consistent(data, header.index_count, slots, ratio * slots, live=live):
+                    return slots, ratio * slots
     finally:
         del data
     raise StoreConfigError(
@@ -259,11 +262,12 @@ def index_split(path: Path) -> tuple[int, int]:
     )
 
 
-def _consistent(data: np.ndarray, count: int, slots: int, entries: int) -> bool:
+def _consistent(data: np.ndarray, count: int, slots: int, entries: int, *, live: bool = False) -> bool:
     if not 0 <= count <= entries:
         return False
     slot_values = data[: slots * layout.SLOT_SIZE].view(layout.SLOT_DTYPE)
-    if len(slot_values) and (slot_values.min() < 0 or slot_values.max() >= max(count, 1)):
+    bound = entries if live else max(count, 1)
+    if len(slot_values) and (slot_values.min() < 0 or slot_values.max() >= bound):
         return False
     start = slots * layout.SLOT_SIZE
     used = data[start + layout.ENTRY_SIZE : start + count * layout.ENTRY_SIZE].view(layout.ENTRY_DTYPE)

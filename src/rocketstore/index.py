@@ -163,9 +163,11 @@ class IndexFile:
         buf, h = self.buf, self.header  # the view first: see MappedFile.delete_when_unread
         if not self._file.available:
             return
-        count = h.index_count
+        # A slot may name an entry past the header's count: the writer (maybe another process)
+        # writes the entry, then the slot, then the count. The entry is whole, and the chain
+        # behind it holds the older entries: follow it (a candidate is checked against its record).
         current = _SLOT.unpack_from(buf, layout.HEADER_SIZE + (key_hash % self.hash_slots) * 4)[0]
-        if current <= 0 or current >= count:  # entries are numbered 1 .. indexCount - 1
+        if current <= 0 or current >= self.max_entries:
             return
         while True:
             kh, phy, diff, prev = _ENTRY.unpack_from(buf, self._entries_base + current * layout.ENTRY_SIZE)
@@ -405,7 +407,9 @@ class IndexService:
                 continue
             dropped.append(f.header)
             if self.readonly:
-                f.close()
+                # a reader cannot rebuild the file as the writer's recovery will: it keeps it, and
+                # every candidate is checked against the recovered log anyway
+                keep.append(f)
                 continue
             log.info("deleting index file %s: %s", f.path, reason)
             f.destroy()

@@ -4,22 +4,31 @@ Commits go to memory; the table is written every ``flush_consumer_offset_interva
 ``OffsetFlushService`` and at close, atomically (new file, fsync, rename), so a crash leaves the
 previous table or the new one, never half of one. A crash loses at most the commits of the last
 interval: consumers then re-read a few messages (at-least-once, as with RocketMQ).
+
+Other processes (consumers in followers, ``rocketstore reset-offset``) change the file too: a
+persist merges, under the file's lock, only the offsets committed here since the last one into
+what is on disk (``consumer.offset_store``), and the table is read again whenever the file was
+replaced, so ``query`` and ``table`` see every process's commits.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import threading
 from pathlib import Path
 
-from rocketstore.codec.config_json import decode_offsets, encode_offsets
-from rocketstore.errors import StoreConfigError
+from rocketstore.codec.config_json import decode_offsets
+from rocketstore.consumer.offset_store import QueueKey, commit_offsets, read_offsets
+from rocketstore.errors import CorruptDataError, StoreConfigError
 from rocketstore.message import TOPIC_PATTERN
 from rocketstore.service import BackgroundService, FailureHandler
-from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write, read_store_text
+from rocketstore.storage.paths import DEFAULT_FILE_MODE, read_store_text
 
 __all__ = ["GROUP_PATTERN", "ConsumerOffsets", "OffsetFlushService"]
 
+log = logging.getLogger(__name__)
 GROUP_PATTERN = re.compile(r"[%|A-Za-z0-9_-]{1,255}")
 
 
@@ -30,12 +39,37 @@ class ConsumerOffsets:
         self._readonly = readonly
         self._lock = threading.Lock()
         self._table: dict[tuple[str, str], dict[int, int]] = {}
-        self._dirty = False
+        self._dirty: dict[QueueKey, int] = {}  # committed here since the last persist
+        self._file_id: tuple[int, int, int] | None = None  # the file's (inode, mtime, size) as read
 
     def load(self) -> None:
         text = read_store_text(self.path)
         if text is not None:
+            self._file_id = self._stat()
             self._table = decode_offsets(text, str(self.path))
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def _reload_if_replaced(self) -> None:
+        """Adopt what other processes committed (offsets committed here and not yet written stay)."""
+        file_id = self._stat()
+        if file_id == self._file_id or file_id is None:
+            return
+        try:
+            table = read_offsets(self.path)
+        except (OSError, CorruptDataError) as exc:
+            log.warning("%s: not re-read (%s); keeping the table read before", self.path, exc)
+            return
+        with self._lock:
+            self._file_id = file_id
+            for (topic, group, queue_id), offset in self._dirty.items():
+                table.setdefault((topic, group), {})[queue_id] = offset
+            self._table = table
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         if self._readonly:
@@ -50,28 +84,36 @@ class ConsumerOffsets:
             raise StoreConfigError(f"offset and queue id must be >= 0, got queue {queue_id} offset {offset}")
         with self._lock:
             self._table.setdefault((topic, group), {})[queue_id] = offset
-            self._dirty = True
+            self._dirty[(topic, group, queue_id)] = offset
 
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group never committed one for this queue."""
+        self._reload_if_replaced()
         return self._table.get((topic, group), {}).get(queue_id, -1)
 
     def table(self) -> dict[tuple[str, str], dict[int, int]]:
+        self._reload_if_replaced()
         with self._lock:
             return {k: dict(v) for k, v in self._table.items()}
 
     def persist(self) -> bool:
-        """Write the table if it changed; True if written. Raises OSError."""
+        """Merge what was committed here since the last persist into the file; True if there was
+        anything. Raises OSError."""
         with self._lock:
             if not self._dirty or self._readonly:
                 return False
-            data = encode_offsets(self._table)
-            self._dirty = False
+            changes, self._dirty = self._dirty, {}
         try:
-            atomic_write(self.path, data, self._mode)
+            table = commit_offsets(self.path, changes, forced=changes, mode=self._mode)
         except BaseException:
-            self._dirty = True
+            with self._lock:
+                self._dirty = {**changes, **self._dirty}
             raise
+        with self._lock:
+            for (topic, group, queue_id), offset in self._dirty.items():
+                table.setdefault((topic, group), {})[queue_id] = offset
+            self._table = table
+            self._file_id = self._stat()
         return True
 
 

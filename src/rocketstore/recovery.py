@@ -32,7 +32,9 @@ class RecoveryReport:
     scan_start: int  # commitlog offset the scan began at
     end_offset: int  # one past the last valid record: the commitlog's max offset now
     records_scanned: int
-    stop: str  # why the scan ended: "blank" (end of the last segment), "end_of_data" or "corrupt"
+    # why the scan ended: "blank" (end of the last segment), "end_of_data" or "corrupt"; a read-only
+    # open beside a live writer says "writer_live" when it stopped in the unpublished tail (follow.py)
+    stop: str
     damage: str | None  # what was wrong with the first invalid record, when stop == "corrupt"
     segments_deleted: int  # segments wholly past end_offset, removed
     bytes_cut: int  # bytes of data (not zero fill) past end_offset that were dropped

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import repeat
 from types import TracebackType
-from typing import SupportsIndex, cast
+from typing import TYPE_CHECKING, Any, SupportsIndex, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,7 @@ from rocketstore.flush import (
     ConsumeQueueFlushService,
     GroupCommitService,
 )
+from rocketstore.follow import DispatchEvents, FollowedQueues, SignalWriter, StoreFollower, WriterEvents
 from rocketstore.geometry import fit_geometry
 from rocketstore.index import IndexService
 from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageExt
@@ -68,6 +69,9 @@ from rocketstore.storage.paths import StoreLayout, open_store_file, store_file_e
 from rocketstore.storage.transient_pool import TransientStorePool
 from rocketstore.store_lock import StoreLock
 from rocketstore.topics import PROPERTY_SHARDING_KEY, TopicConfig, TopicTable
+
+if TYPE_CHECKING:
+    from rocketstore.consumer import Consumer
 
 __all__ = ["MessageStore"]
 
@@ -124,13 +128,6 @@ class MessageStore:
             allocator=self._allocator.allocate if self._allocator else None,
             readonly=readonly,
         )
-        self._queues = ConsumeQueueSet(
-            layout.consume_queue,
-            config.consume_queue_entries,
-            readonly=readonly,
-            file_mode=config.file_mode,
-            dir_mode=config.dir_mode,
-        )
         self._index = (
             IndexService(
                 layout.index,
@@ -142,6 +139,19 @@ class MessageStore:
             )
             if config.message_index_enable
             else None
+        )
+        # read-only: follow whatever process writes the store (follow.py); writing: publish for them
+        self._follower = StoreFollower(layout, self._commitlog, self._index) if readonly else None
+        self._signal: SignalWriter | None = None
+        self._queues = (
+            FollowedQueues(layout.consume_queue, config.consume_queue_entries, self._follower)
+            if self._follower is not None
+            else ConsumeQueueSet(
+                layout.consume_queue,
+                config.consume_queue_entries,
+                file_mode=config.file_mode,
+                dir_mode=config.dir_mode,
+            )
         )
         self._checkpoint = StoreCheckpoint(layout.checkpoint, readonly=readonly, mode=config.file_mode)
         self._topics = TopicTable(
@@ -240,9 +250,11 @@ class MessageStore:
         self._topics.load(self._queues.topics())
         self._offsets.load()
         self._scheduler.load_progress()
-        if self.readonly:
+        if self._follower is not None:
+            self.recovery = self._follower.attach(self.recovery)
             return
         os.close(open_store_file(self.layout.abort, writable=True, create_mode=self.config.file_mode))
+        signal = self._signal = SignalWriter(self.layout.dispatch_signal, self.config.file_mode)
         dispatcher = DispatchService(
             self._commitlog,
             self._queues,
@@ -250,9 +262,11 @@ class MessageStore:
             reput_offset=self.recovery.reput_from,
             index_durable_until=self._checkpoint.value.index_msg_timestamp,
             on_failure=self._service_failed,
+            on_dispatched=signal.publish,
         )
         # Re-dispatch what the queues and index lack before any put, so queue offsets continue densely.
         dispatcher.run_once()
+        signal.publish(dispatcher.dispatched_to)
         table = self._commitlog.topic_queue_table
         for cq in self._queues:
             table[(cq.topic, cq.queue_id)] = cq.max_offset
@@ -353,6 +367,9 @@ class MessageStore:
         self._queues.close()
         if self._index is not None:
             self._index.close()
+        for end in (self._signal, self._follower):
+            if end is not None:
+                end.close()
         self._lock.release()
         if errors and clean:
             raise errors[0]
@@ -368,6 +385,8 @@ class MessageStore:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"store {str(self.layout.root)!r} is closed")
+        if self._follower is not None:
+            self._follower.refresh()
 
     def _check_writable(self, what: str) -> None:
         self._check_open()
@@ -725,12 +744,26 @@ class MessageStore:
             _int_arg("offset", offset),
         )
         dispatcher = self._dispatcher
+        if self._follower is not None:
+            return self._follower.wait_until(
+                lambda: self.max_offset_in_queue(topic, queue_id) > offset, timeout
+            )
         if dispatcher is None:
             return self.max_offset_in_queue(topic, queue_id) > offset
         with dispatcher.changed:
             return dispatcher.changed.wait_for(
                 lambda: self.max_offset_in_queue(topic, queue_id) > offset, timeout
             )
+
+    @property
+    def dispatch_events(self) -> DispatchEvents:
+        """What consumers wait on: changes whenever dispatch makes messages visible."""
+        if self._follower is not None:
+            return self._follower
+        dispatcher = self._dispatcher
+        if dispatcher is None:
+            raise StoreClosedError(f"store {str(self.layout.root)!r} is not open")
+        return WriterEvents(lambda: dispatcher.dispatched_to, dispatcher.changed)
 
     @property
     def dispatch_behind_bytes(self) -> int:
@@ -1068,6 +1101,12 @@ class MessageStore:
         """(topic, group) -> {queue id: committed offset}."""
         self._check_open()
         return self._offsets.table()
+
+    def consumer(self, group: str, subscription: Mapping[str, str | None] | str, **options: Any) -> Consumer:
+        """A ``Consumer`` of ``group`` over this store (options: see ``rocketstore.consumer``)."""
+        from rocketstore.consumer import Consumer
+
+        return Consumer(self, group, subscription, **options)
 
     # --- reclaiming and delayed delivery ---------------------------------------------------
     def reclaim(self, *, manual: bool = True) -> ReclaimReport:

@@ -17,7 +17,7 @@ from pathlib import Path
 from rocketstore.errors import StoreLockedError
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, open_store_file
 
-__all__ = ["StoreLock"]
+__all__ = ["StoreLock", "lock_holder"]
 
 _held: set[str] = set()
 _held_lock = threading.Lock()
@@ -70,3 +70,19 @@ def _holder_pid(fd: int) -> int | None:
     except (OSError, struct.error):
         return None
     return pid if l_type != fcntl.F_UNLCK and pid > 0 else None
+
+
+def lock_holder(path: Path) -> int | None:
+    """The process holding the store lock at ``path`` (this one included), or None: asked
+    without taking it, through a read-only descriptor."""
+    with _held_lock:
+        if os.path.realpath(path) in _held:
+            return os.getpid()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return _holder_pid(fd)
+    finally:
+        os.close(fd)

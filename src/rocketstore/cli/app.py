@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from rocketstore.cli.consume import add_consume_commands
 from rocketstore.cli.output import Output, format_time, message_row
 from rocketstore.cli.spark import spark_group
 from rocketstore.codec.host import format_host
@@ -410,44 +411,6 @@ def decode_id(args: tuple[str, ...], as_json: bool) -> None:
     )
 
 
-@app.command("consumer-progress")
-@_STORE
-@click.option("--group", "-g", help="Only this consumer group.")
-@click.option("--topic", "-t", help="Only this topic.")
-@_JSON
-@click.pass_context
-def consumer_progress(
-    ctx: click.Context, store_dir: Path, group: str | None, topic: str | None, as_json: bool
-) -> None:
-    """Per group, topic and queue: the store's max offset, the committed offset, the lag."""
-    out = Output(as_json)
-    with _read(ctx, store_dir) as store:
-        table = store.consumer_offsets()
-
-        def rows() -> Iterator[dict[str, Any]]:
-            for (t, g), queues in sorted(table.items()):
-                if group not in (None, g) or topic not in (None, t):
-                    continue
-                for q, committed in sorted(queues.items()):
-                    hi = store.max_offset_in_queue(t, q)
-                    yield {
-                        "group": g,
-                        "topic": t,
-                        "queue_id": q,
-                        "max_offset": hi,
-                        "consumer_offset": committed,
-                        "lag": max(0, hi - committed),
-                    }
-
-        n = out.rows(
-            "consumer progress",
-            ["group", "topic", "queue_id", "max_offset", "consumer_offset", "lag"],
-            rows(),
-        )
-        if n == 0:
-            out.line("no consumer offsets (config/consumerOffset.json is absent or empty)")
-
-
 # --- maintenance ---------------------------------------------------------------------------------
 @app.command()
 @_STORE
@@ -677,7 +640,13 @@ def tail(
     positions: dict[tuple[str, int], int] = {}
     while True:
         with _read(ctx, store_dir) as store:
-            for t, q in _queues(store, topic, queue):
+            try:
+                pairs = _queues(store, topic, queue)
+            except click.ClickException:
+                if not follow:
+                    raise
+                pairs = []  # -f on a topic that does not exist yet: wait for it
+            for t, q in pairs:
                 if (t, q) not in positions:
                     hi = store.max_offset_in_queue(t, q)
                     if offset is not None:
@@ -719,3 +688,4 @@ def bench(work_dir: Path | None, messages: int, body_size: int, as_json: bool) -
 
 
 app.add_command(spark_group)
+add_consume_commands(app)

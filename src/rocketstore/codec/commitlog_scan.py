@@ -257,7 +257,7 @@ def _gather(
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
     """(born timestamps, store timestamps, body starts, body lengths, how many records in a row
     are readable): a record is readable when it lies below ``limit``, its TOTALSIZE is the
-    consume-queue size and its body fits inside it."""
+    consume-queue size, its MAGICCODE a message's and its body fits inside it."""
     n = len(positions)
     born = np.empty(n, dtype=np.int64)
     stored = np.empty(n, dtype=np.int64)
@@ -267,6 +267,9 @@ def _gather(
         p = positions[i]
         size = sizes[i]
         if p < 0 or size < 88 or p + size > limit or read_i32(u8, p) != size:
+            return born, stored, body_at, body_len, i
+        magic = read_i32(u8, p + 4)
+        if magic != MESSAGE_MAGIC_V1 and magic != MESSAGE_MAGIC_V2:
             return born, stored, body_at, body_len, i
         store_ts_at, length_at = _field_positions(u8, p)
         blen = read_i32(u8, length_at)

@@ -213,7 +213,8 @@ class MappedFile:
         start = pos
         while start < self.size:
             stop = min(self.size, start - start % chunk + chunk)
-            nonzero = np.flatnonzero(np.frombuffer(self.mm, dtype=np.uint8, count=stop - start, offset=start))
+            # a copy: numpy refuses to scan memory that another process may be writing meanwhile
+            nonzero = np.flatnonzero(np.frombuffer(self.mm[start:stop], dtype=np.uint8))
             if not len(nonzero):
                 break
             end = start + int(nonzero[-1]) + 1

@@ -7,6 +7,8 @@ listed, created and replaced.
     {root}/consumequeue/{topic}/{queueId}/{20-digit start offset}
     {root}/index/{yyyyMMddHHmmssSSS}
     {root}/checkpoint  {root}/abort  {root}/lock  {root}/config/*.json
+    {root}/.dispatch-seq (rocketstore's, not RocketMQ's: see codec/dispatch_signal.py)
+    {root}/consumers/{group}/ (rocketstore's: consumer group membership, see consumer/group.py)
 
 Files and links (docs/store-format.md §1.1): every store file is opened here, and only as a
 regular file: ``O_NOFOLLOW`` (a link inside the root is never followed), ``O_NONBLOCK`` (a FIFO
@@ -385,6 +387,8 @@ class StoreLayout:
         self.abort = self.root / "abort"
         self.lock = self.root / "lock"
         self.config = self.root / "config"
+        self.dispatch_signal = self.root / ".dispatch-seq"
+        self.consumers = self.root / "consumers"
 
     @property
     def directories(self) -> tuple[Path, ...]:

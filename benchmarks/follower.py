@@ -1,0 +1,110 @@
+"""How soon a follower in another process sees a message after the writer's put returns.
+
+A writer process puts 100-byte messages at a steady RATE (columnar ``put_batch`` of 100 every
+millisecond, to topic Load) and, every 2 ms, one probe message (topic Probe, queue 0) whose put
+return time (CLOCK_MONOTONIC, shared by every process of the machine) goes into a shared array.
+A follower process (``MessageStore.open(readonly=True)``) waits on the probe queue with
+``wait_for_message`` and notes when each probe becomes readable. Latency = seen - put returned
+(0 when the follower saw it before the put call returned: dispatch runs beside the caller).
+
+    python benchmarks/follower.py [--seconds S] [--rate R] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import shutil
+import tempfile
+import time
+from multiprocessing.sharedctypes import Synchronized, SynchronizedArray
+from pathlib import Path
+
+import numpy as np
+
+from rocketstore import Message, MessageStore, StoreConfig
+
+BODY = bytes(100)
+CFG = StoreConfig(commitlog_segment_size=256 << 20)
+
+
+def writer(
+    root: str, seconds: float, rate: int, put_ns: SynchronizedArray[int], ready: Synchronized[int]
+) -> None:
+    with MessageStore.open(root, CFG) as store:
+        store.put_message(Message(topic="Probe", body=b"start", queue_id=0))
+        store.put_batch("Load", [BODY] * 100, queue_ids=0)
+        store.wait_dispatched()
+        ready.value = 1
+        while ready.value != 2:  # the follower is open and waiting
+            time.sleep(0.001)
+        per_ms = max(1, rate // 1000)
+        bodies = [BODY] * per_ms
+        start = time.monotonic()
+        probes = 0
+        tick = 0
+        while time.monotonic() - start < seconds and probes < len(put_ns):
+            tick += 1
+            store.put_batch("Load", bodies, queue_ids=tick % 4)
+            if tick % 2 == 0:
+                store.put_message(Message(topic="Probe", body=b"p", queue_id=0))
+                put_ns[probes] = time.monotonic_ns()
+                probes += 1
+            lag = start + tick / 1000 - time.monotonic()
+            if lag > 0:
+                time.sleep(lag)
+        store.wait_dispatched()
+
+
+def follower(root: str, probes_max: int, seen_ns: SynchronizedArray[int], ready: Synchronized[int]) -> None:
+    with MessageStore.open(root, CFG, readonly=True) as store:
+        ready.value = 2
+        for i in range(probes_max):
+            # probe i is queue offset i + 1 (offset 0 is the start message)
+            if not store.wait_for_message("Probe", 0, i + 1, 5.0):
+                return
+            seen_ns[i] = time.monotonic_ns()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--rate", type=int, default=100_000, help="messages per second the writer puts")
+    ap.add_argument("--dir", type=Path, default=None)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(dir=args.dir))
+    root = str(work / "store")
+    try:
+        n = int(args.seconds * 500) + 10
+        ctx = mp.get_context("spawn")
+        put_ns = ctx.Array("q", n, lock=False)
+        seen_ns = ctx.Array("q", n, lock=False)
+        ready = ctx.Value("i", 0, lock=False)
+        w = ctx.Process(target=writer, args=(root, args.seconds, args.rate, put_ns, ready))
+        w.start()
+        while ready.value != 1:
+            time.sleep(0.01)
+        f = ctx.Process(target=follower, args=(root, n, seen_ns, ready))
+        f.start()
+        w.join()
+        f.join(30)
+        puts = np.array(put_ns[:], dtype=np.int64)
+        seen = np.array(seen_ns[:], dtype=np.int64)
+        done = (puts > 0) & (seen > 0)
+        lat_ms = np.maximum(0, seen[done] - puts[done]) / 1e6
+        with MessageStore.open(root, CFG, readonly=True) as store:
+            load = sum(store.max_offset_in_queue("Load", q) for q in range(4))
+        print(f"writer: {load:,} Load messages + {int((puts > 0).sum())} probes in {args.seconds:.1f} s")
+        print(f"probes seen by the follower: {int(done.sum())} of {int((puts > 0).sum())}")
+        if len(lat_ms):
+            p50, p99, worst = np.percentile(lat_ms, [50, 99, 100])
+            print(
+                f"latency put returned -> visible in the follower: median {p50:.3f} ms, "
+                f"p99 {p99:.3f} ms, max {worst:.3f} ms"
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The dispatch signal file (``{root}/.dispatch-seq``): how far a writer's dispatch has got.
+
+Not a RocketMQ file (RocketMQ ignores it; a store without it is read as before). The writing
+process rewrites it after every dispatch pass; followers in other processes map it read-only
+and poll it to learn that queues grew, without re-reading any queue. 64 bytes, little-endian::
+
+    pos  size  field
+    0    4     magic b"RSDS"
+    4    4     version (1)
+    8    8     generation: the writer's open time in ns, new at every open of a writer
+    16   8     dispatched_to, copy A: every record below this commitlog offset is in its
+               consume queue and the index
+    24   8     sequence: bumped at every publication
+    32   8     dispatched_to, copy B
+    40   24    zero
+
+A publication writes bytes 8..40 at once; a reader that finds copy A != copy B caught it half
+written and reads again. The writer publishes only after the pass's queue and index bytes are
+in place, so a reader that reads ``dispatched_to`` first and the queues after sees every entry
+below it whole (stores become visible in program order on x86-64 TSO; on weaker machines the
+GIL's atomic operations on both sides order them).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final, NamedTuple
+
+__all__ = ["SIGNAL_SIZE", "DispatchSignal", "decode_signal", "encode_header", "encode_progress"]
+
+SIGNAL_SIZE: Final = 64
+_MAGIC: Final = b"RSDS"
+_VERSION: Final = 1
+_HEADER = struct.Struct("<4sI")
+_PROGRESS = struct.Struct("<QqQq")  # generation, dispatched_to A, sequence, dispatched_to B
+_PROGRESS_AT: Final = 8
+assert _HEADER.size == 8 and _PROGRESS.size == 32
+
+
+class DispatchSignal(NamedTuple):
+    generation: int
+    dispatched_to: int
+    sequence: int
+
+
+def encode_header() -> bytes:
+    return _HEADER.pack(_MAGIC, _VERSION) + bytes(SIGNAL_SIZE - _HEADER.size)
+
+
+def encode_progress(generation: int, dispatched_to: int, sequence: int) -> tuple[int, bytes]:
+    """(position, bytes) of one publication."""
+    return _PROGRESS_AT, _PROGRESS.pack(generation, dispatched_to, sequence, dispatched_to)
+
+
+def decode_signal(data: bytes) -> DispatchSignal | None:
+    """The publication in ``data`` (the file's first 64 bytes); None when the file is not a
+    signal file or a publication was caught half written (read again)."""
+    if len(data) < SIGNAL_SIZE or _HEADER.unpack_from(data) != (_MAGIC, _VERSION):
+        return None
+    generation, first, sequence, second = _PROGRESS.unpack_from(data, _PROGRESS_AT)
+    if first != second:
+        return None
+    return DispatchSignal(generation, first, sequence)

@@ -1,0 +1,196 @@
+"""A read-only open follows a store that another process writes (follow.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rocketstore import MessageStore, StoreConfig
+from rocketstore.codec.dispatch_signal import decode_signal
+from tests.live_writer import LiveWriter
+
+# small geometry: a few hundred messages roll commitlog segments, queue segments and index files
+CFG = StoreConfig(
+    commitlog_segment_size=65536, consume_queue_entries=40, index_hash_slots=64, index_max_entries=256
+)
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Iterator[LiveWriter]:
+    w = LiveWriter(tmp_path / "s", CFG)
+    yield w
+    if w.process.is_alive():
+        w.kill()
+
+
+def read_queue(store: MessageStore, topic: str, queue_id: int) -> list[str]:
+    bodies: list[str] = []
+    offset = 0
+    while True:
+        res = store.get_message("g", topic, queue_id, offset, 32)
+        if not res.messages:
+            return bodies
+        bodies += [m.body.decode() for m in res.messages]
+        offset = res.next_begin_offset
+
+
+def test_follower_sees_new_segments_queue_growth_and_index_files(tmp_path: Path, writer: LiveWriter) -> None:
+    root = tmp_path / "s"
+    writer.put("A", 10)
+    with MessageStore.open(root, CFG, readonly=True) as store:
+        assert store.max_offset_in_queue("A", 0) == 3
+        index_files = len(store.index_headers())
+        end = writer.put("A", 1000)  # rolls commitlog and queue segments, fills index files
+        writer.put("B", 8)  # a topic that did not exist when the follower opened
+        assert end > 2 * CFG.commitlog_segment_size
+        assert store.max_phy_offset() >= end
+        assert [store.max_offset_in_queue("A", q) for q in range(4)] == [253, 253, 252, 252]
+        assert read_queue(store, "A", 1) == [f"A-{i}" for i in range(1, 1010, 4)]
+        assert store.topics()["B"] == [0, 1, 2, 3]
+        assert read_queue(store, "B", 2) == ["B-2", "B-6"]
+        assert len(store.index_headers()) > index_files
+        for i in (0, 205, 1009):
+            hits = store.query_message("A", f"k{i}")
+            assert [m.body for m in hits] == [f"A-{i}".encode()]
+
+
+def test_wait_for_message_wakes_for_a_message_of_another_process(tmp_path: Path, writer: LiveWriter) -> None:
+    root = tmp_path / "s"
+    writer.put("A", 4)
+    with MessageStore.open(root, CFG, readonly=True) as store:
+        assert not store.wait_for_message("A", 0, 1, 0.05)
+        woke: list[bool] = []
+        waiter = threading.Thread(target=lambda: woke.append(store.wait_for_message("A", 0, 1, 30)))
+        waiter.start()
+        writer.put("A", 4)
+        waiter.join(60)
+        assert woke == [True]
+        assert store.get_message("g", "A", 0, 1, 1).messages[0].body == b"A-4"
+
+
+def test_the_writer_publishes_its_dispatch_progress(tmp_path: Path, writer: LiveWriter) -> None:
+    root = tmp_path / "s"
+    end = writer.put("A", 50)
+    signal = decode_signal((root / ".dispatch-seq").read_bytes())
+    assert signal is not None and signal.dispatched_to == end
+
+
+def test_a_follower_opens_files_read_only(
+    tmp_path: Path, writer: LiveWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "s"
+    writer.put("A", 20)
+    flags_seen: list[tuple[str, int]] = []
+    real_open = os.open
+
+    def spy(path: str | os.PathLike[str], flags: int, *args: int, **kwargs: int) -> int:
+        flags_seen.append((str(path), flags))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    with MessageStore.open(root, CFG, readonly=True) as store:
+        writer.put("A", 400)
+        assert len(read_queue(store, "A", 3)) == 105
+        assert store.query_message("A", "k333")
+    inside = [(p, f) for p, f in flags_seen if p.startswith(str(root))]
+    assert inside
+    assert all(f & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC) == 0 for _, f in inside), inside
+
+
+@pytest.mark.slow
+def test_follower_survives_a_writer_killed_mid_stream_and_goes_on_after_recovery(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    first = LiveWriter(root, CFG)
+    first.put("A", 40)
+    seen: dict[int, list[str]] = {q: [] for q in range(4)}
+    positions = dict.fromkeys(range(4), 0)
+
+    def drain(store: MessageStore) -> None:
+        for q in range(4):
+            while True:
+                res = store.get_message("g", "A", q, positions[q], 32)
+                if not res.messages:
+                    break
+                seen[q] += [m.body.decode() for m in res.messages]
+                positions[q] = res.next_begin_offset
+
+    with MessageStore.open(root, CFG, readonly=True) as store:
+        first.stream("A", 3000, batch=4)
+        while sum(map(len, seen.values())) < 400:
+            store.wait_for_message("A", 0, positions[0], 5)
+            drain(store)
+        first.kill()
+        drain(store)
+        before = sum(map(len, seen.values()))
+        second = LiveWriter(root, CFG)  # recovers the crashed store
+        try:
+            second.put("A", 200)
+            drain(store)
+        finally:
+            second.close()
+    assert sum(map(len, seen.values())) > before
+    with MessageStore.open(root, CFG, readonly=True) as fresh:
+        # what the follower saw is exactly what is stored: every message, once, in queue order
+        for q in range(4):
+            assert seen[q] == read_queue(fresh, "A", q)
+
+
+@pytest.mark.slow
+def test_read_commands_beside_a_live_writer_never_fail_nor_call_its_tail_damage(
+    tmp_path: Path, writer: LiveWriter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rocketstore.cli import main
+
+    root = str(tmp_path / "s")
+    writer.put("A", 100)
+    writer.stream("A", 100_000, batch=8)
+    commands = [
+        ["status", root],
+        ["verify", root, "--no-crc"],
+        ["print", root, "-t", "A", "-q", "1", "--no-body"],
+        ["query-key", root, "-t", "A", "-k", "k5"],
+        ["recover", root, "--dry-run"],
+    ]
+    for _ in range(5):
+        for args in commands:
+            code = main([*args, "--json"])
+            out, err = capsys.readouterr()
+            assert code == 0, (args, err)
+            assert "Traceback" not in err, (args, err)
+            if args[0] in ("status", "recover"):
+                row = json.loads(out.splitlines()[-1])
+                assert row["damage"] is None, (args, row)
+
+
+@pytest.mark.slow
+def test_threads_reading_one_follower_while_the_writer_writes(tmp_path: Path, writer: LiveWriter) -> None:
+    root = tmp_path / "s"
+    writer.put("A", 4)
+    got: dict[int, list[str]] = {q: [] for q in range(4)}
+    errors: list[BaseException] = []
+
+    with MessageStore.open(root, CFG, readonly=True) as store:
+
+        def reader(q: int) -> None:
+            try:
+                offset = 0
+                while offset < 201 and store.wait_for_message("A", q, offset, 30):
+                    res = store.get_message("g", "A", q, offset, 32)
+                    got[q] += [m.body.decode() for m in res.messages]
+                    offset = res.next_begin_offset
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=reader, args=(q,)) for q in range(4)]
+        for t in threads:
+            t.start()
+        writer.stream("A", 800, batch=8)
+        for t in threads:
+            t.join(60)
+    assert errors == []
+    assert got == {q: [f"A-{i}" for i in range(q, 804, 4)] for q in range(4)}
