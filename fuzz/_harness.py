@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
+import shutil
 import sys
+import tempfile
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -27,12 +30,37 @@ if str(ROOT / "src") not in sys.path:
 
 import atheris  # noqa: E402  (after the path set-up)
 
-__all__ = ["FIXTURE", "ROOT", "atheris", "fuzz", "instrument"]
+__all__ = ["FIXTURE", "ROOT", "atheris", "fuzz", "instrument", "scratch"]
 
 # recovery's warnings about the damage a target feeds it would drown libFuzzer's own lines
 logging.disable(logging.CRITICAL)
 
 FIXTURE = ROOT / "tests" / "fixtures" / "rocketmq-4.9.8" / "store-sample"
+
+
+def scratch(name: str) -> Path:
+    """An empty scratch directory for this process, ``<tmp>/rocketstore-fuzz-<name>-<pid>``.
+    libFuzzer ends the process without Python's exit handlers, so instead each call first
+    removes the directories of processes that are gone."""
+    base = Path(tempfile.gettempdir())
+    for old in base.glob(f"rocketstore-fuzz-{name}-*"):
+        pid = old.name.rpartition("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    path = base / f"rocketstore-fuzz-{name}-{os.getpid()}"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir()
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def instrument(*modules: types.ModuleType) -> None:

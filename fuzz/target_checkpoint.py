@@ -9,9 +9,6 @@ a file raises nothing but CorruptDataError and reads the same three timestamps.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import _harness
 from rocketstore import checkpoint as store_checkpoint
 from rocketstore.codec import checkpoint
@@ -19,7 +16,7 @@ from rocketstore.errors import CorruptDataError, StoreConfigError
 
 _harness.instrument(checkpoint, store_checkpoint)
 atheris = _harness.atheris
-_DIR = Path(tempfile.mkdtemp(prefix="fuzz-checkpoint-"))
+_DIR = _harness.scratch("checkpoint")
 
 
 def seeds() -> list[bytes]:

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
-from pathlib import Path
 
 import _harness
 from rocketstore import consume_queue
@@ -26,7 +24,7 @@ from rocketstore.storage.paths import segment_name
 
 _harness.instrument(cq, consume_queue, mapped_file_queue, mapped_file)
 atheris = _harness.atheris
-_BASE = Path(tempfile.mkdtemp(prefix="fuzz-cq-"))
+_BASE = _harness.scratch("cq")
 _ALLOWED = (CorruptDataError, StoreConfigError)
 
 

@@ -11,9 +11,6 @@ pointing at or past indexCount.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import numpy as np
 
 import _harness
@@ -24,7 +21,7 @@ from rocketstore.storage import mapped_file
 
 _harness.instrument(layout, index, mapped_file)
 atheris = _harness.atheris
-_DIR = Path(tempfile.mkdtemp(prefix="fuzz-index-"))
+_DIR = _harness.scratch("index")
 _ALLOWED = (CorruptDataError, StoreConfigError)
 _KEYS = ["TopicA#key-1", "TopicB#k", "TopicC#key-17", "T#", "TopicA#key-3"]
 

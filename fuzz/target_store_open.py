@@ -30,7 +30,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 
@@ -41,7 +40,7 @@ FIXTURE = _harness.FIXTURE
 FILES = sorted(str(p.relative_to(FIXTURE)) for p in FIXTURE.rglob("*") if p.is_file() and p.name != "lock")
 TIMEOUT_S = float(os.environ.get("FUZZ_STORE_TIMEOUT", "60"))
 MEMORY_LIMIT = int(os.environ.get("FUZZ_STORE_MEMORY_MB", "3072")) << 20
-_BASE = Path(tempfile.mkdtemp(prefix="fuzz-store-"))
+_BASE = _harness.scratch("store")
 
 
 def mutate(data: bytes, root: Path) -> list[str]:

@@ -606,25 +606,27 @@ class MessageStore:
         name none (None when all do). Work per topic of the batch, and per message only for
         messages that name no queue; round-robin picks are taken per topic in one step."""
         topics = self._topics
-        check_messages(msgs)
-        if set(map(type, map(_TOPIC, msgs))) != {str}:  # bytes, None, unhashable: named here
+        try:
+            batch_topics = {m.topic for m in msgs}
+            queue_ids = [m.queue_id for m in msgs]
+        except (AttributeError, TypeError, ValueError):  # not a Message, an unhashable topic: named here
+            check_messages(msgs)
             for m in msgs:
                 validate_topic(m.topic)
-        batch_topics = set(map(_TOPIC, msgs))
+            raise
         for topic in batch_topics:
-            validate_topic(topic)
             highest = None
-            if topic not in topics and isinstance(topic, str):
+            if topic not in topics:
+                validate_topic(topic)  # bytes, None, ...
                 named = [m.queue_id for m in msgs if m.topic == topic and type(m.queue_id) is int]
                 highest = max(named, default=None)
             self._open_topic(topic, highest)
-        queue_ids = [m.queue_id for m in msgs]
         if None not in queue_ids:
             return None
         round_robin: dict[str, list[int]] = {}  # topic -> the messages it picks queues for, in order
         for i, m in enumerate(msgs):
             if m.queue_id is None:
-                props = m.properties
+                props = getattr(m, "properties", None)  # what is not a Message is named by prepare
                 key = props.get(PROPERTY_SHARDING_KEY) if isinstance(props, Mapping) else None
                 topic = validate_topic(m.topic)
                 if key:
@@ -1178,9 +1180,6 @@ class MessageStore:
 
     def __repr__(self) -> str:
         return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"
-
-
-_TOPIC = operator.attrgetter("topic")
 
 
 def _int_arg(name: str, value: object) -> int:
