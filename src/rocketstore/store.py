@@ -80,6 +80,7 @@ class MessageStore:
         clock: Clock,
         *,
         readonly: bool,
+        delayed_delivery: bool = True,
         disk_usage: DiskUsage = disk_used_ratio,
     ) -> None:
         self.layout = layout
@@ -138,6 +139,7 @@ class MessageStore:
         self._flush_least_pages = config.flush_least_pages
         self._wake_flusher = not config.flush_commit_log_timed
         self._commit_least_pages = config.commit_least_pages
+        self._delayed_delivery = delayed_delivery
         self.recovery: RecoveryReport | None = None
         self.abnormal_shutdown_detected = False
 
@@ -150,12 +152,15 @@ class MessageStore:
         *,
         clock: Clock | None = None,
         readonly: bool = False,
+        delayed_delivery: bool = True,
         disk_usage: DiskUsage | None = None,
     ) -> MessageStore:
         """Open (creating if needed) the store at ``path``, recover it, start its services.
 
         ``readonly=True`` takes no lock and writes nothing: no abort file, no recovery writes,
         no dispatch; it reads what is on disk, for stores another process may have open.
+        ``delayed_delivery=False`` opens it for writing without delivering due delayed messages
+        (as a RocketMQ slave does not): for tools that must do only what they are named for.
         ``clock`` and ``disk_usage`` (the used fraction of the disk holding a path) replace the
         real ones, for tests and simulations.
         """
@@ -167,7 +172,12 @@ class MessageStore:
         else:
             layout.create_directories()
         store = cls(
-            layout, cfg, clock or SystemClock(), readonly=readonly, disk_usage=disk_usage or disk_used_ratio
+            layout,
+            cfg,
+            clock or SystemClock(),
+            readonly=readonly,
+            delayed_delivery=delayed_delivery,
+            disk_usage=disk_usage or disk_used_ratio,
         )
         try:
             store._start()
@@ -243,7 +253,7 @@ class MessageStore:
         # stopped in this order at close: each final round leaves nothing for the ones before it
         # (the scheduler's last deliveries are puts: the writing services stop after it)
         self._services = [
-            scheduler,
+            *([scheduler] if self._delayed_delivery else []),
             self._cleaner,
             self._stats,
             self._allocator,
@@ -967,6 +977,26 @@ class MessageStore:
         self._check_open()
         count = self.config.default_topic_queue_nums if queues is None else queues
         return self._topics.create(validate_topic(topic), count, perm=perm, order=order)
+
+    def delete_topic(self, topic: str) -> int:
+        """Delete ``topic`` as mqadmin deleteTopic does: its consume queues with their files and
+        its config; how many queues went. The commitlog keeps its records until they are
+        reclaimed, and consumer offsets stay. Like RocketMQ, records of the topic newer than every
+        remaining queue's are dispatched again at the next open (its queues come back)."""
+        self._check_open()
+        if self.readonly:
+            raise StoreConfigError(
+                f"store {str(self.layout.root)!r} is open read-only: topics cannot be deleted"
+            )
+        if topic == SCHEDULE_TOPIC:
+            raise StoreConfigError(f"{SCHEDULE_TOPIC} holds the delayed messages: it cannot be deleted")
+        self.wait_dispatched()
+        removed = self._queues.delete_topic(topic)
+        self._topics.delete(topic)
+        table = self._commitlog.topic_queue_table
+        for key in [k for k in table if k[0] == topic]:
+            del table[key]
+        return removed
 
     def topic_configs(self) -> dict[str, TopicConfig]:
         """Every known topic's configuration (from topics.json, creation, or queues on disk)."""
