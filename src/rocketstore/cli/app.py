@@ -128,8 +128,11 @@ def _version() -> str:
 def app(ctx: click.Context, config_file: Path | None) -> None:
     """Inspect, query, verify, recover and reclaim RocketMQ 4.9 / rocketstore store directories.
 
+    \b
     The store directory: -s/--store DIR, or the first argument, or ./store.
-    Exit codes: 0 ok, 1 error or damage, 2 usage, 3 no such topic/queue/message/group, 130 Ctrl-C.
+    Exit codes: 0 ok, 1 error or damage, 2 usage, 3 no such topic/queue/message/group,
+    130 Ctrl-C, 143 SIGTERM (the store closed cleanly first).
+    Times: printed ISO 8601 with their offset; a time given without a zone is local time.
     """
     ctx.obj = StoreConfig.from_file(config_file) if config_file else StoreConfig()
 
@@ -496,7 +499,7 @@ def query_key(
     begin_ms, end_ms = _time(begin, "--begin") or 0, _time(end, "--end")
     with _read(ctx, store_dir) as store:
         _queues(store, topic, None)
-        found = store.query_message(topic, key, max_num, begin_ms, end_ms)
+        found = islice(store.iter_query_message(topic, key, begin_ms, end_ms), max_num)
         n = out.rows(_MSG_COLUMNS[:-1], (_message_out(out, m, False, "utf-8") for m in found))
     out.note(f"{n} message(s)")
 
