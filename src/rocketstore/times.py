@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 
 __all__ = ["format_time", "parse_time"]
 
@@ -52,4 +53,17 @@ def format_time(ms: int | None, timespec: str = "milliseconds") -> str | None:
     as ``datetime.isoformat`` takes it); None for none (None or a negative time: 'no message')."""
     if ms is None or ms < 0:
         return None
-    return (_EPOCH + ms * _MS).astimezone().isoformat(timespec=timespec)
+    if timespec != "milliseconds":
+        return (_EPOCH + ms * _MS).astimezone().isoformat(timespec=timespec)
+    seconds, millis = divmod(ms, 1000)
+    clock, offset = _local_second(seconds)
+    return f"{clock}.{millis:03d}{offset}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _local_second(seconds: int) -> tuple[str, str]:
+    """('2026-11-22T09:00:00', '+08:00') for an epoch second: printing a million messages stored in
+    a few seconds asks the zone database a few times, not a million (the zone is read once per
+    second printed; a process that changes TZ and calls time.tzset() clears this cache)."""
+    text = (_EPOCH + dt.timedelta(seconds=seconds)).astimezone().isoformat()
+    return text[:19], text[19:]

@@ -911,10 +911,11 @@ def tail(
                     else:
                         positions[(t, q)] = max(store.min_offset_in_queue(t, q), hi - lines)
                 for m in islice(_read_queue(store, t, q, positions[(t, q)]), left):
-                    _tail_line(out, m, body)
+                    _tail_line(out, m, body)  # flushed at the end of each look
                     positions[(t, q)] = m.queue_offset + 1
                     if left is not None:
                         left -= 1
+        out.flush()
         if not follow:
             return
         time.sleep(interval)
@@ -923,7 +924,7 @@ def tail(
 def _tail_line(out: Output, m: MessageExt, body: bool) -> None:
     row = _message_out(out, m, body, "utf-8")
     if out.as_json:
-        out.json(row)
+        out.json(row, flush=False)
         return
     parts = [row["store_time"], f"{m.topic}/{m.queue_id}#{m.queue_offset}"]
     if m.tags is not None:
@@ -932,7 +933,7 @@ def _tail_line(out: Output, m: MessageExt, body: bool) -> None:
         parts.append(f"keys={' '.join(m.keys)}")
     if body:
         parts.append(str(row["body"]).replace("\n", "\\n"))
-    out.line(" ".join(parts))
+    out.line(" ".join(parts), flush=False)
 
 
 @app.command()

@@ -62,14 +62,17 @@ class Output:
         n = 0
         if self.as_json:
             for row in rows:
-                self.json(row)
+                self.json(row, flush=False)
                 n += 1
+                if n % CHUNK == 0:
+                    self.flush()
+            self.flush()
             return n
-        widths = [cell_len(c) for c in columns]
+        widths = [_width(c) for c in columns]
         fit = self.console.width if self.console.is_terminal and columns[-1] in _ELASTIC else None
         for chunk in _chunks(rows):
             cells = [[_cell(row.get(c)) for c in columns] for row in chunk]
-            widths = [max([w, *(cell_len(r[i]) for r in cells)]) for i, w in enumerate(widths)]
+            widths = [max([w, *(_width(r[i]) for r in cells)]) for i, w in enumerate(widths)]
             lines = [list(columns), *cells] if n == 0 else cells
             self.console.file.write("".join(_plain(line, widths, fit) for line in lines))
             self.console.file.flush()
@@ -88,15 +91,20 @@ class Output:
         for key, value in fields.items():
             self.line(f"  {key:<{width}}  {_cell(value)}")
 
-    def json(self, obj: Mapping[str, Any]) -> None:
+    def json(self, obj: Mapping[str, Any], *, flush: bool = True) -> None:
         self.console.file.write(json.dumps(obj, ensure_ascii=False, default=_jsonable) + "\n")
+        if flush:
+            self.flush()
+
+    def flush(self) -> None:
         self.console.file.flush()
 
-    def line(self, text: str) -> None:
+    def line(self, text: str, *, flush: bool = True) -> None:
         """A line of data on stdout (nothing with --json)."""
         if not self.as_json:
             self.console.file.write(text + "\n")
-            self.console.file.flush()
+            if flush:
+                self.flush()
 
     def note(self, text: str) -> None:
         """A count, footer or remark: on stderr, so stdout stays data only."""
@@ -109,12 +117,17 @@ def _chunks(rows: Iterable[Mapping[str, Any]]) -> Iterator[list[Mapping[str, Any
         yield chunk
 
 
+def _width(text: str) -> int:
+    """Terminal cells: one per character for ASCII (most cells, and cheap), else rich's count."""
+    return len(text) if text.isascii() else cell_len(text)
+
+
 def _plain(line: Sequence[str], widths: Sequence[int], fit: int | None) -> str:
     """One aligned line; with ``fit`` (a terminal's width) its last column is cropped to fit."""
-    head = "".join(v + " " * (w - cell_len(v)) + "  " for v, w in zip(line[:-1], widths))
+    head = "".join(v + " " * (w - _width(v)) + "  " for v, w in zip(line[:-1], widths))
     last = line[-1]
-    room = fit - cell_len(head) - 1 if fit is not None else 0
-    if fit is not None and cell_len(head) + cell_len(last) > fit and room > 0:
+    room = fit - _width(head) - 1 if fit is not None else 0
+    if fit is not None and _width(head) + _width(last) > fit and room > 0:
         last = set_cell_size(last, room) + "…"
     return (head + last).rstrip() + "\n"
 
