@@ -312,6 +312,10 @@ def test_put_without_a_store_directory_creates_nothing(
     code, _, err = run(capsys, "put", "notes", "-t", "Orders", "world", "--create")
     assert code == 1 and "not a store directory" in err
     assert [p.name for p in (tmp_path / "notes").iterdir()] == ["a.txt"]
+    for command in ("recover", "reclaim", "topics create"):  # no writing command makes a store by accident
+        code, _, err = run(capsys, *command.split(), "nowhere", *(["T"] if "topics" in command else []))
+        assert code == 1 and f"rocketstore {command} STORE_DIR" in err and "'nowhere' does not exist" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
 
 
 def test_put_create_says_what_the_new_store_reserves(

@@ -200,9 +200,12 @@ def _write(ctx: click.Context, root: Path, *, create: bool = False, **changes: A
 
 def _not_a_store(root: Path) -> str:
     state = "is not a store directory" if root.exists() else "does not exist"
+    command = click.get_current_context().command_path
+    usage = "STORE_DIR -t TOPIC BODY..." if command.endswith(" put") else "STORE_DIR ..."
+    create = "; --create makes a new store" if command.endswith((" put", " create")) else ""
     return (
         f"{str(root)!r} {state}. Did you forget the store directory? "
-        "(rocketstore put STORE_DIR -t TOPIC BODY..., or -s STORE_DIR; --create makes a new store)"
+        f"({command} {usage}, or -s STORE_DIR{create})"
     )
 
 
