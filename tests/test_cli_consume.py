@@ -46,7 +46,7 @@ def root(tmp_path: Path) -> Path:
 def test_consume_prints_and_commits_then_goes_on_from_there(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "consume", str(root), "-g", "billing", "-t", "Orders", "-n", "12", "--json")
+    code, out, err = run(capsys, "consume", str(root), "-g", "billing", "-t", "Orders", "-m", "12", "--json")
     assert code == 0, err
     first = jsonl(out)
     assert len(first) == 12
@@ -71,7 +71,7 @@ def test_consume_with_a_tag_from_latest_and_without_commit(
     code, out, _ = run(capsys, "consume", str(root), "-g", "g", "-t", "Orders", "--from", "latest", "--json")
     assert code == 0 and out == ""
     code, _, err = run(capsys, "consume", str(root), "-g", "g", "-t", "Nope")
-    assert code == 1 and "no topic 'Nope'" in err
+    assert code == 3 and "no topic 'Nope'" in err  # EXIT_NOT_FOUND, as print and tail
 
 
 def test_reset_offset_and_consumer_progress_totals(root: Path, capsys: pytest.CaptureFixture[str]) -> None:

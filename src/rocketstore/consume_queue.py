@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -487,6 +488,17 @@ class ConsumeQueueSet:
             make_store_dir(cq.files.directory, self.dir_mode)
             self._queues = {**self._queues, (topic, queue_id): cq}
         return cq
+
+    def delete_topic(self, topic: str) -> int:
+        """Close and delete every queue of ``topic`` with its directory (RocketMQ's
+        cleanUnusedTopic); how many queues. No read of the topic may be in flight."""
+        doomed = [cq for (t, _), cq in self._queues.items() if t == topic]
+        self._queues = {k: cq for k, cq in self._queues.items() if k[0] != topic}
+        for cq in doomed:
+            cq.close()
+        if (self.root / topic).is_dir() and TOPIC_PATTERN.fullmatch(topic):
+            shutil.rmtree(self.root / topic)
+        return len(doomed)
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         return iter(list(self._queues.values()))

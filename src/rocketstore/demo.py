@@ -18,7 +18,9 @@ from pathlib import Path
 from rocketstore.cli import main as cli
 from rocketstore.config import StoreConfig
 from rocketstore.message import Message
+from rocketstore.shutdown import exit_on_sigterm
 from rocketstore.store import MessageStore
+from rocketstore.times import format_time
 
 __all__ = ["DEMO_CONFIG", "main"]
 
@@ -32,7 +34,12 @@ TOPICS = ("Orders", "Payments", "Audit")  # 4 queues each (default_topic_queue_n
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    """The demo; a SIGTERM closes the store cleanly on the way out (exit 143)."""
+    with exit_on_sigterm():
+        return _demo(sys.argv[1:] if argv is None else argv)
+
+
+def _demo(args: list[str]) -> int:
     root = Path(args[0] if args else "store")
     with MessageStore.open(root, DEMO_CONFIG) as store:
         run = store.max_offset_in_queue("Orders", 0)
@@ -100,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         if sched is not None:
             print(
                 f"delayed message waits in {sched.topic}/{sched.queue_id} until "
-                f"{time.strftime('%H:%M:%S', time.localtime(sched.tags_code / 1000))} "
+                f"{format_time(sched.tags_code)} "
                 f"(real topic {sched.properties['REAL_TOPIC']})"
             )
     print("\nstore closed cleanly. What the `rocketstore` command says about it:\n")

@@ -30,6 +30,7 @@ from rocketstore.errors import (
     InvalidArgumentError,
     InvalidMessageError,
     StoreClosedError,
+    StoreConfigError,
     StoreReadOnlyError,
 )
 from rocketstore.flush import (
@@ -101,6 +102,7 @@ class MessageStore:
         clock: Clock,
         *,
         readonly: bool,
+        delayed_delivery: bool = True,
         disk_usage: DiskUsage = disk_used_ratio,
     ) -> None:
         self.layout = layout
@@ -184,6 +186,7 @@ class MessageStore:
         self._flush_least_pages = config.flush_least_pages
         self._wake_flusher = not config.flush_commit_log_timed
         self._commit_least_pages = config.commit_least_pages
+        self._delayed_delivery = delayed_delivery
         self.recovery: RecoveryReport | None = None
         self.abnormal_shutdown_detected = False
 
@@ -196,6 +199,7 @@ class MessageStore:
         *,
         clock: Clock | None = None,
         readonly: bool = False,
+        delayed_delivery: bool = True,
         disk_usage: DiskUsage | None = None,
     ) -> MessageStore:
         """Open (creating if needed) the store at ``path``, recover it, start its services.
@@ -210,6 +214,8 @@ class MessageStore:
         raises NotAStoreError when ``path`` holds no store. A store path holding the wrong kind
         of file (see docs/store-format.md, "Files and links") is a StorePathError, a store the
         system will not let us write a StoreAccessError.
+        ``delayed_delivery=False`` opens it for writing without delivering due delayed messages
+        (as a RocketMQ slave does not): for tools that must do only what they are named for.
         ``clock`` and ``disk_usage`` (the used fraction of the disk holding a path) replace the
         real ones, for tests and simulations.
         """
@@ -222,7 +228,12 @@ class MessageStore:
         layout.open_root(readonly=readonly)
         cfg = fit_geometry(layout.root, config)
         store = cls(
-            layout, cfg, clock or SystemClock(), readonly=readonly, disk_usage=disk_usage or disk_used_ratio
+            layout,
+            cfg,
+            clock or SystemClock(),
+            readonly=readonly,
+            delayed_delivery=delayed_delivery,
+            disk_usage=disk_usage or disk_used_ratio,
         )
         try:
             store._start()
@@ -302,7 +313,7 @@ class MessageStore:
         # stopped in this order at close: each final round leaves nothing for the ones before it
         # (the scheduler's last deliveries are puts: the writing services stop after it)
         self._services = [
-            scheduler,
+            *([scheduler] if self._delayed_delivery else []),
             self._cleaner,
             self._stats,
             self._allocator,
@@ -1075,6 +1086,22 @@ class MessageStore:
         self._check_writable("topic changes")
         count = self.config.default_topic_queue_nums if queues is None else _int_arg("queues", queues)
         return self._topics.create(validate_topic(topic), count, perm=perm, order=order)
+
+    def delete_topic(self, topic: str) -> int:
+        """Delete ``topic`` as mqadmin deleteTopic does: its consume queues with their files and
+        its config; how many queues went. The commitlog keeps its records until they are
+        reclaimed, and consumer offsets stay. Like RocketMQ, records of the topic newer than every
+        remaining queue's are dispatched again at the next open (its queues come back)."""
+        self._check_writable("topic changes")
+        if topic == SCHEDULE_TOPIC:
+            raise StoreConfigError(f"{SCHEDULE_TOPIC} holds the delayed messages: it cannot be deleted")
+        self.wait_dispatched()
+        removed = self._queues.delete_topic(topic)
+        self._topics.delete(topic)
+        table = self._commitlog.topic_queue_table
+        for key in [k for k in table if k[0] == topic]:
+            del table[key]
+        return removed
 
     def topic_configs(self) -> dict[str, TopicConfig]:
         """Every known topic's configuration (from topics.json, creation, or queues on disk)."""

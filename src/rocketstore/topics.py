@@ -85,6 +85,18 @@ class TopicTable:
                 self._persist()
         return config
 
+    def delete(self, topic: str) -> bool:
+        """Forget ``topic`` (mqadmin deleteTopic's deleteTopicConfig); written at once. False if
+        it was not known."""
+        if self._readonly:
+            raise StoreConfigError("the store is open read-only: topics cannot be changed")
+        with self._lock:
+            if self._topics.pop(topic, None) is None:
+                return False
+            self._round_robin.pop(topic, None)
+            self._persist()
+        return True
+
     def select_queue(self, topic: str, sharding_key: str | None) -> int:
         """The queue for a put that named none: by the sharding key's hash when there is one
         (the same key, the same queue), else round robin over the topic's write queues."""

@@ -7,26 +7,27 @@ and the group's membership files under ``{root}/consumers/``.
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
-from rocketstore.cli.output import Output, format_time, message_row
+from rocketstore.cli.common import (
+    JSON_OPTION,
+    MAX_MESSAGES_OPTION,
+    NotFound,
+    read_store,
+    store_config,
+    time_value,
+    with_store,
+)
+from rocketstore.cli.output import Output, message_line
 from rocketstore.consumer import open_consumer
 from rocketstore.consumer.group import GroupMembership
 from rocketstore.consumer.offset_store import commit_offsets
-from rocketstore.geometry import detect_geometry
-from rocketstore.message import MessageExt
-from rocketstore.store import MessageStore
 
 __all__ = ["add_consume_commands"]
 
-_STORE = click.argument("store_dir", type=click.Path(path_type=Path), default="store", required=False)
-_JSON = click.option("--json", "as_json", is_flag=True, help="JSON Lines, one object per row.")
 _GROUP = click.option("--group", "-g", required=True, help="Consumer group.")
 _TOPIC = click.option("--topic", "-t", required=True, help="Topic.")
 
@@ -36,24 +37,8 @@ def add_consume_commands(group: click.Group) -> None:
         group.add_command(command)
 
 
-def _time(text: str) -> int:
-    from rocketstore.cli.app import _parse_time  # the CLI's one time syntax
-
-    ms = _parse_time(text)
-    assert ms is not None
-    return ms
-
-
-@contextlib.contextmanager
-def _follower(ctx: click.Context, root: Path) -> Iterator[MessageStore]:
-    if not root.exists():
-        raise click.ClickException(f"no such directory: {root}")
-    with MessageStore.open(root, detect_geometry(root, ctx.find_root().obj), readonly=True) as store:
-        yield store
-
-
 @click.command()
-@_STORE
+@with_store
 @_GROUP
 @_TOPIC
 @click.option("--tag", "tags", default="*", show_default=True, help="Tag expression: 'TagA || TagB', or '*'.")
@@ -64,11 +49,11 @@ def _follower(ctx: click.Context, root: Path) -> Iterator[MessageStore]:
     show_default=True,
     help="Where a queue the group never committed starts: earliest, latest, or a time.",
 )
-@click.option("--max-messages", "-n", type=click.IntRange(min=1), help="Stop after this many messages.")
+@MAX_MESSAGES_OPTION
 @click.option("--no-commit", is_flag=True, help="Do not commit the group's offsets (a look only).")
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new messages (Ctrl-C stops).")
 @click.option("--body/--no-body", default=True, show_default=True)
-@_JSON
+@JSON_OPTION
 @click.pass_context
 def consume(
     ctx: click.Context,
@@ -92,15 +77,13 @@ def consume(
     rocketstore consume store -g billing -t Orders --tag 'TagA || TagB' -f
     """
     out = Output(as_json)
-    start_at: Any = start if start in ("earliest", "latest") else _time(start)
-    if not store_dir.exists():
-        raise click.ClickException(f"no such directory: {store_dir}")
-    config = detect_geometry(store_dir, ctx.find_root().obj)
+    start_at: Any = start if start in ("earliest", "latest") else time_value(start, "--from")
+    config = store_config(ctx, store_dir)
     with open_consumer(
         store_dir, group, {topic: tags}, start=start_at, auto_commit=not no_commit, config=config
     ) as c:
         if not follow and topic not in c.store.topics():
-            raise click.ClickException(f"no topic {topic!r} in this store")
+            raise NotFound(f"no topic {topic!r} in this store")
         printed = 0
         while max_messages is None or printed < max_messages:
             want = 256 if max_messages is None else min(256, max_messages - printed)
@@ -108,27 +91,15 @@ def consume(
             if not messages and not follow:
                 break
             for m in messages:
-                _print_message(out, m, body)
+                message_line(out, m, body)
             printed += len(messages)
-            sys.stdout.flush()
+            out.flush()
             if not no_commit:
                 c.commit()
 
 
-def _print_message(out: Output, m: MessageExt, body: bool) -> None:
-    row = message_row(m, body=body, charset="utf-8")
-    if out.as_json:
-        out.json(row)
-        return
-    text = ""
-    if body:
-        text = f" {row['body']}" if row.get("body") is not None else f" <{m.store_size} B binary>"
-    where = f"{m.topic}/{m.queue_id}#{m.queue_offset}"
-    out.line(f"{format_time(m.store_timestamp)} {where} tags={m.tags} keys={' '.join(m.keys)}{text}")
-
-
 @click.command("reset-offset")
-@_STORE
+@with_store
 @_GROUP
 @_TOPIC
 @click.option(
@@ -139,7 +110,7 @@ def _print_message(out: Output, m: MessageExt, body: bool) -> None:
 )
 @click.option("--queue", "-q", "queue", type=int, help="Only this queue (default: every queue of the topic).")
 @click.option("--force", is_flag=True, help="Reset even while consumers of the group are running.")
-@_JSON
+@JSON_OPTION
 @click.pass_context
 def reset_offset(
     ctx: click.Context,
@@ -161,13 +132,13 @@ def reset_offset(
     rocketstore reset-offset store -g billing -t Orders -q 1 --to 42
     """
     out = Output(as_json)
-    with _follower(ctx, store_dir) as store:
+    with read_store(ctx, store_dir) as store:
         queues = store.topics().get(topic)
         if not queues:
-            raise click.ClickException(f"no topic {topic!r} in this store")
+            raise NotFound(f"no topic {topic!r} in this store")
         if queue is not None:
             if queue not in queues:
-                raise click.ClickException(f"topic {topic!r} has no queue {queue}")
+                raise NotFound(f"no queue {queue} in topic {topic!r}")
             queues = [queue]
         live = GroupMembership.live_members(store.layout.consumers / group)
         if live and not force:
@@ -186,7 +157,9 @@ def reset_offset(
             elif to.isdigit():
                 new = min(max(int(to), lo), hi)
             else:
-                new = store.offset_in_queue_by_time(topic, q, _time(to[1:] if to.startswith("@") else to))
+                at = time_value(to[1:] if to.startswith("@") else to, "--to")
+                assert at is not None
+                new = store.offset_in_queue_by_time(topic, q, at)
             changes[(topic, group, q)] = new
             rows.append(
                 {
@@ -198,14 +171,14 @@ def reset_offset(
                 }
             )
         commit_offsets(store.layout.config / "consumerOffset.json", changes, forced=changes)
-    out.rows(f"{group} reset in {topic}", ["group", "topic", "queue_id", "old_offset", "new_offset"], rows)
+    out.rows(["group", "topic", "queue_id", "old_offset", "new_offset"], rows)
 
 
 @click.command("consumer-progress")
-@_STORE
+@with_store
 @click.option("--group", "-g", help="Only this consumer group.")
 @click.option("--topic", "-t", help="Only this topic.")
-@_JSON
+@JSON_OPTION
 @click.pass_context
 def consumer_progress(
     ctx: click.Context, store_dir: Path, group: str | None, topic: str | None, as_json: bool
@@ -217,8 +190,15 @@ def consumer_progress(
     rocketstore consumer-progress store -g billing
     """
     out = Output(as_json)
-    with _follower(ctx, store_dir) as store:
+    with read_store(ctx, store_dir) as store:
         table = store.consumer_offsets()
+        if group is not None and all(g != group for _, g in table):
+            known = sorted({g for _, g in table})
+            raise NotFound(
+                f"no consumer group {group!r} in this store (it has offsets of: {', '.join(known) or 'none'})"
+            )
+        if topic is not None and topic not in store.topics():
+            raise NotFound(f"no topic {topic!r} in this store")
         rows: list[dict[str, Any]] = []
         totals: list[dict[str, Any]] = []
         for (t, g), queues in sorted(table.items()):
@@ -240,9 +220,7 @@ def consumer_progress(
                 )
             totals.append({"group": g, "topic": t, "queues": len(lags), "diff_total": sum(lags)})
     if not rows:
-        out.line("no consumer offsets (config/consumerOffset.json is absent or empty)")
+        out.note("no consumer offsets (config/consumerOffset.json is absent or empty)")
         return
-    out.rows(
-        "consumer progress", ["group", "topic", "queue_id", "max_offset", "consumer_offset", "lag"], rows
-    )
-    out.rows("lag per group and topic", ["group", "topic", "queues", "diff_total"], totals)
+    out.rows(["group", "topic", "queue_id", "max_offset", "consumer_offset", "lag"], rows)
+    out.rows(["group", "topic", "queues", "diff_total"], totals)

@@ -38,6 +38,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from rocketstore import times
 from rocketstore.spark.columns import COLUMNS
 
 if TYPE_CHECKING:
@@ -308,7 +309,7 @@ def _hourly_chart(hourly: list[tuple[str, dt.datetime, int, int]], path: Path, s
         ax.set_xticks(ticks)
         ax.set_xticklabels([_hour_label(hours[k]) for k in ticks], **_tilt(True))
     ax.set_title(f"Messages per hour by topic: {store}")
-    ax.set_xlabel("hour (UTC, store time)")
+    ax.set_xlabel("hour (store time, local, with its UTC offset)")
     ax.set_ylabel("messages")
     _finish(fig, ax, path, bool(hours))
 
@@ -379,4 +380,5 @@ def _utc(ms: int) -> dt.datetime:
 
 
 def _hour_label(hour: dt.datetime) -> str:
-    return hour.strftime("%Y-%m-%d %H:00")
+    """The hour as every printed time is (rocketstore.times): local, ISO 8601, with its offset."""
+    return times.format_time(round(hour.timestamp() * 1000), "minutes") or ""

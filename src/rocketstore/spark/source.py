@@ -10,16 +10,17 @@ Reading options (case-insensitive):
     source          commitlog (every record, commitlog order; default) | queues (dispatched only)
     topic / topics  one topic / comma-separated topics
     queueIds        comma-separated queue ids
-    startTime, endTime       store time window [start, end): epoch ms or ISO-8601 (UTC if no zone)
+    startTime, endTime       store time window [start, end): epoch ms or ISO-8601 (local if no zone)
     startOffset, endOffset   physical offset window [start, end) of the record starts
     includeBody     true (default) | false: body is null and is not read
     bodyAs          binary (default) | string
     minPartitions   at least this many partitions when the store is big enough (default 2 × cores)
 
 Streaming adds ``startingOffsets`` (earliest | latest | {"topic/queueId": offset, ...}),
-``startingTimestamp`` (epoch ms or ISO-8601), ``maxMessagesPerTrigger`` and ``failOnDataLoss``
-(default true). Writing takes columns ``topic, body`` and optionally ``keys, tags, properties,
-queue_id, delay_level, born_timestamp``; options ``config`` (a StoreConfig file for a new store)
+``startingTimestamp`` (epoch ms or ISO-8601, local if no zone), ``maxMessagesPerTrigger`` and
+``failOnDataLoss`` (default true). Times follow ``rocketstore.times``, as the CLI's do. Writing
+takes columns ``topic, body`` and optionally ``keys, tags, properties, queue_id, delay_level,
+born_timestamp``; options ``config`` (a StoreConfig file for a new store)
 and ``lockTimeout`` (seconds a task waits for the other tasks of the job; default 600).
 
 ``DefaultSource`` in the top-level ``pyspark_rocketstore`` module makes the short name resolve
@@ -73,6 +74,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from rocketstore import times
 from rocketstore.errors import DataLossError
 from rocketstore.spark.columns import COLUMNS, BodyAs
 from rocketstore.spark.scan import (
@@ -148,17 +150,12 @@ def _int(options: Any, name: str) -> int | None:
 
 
 def parse_time(name: str, raw: str) -> int:
-    """Epoch milliseconds, or an ISO-8601 time (UTC when it names no zone), as epoch ms."""
-    text = raw.strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
+    """An option's time as epoch ms: epoch ms, or ISO 8601 (local time when it names no zone: the
+    rule of ``rocketstore.times``, the same as the CLI's)."""
     try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"option {name}={raw!r}: expected epoch milliseconds or an ISO-8601 time") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return round(when.timestamp() * 1000)
+        return times.parse_time(raw)
+    except ValueError as exc:
+        raise ValueError(f"option {name}={raw!r}: {exc}") from None
 
 
 def _path(options: Any) -> str:

@@ -202,7 +202,7 @@ def _millis(value: dt.datetime | int | None) -> int | None:
     if value is None or isinstance(value, int):
         return value
     if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
+        value = value.astimezone()  # PySpark hands timestamps over as local time (rocketstore.times)
     return round(value.timestamp() * 1000)
 
 
