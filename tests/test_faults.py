@@ -16,6 +16,7 @@ import errno
 import gc
 import os
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -526,6 +527,9 @@ def test_enospc_creating_a_consume_queue_segment(
         acked = _put_ok(store, counter.messages(3 * 38, "a"))  # 38 entries in each queue
         assert store.wait_dispatched(10)
         fault.active = True
+        # a waiter already waiting when dispatch fails is told at once, not at its timeout
+        waited: list[bool] = []
+        waiter = threading.Thread(target=lambda: waited.append(store.wait_dispatched(600)))
         if case == "new-queue":
             msg = Message("TopicC", b"to a queue that does not exist yet", keys=["c0"], queue_id=5)
             res = store.put_message(msg)
@@ -535,7 +539,10 @@ def test_enospc_creating_a_consume_queue_segment(
             msgs = counter.messages(30, "r")  # 10 more per queue: past entry 40 of each
             acked += _put_ok(store, msgs)
             extra = []
+        waiter.start()
         assert _wait_for(lambda: store.failure is not None), "the dispatch failure was not reported"
+        waiter.join(60)
+        assert waited == [False], "wait_dispatched slept through the dispatch failure"
         assert fault.hits
         assert _errno_of(store.failure) == errno.ENOSPC
         assert not store.wait_dispatched(1)

@@ -115,6 +115,10 @@ class DispatchService(BackgroundService):
         self._dispatch_requests(run)
         self._notify()
 
+    def _fail(self, exc: BaseException) -> None:
+        super()._fail(exc)
+        self._notify()  # waiters (wait_dispatched, wait_for_message) see the failure at once
+
     def _notify(self) -> None:
         with self.changed:
             self.changed.notify_all()

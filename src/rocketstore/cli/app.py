@@ -260,7 +260,8 @@ def _du(path: Path) -> int:
     total = 0
     for entry in list_store_dir(path):
         if entry.is_file:
-            total += entry.path.lstat().st_size
+            with contextlib.suppress(FileNotFoundError):  # renamed or reclaimed while we looked
+                total += entry.path.lstat().st_size
         elif entry.is_dir:
             total += _du(entry.path)
     return total
