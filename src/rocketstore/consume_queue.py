@@ -21,6 +21,7 @@ from rocketstore.codec.consume_queue_entry import (
 )
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.message import TOPIC_PATTERN
+from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.mapped_file_queue import MappedFileQueue
 
@@ -39,15 +40,25 @@ class ConsumeQueue:
     points at or after the commitlog's min offset.
 
     Thread safety: one writer (the dispatcher, or recovery before the store opens); readers
-    read below ``max_offset`` without locks.
+    read below ``max_offset`` without locks. Segments are mapped while used (``map_cache``):
+    reads and writes mark the segment they touch as ``referenced``.
     """
 
     def __init__(
-        self, topic: str, queue_id: int, directory: Path, entries_per_file: int, *, readonly: bool = False
+        self,
+        topic: str,
+        queue_id: int,
+        directory: Path,
+        entries_per_file: int,
+        *,
+        readonly: bool = False,
+        map_cache: MapCache | None = None,
     ) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.files = MappedFileQueue(directory, entries_per_file * CQ_ENTRY_SIZE, readonly=readonly)
+        self.files = MappedFileQueue(
+            directory, entries_per_file * CQ_ENTRY_SIZE, readonly=readonly, map_cache=map_cache
+        )
         self.max_physical_offset = -1  # end (offset + size) of the last entry's record
         self.min_logic_offset = 0  # byte position of the first live entry
 
@@ -266,6 +277,7 @@ class ConsumeQueue:
         data = memoryview(entries)
         while data:
             mf = self.files.last_for_append(self.files.max_offset)
+            mf.referenced = True
             n = min(len(data), mf.free_space)
             mf.write_at(mf.wrote_position, data[:n])
             mf.wrote_position += n
@@ -288,6 +300,7 @@ class ConsumeQueue:
         mf = self.files.find(logic)
         if mf is None or offset < 0:
             return None
+        mf.referenced = True
         buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
         pos = logic - mf.from_offset
         if not mf.available or pos + CQ_ENTRY_SIZE > mf.wrote_position:
@@ -300,6 +313,7 @@ class ConsumeQueue:
         mf = self.files.find(logic)
         if mf is None:
             return None
+        mf.referenced = True
         buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
         pos = logic - mf.from_offset
         end = min(mf.wrote_position, pos + max_count * CQ_ENTRY_SIZE)
@@ -333,16 +347,20 @@ class ConsumeQueue:
 
 
 class ConsumeQueueSet:
-    """Every consume queue of a store, by (topic, queue id); created on first dispatch."""
+    """Every consume queue of a store, by (topic, queue id); created on first dispatch. With a
+    ``map_cache``, their segments are mapped only while used (see MapCache)."""
 
-    def __init__(self, root: Path, entries_per_file: int, *, readonly: bool = False) -> None:
+    def __init__(
+        self, root: Path, entries_per_file: int, *, readonly: bool = False, map_cache: MapCache | None = None
+    ) -> None:
         self.root = root
         self.entries_per_file = entries_per_file
         self.readonly = readonly
+        self._map_cache = map_cache
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
 
     def load(self) -> None:
-        """Map every queue directory ``{topic}/{queueId}`` (others are reported and left alone)."""
+        """Open every queue directory ``{topic}/{queueId}`` (others are reported and left alone)."""
         if not self.root.is_dir():
             return
         for topic_dir in sorted(self.root.iterdir()):
@@ -358,6 +376,7 @@ class ConsumeQueueSet:
                     queue_dir,
                     self.entries_per_file,
                     readonly=self.readonly,
+                    map_cache=self._map_cache,
                 )
                 cq.load()
                 self._queues[(cq.topic, cq.queue_id)] = cq
@@ -383,6 +402,7 @@ class ConsumeQueueSet:
                 self.root / topic / str(queue_id),
                 self.entries_per_file,
                 readonly=self.readonly,
+                map_cache=self._map_cache,
             )
             cq.files.directory.mkdir(parents=True, exist_ok=True)
             self._queues = {**self._queues, (topic, queue_id): cq}

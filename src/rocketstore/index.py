@@ -16,6 +16,7 @@ from rocketstore.codec.java_hash import index_key_hash, index_key_hashes
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError
+from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import index_file_name
 
@@ -35,7 +36,8 @@ class IndexFile:
     written back after every batch of puts.
 
     Thread safety: one writer (the dispatcher); readers may walk chains concurrently, since
-    an entry is complete before the slot pointing at it is updated.
+    an entry is complete before the slot pointing at it is updated. With a ``map_cache`` the
+    file is mapped only while used: ``buf`` is read from the mapping each time, never kept.
     """
 
     def __init__(
@@ -48,13 +50,13 @@ class IndexFile:
         readonly: bool = False,
         end_phy_offset: int = 0,
         end_timestamp: int = 0,
+        map_cache: MapCache | None = None,
     ) -> None:
         self.path = path
         self.hash_slots = hash_slots
         self.max_entries = max_entries
         size = layout.file_size(hash_slots, max_entries)
-        self._file = _IndexMapping(path, size, create=create, readonly=readonly)
-        self.buf = self._file.buf
+        self._file = _IndexMapping(path, size, create=create, readonly=readonly, cache=map_cache)
         if create:
             self.header = layout.IndexHeader()
             if end_phy_offset > 0:
@@ -73,6 +75,10 @@ class IndexFile:
                     offset=36,
                 )
         self._entries_base = layout.entry_position(hash_slots, 0)
+
+    @property
+    def buf(self) -> memoryview:
+        return self._file.buf
 
     @property
     def name(self) -> str:
@@ -102,6 +108,7 @@ class IndexFile:
         m = min(len(key_hashes), self.max_entries - h.index_count)
         if m <= 0:
             return 0
+        self._file.referenced = True
         first_ever = h.index_count <= 1
         h.index_count, new_slots = layout.put_keys(
             np.frombuffer(self.buf, dtype=np.uint8),
@@ -152,6 +159,7 @@ class IndexFile:
         strictly decreasing entry numbers, so a corrupt chain cannot loop.
         """
         key_hash = index_key_hash(key)
+        self._file.referenced = True
         buf, h = self.buf, self.header  # the view first: see MappedFile.delete_when_unread
         if not self._file.available:
             return
@@ -175,25 +183,24 @@ class IndexFile:
         self._file.flush()
 
     def close(self) -> None:
-        self.buf = memoryview(b"")
         self._file.close()
 
     def destroy(self) -> None:
-        self.buf = memoryview(b"")
         self._file.destroy()
 
     def delete_when_unread(self, now_ms: int, forcibly_after_ms: int) -> bool:
         """Reclaim this file (see ``MappedFile.delete_when_unread``); True when it is gone. Lookups
         skip it from the first attempt on (it is unavailable), so an empty view is never read."""
-        self.buf = memoryview(b"")
         return self._file.delete_when_unread(now_ms, forcibly_after_ms)
 
 
 class _IndexMapping(MappedFile):
     """An index file is a fixed-size mapped file whose name is a time, not an offset."""
 
-    def __init__(self, path: Path, size: int, *, create: bool, readonly: bool) -> None:
-        super().__init__(path, size, create=create, readonly=readonly, named_by_offset=False)
+    def __init__(
+        self, path: Path, size: int, *, create: bool, readonly: bool, cache: MapCache | None
+    ) -> None:
+        super().__init__(path, size, create=create, readonly=readonly, named_by_offset=False, cache=cache)
         self.wrote_position = size
 
     def flush(self) -> int:
@@ -213,9 +220,17 @@ class IndexService:
     """
 
     def __init__(
-        self, directory: Path, hash_slots: int, max_entries: int, clock: Clock, *, readonly: bool = False
+        self,
+        directory: Path,
+        hash_slots: int,
+        max_entries: int,
+        clock: Clock,
+        *,
+        readonly: bool = False,
+        map_cache: MapCache | None = None,
     ) -> None:
         self.directory = directory
+        self._map_cache = map_cache
         self.hash_slots = hash_slots
         self.max_entries = max_entries
         self._clock = clock
@@ -228,7 +243,11 @@ class IndexService:
         if not self.directory.is_dir():
             return
         for path in sorted(p for p in self.directory.iterdir() if p.name.isdigit() and len(p.name) == 17):
-            self.files.append(IndexFile(path, self.hash_slots, self.max_entries, readonly=self.readonly))
+            self.files.append(
+                IndexFile(
+                    path, self.hash_slots, self.max_entries, readonly=self.readonly, map_cache=self._map_cache
+                )
+            )
         if not self.files:
             return
         last = self.files[-1]
@@ -277,7 +296,13 @@ class IndexService:
             ms += 1
             path = self.directory / index_file_name(ms)
         f = IndexFile(
-            path, self.hash_slots, self.max_entries, create=True, end_phy_offset=end_phy, end_timestamp=end_ts
+            path,
+            self.hash_slots,
+            self.max_entries,
+            create=True,
+            end_phy_offset=end_phy,
+            end_timestamp=end_ts,
+            map_cache=self._map_cache,
         )
         with self._files_lock:
             self.files = [*self.files, f]

@@ -48,6 +48,7 @@ from rocketstore.schedule import ScheduleService
 from rocketstore.service import BackgroundService
 from rocketstore.stats import StoreStats
 from rocketstore.storage.allocate import AllocateService
+from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.paths import StoreLayout
 from rocketstore.storage.transient_pool import TransientStorePool
 from rocketstore.store_lock import StoreLock
@@ -105,10 +106,18 @@ class MessageStore:
             allocator=self._allocator.allocate if self._allocator else None,
             readonly=readonly,
         )
-        self._queues = ConsumeQueueSet(layout.consume_queue, config.consume_queue_entries, readonly=readonly)
+        self._map_cache = MapCache(config.max_mapped_files)
+        self._queues = ConsumeQueueSet(
+            layout.consume_queue, config.consume_queue_entries, readonly=readonly, map_cache=self._map_cache
+        )
         self._index = (
             IndexService(
-                layout.index, config.index_hash_slots, config.index_max_entries, clock, readonly=readonly
+                layout.index,
+                config.index_hash_slots,
+                config.index_max_entries,
+                clock,
+                readonly=readonly,
+                map_cache=self._map_cache,
             )
             if config.message_index_enable
             else None

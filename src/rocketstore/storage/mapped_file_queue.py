@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -9,6 +10,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from rocketstore.errors import CorruptDataError
+from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import is_segment_name, segment_name
 
@@ -19,10 +21,6 @@ log = logging.getLogger(__name__)
 Allocator = Callable[[Path, int], MappedFile]
 
 
-def _create(path: Path, size: int) -> MappedFile:
-    return MappedFile(path, size, create=True)
-
-
 class MappedFileQueue:
     """Segments of ``file_size`` bytes in ``directory``, ordered by offset, with no gaps.
 
@@ -31,6 +29,9 @@ class MappedFileQueue:
 
     Thread safety: one writer appends and rolls; readers use ``files`` lock-free. The list is
     replaced, never mutated in place, so a reader always sees a consistent snapshot.
+
+    With a ``map_cache``, segments are mapped only while read or written (see MapCache): loading
+    maps none of them.
     """
 
     def __init__(
@@ -41,12 +42,14 @@ class MappedFileQueue:
         allocator: Allocator | None = None,
         readonly: bool = False,
         keep_fds: bool = False,
+        map_cache: MapCache | None = None,
     ) -> None:
         self.directory = directory
         self.keep_fds = keep_fds  # see MappedFile.sync
         self.file_size = file_size
         self.readonly = readonly
-        self._allocate = allocator or _create
+        self._map_cache = map_cache
+        self._allocate = allocator or functools.partial(MappedFile, create=True, cache=map_cache)
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         # The writer appends segments and the cleaner removes them: each replaces the list under
@@ -55,13 +58,15 @@ class MappedFileQueue:
 
     # --- loading -------------------------------------------------------------------------
     def load(self) -> None:
-        """Map every segment in the directory, all marked fully written (recovery trims them)."""
+        """Open every segment in the directory, all marked fully written (recovery trims them)."""
         if not self.directory.is_dir():
             return
         names = sorted(p.name for p in self.directory.iterdir() if is_segment_name(p.name))
         files = []
         for name in names:
-            mf = MappedFile(self.directory / name, self.file_size, readonly=self.readonly)
+            mf = MappedFile(
+                self.directory / name, self.file_size, readonly=self.readonly, cache=self._map_cache
+            )
             mf.wrote_position = mf.flushed_position = self.file_size
             mf.keep_fd = self.keep_fds
             files.append(mf)
