@@ -22,12 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from rocketstore import MessageStore, StoreConfig
+
 QUEUES_PER_TOPIC = 100
 
 
-def _config(entries: int) -> object:
-    from rocketstore import StoreConfig
-
+def _config(entries: int) -> StoreConfig:
     return StoreConfig(
         commitlog_segment_size=16 << 20,
         consume_queue_entries=entries,
@@ -52,10 +52,7 @@ def _topic(q: int) -> tuple[str, int]:
     return f"T{q // QUEUES_PER_TOPIC}", q % QUEUES_PER_TOPIC
 
 
-def _put_round(store: object, queues: int, round_: int) -> None:
-    from rocketstore import MessageStore
-
-    assert isinstance(store, MessageStore)
+def _put_round(store: MessageStore, queues: int, round_: int) -> None:
     for t in range((queues + QUEUES_PER_TOPIC - 1) // QUEUES_PER_TOPIC):
         qids = list(range(min(QUEUES_PER_TOPIC, queues - t * QUEUES_PER_TOPIC)))
         store.put_batch(
@@ -66,41 +63,32 @@ def _put_round(store: object, queues: int, round_: int) -> None:
         )
 
 
-def _wait(store: object) -> None:
-    from rocketstore import MessageStore
-
-    assert isinstance(store, MessageStore)
+def _wait(store: MessageStore) -> None:
     if not store.wait_dispatched(timeout=600):
         raise RuntimeError(f"dispatch did not catch up: {store.failure!r}")
 
 
 def phase(name: str, root: Path, queues: int, per_queue: int, entries: int) -> dict[str, float]:
-    from rocketstore import MessageStore
-
-    cfg = _config(entries)
     out: dict[str, float] = {}
     start = time.perf_counter()
-    with MessageStore.open(root, cfg) as store:  # type: ignore[arg-type]
+    with MessageStore.open(root, _config(entries)) as store:
         out["open_s"] = time.perf_counter() - start
         if name == "create":
-            for r in range(per_queue):
-                _put_round(store, queues, r)
+            for n in range(per_queue):
+                _put_round(store, queues, n)
             _wait(store)
-        elif name == "idle":
-            out["rss_kib"], out["fds"], out["maps"] = _held(root)
-        else:
+        elif name == "use":  # one get_message per queue, a put to each, then key queries
             start = time.perf_counter()
             count = 0
             for q in range(queues):
-                topic, qid = _topic(q)
-                r = store.get_message("g", topic, qid, 0, 32)
-                count += len(r.messages)
+                count += len(store.get_message("g", *_topic(q), 0, 32).messages)
             out["read_s"] = time.perf_counter() - start
             out["read"] = count
             _put_round(store, queues, per_queue)
             _wait(store)
-            found = sum(len(store.query_message(*_topic(q)[:1], f"k{q}-0")) for q in range(0, queues, 97))
-            out["queried"] = found
+            out["queried"] = sum(
+                len(store.query_message(_topic(q)[0], f"k{q}-0")) for q in range(0, queues, 97)
+            )
         out["rss_kib"], out["fds"], out["maps"] = _held(root)
     return out
 
@@ -108,7 +96,9 @@ def phase(name: str, root: Path, queues: int, per_queue: int, entries: int) -> d
 def child(args: argparse.Namespace) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile, args.nofile))
     try:
-        result: dict[str, object] = phase(args.phase, args.root, args.queues, args.per_queue, args.entries)
+        result: dict[str, object] = {
+            **phase(args.phase, args.root, args.queues, args.per_queue, args.entries)
+        }
     except Exception as exc:  # reported to the parent, which prints it
         result = {"error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(result))
