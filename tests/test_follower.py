@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -57,6 +58,22 @@ def test_follower_sees_new_segments_queue_growth_and_index_files(tmp_path: Path,
         for i in (0, 205, 1009):
             hits = store.query_message("A", f"k{i}")
             assert [m.body for m in hits] == [f"A-{i}".encode()]
+
+
+def test_a_follower_keeps_its_queue_and_index_mappings_under_the_cap(
+    tmp_path: Path, writer: LiveWriter
+) -> None:
+    root = tmp_path / "s"
+    writer.put("A", 10)
+    with MessageStore.open(root, dataclasses.replace(CFG, max_mapped_files=2), readonly=True) as store:
+        writer.put("A", 1000)  # 7 queue segments per queue, several index files
+        for q in range(4):
+            assert read_queue(store, "A", q) == [f"A-{i}" for i in range(q, 1010, 4)]
+        for i in (0, 205, 1009):
+            assert [m.body for m in store.query_message("A", f"k{i}")] == [f"A-{i}".encode()]
+        maps = Path("/proc/self/maps").read_text()
+        mapped = {line.split()[-1] for line in maps.splitlines() if str(root.resolve()) in line}
+        assert len({m for m in mapped if "/consumequeue/" in m or "/index/" in m}) <= 2
 
 
 def test_wait_for_message_wakes_for_a_message_of_another_process(tmp_path: Path, writer: LiveWriter) -> None:

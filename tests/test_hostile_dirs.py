@@ -43,6 +43,8 @@ from rocketstore import (
 from rocketstore.cli import main
 from rocketstore.message import MessageExt
 from rocketstore.schedule import real_message
+from rocketstore.storage.map_cache import MapCache
+from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import (
     atomic_write,
     is_index_name,
@@ -568,6 +570,31 @@ def test_open_store_file_refuses_what_is_not_a_regular_file(tmp_path: Path) -> N
     with pytest.raises(FileNotFoundError):
         open_store_file(tmp_path / "missing")
     os.close(open_store_file(tmp_path / "file", writable=True))
+
+
+def test_lazily_mapped_files_are_opened_only_as_regular_files(tmp_path: Path) -> None:
+    """A file opened with a map cache is looked at (lstat) when opened and opened when first read
+    or mapped again after parking: a link or FIFO there is refused at either point, never
+    followed, never blocking."""
+    size = 4096
+    (tmp_path / "target").write_bytes(bytes(size))
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    os.mkfifo(tmp_path / "fifo")
+    cache = MapCache(1)
+    for name, found in (("link", "a symbolic link"), ("fifo", "a FIFO")):
+        with pytest.raises(StorePathError, match=f"{name}: expected a regular file, found {found}"):
+            MappedFile(tmp_path / name, size, named_by_offset=False, cache=cache)
+    # a parked file replaced by a link: mapping it again refuses the link
+    files = [MappedFile(tmp_path / f"{i:020d}", size, create=True, cache=cache) for i in (0, size)]
+    first = files[0]
+    assert first.parked and not files[1].parked
+    first.path.unlink()
+    first.path.symlink_to(tmp_path / "target")
+    with pytest.raises(StorePathError, match=f"{first.path.name}: expected a regular file, found a symbolic"):
+        first.buf  # noqa: B018 -- reading it is what maps it
+    assert first.parked
+    for mf in files:
+        mf.close()
 
 
 def test_spark_scan_refuses_what_is_not_a_regular_file(tmp_path: Path) -> None:

@@ -49,6 +49,11 @@ class StoreConfig:
     index_hash_slots: int = 5_000_000
     index_max_entries: int = 20_000_000
     max_message_size: int = 4 * 1024 * 1024
+    # --- resources --------------------------------------------------------------------------
+    # Consume-queue and index files mapped at once; the least recently used beyond it are
+    # unmapped until read again (storage/map_cache.py). Before Python 3.13 each mapping also
+    # holds a descriptor: 512 leaves room under ``ulimit -n 1024`` for the commitlog and the rest.
+    max_mapped_files: int = 512
     # --- flushing ---------------------------------------------------------------------------
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     flush_interval: int = 500
@@ -138,6 +143,7 @@ class StoreConfig:
         _require(self.index_hash_slots >= 1, "index_hash_slots must be at least 1")
         _require(self.index_max_entries >= 2, "index_max_entries must be at least 2 (entry 0 is unused)")
         _require(self.max_message_size >= 1, "max_message_size must be positive")
+        _require(self.max_mapped_files >= 1, "max_mapped_files must be at least 1")
         for name in ("disk_max_used_space_ratio", "disk_clean_forcibly_ratio", "disk_warning_ratio"):
             _require(0 < getattr(self, name) <= 100, f"{name} must be a percentage in 1..100")
         for name in (

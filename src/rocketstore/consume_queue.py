@@ -23,6 +23,7 @@ from rocketstore.codec.consume_queue_entry import (
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import StorePathError
 from rocketstore.message import TOPIC_PATTERN
+from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.mapped_file_queue import MappedFileQueue
 from rocketstore.storage.paths import (
@@ -48,7 +49,8 @@ class ConsumeQueue:
     points at or after the commitlog's min offset.
 
     Thread safety: one writer (the dispatcher, or recovery before the store opens); readers
-    read below ``max_offset`` without locks.
+    read below ``max_offset`` without locks. Segments are mapped while used (``map_cache``):
+    reads and writes mark the segment they touch as ``referenced``.
     """
 
     def __init__(
@@ -60,11 +62,16 @@ class ConsumeQueue:
         *,
         readonly: bool = False,
         file_mode: int = DEFAULT_FILE_MODE,
+        map_cache: MapCache | None = None,
     ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.files = MappedFileQueue(
-            directory, entries_per_file * CQ_ENTRY_SIZE, readonly=readonly, file_mode=file_mode
+            directory,
+            entries_per_file * CQ_ENTRY_SIZE,
+            readonly=readonly,
+            file_mode=file_mode,
+            map_cache=map_cache,
         )
         self.max_physical_offset = -1  # end (offset + size) of the last entry's record
         self.min_logic_offset = 0  # byte position of the first live entry
@@ -349,6 +356,7 @@ class ConsumeQueue:
         data = memoryview(entries)
         while data:
             mf = self.files.last_for_append(self.files.max_offset)
+            mf.referenced = True
             n = min(len(data), mf.free_space)
             mf.write_at(mf.wrote_position, data[:n])
             mf.wrote_position += n
@@ -371,6 +379,7 @@ class ConsumeQueue:
         mf = self.files.find(logic)
         if mf is None or offset < 0:
             return None
+        mf.referenced = True
         buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
         pos = logic - mf.from_offset
         if not mf.available or pos + CQ_ENTRY_SIZE > mf.wrote_position:
@@ -383,6 +392,7 @@ class ConsumeQueue:
         mf = self.files.find(logic)
         if mf is None:
             return None
+        mf.referenced = True
         buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
         pos = logic - mf.from_offset
         end = min(mf.wrote_position, pos + max_count * CQ_ENTRY_SIZE)
@@ -416,7 +426,8 @@ class ConsumeQueue:
 
 
 class ConsumeQueueSet:
-    """Every consume queue of a store, by (topic, queue id); created on first dispatch."""
+    """Every consume queue of a store, by (topic, queue id); created on first dispatch. With a
+    ``map_cache``, their segments are mapped only while used (see MapCache)."""
 
     def __init__(
         self,
@@ -426,16 +437,18 @@ class ConsumeQueueSet:
         readonly: bool = False,
         file_mode: int = DEFAULT_FILE_MODE,
         dir_mode: int = DEFAULT_DIR_MODE,
+        map_cache: MapCache | None = None,
     ) -> None:
         self.root = root
         self.entries_per_file = entries_per_file
         self.readonly = readonly
         self.file_mode = file_mode
         self.dir_mode = dir_mode
+        self._map_cache = map_cache
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
 
     def load(self) -> None:
-        """Map every queue directory ``{topic}/{queueId}``. Entries not named by a topic or a
+        """Open every queue directory ``{topic}/{queueId}``. Entries not named by a topic or a
         queue id are logged and left alone; a topic's or queue's name on something that is not a
         real directory is a StorePathError (dispatch could never write that queue)."""
         for topic_dir in list_store_dir(self.root):
@@ -458,6 +471,7 @@ class ConsumeQueueSet:
                     self.entries_per_file,
                     readonly=self.readonly,
                     file_mode=self.file_mode,
+                    map_cache=self._map_cache,
                 )
                 cq.load()
                 self._queues[(cq.topic, cq.queue_id)] = cq
@@ -484,6 +498,7 @@ class ConsumeQueueSet:
                 self.entries_per_file,
                 readonly=self.readonly,
                 file_mode=self.file_mode,
+                map_cache=self._map_cache,
             )
             make_store_dir(cq.files.directory, self.dir_mode)
             self._queues = {**self._queues, (topic, queue_id): cq}

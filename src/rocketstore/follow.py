@@ -48,6 +48,7 @@ from rocketstore.errors import RocketStoreError
 from rocketstore.index import IndexFile, IndexService
 from rocketstore.message import TOPIC_PATTERN
 from rocketstore.recovery import RecoveryReport
+from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import (
     DEFAULT_FILE_MODE,
@@ -186,10 +187,17 @@ class StoreFollower(DispatchEvents):
     segments and files are replaced, never changed in place).
     """
 
-    def __init__(self, layout: StoreLayout, commitlog: CommitLog, index: IndexService | None) -> None:
+    def __init__(
+        self,
+        layout: StoreLayout,
+        commitlog: CommitLog,
+        index: IndexService | None,
+        map_cache: MapCache | None = None,
+    ) -> None:
         self._layout = layout
         self._commitlog = commitlog
         self._index = index
+        self._map_cache = map_cache  # for the index files it opens, as the store's own
         self._signal = _SignalReader(layout.dispatch_signal)
         self._lock = threading.Lock()
         self._raw = b""
@@ -318,7 +326,7 @@ class StoreFollower(DispatchEvents):
             _reread_header(files[-1])
         if not files or files[-1].is_full:
             newer = [p for p in _index_paths(index.directory) if not files or p.name > files[-1].name]
-            added = [IndexFile(p, index.hash_slots, index.max_entries, readonly=True) for p in newer]
+            added = [self._open_index(p) for p in newer]
             if added:
                 for f in files[-1:]:
                     _reread_header(f)
@@ -329,7 +337,12 @@ class StoreFollower(DispatchEvents):
         assert index is not None
         paths = _index_paths(index.directory)
         # the old files are not closed: a lookup may still walk one; each mapping goes with its last user
-        index.files = [IndexFile(p, index.hash_slots, index.max_entries, readonly=True) for p in paths]
+        index.files = [self._open_index(p) for p in paths]
+
+    def _open_index(self, path: Path) -> IndexFile:
+        index = self._index
+        assert index is not None
+        return IndexFile(path, index.hash_slots, index.max_entries, readonly=True, map_cache=self._map_cache)
 
     # --- waiting ----------------------------------------------------------------------------
     def position(self) -> int:
@@ -363,10 +376,17 @@ class StoreFollower(DispatchEvents):
 class FollowedQueues(ConsumeQueueSet):
     """The consume queues of a followed store: a queue is extended (or, after a new writer
     generation, cut back and extended) the first time it is asked for after the follower saw a
-    change; queues that appeared since are mapped when first asked for."""
+    change; queues that appeared since are opened when first asked for.
 
-    def __init__(self, root: Path, entries_per_file: int, follower: StoreFollower) -> None:
-        super().__init__(root, entries_per_file, readonly=True)
+    With a ``map_cache`` (the store's), queue segments are mapped only while used, like a
+    writer's: a follower of many queues stays under the same bound. Segments it drops from a
+    queue's list (reclaimed by the writer) are not closed, since a reader may hold a view; the
+    cache parks them in their turn, and a parked one is never mapped again."""
+
+    def __init__(
+        self, root: Path, entries_per_file: int, follower: StoreFollower, map_cache: MapCache | None = None
+    ) -> None:
+        super().__init__(root, entries_per_file, readonly=True, map_cache=map_cache)
         self._follower = follower
         self._seen: dict[tuple[str, int], int] = {}
         self._resynced: dict[tuple[str, int], int] = {}
@@ -437,9 +457,11 @@ class FollowedQueues(ConsumeQueueSet):
         segments = segment_files(directory)
         if not segments:
             return None
-        cq = ConsumeQueue(topic, queue_id, directory, self.entries_per_file, readonly=True)
+        cq = ConsumeQueue(
+            topic, queue_id, directory, self.entries_per_file, readonly=True, map_cache=self._map_cache
+        )
         # the first segment only, nothing of it trusted yet: _follow reads on from there
-        first = _map(segments[0][1], cq.files.file_size)
+        first = _map(segments[0][1], cq.files.file_size, self._map_cache)
         first.wrote_position = 0
         cq.files.files = [first]
         cq.min_logic_offset = first.from_offset
@@ -454,9 +476,22 @@ class FollowedQueues(ConsumeQueueSet):
         _extend_queue(cq, follower.dispatched_to)
         if self._log_min_seen.get(key, 0) != follower.log_min_version:
             self._log_min_seen[key] = follower.log_min_version
+            _drop_reclaimed_segments(cq)
             commitlog_min = follower._commitlog.min_offset
             if commitlog_min > 0:
                 cq.correct_min_offset(commitlog_min)
+
+
+def _drop_reclaimed_segments(cq: ConsumeQueue) -> None:
+    """Forget the queue's oldest segments that the writer deleted: a parked one could not be
+    mapped again, and nothing below the first remaining segment is served."""
+    files = cq.files.files
+    gone = 0
+    while gone < len(files) - 1 and not files[gone].path.exists():
+        gone += 1
+    if gone:
+        cq.files.files = files[gone:]
+        cq.min_logic_offset = max(cq.min_logic_offset, files[gone].from_offset)
 
 
 def _extend_queue(cq: ConsumeQueue, end: int) -> None:
@@ -476,7 +511,7 @@ def _extend_queue(cq: ConsumeQueue, end: int) -> None:
             path = files.directory / segment_name(pos)
             if not path.exists():
                 return
-            mf = _map(path, size)
+            mf = _map(path, size, cq.files.map_cache)
             mf.wrote_position = 0
             files.files = [*files.files, mf]
         local = pos - mf.from_offset
@@ -510,8 +545,8 @@ def _index_paths(directory: Path) -> list[Path]:
     return [e.path for e in list_store_dir(directory) if e.is_file and is_index_name(e.name)]
 
 
-def _map(path: Path, size: int) -> MappedFile:
-    mf = MappedFile(path, size, readonly=True)
+def _map(path: Path, size: int, map_cache: MapCache | None = None) -> MappedFile:
+    mf = MappedFile(path, size, readonly=True, cache=map_cache)
     mf.wrote_position = mf.flushed_position = size
     return mf
 

@@ -17,6 +17,7 @@ from rocketstore.codec.java_hash import index_key_hash, index_key_hashes
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError, StorePathError
+from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import (
     DEFAULT_FILE_MODE,
@@ -42,7 +43,8 @@ class IndexFile:
     written back after every batch of puts.
 
     Thread safety: one writer (the dispatcher); readers may walk chains concurrently, since
-    an entry is complete before the slot pointing at it is updated.
+    an entry is complete before the slot pointing at it is updated. With a ``map_cache`` the
+    file is mapped only while used: ``buf`` is read from the mapping each time, never kept.
     """
 
     def __init__(
@@ -56,13 +58,13 @@ class IndexFile:
         end_phy_offset: int = 0,
         end_timestamp: int = 0,
         mode: int = DEFAULT_FILE_MODE,
+        map_cache: MapCache | None = None,
     ) -> None:
         self.path = path
         self.hash_slots = hash_slots
         self.max_entries = max_entries
         size = layout.file_size(hash_slots, max_entries)
-        self._file = _IndexMapping(path, size, create=create, readonly=readonly, mode=mode)
-        self.buf = self._file.buf
+        self._file = _IndexMapping(path, size, create=create, readonly=readonly, mode=mode, cache=map_cache)
         if create:
             self.header = layout.IndexHeader()
             if end_phy_offset > 0:
@@ -81,6 +83,10 @@ class IndexFile:
                     offset=36,
                 )
         self._entries_base = layout.entry_position(hash_slots, 0)
+
+    @property
+    def buf(self) -> memoryview:
+        return self._file.buf
 
     @property
     def name(self) -> str:
@@ -110,6 +116,7 @@ class IndexFile:
         m = min(len(key_hashes), self.max_entries - h.index_count)
         if m <= 0:
             return 0
+        self._file.referenced = True
         first_ever = h.index_count <= 1
         h.index_count, new_slots = layout.put_keys(
             np.frombuffer(self.buf, dtype=np.uint8),
@@ -160,6 +167,7 @@ class IndexFile:
         strictly decreasing entry numbers, so a corrupt chain cannot loop.
         """
         key_hash = index_key_hash(key)
+        self._file.referenced = True
         buf, h = self.buf, self.header  # the view first: see MappedFile.delete_when_unread
         if not self._file.available:
             return
@@ -185,25 +193,26 @@ class IndexFile:
         self._file.flush()
 
     def close(self) -> None:
-        self.buf = memoryview(b"")
         self._file.close()
 
     def destroy(self) -> None:
-        self.buf = memoryview(b"")
         self._file.destroy()
 
     def delete_when_unread(self, now_ms: int, forcibly_after_ms: int) -> bool:
         """Reclaim this file (see ``MappedFile.delete_when_unread``); True when it is gone. Lookups
         skip it from the first attempt on (it is unavailable), so an empty view is never read."""
-        self.buf = memoryview(b"")
         return self._file.delete_when_unread(now_ms, forcibly_after_ms)
 
 
 class _IndexMapping(MappedFile):
     """An index file is a fixed-size mapped file whose name is a time, not an offset."""
 
-    def __init__(self, path: Path, size: int, *, create: bool, readonly: bool, mode: int) -> None:
-        super().__init__(path, size, create=create, readonly=readonly, named_by_offset=False, mode=mode)
+    def __init__(
+        self, path: Path, size: int, *, create: bool, readonly: bool, mode: int, cache: MapCache | None
+    ) -> None:
+        super().__init__(
+            path, size, create=create, readonly=readonly, named_by_offset=False, mode=mode, cache=cache
+        )
         self.wrote_position = size
 
     def flush(self) -> int:
@@ -231,9 +240,11 @@ class IndexService:
         *,
         readonly: bool = False,
         file_mode: int = DEFAULT_FILE_MODE,
+        map_cache: MapCache | None = None,
     ) -> None:
         self.directory = directory
         self.file_mode = file_mode
+        self._map_cache = map_cache
         self.hash_slots = hash_slots
         self.max_entries = max_entries
         self._clock = clock
@@ -243,7 +254,7 @@ class IndexService:
         self._files_lock = threading.Lock()  # the dispatcher adds files, the cleaner removes them
 
     def load(self) -> None:
-        """Map every index file (17-digit names; other names are logged and left alone). An index
+        """Open every index file (17-digit names; other names are logged and left alone). An index
         file's name on anything but a regular file is a StorePathError."""
         for entry in list_store_dir(self.directory):
             if not is_index_name(entry.name):
@@ -252,7 +263,13 @@ class IndexService:
                 continue
             if not entry.is_file:
                 raise StorePathError(entry.path, f"{REGULAR_FILE} (an index file)", entry.kind)
-            f = IndexFile(entry.path, self.hash_slots, self.max_entries, readonly=self.readonly)
+            f = IndexFile(
+                entry.path,
+                self.hash_slots,
+                self.max_entries,
+                readonly=self.readonly,
+                map_cache=self._map_cache,
+            )
             self.files.append(f)
         if not self.files:
             return
@@ -309,6 +326,7 @@ class IndexService:
             end_phy_offset=end_phy,
             end_timestamp=end_ts,
             mode=self.file_mode,
+            map_cache=self._map_cache,
         )
         with self._files_lock:
             self.files = [*self.files, f]

@@ -66,6 +66,7 @@ from rocketstore.schedule import ScheduleService
 from rocketstore.service import BackgroundService
 from rocketstore.stats import StoreStats
 from rocketstore.storage.allocate import AllocateService
+from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.paths import StoreLayout, open_store_file, store_file_exists
 from rocketstore.storage.transient_pool import TransientStorePool
 from rocketstore.store_lock import StoreLock
@@ -130,6 +131,8 @@ class MessageStore:
             allocator=self._allocator.allocate if self._allocator else None,
             readonly=readonly,
         )
+        # the consume-queue and index files mapped at once, whoever opens them (queues, index, follower)
+        self._map_cache = MapCache(config.max_mapped_files)
         self._index = (
             IndexService(
                 layout.index,
@@ -138,21 +141,27 @@ class MessageStore:
                 clock,
                 readonly=readonly,
                 file_mode=config.file_mode,
+                map_cache=self._map_cache,
             )
             if config.message_index_enable
             else None
         )
         # read-only: follow whatever process writes the store (follow.py); writing: publish for them
-        self._follower = StoreFollower(layout, self._commitlog, self._index) if readonly else None
+        self._follower = (
+            StoreFollower(layout, self._commitlog, self._index, self._map_cache) if readonly else None
+        )
         self._signal: SignalWriter | None = None
         self._queues = (
-            FollowedQueues(layout.consume_queue, config.consume_queue_entries, self._follower)
+            FollowedQueues(
+                layout.consume_queue, config.consume_queue_entries, self._follower, self._map_cache
+            )
             if self._follower is not None
             else ConsumeQueueSet(
                 layout.consume_queue,
                 config.consume_queue_entries,
                 file_mode=config.file_mode,
                 dir_mode=config.dir_mode,
+                map_cache=self._map_cache,
             )
         )
         self._checkpoint = StoreCheckpoint(layout.checkpoint, readonly=readonly, mode=config.file_mode)

@@ -8,19 +8,23 @@ import errno
 import logging
 import mmap
 import os
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rocketstore.errors import StoreConfigError
+from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.paths import (
     DEFAULT_FILE_MODE,
     create_store_file,
     fsync_directory,
     offset_from_name,
     open_store_file,
+    store_file_size,
 )
 
 __all__ = ["OS_PAGE_SIZE", "MappedFile"]
@@ -29,6 +33,9 @@ OS_PAGE_SIZE = 4096
 log = logging.getLogger(__name__)
 _libc_name = ctypes.util.find_library("c")
 _libc = ctypes.CDLL(_libc_name, use_errno=True) if _libc_name else None
+# Before 3.13 every mmap object keeps a duplicate of its file's descriptor (for size/resize,
+# which nothing here uses): a mapping then costs a descriptor until it is unmapped.
+_MMAP_OPTIONS: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 
 
 def _reserve(fd: int, size: int) -> None:
@@ -59,6 +66,14 @@ class MappedFile:
     refuses): that is the reference count, so a destroyed segment stays readable for whoever
     still holds a view of it.
 
+    Parking: a file opened with a ``MapCache`` is not mapped until ``buf`` is first read, and
+    the cache may ``park`` it again (flush, then unmap) when too many files are mapped. While
+    mapped, ``buf`` is a plain attribute and reading it costs nothing more; parked, the
+    attribute is absent and ``__getattr__`` maps the file again under ``_map_lock``. Whoever
+    holds a view (the value of ``buf``, or a slice or array of it) pins the mapping: ``park``
+    fails on it and the file stays mapped. Writes to such a file therefore go through ``buf``
+    too, never through ``mm``, which only the mapping code touches.
+
     Crash behaviour: a new segment is created under a temporary name, sized, then renamed, so
     a crash never leaves a segment of the wrong size.
     """
@@ -74,11 +89,16 @@ class MappedFile:
         write_buffer: bytearray | None = None,
         on_buffer_free: Callable[[bytearray], None] | None = None,
         mode: int = DEFAULT_FILE_MODE,
+        cache: MapCache | None = None,
     ) -> None:
         self.path = path
         self.size = size
         self.from_offset = offset_from_name(path.name) if named_by_offset else 0
         self.readonly = readonly
+        self._cache = cache
+        self.referenced = False  # read since the cache last looked (see MapCache)
+        self._map_lock = threading.Lock()
+        fd: int | None = None
         if create:
             tmp = path.with_name(path.name + ".creating")
             fd = create_store_file(tmp, mode, writable=True)
@@ -92,33 +112,96 @@ class MappedFile:
                 raise
             os.replace(tmp, path)
             fsync_directory(path.parent)
+        elif cache is None:
+            fd = self._open()
         else:
-            fd = open_store_file(path, writable=not readonly)
-        try:
-            actual = os.fstat(fd).st_size
-            if actual != size:
-                raise StoreConfigError(
-                    f"{path}: file is {actual} bytes but the configured segment size is {size}; "
-                    "open the store with the geometry it was written with"
-                )
-            self.mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
-        finally:
-            os.close(fd)
+            self._check_size(store_file_size(path))  # mapped when first read
+        if fd is not None:
+            self._attach(fd)
         self.wrote_position = 0
         self._committed = 0
         self.flushed_position = 0
         self.write_buffer = write_buffer
         self._on_buffer_free = on_buffer_free
-        # where appends land: the pooled buffer, or the mapping itself
-        self.write_target: bytearray | mmap.mmap = write_buffer if write_buffer is not None else self.mm
         self.last_store_timestamp = 0
         self.available = True
         self._shutdown_at = 0
         self.keep_fd = False
         self._sync_fd: int | None = None
         self._fd_lock = threading.Lock()
-        # Readers slice this view; while any slice lives, the mapping cannot be closed under it.
+        if create and cache is not None:
+            cache.admit(self)
+
+    # --- mapping -------------------------------------------------------------------------
+    mm: mmap.mmap
+    # Readers slice this view; while any slice lives, the mapping cannot be closed under it.
+    buf: memoryview
+
+    def _open(self) -> int:
+        return open_store_file(self.path, writable=not self.readonly)
+
+    def _check_size(self, actual: int) -> None:
+        if actual != self.size:
+            raise StoreConfigError(
+                f"{self.path}: file is {actual} bytes but the configured segment size is {self.size}; "
+                "open the store with the geometry it was written with"
+            )
+
+    def _attach(self, fd: int) -> None:
+        """Map the file open at ``fd`` and close ``fd`` (the mapping does not need it)."""
+        try:
+            self._check_size(os.fstat(fd).st_size)
+            access = mmap.ACCESS_READ if self.readonly else mmap.ACCESS_WRITE
+            self.mm = mmap.mmap(fd, self.size, access=access, **_MMAP_OPTIONS)
+        finally:
+            os.close(fd)
         self.buf = memoryview(self.mm)
+
+    if not TYPE_CHECKING:  # to mypy, ``buf`` is always there
+
+        def __getattr__(self, name: str) -> memoryview:
+            if name != "buf" or "_map_lock" not in self.__dict__:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            return self._remap()
+
+    def _remap(self) -> memoryview:
+        """Map a parked file again (``buf`` was read while it was parked) and tell the cache."""
+        with self._map_lock:
+            view = self.__dict__.get("buf")
+            mapped_now = view is None
+            if view is None:
+                self._attach(self._open())
+                view = self.buf
+        if mapped_now and self._cache is not None:
+            self._cache.admit(self)  # outside _map_lock: the cache may park other files
+        return view
+
+    @property
+    def parked(self) -> bool:
+        return "mm" not in self.__dict__
+
+    def park(self) -> bool:
+        """Flush what was written, then unmap; the next read of ``buf`` maps the file again.
+        False, and still mapped, while a reader holds a view. Raises the flush's OSError (the
+        file then stays mapped, its writes not lost)."""
+        with self._map_lock:
+            if "mm" not in self.__dict__:
+                return True
+            if self.available:
+                self.flush()
+                view: memoryview | None = self.__dict__.pop("buf")
+            else:
+                view = None  # closed or deleted: ``buf`` stays the empty view it was given
+            mm = self.__dict__.pop("mm")
+            del view  # ours was the last reference unless a reader holds one
+            try:
+                mm.close()
+            except BufferError:
+                self.mm = mm
+                if self.available:
+                    self.buf = memoryview(mm)
+                return False
+            return True
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position}, flushed={self.flushed_position})"
@@ -148,7 +231,7 @@ class MappedFile:
         if self.keep_fd and len(data) >= OS_PAGE_SIZE:
             self._pwrite(pos, data)
         else:
-            self.mm[pos : pos + len(data)] = data
+            self.buf[pos : pos + len(data)] = data
 
     def _pwrite(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data).cast("B")
@@ -184,7 +267,6 @@ class MappedFile:
             self._to_file(start, memoryview(buffer)[start:wrote])
             self._committed = wrote
         if wrote >= self.size:
-            self.write_target = self.mm
             self.write_buffer = None
             if self._on_buffer_free is not None:
                 self._on_buffer_free(buffer)
@@ -198,9 +280,10 @@ class MappedFile:
         that recovery cannot find them after a restart either."""
         wrote = self.wrote_position
         if wrote > position:
-            self.write_target[position:wrote] = bytes(wrote - position)
+            target = self.write_buffer if self.write_buffer is not None else self.buf
+            target[position:wrote] = bytes(wrote - position)
         if self.write_buffer is not None and self._committed > position:
-            self.mm[position : self._committed] = bytes(self._committed - position)
+            self.buf[position : self._committed] = bytes(self._committed - position)
             self._committed = position
         self.wrote_position = position
         self.flushed_position = min(self.flushed_position, position)
@@ -214,7 +297,7 @@ class MappedFile:
         while start < self.size:
             stop = min(self.size, start - start % chunk + chunk)
             # a copy: numpy refuses to scan memory that another process may be writing meanwhile
-            nonzero = np.flatnonzero(np.frombuffer(self.mm[start:stop], dtype=np.uint8))
+            nonzero = np.flatnonzero(np.frombuffer(self.buf[start:stop].tobytes(), dtype=np.uint8))
             if not len(nonzero):
                 break
             end = start + int(nonzero[-1]) + 1
@@ -232,9 +315,10 @@ class MappedFile:
         end = min(self.size, pos - pos % chunk + chunk)
         while pos < self.size:
             n = end - pos
-            if self.mm[pos:end] == zeros[:n]:
+            buf = self.buf
+            if buf[pos:end] == zeros[:n]:
                 break
-            self.mm[pos:end] = zeros[:n]
+            buf[pos:end] = zeros[:n]
             pos, end = end, min(self.size, end + chunk)
 
     def warm(self) -> bool:
@@ -274,6 +358,8 @@ class MappedFile:
         if readable > self.flushed_position and not self.readonly:
             self.sync()
             self.flushed_position = readable
+            if readable >= self.size:
+                self._close_sync_fd()  # full and durable: no write or sync will need it again
         return self.flushed_position
 
     def sync(self) -> None:
@@ -282,13 +368,17 @@ class MappedFile:
         With ``keep_fd`` the descriptor stays open between syncs: opening and closing it each time
         costs two more trips through the GIL, which producer threads waiting on a group commit
         feel. (Set on commitlog segments only: a store can have thousands of queue files.)
+        Without it each sync opens its own descriptor: the flusher and a thread parking the file
+        (MapCache) may sync it at the same time, and neither may close the other's.
         """
-        fd = self._descriptor()
+        if self.keep_fd:
+            os.fdatasync(self._descriptor())
+            return
+        fd = open_store_file(self.path, writable=True)
         try:
             os.fdatasync(fd)
         finally:
-            if not self.keep_fd:
-                self._close_sync_fd()
+            os.close(fd)
 
     def _descriptor(self) -> int:
         fd = self._sync_fd
@@ -307,15 +397,23 @@ class MappedFile:
     # --- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
         """Unmap. If readers still hold views, the mapping lives until they drop them."""
-        self.available = False
-        self._close_sync_fd()
-        if self.write_buffer is not None and self._on_buffer_free is not None:
-            self._on_buffer_free(self.write_buffer)
-        self.write_buffer = None
-        self.write_target = self.mm
-        self.buf.release()
+        if self._cache is not None:
+            self._cache.discard(self)
+        with self._map_lock:
+            self.available = False
+            self._close_sync_fd()
+            if self.write_buffer is not None and self._on_buffer_free is not None:
+                self._on_buffer_free(self.write_buffer)
+            self.write_buffer = None
+            view = self.__dict__.get("buf")
+            mm = self.__dict__.get("mm")
+            self.buf = memoryview(b"")
+        if view is not None:
+            view.release()
+        if mm is None:
+            return
         try:
-            self.mm.close()
+            mm.close()
         except BufferError:
             log.debug("%s still has readers; it is unmapped when they finish", self.path)
 
@@ -335,12 +433,17 @@ class MappedFile:
         then the mapping waits for that view.
         """
         if self.available:
-            self.available = False
-            self._close_sync_fd()
-            self._shutdown_at = now_ms
-            self.buf = memoryview(b"")  # the old view dies with its last reader: no release() under them
+            if self._cache is not None:
+                self._cache.discard(self)
+            with self._map_lock:
+                self.available = False
+                self._close_sync_fd()
+                self._shutdown_at = now_ms
+                self.buf = memoryview(b"")  # the old view dies with its last reader: no release() under them
         try:
-            self.mm.close()
+            with self._map_lock:
+                if "mm" in self.__dict__:
+                    self.mm.close()
         except BufferError:
             if now_ms - self._shutdown_at < forcibly_after_ms:
                 return False

@@ -10,6 +10,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from rocketstore.errors import CorruptDataError
+from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, segment_files, segment_name
 
@@ -29,6 +30,9 @@ class MappedFileQueue:
 
     Thread safety: one writer appends and rolls; readers use ``files`` lock-free. The list is
     replaced, never mutated in place, so a reader always sees a consistent snapshot.
+
+    With a ``map_cache``, segments are mapped only while read or written (see MapCache): loading
+    maps none of them.
     """
 
     def __init__(
@@ -40,12 +44,16 @@ class MappedFileQueue:
         readonly: bool = False,
         keep_fds: bool = False,
         file_mode: int = DEFAULT_FILE_MODE,
+        map_cache: MapCache | None = None,
     ) -> None:
         self.directory = directory
         self.keep_fds = keep_fds  # see MappedFile.sync
         self.file_size = file_size
         self.readonly = readonly
-        self._allocate = allocator or functools.partial(MappedFile, create=True, mode=file_mode)
+        self.map_cache = map_cache
+        self._allocate = allocator or functools.partial(
+            MappedFile, create=True, mode=file_mode, cache=map_cache
+        )
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         # The writer appends segments and the cleaner removes them: each replaces the list under
@@ -54,7 +62,7 @@ class MappedFileQueue:
 
     # --- loading -------------------------------------------------------------------------
     def load(self) -> None:
-        """Map every segment in the directory, all marked fully written (recovery trims them)."""
+        """Open every segment in the directory, all marked fully written (recovery trims them)."""
         segments = segment_files(self.directory)
         for start, path in segments:
             if start % self.file_size or start > _MAX_OFFSET - self.file_size:
@@ -65,7 +73,7 @@ class MappedFileQueue:
                 )
         files = []
         for _, path in segments:
-            mf = MappedFile(path, self.file_size, readonly=self.readonly)
+            mf = MappedFile(path, self.file_size, readonly=self.readonly, cache=self.map_cache)
             mf.wrote_position = mf.flushed_position = self.file_size
             mf.keep_fd = self.keep_fds
             files.append(mf)

@@ -55,6 +55,7 @@ __all__ = [
     "segment_name",
     "store_dir_exists",
     "store_file_exists",
+    "store_file_size",
 ]
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,20 @@ def store_file_exists(path: Path) -> bool:
     if not stat.S_ISREG(mode):
         raise StorePathError(path, REGULAR_FILE, _kind(mode))
     return True
+
+
+def store_file_size(path: Path) -> int:
+    """The size of the regular file at ``path``, looked up without opening it (a link is not
+    followed). FileNotFoundError when nothing is there; StorePathError for anything else."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _refused(path, exc, "look up") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise StorePathError(path, REGULAR_FILE, _kind(st.st_mode))
+    return st.st_size
 
 
 def list_store_dir(directory: Path) -> list[StoreEntry]:
