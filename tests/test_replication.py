@@ -5,7 +5,12 @@ Every socket binds 127.0.0.1; every wait is bounded (``WAIT``) and polls, no ass
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -335,3 +340,120 @@ def test_config_names_and_checks() -> None:
         StoreConfig(commitlog_segment_size=65536, ha_start_offset=100)
     with pytest.raises(StoreConfigError, match="SYNC_MASTER needs ha_listen_port"):
         StoreConfig(broker_role="SYNC_MASTER")
+
+
+# --- SIGKILL of either side mid-stream (subprocess) ----------------------------------------------
+REPO = Path(__file__).resolve().parent.parent
+
+_SIDE = """
+import sys, threading, time
+from rocketstore import Message, MessageStore, StoreConfig
+role, root, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+base = StoreConfig(commitlog_segment_size=65536, consume_queue_entries=64, index_hash_slots=64,
+                   index_max_entries=256, ha_listen_host="127.0.0.1", ha_send_heartbeat_interval=100)
+if role == "master":
+    store = MessageStore.open(root, base.replace(ha_listen_port=port))
+    print("UP", flush=True)
+    i = 0
+    while True:
+        n = range(i, i + 20)
+        store.put_messages([Message("TopicA", b"m-%d-" % k * 30, queue_id=k % 3) for k in n])
+        i += 20
+        time.sleep(0.002)
+else:
+    slave = base.replace(broker_role="SLAVE", ha_master_address="127.0.0.1:%d" % port)
+    store = MessageStore.open(root, slave)
+    print("UP", flush=True)
+    while True:
+        print("AT", store.max_phy_offset(), flush=True)
+        time.sleep(0.05)
+"""
+
+
+def _spawn(role: str, root: Path, port: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SIDE, role, str(root), str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "UP"
+    return proc
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(WAIT)
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+def _free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return int(s.getsockname()[1])
+
+
+def _assert_prefix(slave: MessageStore, master: MessageStore) -> None:
+    end = slave.max_phy_offset()
+    assert 0 < end <= master.max_phy_offset()
+    assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("round_", range(2))
+def test_sigkill_of_the_slave_mid_stream(round_: int, tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "m", master_config()) as master:
+        stop = threading.Event()
+
+        def produce() -> None:
+            i = 0
+            while not stop.is_set():
+                put_some(master, 20, start=i)
+                i += 20
+                time.sleep(0.002)
+
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        try:
+            proc = _spawn("slave", tmp_path / "s", master.ha_port or 0)
+            assert proc.stdout is not None
+            target = (2 + round_) * SEG
+            for line in proc.stdout:  # bounded: the slave prints every 50 ms and the master grows
+                if line.startswith("AT") and int(line.split()[1]) > target:
+                    break
+            _kill(proc)
+        finally:
+            stop.set()
+            producer.join(WAIT)
+        assert (tmp_path / "s" / "abort").exists()
+        with MessageStore.open(tmp_path / "s", slave_config(master)) as slave:
+            _assert_prefix(slave, master)
+            wait_until(caught_up(master, slave), "the restarted slave to catch up")
+            end = master.max_phy_offset()
+            assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
+            assert slave.wait_dispatched(WAIT)
+            for qid in range(3):
+                assert slave.max_offset_in_queue("TopicA", qid) == master.max_offset_in_queue("TopicA", qid)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("round_", range(2))
+def test_sigkill_of_the_master_mid_stream(round_: int, tmp_path: Path) -> None:
+    port = _free_port()
+    proc = _spawn("master", tmp_path / "m", port)
+    config = BASE.replace(broker_role="SLAVE", ha_master_address=f"127.0.0.1:{port}")
+    with MessageStore.open(tmp_path / "s", config) as slave:
+        try:
+            wait_until(lambda: slave.max_phy_offset() > (2 + round_) * SEG, "the slave to receive data")
+        finally:
+            _kill(proc)
+        wait_until(lambda: slave_status(slave)["state"] != "connected", "the slave to see the link drop")
+        # the master comes back on the same port, recovered after its crash
+        with MessageStore.open(tmp_path / "m", BASE.replace(ha_listen_port=port)) as master:
+            _assert_prefix(slave, master)
+            wait_until(caught_up(master, slave), "the slave to catch up with the recovered master")
+            end = master.max_phy_offset()
+            assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
+            put_some(master, 50)
+            wait_until(caught_up(master, slave), "the slave to follow new puts")
