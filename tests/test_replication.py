@@ -457,3 +457,16 @@ def test_sigkill_of_the_master_mid_stream(round_: int, tmp_path: Path) -> None:
             assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
             put_some(master, 50)
             wait_until(caught_up(master, slave), "the slave to follow new puts")
+
+
+def test_cli_status_shows_the_replication_role(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_cli import jsonl, run
+
+    with MessageStore.open(tmp_path / "s", BASE) as store:
+        put_some(store, 5)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerRole=SLAVE\nhaMasterAddress=127.0.0.1:10912\n", encoding="utf-8")
+    code, out, err = run(capsys, "--config", str(conf), "status", str(tmp_path / "s"), "--json")
+    assert code == 0, err
+    (shown,) = jsonl(out)
+    assert shown["replication"] == {"role": "SLAVE", "max_offset": shown["commitLogMaxOffset"]}
