@@ -154,12 +154,15 @@ class SlaveConnection:
                     continue
                 if self._clock.monotonic() - self._last_write > heartbeat:
                     self._send(encode_header(self.sent_to, 0))
+                seen = master.data_generation  # before the read: a put after it is not missed
                 data = master.commitlog.read_raw(self.sent_to, batch)
                 if data:
-                    self._send(encode_header(self.sent_to, len(data)) + data)
-                    self.sent_to += len(data)
+                    offset = self.sent_to
+                    # moved before the send: the slave may ack these bytes before sendall returns
+                    self.sent_to = offset + len(data)
+                    self._send(encode_header(offset, len(data)) + data)
                     continue
-                master.wait_for_data(_POLL)
+                master.wait_for_data(seen, _POLL)
         except OSError as exc:
             self.close(f"write failed: {exc}")
 
@@ -195,6 +198,7 @@ class HAMaster:
         self.acked = 0
         self._acked_changed = threading.Condition()
         self._data = threading.Condition()
+        self.data_generation = 0  # moves on every wake-up of the writers
         self._lock = threading.Lock()
         self._connections: list[SlaveConnection] = []
         self.problems: list[dict[str, object]] = []
@@ -264,6 +268,7 @@ class HAMaster:
     def wait_acked(self, end: int, timeout: float) -> bool:
         """Wake the writers and block until some slave acked ``end`` (True) or ``timeout`` s pass."""
         with self._data:
+            self.data_generation += 1
             self._data.notify_all()
         with self._acked_changed:
             return (
@@ -271,10 +276,12 @@ class HAMaster:
                 and self.acked >= end
             )
 
-    def wait_for_data(self, timeout: float) -> None:
-        """A writer with nothing to send sleeps here; a SYNC_MASTER put wakes it at once."""
+    def wait_for_data(self, seen: int, timeout: float) -> None:
+        """A writer that found nothing to send when the generation was ``seen`` sleeps here; a
+        SYNC_MASTER put wakes it at once (and one that came in between is not slept through)."""
         with self._data:
-            self._data.wait(timeout)
+            if self.data_generation == seen:
+                self._data.wait(timeout)
 
     def status(self) -> dict[str, object]:
         with self._lock:
