@@ -120,6 +120,7 @@ def test_async_master_and_slave_replicate(tmp_path: Path) -> None:
             wait_until(lambda: master_status(master)["acked_offset"] == end, "the master to see the ack")
             status = slave_status(slave)
             assert status["state"] == "connected" and status["slave_offset"] == end
+            assert status["connects"] == 1 and master_status(master)["problems"] == []  # one clean link
             (conn,) = master_status(master)["slaves"]  # type: ignore[misc]
             assert conn["acked_offset"] == end and conn["behind_bytes"] == 0
 
