@@ -165,6 +165,10 @@ class SlaveConnection:
                 master.wait_for_data(seen, _POLL)
         except OSError as exc:
             self.close(f"write failed: {exc}")
+        except Exception as exc:  # a store error reading the log: this slave cannot be served
+            log.exception("HA: serving slave %s failed", self.address)
+            self._master.record_problem(self.address, "read_failed", f"{type(exc).__name__}: {exc}")
+            self.close(f"reading the log failed: {exc}")
 
     def _send(self, data: bytes) -> None:
         self._last_write = self._clock.monotonic()  # before: whoever sees the frame sees the time

@@ -41,7 +41,8 @@ class HASlave:
     """Connects to ``config.ha_master_address``, reports this log's end, appends what arrives.
 
     States (``status()["state"]``): connecting, connected, disconnected (retrying after a
-    delay), stopped, ahead_of_master / master_cannot_serve (stopped for good, see ``problem``).
+    delay), stopped, and stopped for good (see ``problem``): ahead_of_master,
+    master_cannot_serve, failed (a store error while appending).
     Thread safety: one thread runs the loop and alone writes to the commitlog.
     """
 
@@ -89,6 +90,10 @@ class HASlave:
                 return
             except (OSError, ValueError) as exc:
                 self._disconnected(str(exc))
+            except Exception as exc:  # a store error: replicating on could only make it worse
+                self.state, self.problem = "failed", f"{type(exc).__name__}: {exc}"
+                log.exception("HA: replication from %s failed and stopped", self._address_text)
+                return
             finally:
                 sock.close()
             self._stopping.wait(min(_RECONNECT_DELAY, retry))
