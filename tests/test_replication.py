@@ -104,7 +104,7 @@ def test_async_master_and_slave_replicate(tmp_path: Path) -> None:
             # an empty rocketstore slave gets the whole log, not only the last segment (#3661)
             assert slave.min_phy_offset() == 0
             assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
-            assert slave.wait_dispatched(WAIT)
+            assert slave.wait_dispatched(WAIT) and master.wait_dispatched(WAIT)
             for topic, qid in (("TopicA", 0), ("TopicA", 2), ("TopicB", 1)):
                 assert slave.max_offset_in_queue(topic, qid) == master.max_offset_in_queue(topic, qid)
             got = slave.get_message("g", "TopicA", 1, 100, max_msgs=1).messages[0]
@@ -234,7 +234,7 @@ def test_restarted_slave_resumes_from_its_end(tmp_path: Path) -> None:
             assert conn["request_offset"] == first_end
             end = master.max_phy_offset()
             assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
-            assert slave.wait_dispatched(WAIT)
+            assert slave.wait_dispatched(WAIT) and master.wait_dispatched(WAIT)
             assert slave.max_offset_in_queue("TopicA", 0) == master.max_offset_in_queue("TopicA", 0)
 
 
@@ -433,7 +433,7 @@ def test_sigkill_of_the_slave_mid_stream(round_: int, tmp_path: Path) -> None:
             wait_until(caught_up(master, slave), "the restarted slave to catch up")
             end = master.max_phy_offset()
             assert log_bytes(slave, 0, end) == log_bytes(master, 0, end)
-            assert slave.wait_dispatched(WAIT)
+            assert slave.wait_dispatched(WAIT) and master.wait_dispatched(WAIT)
             for qid in range(3):
                 assert slave.max_offset_in_queue("TopicA", qid) == master.max_offset_in_queue("TopicA", qid)
 
@@ -471,3 +471,40 @@ def test_cli_status_shows_the_replication_role(tmp_path: Path, capsys: pytest.Ca
     assert code == 0, err
     (shown,) = jsonl(out)
     assert shown["replication"] == {"role": "SLAVE", "max_offset": shown["commitLogMaxOffset"]}
+
+
+def test_empty_slave_starts_where_ha_start_offset_says(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "m", master_config()) as master:
+        put_some(master, 1000)
+        assert master.max_phy_offset() > 3 * SEG
+        config = slave_config(master, ha_start_offset=2 * SEG)
+        with MessageStore.open(tmp_path / "s", config) as slave:
+            wait_until(caught_up(master, slave), "the slave to catch up")
+            end = master.max_phy_offset()
+            assert slave.min_phy_offset() == 2 * SEG
+            assert log_bytes(slave, 2 * SEG, end) == log_bytes(master, 2 * SEG, end)
+            assert slave.wait_dispatched(WAIT) and master.wait_dispatched(WAIT)
+            # the queues start at the first replicated message of each
+            first = slave.min_offset_in_queue("TopicA", 0)
+            assert (
+                0 < first < slave.max_offset_in_queue("TopicA", 0) == master.max_offset_in_queue("TopicA", 0)
+            )
+            got = slave.get_message("g", "TopicA", 0, first, max_msgs=1).messages[0]
+            assert got.physical_offset >= 2 * SEG
+            want = master.get_message("g", "TopicA", 0, first, max_msgs=1).messages[0]
+            assert (got.msg_id, got.body) == (want.msg_id, want.body)
+
+
+def test_slave_behind_a_reclaimed_master_stops_and_says_why(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "m", master_config(file_reserved_time=0)) as master:
+        with MessageStore.open(tmp_path / "s", slave_config(master)) as slave:
+            put_some(master, 50)
+            wait_until(caught_up(master, slave), "the slave to catch up")
+        put_some(master, 1000, start=50)
+        master.reclaim()
+        assert master.min_phy_offset() > SEG  # the slave's end is gone from the master
+        with MessageStore.open(tmp_path / "s", slave_config(master)) as slave:
+            wait_until(lambda: slave_status(slave)["state"] == "master_cannot_serve", "the slave to stop")
+            assert "re-seed" in str(slave_status(slave)["problem"])
+            (problem,) = master_status(master)["problems"]  # type: ignore[misc]
+            assert problem["problem"] == "request_below_min"
