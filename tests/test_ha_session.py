@@ -11,6 +11,7 @@ frames, byte for byte.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import socket
 import threading
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from rocketstore import ManualClock, MessageStore, StoreConfig
+from rocketstore.codec.commitlog_scan import message_starts
 from rocketstore.ha.frames import HEADER_SIZE, FrameReader, encode_header, encode_report, last_report
 from tests.conftest import FIXTURES, copy_fixture
 from tests.test_rocketmq_fixtures import _fields, java_host
@@ -325,3 +327,20 @@ def test_only_the_last_complete_report_of_a_read_counts() -> None:
     assert last_report(buf) == 9
     assert buf == bytearray(b"\x00\x00")
     assert last_report(buf) is None
+
+
+def test_slave_dispatches_across_frames_cut_anywhere(tmp_path: Path) -> None:
+    """Frames may cut records and BLANK markers anywhere (RocketMQ cuts at 32 KiB): one ending
+    inside the BLANK of segment 131072, one inside a record, must still dispatch every message."""
+    segment = (SESSION / "master-store" / "commitlog" / f"{131072:020d}").read_bytes()
+    blank_at = 131072 + message_starts(segment, 0, SEG)[1]
+    cuts = [131072, 140000, blank_at + 8, 196608, 199000, 201820]  # + 8: size and magic in
+    frames = [(a, master_log_bytes(a, b - a)) for a, b in itertools.pairwise(cuts)]
+    master = FakeMaster(frames)
+    config = GEOMETRY.replace(broker_role="SLAVE", ha_master_address=f"127.0.0.1:{master.port}")
+    with MessageStore.open(tmp_path / "s", config) as store:
+        assert master.done.wait(WAIT) and master.error is None, master.error
+        assert store.wait_dispatched(WAIT)
+        for q in expected("queue"):
+            got = store.max_offset_in_queue(q["topic"], q["queueId"])
+            assert got == q["maxOffset"], q

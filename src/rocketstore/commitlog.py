@@ -327,7 +327,11 @@ class CommitLog:
             mf.wrote_position += len(data)
             parsed = self._replica_parsed_to if self._replica_parsed_to is not None else offset
             while parsed < self.max_offset:
-                requests, reached = self.catch_up(parsed, self.max_offset, _every_record)
+                # up to the segment's end, not the data's: a BLANK whose tail is still to come
+                # moves parsing past the segment (catch_up reads only the bytes received)
+                requests, reached = self.catch_up(
+                    parsed, self.files.next_segment_start(parsed), _every_record
+                )
                 if requests:
                     self._pending.extend(requests)
                     mf.last_store_timestamp = max(mf.last_store_timestamp, requests[-1].store_timestamp)
