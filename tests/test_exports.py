@@ -5,6 +5,7 @@ from __future__ import annotations
 import rocketstore
 
 PUBLIC = {
+    "BrokerRole",
     "Clock",
     "CorruptDataError",
     "DataLossError",

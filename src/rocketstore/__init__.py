@@ -3,7 +3,7 @@
 from rocketstore.cleanup import ReclaimReport
 from rocketstore.clock import Clock, ManualClock, SystemClock
 from rocketstore.codec.config_json import TopicConfig
-from rocketstore.config import FlushDiskType, StoreConfig
+from rocketstore.config import BrokerRole, FlushDiskType, StoreConfig
 from rocketstore.errors import (
     CorruptDataError,
     DataLossError,
@@ -30,6 +30,7 @@ from rocketstore.results import (
 from rocketstore.store import MessageStore
 
 __all__ = [
+    "BrokerRole",
     "Clock",
     "CorruptDataError",
     "DataLossError",

@@ -155,6 +155,7 @@ class CommitLog:
         self.id_prefix = (addr + port.to_bytes(4, "big")).hex().upper()
         self.begin_time_in_lock = 0.0  # monotonic time the current append took the lock, 0 when idle
         self._appending = _AppendScope(self)
+        self._replica_parsed_to: int | None = None  # append_raw: where the next unparsed record starts
 
     # --- geometry ------------------------------------------------------------------------
     @property
@@ -301,6 +302,63 @@ class CommitLog:
                 _request((phys, length, p.topic, p.queue_id, qo, code, now, p.sys_flag, p.keys, p.uniq_key))
             )
         return _result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, self.id_prefix))
+
+    def append_raw(self, offset: int, data: bytes) -> None:
+        """A replica's append: ``data``, bytes of its master's log from ``offset``, at the end of
+        this log (the first segment of an empty log is created at ``offset``, which must then be a
+        segment boundary). The records completed by ``data`` are queued for the dispatcher; one
+        cut by the end of ``data`` waits for the rest. Raises ValueError when ``offset`` does not
+        continue the log or ``data`` does not fit in the segment (the master's segments are of
+        another size); nothing is written then."""
+        with self._appending:
+            last = self.files.last
+            if last is None:
+                if offset % self.files.file_size:
+                    raise ValueError(
+                        f"the first bytes of an empty replica must start a segment; offset {offset} "
+                        f"is not a multiple of commitlog_segment_size {self.files.file_size}"
+                    )
+                self._replica_parsed_to = offset
+            elif offset != self.max_offset:
+                raise ValueError(f"bytes from offset {offset} do not continue the log at {self.max_offset}")
+            mf = self.files.last_for_append(offset)
+            if len(data) > mf.size - mf.wrote_position:
+                raise ValueError(
+                    f"{len(data)} bytes from offset {offset} do not fit in segment {mf.path.name} "
+                    f"({mf.size - mf.wrote_position} bytes left): do both stores use the same "
+                    f"commitlog_segment_size?"
+                )
+            if not data:
+                return
+            mf.write_at(mf.wrote_position, data)
+            mf.wrote_position += len(data)
+            parsed = self._replica_parsed_to if self._replica_parsed_to is not None else offset
+            while parsed < self.max_offset:
+                # up to the segment's end, not the data's: a BLANK whose tail is still to come
+                # moves parsing past the segment (catch_up reads only the bytes received)
+                requests, reached = self.catch_up(
+                    parsed, self.files.next_segment_start(parsed), _every_record
+                )
+                if requests:
+                    self._pending.extend(requests)
+                    mf.last_store_timestamp = max(mf.last_store_timestamp, requests[-1].store_timestamp)
+                if reached <= parsed:
+                    break  # a record cut by the end of data: the next bytes complete it
+                parsed = reached
+            self._replica_parsed_to = parsed
+
+    def read_raw(self, offset: int, limit: int) -> bytes:
+        """At most ``limit`` readable bytes from ``offset`` up to the end of its segment's data
+        (what a master ships to a replica; empty when there is nothing there)."""
+        mf = self.files.find(offset)
+        if mf is None:
+            return b""
+        buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
+        if not mf.available:
+            return b""
+        pos = offset - mf.from_offset
+        end = min(mf.read_position, pos + limit)
+        return bytes(buf[pos:end]) if end > pos else b""
 
     def _stamp(self) -> int:
         now = self._clock.now_ms()

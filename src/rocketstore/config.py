@@ -30,7 +30,7 @@ from typing import Any
 from rocketstore.errors import StoreConfigError
 from rocketstore.rocketmq_keys import BROKER_KEYS, OLD_SPELLINGS, STORE_KEYS
 
-__all__ = ["DEFAULT_DELAY_LEVELS", "FlushDiskType", "StoreConfig"]
+__all__ = ["DEFAULT_DELAY_LEVELS", "BrokerRole", "FlushDiskType", "StoreConfig"]
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -39,6 +39,14 @@ _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 class FlushDiskType(str, enum.Enum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
+
+
+class BrokerRole(str, enum.Enum):
+    """RocketMQ's brokerRole: a master serves replicas; SYNC_MASTER puts wait for one's ack."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,21 @@ class StoreConfig:
     # --- where ------------------------------------------------------------------------------
     # RocketMQ's storePathRootDir: the store directory MessageStore.open uses when given no path
     store_path_root_dir: str | None = None
+    # --- replication (docs/replication.md) --------------------------------------------------
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    ha_listen_port: int | None = None  # None: no HA server; 0: any free port (see store.ha_port)
+    # the HA server's bind address: loopback unless told otherwise (it serves the whole commitlog to
+    # whoever connects); "" or "0.0.0.0" binds every interface, as RocketMQ does
+    ha_listen_host: str = "127.0.0.1"
+    ha_master_address: str | None = None  # a SLAVE's "host:port" of its master's HA port
+    ha_send_heartbeat_interval: int = 5_000
+    ha_housekeeping_interval: int = 20_000
+    ha_transfer_batch_size: int = 32_768
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    slave_timeout: int = 3_000
+    # where an empty slave asks to start (a segment boundary); None: like RocketMQ, the
+    # master's choice (its last segment from a RocketMQ master, its whole log from rocketstore)
+    ha_start_offset: int | None = None
     # derived, not settable
     delay_levels_ms: tuple[int, ...] = field(init=False, repr=False, compare=False)
     # set by from_file / from_mapping: each RocketMQ setting of the file the store does not use,
@@ -124,6 +147,13 @@ class StoreConfig:
             except ValueError:
                 raise StoreConfigError(
                     f"flush_disk_type must be ASYNC_FLUSH or SYNC_FLUSH, not {self.flush_disk_type!r}"
+                ) from None
+        if not isinstance(self.broker_role, BrokerRole):
+            try:
+                object.__setattr__(self, "broker_role", BrokerRole(str(self.broker_role).upper()))
+            except ValueError:
+                raise StoreConfigError(
+                    f"broker_role must be ASYNC_MASTER, SYNC_MASTER or SLAVE, not {self.broker_role!r}"
                 ) from None
         for f in dataclasses.fields(self):
             if not f.init:
@@ -176,6 +206,7 @@ class StoreConfig:
             "(RocketMQ ignores the pool under SYNC_FLUSH)",
         )
         _require(self.transient_store_pool_size >= 1, "transient_store_pool_size must be at least 1")
+        self._check_replication()
         from rocketstore.codec.host import parse_host  # local: codec imports errors only
 
         try:
@@ -187,6 +218,45 @@ class StoreConfig:
             _require(
                 hour.strip().isascii() and hour.strip().isdigit() and 0 <= int(hour) <= 23,
                 f"delete_when must be ';'-separated hours 0-23, not {self.delete_when!r}",
+            )
+
+    def _check_replication(self) -> None:
+        for name in ("ha_listen_port", "ha_start_offset"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise StoreConfigError(f"{name} must be an integer or unset, not {value!r}")
+        port = self.ha_listen_port
+        _require(port is None or 0 <= port <= 65535, f"ha_listen_port must be in 0..65535, not {port}")
+        for name in (
+            "ha_send_heartbeat_interval",
+            "ha_housekeeping_interval",
+            "ha_transfer_batch_size",
+            "ha_slave_fallbehind_max",
+            "slave_timeout",
+        ):
+            _require(getattr(self, name) > 0, f"{name} must be positive")
+        _require(
+            self.ha_transfer_batch_size <= 4 * 1024 * 1024 - 12,
+            "ha_transfer_batch_size must be at most 4 MiB - 12 (a RocketMQ slave's read buffer)",
+        )
+        start = self.ha_start_offset
+        _require(
+            start is None or (start >= 0 and start % self.commitlog_segment_size == 0),
+            f"ha_start_offset must be a commitlog segment boundary, not {start}",
+        )
+        _require(
+            self.broker_role is not BrokerRole.SYNC_MASTER or port is not None,
+            "a SYNC_MASTER needs ha_listen_port (0: any free port) for its slaves to connect to",
+        )
+        if self.broker_role is BrokerRole.SLAVE:
+            address = self.ha_master_address
+            _require(
+                isinstance(address, str) and address.rpartition(":")[2].isdigit(),
+                f"a SLAVE needs ha_master_address as 'host:port', not {address!r}",
+            )
+            _require(
+                not self.transient_store_pool_enable,
+                "a SLAVE appends its master's bytes directly: transient_store_pool_enable must be off",
             )
 
     @property
@@ -310,6 +380,8 @@ def _require(condition: bool, message: str) -> None:
 def _coerce(name: str, type_name: Any, value: Any) -> Any:
     if not isinstance(value, str):
         return value
+    if type_name == "int | None":
+        type_name = "int"
     if type_name in ("int", int):
         try:
             return int(value)
@@ -399,4 +471,12 @@ _ROCKETMQ_NAMES: dict[str, tuple[str, Any]] = {
     "maxTransferCountOnMessageInMemory": ("max_transfer_count_on_message_in_memory", int),
     "messageDelayLevel": ("message_delay_level", str),
     "storePathRootDir": ("store_path_root_dir", str),
+    "brokerRole": ("broker_role", str),
+    "haListenPort": ("ha_listen_port", int),
+    "haMasterAddress": ("ha_master_address", str),
+    "haSendHeartbeatInterval": ("ha_send_heartbeat_interval", int),
+    "haHousekeepingInterval": ("ha_housekeeping_interval", int),
+    "haTransferBatchSize": ("ha_transfer_batch_size", int),
+    "haSlaveFallbehindMax": ("ha_slave_fallbehind_max", int),
+    "slaveTimeout": ("slave_timeout", int),
 }

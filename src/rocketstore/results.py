@@ -39,6 +39,10 @@ class PutStatus(enum.Enum):
     # the disk is above disk_warning_ratio: no put is taken until reclamation frees space
     # (RocketMQ answers SERVICE_NOT_AVAILABLE and says why only in its log)
     DISK_FULL = "DISK_FULL"
+    # SYNC_MASTER: stored here, but no slave acknowledged it within slave_timeout
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    # SYNC_MASTER: stored here, but no slave is connected, or the best is too far behind
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 

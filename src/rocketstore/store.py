@@ -22,7 +22,7 @@ from rocketstore.codec.java_hash import tags_code
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.commitlog import CommitLog
-from rocketstore.config import FlushDiskType, StoreConfig
+from rocketstore.config import BrokerRole, FlushDiskType, StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.dispatch import DispatchService
 from rocketstore.errors import (
@@ -41,6 +41,8 @@ from rocketstore.flush import (
 )
 from rocketstore.follow import DispatchEvents, FollowedQueues, SignalWriter, StoreFollower, WriterEvents
 from rocketstore.geometry import fit_geometry
+from rocketstore.ha.master import HAMaster
+from rocketstore.ha.slave import HASlave
 from rocketstore.index import IndexService
 from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageExt
 from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
@@ -198,6 +200,10 @@ class MessageStore:
         self._delayed_delivery = delayed_delivery
         self.recovery: RecoveryReport | None = None
         self.abnormal_shutdown_detected = False
+        self._ha_master: HAMaster | None = None
+        self._ha_slave: HASlave | None = None
+        self._is_slave = config.broker_role is BrokerRole.SLAVE and not readonly
+        self._sync_master = config.broker_role is BrokerRole.SYNC_MASTER
 
     # --- lifecycle -----------------------------------------------------------------------
     @classmethod
@@ -322,7 +328,8 @@ class MessageStore:
         # stopped in this order at close: each final round leaves nothing for the ones before it
         # (the scheduler's last deliveries are puts: the writing services stop after it)
         self._services = [
-            *([scheduler] if self._delayed_delivery else []),
+            # a slave gets its master's deliveries; a tool opened without delayed delivery none
+            *([scheduler] if self._delayed_delivery and not self._is_slave else []),
             self._cleaner,
             self._stats,
             self._allocator,
@@ -344,6 +351,16 @@ class MessageStore:
         ]
         for service in self._services:
             service.start()
+        self._start_replication()
+
+    def _start_replication(self) -> None:
+        config = self.config
+        if config.ha_listen_port is not None:
+            self._ha_master = HAMaster(self._commitlog, config, self._clock, host=config.ha_listen_host)
+            self._ha_master.start()
+        if self._is_slave:
+            self._ha_slave = HASlave(self._commitlog, config, self._clock)
+            self._ha_slave.start()
 
     def _service_failed(self, service: BackgroundService, exc: BaseException) -> None:
         log.error("store service %s failed (%s); the store refuses writes from now on", service.name, exc)
@@ -358,6 +375,12 @@ class MessageStore:
     def _shutdown(self, *, clean: bool) -> None:
         self._closed = True
         errors: list[BaseException] = []
+        for ha in (self._ha_slave, self._ha_master):  # first: nothing is appended after this
+            if ha is not None:
+                try:
+                    ha.stop()
+                except BaseException as exc:
+                    errors.append(exc)
         for service in self._services:  # in start order: see _start
             try:
                 service.stop()
@@ -663,6 +686,7 @@ class MessageStore:
         if not (
             self._failure is not None
             or self._closed
+            or self._is_slave
             or self._commitlog.begin_time_in_lock
             or (self._cleaner is not None and self._cleaner.disk_full)
         ):
@@ -684,16 +708,42 @@ class MessageStore:
     def _needs_flush_wait(self, msgs: Sequence[Message]) -> bool:
         """Whether ``_make_durable`` has anything to do for ``msgs`` (SYNC_FLUSH waits unless
         every message says WAIT=false; ASYNC_FLUSH may have a service to wake)."""
-        if self._group_commit is None:
+        if self._group_commit is None and not self._sync_master:
             return self._durability_work
         return not all(m.properties and m.properties.get(PROPERTY_WAIT) == "false" for m in msgs)
 
     @property
     def _durability_work(self) -> bool:
         """Whether a put has a flush to wait for or a service to wake (see ``_make_durable``)."""
-        return self._group_commit is not None or self._committer is not None or self._wake_flusher
+        return (
+            self._group_commit is not None
+            or self._committer is not None
+            or self._wake_flusher
+            or self._sync_master
+        )
 
     def _make_durable(self, end: int) -> PutStatus:
+        """The flush step (``_flush_step``), then for a SYNC_MASTER the replica's ack."""
+        status = self._flush_step(end)
+        if status is _PUT_OK and self._sync_master:
+            return self._replicated(end)
+        return status
+
+    def _replicated(self, end: int) -> PutStatus:
+        """SYNC_MASTER: SLAVE_NOT_AVAILABLE at once without a slave near enough; else wait up to
+        slave_timeout for a slave to ack ``end`` (bytes in its page cache, as RocketMQ)."""
+        ha = self._ha_master
+        if ha is None or not ha.slave_ok(end):
+            log.warning("SYNC_MASTER: no slave connected within ha_slave_fallbehind_max of offset %d", end)
+            return PutStatus.SLAVE_NOT_AVAILABLE
+        if ha.wait_acked(end, self.config.slave_timeout / 1000):
+            return _PUT_OK
+        log.warning(
+            "SYNC_MASTER: no slave acknowledged offset %d within %d ms", end, self.config.slave_timeout
+        )
+        return PutStatus.FLUSH_SLAVE_TIMEOUT
+
+    def _flush_step(self, end: int) -> PutStatus:
         """SYNC_FLUSH: wait for the group commit to reach ``end``; FLUSH_DISK_TIMEOUT if it
         does not in time. ASYNC_FLUSH: wake the committer (transient pool) or, unless flushes
         are timed, the flusher, once enough pages wait."""
@@ -738,7 +788,30 @@ class MessageStore:
             return "the store is closed"
         if self._failure is not None:
             return f"a store service failed: {self._failure}"
+        if self._is_slave:
+            return "this store is a SLAVE: it takes its master's bytes only"
         return None
+
+    # --- replication -------------------------------------------------------------------------
+    @property
+    def ha_port(self) -> int | None:
+        """The port the HA server listens on (None without one)."""
+        return self._ha_master.port if self._ha_master is not None else None
+
+    def ha_status(self) -> dict[str, object]:
+        """Replication state: role; for a master its listener, every slave (offsets sent and
+        acked, bytes behind, last contact) and recent refusals; for a slave its link, the master's
+        and its own offsets, bytes behind and last contact. See docs/replication.md."""
+        self._check_open()
+        status: dict[str, object] = {
+            "role": self.config.broker_role.value,
+            "max_offset": self._commitlog.max_offset,
+        }
+        if self._ha_master is not None:
+            status["master"] = self._ha_master.status()
+        if self._ha_slave is not None:
+            status["slave"] = self._ha_slave.status()
+        return status
 
     # --- dispatch progress ---------------------------------------------------------------
     def wait_dispatched(self, timeout: float | None = None) -> bool:

@@ -251,6 +251,8 @@ def status(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
             "delayed_pending": info["delayedPending"],
             "recovery_would_cut_bytes": rec.bytes_cut if rec else 0,
             "damage": rec.damage if rec else None,
+            # the role from --config; the live link state is in the process that runs the store
+            "replication": store.ha_status(),
         }
     out.detail(f"store {store_dir}", fields)
 

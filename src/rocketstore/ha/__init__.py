@@ -1,0 +1,1 @@
+"""Replication over RocketMQ 4.9's HA protocol: ``frames`` (the wire format), ``master``, ``slave``."""

@@ -1,0 +1,193 @@
+"""The slave side of replication: one connection to the master, bytes appended as they come.
+
+RocketMQ 4.9's HAClient, wire-compatible (see ``frames``), with its bugs left out: the link is
+dropped after ``ha_housekeeping_interval`` with nothing read (4.9 measures from its own last
+report and never notices a silent master); every wait is bounded and a broken link is retried
+after a delay, never in a tight loop (#2476); a master that answers with an offset below this
+log's end (this slave is ahead of it) or above it (it cannot serve this offset) stops the
+replication with the reason in ``status()`` instead of diverging or idling (#3388).
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import threading
+
+from rocketstore.clock import Clock
+from rocketstore.commitlog import CommitLog
+from rocketstore.config import StoreConfig
+from rocketstore.ha.frames import FrameReader, encode_report
+
+__all__ = ["HASlave"]
+
+log = logging.getLogger(__name__)
+
+_READ_WAIT = 0.1  # s: the select bound; then reports, housekeeping and stopping are checked
+_CONNECT_TIMEOUT = 5.0  # s, as RocketMQ's slave
+_RECONNECT_DELAY = 1.0  # s: at most this long after a dropped link (RocketMQ: at once)
+
+
+class _Stop(Exception):
+    """The master and this slave disagree on where the log stands: replication must not go on."""
+
+    def __init__(self, state: str, detail: str) -> None:
+        super().__init__(detail)
+        self.state = state
+
+
+class HASlave:
+    """Connects to ``config.ha_master_address``, reports this log's end, appends what arrives.
+
+    States (``status()["state"]``): connecting, connected, disconnected (retrying after a
+    delay), stopped, and stopped for good (see ``problem``): ahead_of_master,
+    master_cannot_serve, failed (a store error while appending).
+    Thread safety: one thread runs the loop and alone writes to the commitlog.
+    """
+
+    def __init__(self, commitlog: CommitLog, config: StoreConfig, clock: Clock) -> None:
+        self._commitlog = commitlog
+        self._config = config
+        self._clock = clock
+        address = config.ha_master_address
+        assert address is not None
+        host, _, port = address.rpartition(":")
+        self.master_address = (host.strip("[]"), int(port))
+        self.state = "connecting"
+        self.problem: str | None = None
+        self.master_offset: int | None = None  # the master's position as its frames tell it
+        self.last_read: float | None = None
+        self.connects = 0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rocketstore-ha-slave", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise RuntimeError(f"the HA slave did not stop within {timeout} s")
+
+    def _run(self) -> None:
+        retry = min(_CONNECT_TIMEOUT, self._config.ha_send_heartbeat_interval / 1000)
+        while not self._stopping.is_set():
+            self.state = "connecting"
+            try:
+                sock = socket.create_connection(self.master_address, timeout=_CONNECT_TIMEOUT)
+            except OSError as exc:
+                self._disconnected(f"cannot connect to {self._address_text}: {exc}")
+                self._stopping.wait(retry)
+                continue
+            self.connects += 1
+            try:
+                self._session(sock)
+            except _Stop as stop:
+                self.state, self.problem = stop.state, str(stop)
+                log.error("HA: replication from %s stopped: %s", self._address_text, stop)
+                return
+            except (OSError, ValueError) as exc:
+                self._disconnected(str(exc))
+            except Exception as exc:  # a store error: replicating on could only make it worse
+                self.state, self.problem = "failed", f"{type(exc).__name__}: {exc}"
+                log.exception("HA: replication from %s failed and stopped", self._address_text)
+                return
+            finally:
+                sock.close()
+            self._stopping.wait(min(_RECONNECT_DELAY, retry))
+        self.state = "stopped"
+
+    @property
+    def _address_text(self) -> str:
+        return f"{self.master_address[0]}:{self.master_address[1]}"
+
+    def _disconnected(self, reason: str) -> None:
+        if not self._stopping.is_set():
+            log.warning("HA: link to master %s down (%s); reconnecting", self._address_text, reason)
+            self.problem = reason
+        self.state = "disconnected"
+
+    def _session(self, sock: socket.socket) -> None:
+        """One connection, until it breaks, goes silent or the slave stops."""
+        config, clock, commitlog = self._config, self._clock, self._commitlog
+        interval = config.ha_send_heartbeat_interval / 1000
+        housekeeping = config.ha_housekeeping_interval / 1000
+        reader = FrameReader()
+        reported = commitlog.max_offset
+        start = reported if reported else (config.ha_start_offset or 0)
+        sock.settimeout(_CONNECT_TIMEOUT)
+        sock.sendall(encode_report(start))
+        last_report = self.last_read = clock.monotonic()
+        self.state, self.problem = "connected", None
+        log.info("HA: connected to master %s, asking for offset %d", self._address_text, start)
+        while not self._stopping.is_set():
+            ready, _, _ = select.select([sock], [], [], _READ_WAIT)
+            now = clock.monotonic()
+            if ready:
+                data = sock.recv(1 << 20)
+                if not data:
+                    raise ConnectionError("the master closed the connection")
+                self.last_read = now
+                reader.feed(data)
+                while reader.header is not None:
+                    self._check_header(reader.header[0])
+                    frame = reader.take()
+                    if frame is None:
+                        break
+                    offset, body = frame
+                    commitlog.append_raw(offset, body)
+                    self.master_offset = offset + len(body)
+                    if commitlog.max_offset > reported:  # as RocketMQ: a report per frame that adds
+                        reported, last_report = self._report(sock, commitlog.max_offset)
+            elif now - self.last_read > housekeeping:
+                raise ConnectionError(f"nothing heard from the master for {housekeeping * 1000:.0f} ms")
+            if now - last_report >= interval:
+                reported, last_report = self._report(sock, commitlog.max_offset)
+
+    def _report(self, sock: socket.socket, offset: int) -> tuple[int, float]:
+        sock.sendall(encode_report(offset))
+        return offset, self._clock.monotonic()
+
+    def _check_header(self, offset: int) -> None:
+        """Before a body is read: the frame must continue this log (RocketMQ's check, which
+        applies to heartbeats too); an empty log takes a segment boundary."""
+        mine = self._commitlog.max_offset
+        if mine == 0:
+            wanted = self._config.ha_start_offset
+            if offset % self._config.commitlog_segment_size or (wanted is not None and offset != wanted):
+                raise _Stop(
+                    "master_cannot_serve",
+                    f"the master offers offset {offset} to an empty slave that wants "
+                    + (f"offset {wanted}" if wanted is not None else "a segment boundary")
+                    + f" (commitlog_segment_size {self._config.commitlog_segment_size})",
+                )
+            return
+        if offset < mine:
+            raise _Stop(
+                "ahead_of_master",
+                f"this slave's log ends at {mine} but its master's at {offset}: the slave holds bytes "
+                "the master does not have (failover or a wiped master); it will not diverge further",
+            )
+        if offset > mine:
+            raise _Stop(
+                "master_cannot_serve",
+                f"the master cannot serve offset {mine}: it offers {offset} (its log no longer holds "
+                "the bytes this slave lacks); re-seed the slave",
+            )
+
+    def status(self) -> dict[str, object]:
+        local = self._commitlog.max_offset
+        master = self.master_offset
+        last = self.last_read
+        return {
+            "state": self.state,
+            "master_address": self._address_text,
+            "master_offset": master,
+            "slave_offset": local,
+            "behind_bytes": max(0, master - local) if master is not None else None,
+            "last_contact_ms": round((self._clock.monotonic() - last) * 1000) if last is not None else None,
+            "problem": self.problem,
+            "connects": self.connects,
+        }
