@@ -255,3 +255,23 @@ def test_kafka_options_through_spark(spark: SparkSession) -> None:
         assert {h.key: bytes(h.value).decode() for h in r.headers} == props == r.properties
     with pytest.raises(Exception, match=r"kafka\.bootstrap\.servers"):
         spark.read.format("rocketstore").option("kafka.bootstrap.servers", "x").load(STORE).count()
+
+
+def test_the_session_says_what_to_set_when_workers_cannot_import_the_source(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sys
+
+    from rocketstore.spark import check_workers_python, session
+
+    bare = tmp_path / "venv-less"
+    bare.mkdir()
+    python = sys.base_exec_prefix + "/bin/python3"  # the interpreter the venv was made from
+    monkeypatch.setenv("PYTHONPATH", str(bare))
+    with pytest.raises(RuntimeError, match=f"set PYSPARK_PYTHON={sys.executable}"):
+        check_workers_python(python)
+    monkeypatch.setenv("PYSPARK_PYTHON", python)
+    with pytest.raises(RuntimeError, match="cannot import rocketstore's Spark source"):
+        session("local[1]")
+    monkeypatch.delenv("PYTHONPATH")
+    check_workers_python(sys.executable)

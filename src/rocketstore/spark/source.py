@@ -7,7 +7,7 @@
 The schema is ``spark_schema()`` for any store directory, rocketstore's or RocketMQ's.
 Reading options (case-insensitive):
 
-    source          commitlog (every record, commitlog order; default) | queues (dispatched only)
+    source          commitlog (every record, commitlog order) | queues (dispatched only)
     topic / topics  one topic / comma-separated topics
     queueIds        comma-separated queue ids
     startTime, endTime       store time window [start, end): epoch ms or ISO-8601 (UTC if no zone)
@@ -16,11 +16,16 @@ Reading options (case-insensitive):
     bodyAs          binary (default) | string
     minPartitions   at least this many partitions when the store is big enough (default 2 × cores)
 
-Streaming adds ``startingOffsets`` (earliest | latest | {"topic/queueId": offset, ...}),
-``startingTimestamp`` (epoch ms or ISO-8601), ``maxMessagesPerTrigger`` and ``failOnDataLoss``
-(default true). Writing takes columns ``topic, body`` and optionally ``keys, tags, properties,
-queue_id, delay_level, born_timestamp``; options ``config`` (a StoreConfig file for a new store)
-and ``lockTimeout`` (seconds a task waits for the other tasks of the job; default 600).
+Kafka's options (``subscribe``, ``subscribePattern``, ``assign``, ``startingOffsets``,
+``endingOffsets``, ``startingTimestamp``, ``startingOffsetsByTimestamp``,
+``endingOffsetsByTimestamp``, ``maxOffsetsPerTrigger`` / ``maxMessagesPerTrigger``,
+``minOffsetsPerTrigger``, ``maxTriggerDelay``, ``failOnDataLoss``, ``includeHeaders``) mean what
+they mean on Kafka's source (``rocketstore.spark.options``, docs/spark.md). Without ``source``,
+the consume queues are read when the options or filters name queues, the commitlog otherwise.
+Writing takes columns ``topic, body`` and optionally ``keys, tags, properties, queue_id,
+delay_level, born_timestamp``; options ``config`` (a StoreConfig file for a new store) and
+``lockTimeout`` (seconds a task waits for the other tasks of the job; default 600). The
+streaming sink stores each micro-batch once (``rocketstore.spark.stream_sink``).
 
 ``DefaultSource`` in the top-level ``pyspark_rocketstore`` module makes the short name resolve
 without registering; ``rocketstore.spark.register(spark)`` registers the source with filter
