@@ -394,10 +394,19 @@ class RocketStoreReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         bounds = self.scan.bounds
         parts: Sequence[CommitlogRange | QueueRange]
-        if self.chosen_source() == "commitlog":
+        source = self.chosen_source()
+        if source == "commitlog":
             parts = plan_commitlog(self.files, bounds, self.min_partitions)
         else:
             parts = plan_queues(self.files, bounds, self.queue_limits())
+        # PySpark 4.3 shows nothing of a Python source's pushdown in explain(): say it here
+        log.info(
+            "rocketstore scan of %s: source=%s, %s, %d partitions",
+            self.files.root,
+            source,
+            bounds,
+            len(parts),
+        )
         return [InputPartition(p) for p in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
