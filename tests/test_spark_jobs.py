@@ -123,7 +123,8 @@ def test_parquet_export_is_the_sources_rows_partitioned_by_topic_and_utc_date(
 ) -> None:
     rows, out = parquet_export
     source = sorted(
-        spark.read.format("rocketstore").load(sample).collect(), key=lambda r: r["physical_offset"]
+        spark.read.format("rocketstore").option("includeSystemTopics", "true").load(sample).collect(),
+        key=lambda r: r["physical_offset"],
     )
     assert rows == len(source) == len(expected_msgs) == 600
 

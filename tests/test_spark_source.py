@@ -60,7 +60,12 @@ def test_the_short_name_resolves_through_pyspark_rocketstore() -> None:
 @pytest.mark.parametrize("name", ["store-sample", "store-sample-crash"])
 @pytest.mark.parametrize("source", ["commitlog", "queues"])
 def test_batch_read_equals_rocketmqs_listing(spark: SparkSession, name: str, source: str) -> None:
-    df = spark.read.format("rocketstore").option("source", source).load(str(FIXTURES / name))
+    df = (
+        spark.read.format("rocketstore")
+        .option("source", source)
+        .option("includeSystemTopics", "true")
+        .load(str(FIXTURES / name))
+    )
     rows = _collect(df)
     if source == "commitlog":
         assert sorted(r["physical_offset"] for r in rows) == [c["offset"] for c in _listing(name, "clrec")]

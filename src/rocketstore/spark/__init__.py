@@ -11,13 +11,14 @@ See ``rocketstore.spark.source`` for the options and ``rocketstore.spark.jobs`` 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["register", "session"]
+__all__ = ["check_workers_python", "register", "session"]
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
@@ -31,11 +32,34 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(PushdownDataSource)
 
 
+def check_workers_python(python: str) -> None:
+    """Raise RuntimeError, saying what to set, when the interpreter ``python`` (the one Spark
+    starts for its Python workers) cannot import the source: Spark would otherwise fail with
+    DATA_SOURCE_NOT_FOUND and no hint."""
+    try:
+        found = subprocess.run(
+            [python, "-c", "import pyspark_rocketstore"], capture_output=True, timeout=120, check=False
+        )
+    except OSError as exc:
+        raise RuntimeError(f"PYSPARK_PYTHON={python}: cannot run it ({exc})") from None
+    if found.returncode != 0:
+        raise RuntimeError(
+            f"Spark's Python workers run {python}, which cannot import rocketstore's Spark source "
+            f"(pyspark_rocketstore); set PYSPARK_PYTHON={sys.executable} (this interpreter), or "
+            f"install rocketstore into {python}"
+        )
+
+
 def session(master: str = "local[*]", app_name: str = "rocketstore", **conf: str) -> SparkSession:
     """A SparkSession whose Python workers run this interpreter (so they import this
-    rocketstore), with the source registered. ``conf`` adds Spark settings (dots as given)."""
+    rocketstore), unless PYSPARK_PYTHON or ``spark.pyspark.python`` names another one, which is
+    then checked (``check_workers_python``); the source is registered. ``conf`` adds Spark
+    settings (dots as given)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    workers = conf.get("spark.pyspark.python") or os.environ["PYSPARK_PYTHON"]
+    if workers != sys.executable:  # a venv's python is a link to another: compare as written
+        check_workers_python(workers)
     from pyspark.sql import SparkSession
 
     builder = (

@@ -35,7 +35,16 @@ from rocketstore.codec.host import format_host
 from rocketstore.codec.message_id import encode_offset_msg_id
 from rocketstore.codec.properties import property_spans
 
-__all__ = ["COLUMNS", "BodyAs", "arrow_schema", "empty_batch", "records_to_batch", "text_column"]
+__all__ = [
+    "COLUMNS",
+    "HEADERS",
+    "BodyAs",
+    "arrow_schema",
+    "empty_batch",
+    "records_to_batch",
+    "text_column",
+    "with_headers",
+]
 
 BodyAs = Literal["binary", "string"]
 I64 = npt.NDArray[np.int64]
@@ -64,6 +73,10 @@ COLUMNS: Final = (
 _KEYS_LIST = pa.list_(pa.field("element", pa.string()))
 _PROPERTIES_MAP = pa.map_(pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string()))
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
+# Kafka's ``headers`` column (option includeHeaders): the properties as (key, binary value) pairs
+HEADERS = pa.list_(
+    pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+)
 _WANTED = ("TAGS", "KEYS", "UNIQ_KEY")
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 
@@ -93,6 +106,19 @@ def arrow_schema(body_as: BodyAs = "binary") -> pa.Schema:
         "prepared_transaction_offset": pa.int64(),
     }
     return pa.schema([pa.field(name, types[name]) for name in COLUMNS])
+
+
+def with_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with a last column ``headers``: its properties map's entries as Kafka's
+    ``array<struct<key:string,value:binary>>`` (the map's own buffers, no copy of the text)."""
+    props = batch.column(COLUMNS.index("properties"))
+    pairs = pa.StructArray.from_arrays(
+        [props.keys, props.items.view(pa.binary())], fields=list(HEADERS.value_type)
+    )
+    headers = pa.ListArray.from_arrays(props.offsets, pairs, type=HEADERS)
+    return pa.RecordBatch.from_arrays(
+        [*batch.columns, headers], schema=batch.schema.append(pa.field("headers", HEADERS))
+    )
 
 
 def empty_batch(body_as: BodyAs = "binary") -> pa.RecordBatch:

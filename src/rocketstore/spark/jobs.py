@@ -62,6 +62,8 @@ _TOP_TYPE: Final = "array<struct<value:string,count:bigint>>"
 
 
 def read_store(spark: SparkSession, store: str, **read_options: str) -> DataFrame:
+    """Every record the options select, system topics included: a job reports on the whole store."""
+    read_options = {"includeSystemTopics": "true", **read_options}
     return spark.read.format("rocketstore").options(**read_options).load(str(store))
 
 

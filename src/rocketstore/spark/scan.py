@@ -25,7 +25,8 @@ import itertools
 import logging
 import math
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from rocketstore.errors import StorePathError
 from rocketstore.geometry import detect_geometry
 from rocketstore.message import TOPIC_PATTERN
 from rocketstore.spark.columns import BodyAs, records_to_batch, text_column
+from rocketstore.spark.options import QueueKey, is_system_topic
 from rocketstore.storage.file_view import mapped_readonly
 from rocketstore.storage.paths import StoreLayout, list_store_dir, parse_queue_id, segment_files
 
@@ -84,6 +86,35 @@ class ScanBounds:
     physical_offset: tuple[int | None, int | None] = (None, None)
     store_time: tuple[int | None, int | None] = (None, None)
     empty: bool = False  # bounds that no row can meet (topic = 'a' AND topic = 'b')
+    topic_pattern: str | None = None  # a regular expression the whole topic name matches
+    system_topics: bool = True  # False: leave out SCHEDULE_TOPIC_XXXX, RMQ_SYS_*, %RETRY%*, %DLQ%*
+
+    def topic_allowed(self, topic: str) -> bool:
+        """Whether rows of ``topic`` can be kept."""
+        if self.topics is not None and topic not in self.topics:
+            return False
+        if self.topic_pattern is not None and re.fullmatch(self.topic_pattern, topic) is None:
+            return False
+        return self.system_topics or not is_system_topic(topic)
+
+    @property
+    def by_row(self) -> bool:
+        """Whether rows are checked one by one before their batch is built."""
+        return dataclasses.replace(self, topic_pattern=None, system_topics=True) != ScanBounds()
+
+    @property
+    def by_topic_name(self) -> bool:
+        """Whether rows are kept by what their topic's name looks like (checked on built batches:
+        the distinct topics of a batch are few)."""
+        return self.topic_pattern is not None or not self.system_topics
+
+    def topic_mask(self, topics: pa.Array) -> pa.Array | None:
+        """Which rows of a built batch the topic name rules keep; None when all of them."""
+        distinct = pc.unique(topics).to_pylist()
+        kept = [t for t in distinct if t is not None and self.topic_allowed(t)]
+        if len(kept) == len(distinct):
+            return None
+        return pc.is_in(topics, value_set=pa.array(kept, type=pa.string()))
 
     def narrowed(self, **changes: object) -> ScanBounds:
         """These bounds and ``changes``: sets intersect, ranges shrink."""
@@ -308,8 +339,9 @@ def read_commitlog_range(part: CommitlogRange, options: ScanOptions) -> Iterator
             chunk = starts[k : k + BATCH_ROWS]
             chunk = _kept(view, chunk, None, options.bounds)
             if len(chunk):
-                yield records_to_batch(
-                    view, chunk, include_body=options.include_body, body_as=options.body_as
+                yield from _by_topic_name(
+                    records_to_batch(view, chunk, include_body=options.include_body, body_as=options.body_as),
+                    options.bounds,
                 )
             del chunk
         del starts
@@ -317,9 +349,17 @@ def read_commitlog_range(part: CommitlogRange, options: ScanOptions) -> Iterator
         cm.__exit__(None, None, None)
 
 
+def _by_topic_name(batch: pa.RecordBatch, bounds: ScanBounds) -> Iterator[pa.RecordBatch]:
+    mask = bounds.topic_mask(batch.column(0)) if bounds.by_topic_name else None
+    if mask is None:
+        yield batch
+    elif pc.any(mask).as_py():
+        yield batch.filter(mask)
+
+
 def _kept(view: memoryview, starts: I64, queue_offsets: I64 | None, bounds: ScanBounds) -> I64:
     """The starts whose records meet the bounds (all of them when there are none)."""
-    if bounds == ScanBounds() or not len(starts):
+    if not bounds.by_row or not len(starts):
         return starts
     fields = record_fields(view, starts)
     topics = text_column(view, fields["topic_at"], fields["topic_len"]) if bounds.topics is not None else None
@@ -418,19 +458,24 @@ def _queue_entries(files: StoreFiles, topic: str, queue_id: int, start: int, end
     return np.concatenate(phys), np.concatenate(sizes)
 
 
-def plan_queues(files: StoreFiles, bounds: ScanBounds) -> list[QueueRange]:
-    """Runs of the queues the bounds can reach, at most a million entries each."""
+def plan_queues(
+    files: StoreFiles, bounds: ScanBounds, limits: Mapping[QueueKey, tuple[int, int]] | None = None
+) -> list[QueueRange]:
+    """Runs of the queues the bounds can reach, at most a million entries each. ``limits``,
+    when given, names the only queues read and the offsets [start, end) read of each."""
     if bounds.empty:
         return []
     ranges: list[QueueRange] = []
     qo_lo, qo_hi = bounds.queue_offset
     t_lo, t_hi = bounds.store_time
     for topic, qid in files.queues():
-        if bounds.topics is not None and topic not in bounds.topics:
+        if not bounds.topic_allowed(topic):
             continue
         if bounds.queue_ids is not None and qid not in bounds.queue_ids:
             continue
-        lo, hi = queue_extent(files, topic, qid)
+        if limits is not None and (topic, qid) not in limits:
+            continue
+        lo, hi = limits[(topic, qid)] if limits is not None else queue_extent(files, topic, qid)
         if qo_lo is not None:
             lo = max(lo, qo_lo)
         if qo_hi is not None:
@@ -484,7 +529,7 @@ def read_queue_range(files: StoreFiles, part: QueueRange, options: ScanOptions) 
                         int((~ok).sum()),
                     )
                 pos, qo = pos[ok], offsets[run][ok]
-                if options.bounds != ScanBounds():
+                if options.bounds.by_row:
                     fields = record_fields(view, pos)
                     keep = options.bounds.row_mask(fields, None, qo)
                     pos, qo = pos[keep], qo[keep]

@@ -7,7 +7,7 @@
 The schema is ``spark_schema()`` for any store directory, rocketstore's or RocketMQ's.
 Reading options (case-insensitive):
 
-    source          commitlog (every record, commitlog order; default) | queues (dispatched only)
+    source          commitlog (every record, commitlog order) | queues (dispatched only)
     topic / topics  one topic / comma-separated topics
     queueIds        comma-separated queue ids
     startTime, endTime       store time window [start, end): epoch ms or ISO-8601 (local if no zone)
@@ -16,12 +16,17 @@ Reading options (case-insensitive):
     bodyAs          binary (default) | string
     minPartitions   at least this many partitions when the store is big enough (default 2 × cores)
 
-Streaming adds ``startingOffsets`` (earliest | latest | {"topic/queueId": offset, ...}),
-``startingTimestamp`` (epoch ms or ISO-8601, local if no zone), ``maxMessagesPerTrigger`` and
-``failOnDataLoss`` (default true). Times follow ``rocketstore.times``, as the CLI's do. Writing
-takes columns ``topic, body`` and optionally ``keys, tags, properties, queue_id, delay_level,
-born_timestamp``; options ``config`` (a StoreConfig file for a new store)
-and ``lockTimeout`` (seconds a task waits for the other tasks of the job; default 600).
+Kafka's options (``subscribe``, ``subscribePattern``, ``assign``, ``startingOffsets``,
+``endingOffsets``, ``startingTimestamp``, ``startingOffsetsByTimestamp``,
+``endingOffsetsByTimestamp``, ``maxOffsetsPerTrigger`` / ``maxMessagesPerTrigger``,
+``minOffsetsPerTrigger``, ``maxTriggerDelay``, ``failOnDataLoss``, ``includeHeaders``) mean what
+they mean on Kafka's source (``rocketstore.spark.options``, docs/spark.md); times follow
+``rocketstore.times`` (local if no zone), as the CLI's do. Without ``source``,
+the consume queues are read when the options or filters name queues, the commitlog otherwise.
+Writing takes columns ``topic, body`` and optionally ``keys, tags, properties, queue_id,
+delay_level, born_timestamp``; options ``config`` (a StoreConfig file for a new store) and
+``lockTimeout`` (seconds a task waits for the other tasks of the job; default 600). The
+streaming sink stores each micro-batch once (``rocketstore.spark.stream_sink``).
 
 ``DefaultSource`` in the top-level ``pyspark_rocketstore`` module makes the short name resolve
 without registering; ``rocketstore.spark.register(spark)`` registers the source with filter
@@ -31,12 +36,14 @@ store_timestamp) and turns Spark's Python pushdown switch on.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-import json
 import logging
 import os
+import re
+import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -44,6 +51,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     EqualNullSafe,
     EqualTo,
@@ -76,7 +84,19 @@ from pyspark.sql.types import (
 
 from rocketstore import times
 from rocketstore.errors import DataLossError
-from rocketstore.spark.columns import COLUMNS, BodyAs
+from rocketstore.spark.columns import COLUMNS, BodyAs, with_headers
+from rocketstore.spark.options import (
+    EARLIEST,
+    LATEST,
+    QueueKey,
+    assigned,
+    boolean,
+    check_known,
+    integer,
+    offsets_json,
+    text,
+    topic_pattern,
+)
 from rocketstore.spark.scan import (
     CommitlogRange,
     QueueRange,
@@ -90,6 +110,7 @@ from rocketstore.spark.scan import (
     read_commitlog_range,
     read_queue_range,
 )
+from rocketstore.spark.stream_sink import StagedPart, commit_batch, stage_part
 from rocketstore.spark.writer import append_batches, check_writable
 
 __all__ = ["PushdownDataSource", "RocketStoreDataSource", "spark_schema"]
@@ -97,7 +118,7 @@ __all__ = ["PushdownDataSource", "RocketStoreDataSource", "spark_schema"]
 log = logging.getLogger(__name__)
 
 
-def spark_schema(body_as: BodyAs = "binary") -> StructType:
+def spark_schema(body_as: BodyAs = "binary", headers: bool = False) -> StructType:
     types = {
         "topic": StringType(),
         "queue_id": IntegerType(),
@@ -119,34 +140,20 @@ def spark_schema(body_as: BodyAs = "binary") -> StructType:
         "reconsume_times": IntegerType(),
         "prepared_transaction_offset": LongType(),
     }
-    return StructType([StructField(name, types[name]) for name in COLUMNS])
+    fields = [StructField(name, types[name]) for name in COLUMNS]
+    if headers:  # Kafka's headers column
+        pair = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+        fields.append(StructField("headers", ArrayType(pair)))
+    return StructType(fields)
 
 
 # --- options --------------------------------------------------------------------------------
-def _option(options: Any, name: str, default: str | None = None) -> str | None:
-    value = options.get(name)
-    return default if value is None else str(value)
-
-
-def _bool(options: Any, name: str, default: bool) -> bool:
-    raw = _option(options, name)
-    if raw is None:
-        return default
-    if raw.strip().lower() in ("true", "1", "yes"):
-        return True
-    if raw.strip().lower() in ("false", "0", "no"):
-        return False
-    raise ValueError(f"option {name}={raw!r}: expected true or false")
+_option = text
+_bool = boolean
 
 
 def _int(options: Any, name: str) -> int | None:
-    raw = _option(options, name)
-    if raw is None:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"option {name}={raw!r}: expected an integer") from None
+    return integer(options, name)
 
 
 def parse_time(name: str, raw: str) -> int:
@@ -165,11 +172,33 @@ def _path(options: Any) -> str:
     return path
 
 
+def _topic_list(options: Any, name: str) -> frozenset[str] | None:
+    raw = _option(options, name)
+    if raw is None:
+        return None
+    return frozenset(t.strip() for t in raw.split(",") if t.strip())
+
+
 def _bounds(options: Any) -> ScanBounds:
     bounds = ScanBounds()
-    topics = _option(options, "topics") or _option(options, "topic")
-    if topics:
-        bounds = bounds.narrowed(topics=frozenset(t.strip() for t in topics.split(",") if t.strip()))
+    given = [n for n in ("subscribe", "subscribePattern", "assign") if _option(options, n) is not None]
+    if len(given) > 1:
+        raise ValueError(f"options {' and '.join(given)}: give one of subscribe, subscribePattern, assign")
+    named = False
+    for name in ("topic", "topics", "subscribe"):
+        topics = _topic_list(options, name)
+        if topics is not None:
+            bounds = bounds.narrowed(topics=topics)
+            named = True
+    queues = assigned(options)
+    if queues is not None:
+        bounds = bounds.narrowed(topics=frozenset(t for t, _ in queues))
+        named = True
+    pattern = topic_pattern(options)
+    if pattern is not None:
+        bounds = dataclasses.replace(bounds, topic_pattern=pattern.pattern)
+    if not named and not _bool(options, "includeSystemTopics", False):
+        bounds = dataclasses.replace(bounds, system_topics=False)
     qids = _option(options, "queueIds")
     if qids:
         try:
@@ -191,6 +220,56 @@ def _bounds(options: Any) -> ScanBounds:
     return bounds
 
 
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where each queue starts or ends, as Kafka's options say it: per-queue times win over
+    per-queue offsets, which win over ``earliest`` / ``latest`` (``whole``)."""
+
+    name: str  # the option this came from, for errors
+    whole: int = EARLIEST  # EARLIEST or LATEST for queues named nowhere else
+    offsets: dict[QueueKey, int] = field(default_factory=dict)
+    times: dict[QueueKey, int] = field(default_factory=dict)
+    all_time: int | None = None
+
+    @property
+    def per_queue(self) -> bool:
+        return bool(self.offsets or self.times) or self.all_time is not None
+
+    def resolve(self, files: StoreFiles, key: QueueKey, extent: tuple[int, int]) -> int:
+        """The queue offset of ``key``; the earliest and latest offsets are ``extent``."""
+        if self.all_time is not None:
+            return queue_offset_by_time(files, *key, self.all_time)
+        if key in self.times:
+            return queue_offset_by_time(files, *key, self.times[key])
+        at = self.offsets.get(key, self.whole)
+        return extent[0] if at == EARLIEST else extent[1] if at == LATEST else at
+
+
+def _offset_spec(options: Any, which: str, default: int) -> OffsetSpec:
+    """startingOffsets & co. (``which`` = starting) or endingOffsets & co. (ending)."""
+    name = f"{which}Offsets"
+    raw = (_option(options, name) or "").strip()
+    spec = OffsetSpec(name, default)
+    if raw.lower() in ("earliest", "latest"):
+        spec = OffsetSpec(name, EARLIEST if raw.lower() == "earliest" else LATEST)
+    elif raw:
+        given = offsets_json(name, raw)
+        bad = [f"{t}/{q}={v}" for (t, q), v in given.items() if v < LATEST - 1]
+        if bad:
+            raise ValueError(f"option {name}: offsets {', '.join(bad)}: expected -2, -1 or an offset")
+        spec = OffsetSpec(name, default, offsets=given)
+    by_time = _option(options, f"{name}ByTimestamp")
+    if by_time is not None:
+        times = offsets_json(f"{name}ByTimestamp", by_time)
+        spec = dataclasses.replace(spec, name=f"{name}ByTimestamp", times=times)
+    one_time = _option(options, f"{which}Timestamp")
+    if one_time is not None:
+        spec = dataclasses.replace(
+            spec, name=f"{which}Timestamp", all_time=parse_time(f"{which}Timestamp", one_time)
+        )
+    return spec
+
+
 def _scan_options(options: Any) -> ScanOptions:
     body_as = (_option(options, "bodyAs", "binary") or "binary").lower()
     if body_as not in ("binary", "string"):
@@ -206,13 +285,19 @@ def _scan_options(options: Any) -> ScanOptions:
 class RocketStoreDataSource(DataSource):
     """``spark.read/readStream/write.format("rocketstore")``."""
 
+    def __init__(self, options: Any) -> None:
+        super().__init__(options)
+        check_known(options)
+
     @classmethod
     def name(cls) -> str:
         return "rocketstore"
 
     def schema(self) -> StructType:
         body_as = (_option(self.options, "bodyAs", "binary") or "binary").lower()
-        return spark_schema("string" if body_as == "string" else "binary")
+        return spark_schema(
+            "string" if body_as == "string" else "binary", _bool(self.options, "includeHeaders", False)
+        )
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return RocketStoreReader(self.options)
@@ -223,6 +308,9 @@ class RocketStoreDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         return RocketStoreWriter(self.options, schema, overwrite)
 
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        return RocketStoreStreamWriter(self.options, schema, overwrite)
+
 
 class PushdownDataSource(RocketStoreDataSource):
     """The source with filter pushdown (``register``): Spark refuses a Python reader that
@@ -232,32 +320,97 @@ class PushdownDataSource(RocketStoreDataSource):
         return FilteringReader(self.options)
 
 
+def _read(
+    files: StoreFiles, part: CommitlogRange | QueueRange, scan: ScanOptions, headers: bool
+) -> Iterator[pa.RecordBatch]:
+    batches = (
+        read_commitlog_range(part, scan)
+        if isinstance(part, CommitlogRange)
+        else read_queue_range(files, part, scan)
+    )
+    return (with_headers(b) for b in batches) if headers else batches
+
+
 class RocketStoreReader(DataSourceReader):
     def __init__(self, options: Any) -> None:
         self.files = StoreFiles.at(_path(options))
         self.scan = _scan_options(options)
-        source = (_option(options, "source", "commitlog") or "commitlog").lower()
-        if source not in ("commitlog", "queues"):
+        source = _option(options, "source")
+        if source is not None and source.lower() not in ("commitlog", "queues"):
             raise ValueError(f"option source={source!r}: expected commitlog or queues")
-        self.source = source
+        self.source = source.lower() if source is not None else None
         self.min_partitions = _int(options, "minPartitions") or 2 * (os.cpu_count() or 1)
+        self.headers = _bool(options, "includeHeaders", False)
+        self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
+        self.assign = assigned(options)
+        self.starting = _offset_spec(options, "starting", EARLIEST)
+        self.ending = _offset_spec(options, "ending", LATEST)
+        # as Kafka's batch queries: they cannot start at the end or end at the start
+        if self.starting.whole == LATEST or LATEST in self.starting.offsets.values():
+            raise ValueError("option startingOffsets: a batch query cannot start at latest (-1)")
+        if self.ending.whole == EARLIEST or EARLIEST in self.ending.offsets.values():
+            raise ValueError("option endingOffsets: a batch query cannot end at earliest (-2)")
+        self.per_queue = self.assign is not None or self.starting.per_queue or self.ending.per_queue
+        if self.per_queue and self.source == "commitlog":
+            raise ValueError(
+                f"option source=commitlog: {'assign' if self.assign is not None else 'per-queue offsets'} "
+                "are read through the consume queues (leave source unset or set source=queues)"
+            )
+
+    def chosen_source(self) -> str:
+        """The consume queues when the options or filters name queues (topics and queue ids,
+        assign, per-queue offsets), the commitlog otherwise, unless option ``source`` says."""
+        if self.source is not None:
+            return self.source
+        bounds = self.scan.bounds
+        named = bounds.topics is not None and bounds.queue_ids is not None
+        return "queues" if self.per_queue or named else "commitlog"
+
+    def queue_limits(self) -> dict[QueueKey, tuple[int, int]] | None:
+        """Offsets [start, end) of each queue read, when the options say them per queue."""
+        if not self.per_queue:
+            return None
+        limits = {}
+        for key in self.files.queues():
+            if self.assign is not None and key not in self.assign:
+                continue
+            extent = queue_extent(self.files, *key)
+            start = self.starting.resolve(self.files, key, extent)
+            end = min(self.ending.resolve(self.files, key, extent), extent[1])
+            if start < extent[0] and start < end:
+                lost = (
+                    f"{key[0]}/{key[1]}: {self.starting.name} asks for queue offset {start}, "
+                    f"but the queue begins at {extent[0]} (older messages were reclaimed)"
+                )
+                if self.fail_on_data_loss:
+                    raise DataLossError(lost + "; set failOnDataLoss=false to read from there")
+                log.warning("%s; reading from %d (failOnDataLoss=false)", lost, extent[0])
+            limits[key] = (max(start, extent[0]), end)
+        return limits
 
     def partitions(self) -> Sequence[InputPartition]:
         bounds = self.scan.bounds
         parts: Sequence[CommitlogRange | QueueRange]
-        if self.source == "commitlog":
+        source = self.chosen_source()
+        if source == "commitlog":
             parts = plan_commitlog(self.files, bounds, self.min_partitions)
         else:
-            parts = plan_queues(self.files, bounds)
+            parts = plan_queues(self.files, bounds, self.queue_limits())
+        # PySpark 4.3 shows nothing of a Python source's pushdown in explain(): say it here
+        log.info(
+            "rocketstore scan of %s: source=%s, %s, %d partitions",
+            self.files.root,
+            source,
+            bounds,
+            len(parts),
+        )
         return [InputPartition(p) for p in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         part = partition.value
         if part is None:
             return iter(())
-        if isinstance(part, CommitlogRange):
-            return read_commitlog_range(part, self.scan)
-        return read_queue_range(self.files, part, self.scan)
+        return _read(self.files, part, self.scan, self.headers)
 
 
 class FilteringReader(RocketStoreReader):
@@ -360,57 +513,36 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         scan = _scan_options(options)
         self.scan = ScanOptions(scan.include_body, scan.body_as, ScanBounds())
         self.bounds = scan.bounds
-        self.starting = _option(options, "startingOffsets", "earliest") or "earliest"
-        ts = _option(options, "startingTimestamp")
-        self.starting_time = parse_time("startingTimestamp", ts) if ts is not None else None
-        self.max_per_trigger = _int(options, "maxMessagesPerTrigger")
-        if self.max_per_trigger is not None and self.max_per_trigger <= 0:
-            raise ValueError("option maxMessagesPerTrigger must be positive")
+        self.headers = _bool(options, "includeHeaders", False)
+        self.assign = assigned(options)
+        if _option(options, "endingOffsets") is not None or _option(options, "endingOffsetsByTimestamp"):
+            raise ValueError("option endingOffsets: a streaming query has no end (as in Kafka's source)")
+        self.starting = _offset_spec(options, "starting", EARLIEST)  # Kafka: latest; kept as before
+        per_trigger = [n for n in ("maxOffsetsPerTrigger", "maxMessagesPerTrigger") if _option(options, n)]
+        self.max_per_trigger = integer(options, per_trigger[0], 1) if per_trigger else None
+        self.min_per_trigger = integer(options, "minOffsetsPerTrigger", 1)
+        self.max_trigger_delay = _duration_ms(options, "maxTriggerDelay", "15m")
+        self.last_trigger = time.monotonic()
         self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
         self.available_now: dict[str, int] | None = None
-        if self.starting not in ("earliest", "latest"):
-            self._explicit_start()  # refuse bad JSON when the query starts, not at its first batch
 
     def _queues(self) -> dict[str, tuple[int, int]]:
         found = {}
         for topic, qid in self.files.queues():
-            if self.bounds.topics is not None and topic not in self.bounds.topics:
+            if not self.bounds.topic_allowed(topic):
                 continue
             if self.bounds.queue_ids is not None and qid not in self.bounds.queue_ids:
+                continue
+            if self.assign is not None and (topic, qid) not in self.assign:
                 continue
             found[_queue_key(topic, qid)] = queue_extent(self.files, topic, qid)
         return dict(sorted(found.items()))
 
-    def _explicit_start(self) -> dict[str, int]:
-        try:
-            given = json.loads(self.starting)
-        except json.JSONDecodeError:
-            raise ValueError(
-                f"option startingOffsets={self.starting!r}: expected earliest, latest or a JSON object"
-            ) from None
-        if not isinstance(given, dict) or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in given.values()
-        ):
-            raise ValueError(
-                f'option startingOffsets={self.starting!r}: expected {{"topic/queueId": offset, ...}}'
-            )
-        for key in given:
-            _split_key(key)
-        return {k: int(v) for k, v in given.items()}
-
     def initialOffset(self) -> dict[str, int]:
-        queues = self._queues()
-        if self.starting_time is not None:
-            return {
-                key: queue_offset_by_time(self.files, *_split_key(key), self.starting_time) for key in queues
-            }
-        if self.starting == "earliest":
-            return {key: lo for key, (lo, _) in queues.items()}
-        if self.starting == "latest":
-            return {key: hi for key, (_, hi) in queues.items()}
-        given = self._explicit_start()
-        start = {key: given.get(key, lo) for key, (lo, _) in queues.items()}
-        start.update({k: v for k, v in given.items() if k not in start})
+        start = {
+            key: self.starting.resolve(self.files, _split_key(key), extent)
+            for key, extent in self._queues().items()
+        }
         return dict(sorted(start.items()))
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -427,6 +559,15 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         begin = {key: max(start.get(key, lo), lo) for key, (lo, _) in queues.items()}
         if isinstance(limit, ReadMaxRows):
             ends = _share(begin, ends, limit.max_rows)
+        if self.min_per_trigger and self.available_now is None:
+            # minOffsetsPerTrigger / maxTriggerDelay: PySpark's stream reader takes one read limit,
+            # so the wait for enough messages is kept here (Kafka's ReadMinRows + ReadMaxTrigger)
+            available = sum(max(0, ends[k] - begin[k]) for k in ends)
+            waited_ms = (time.monotonic() - self.last_trigger) * 1000
+            if available < self.min_per_trigger and waited_ms < self.max_trigger_delay:
+                return dict(start)
+            if available:
+                self.last_trigger = time.monotonic()
         latest = dict(start)
         for key, hi in ends.items():
             latest[key] = max(hi, start.get(key, 0)) if key in start else max(hi, begin[key])
@@ -458,7 +599,7 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         part: StreamRange = partition.value
         expected = part.run.end - part.run.start
         seen = 0
-        for batch in read_queue_range(self.files, part.run, self.scan):
+        for batch in _read(self.files, part.run, self.scan, self.headers):
             seen += batch.num_rows
             yield batch
         if seen != expected and part.fail_on_data_loss:
@@ -470,6 +611,28 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to release: the store keeps no state for its readers."""
+
+
+_DURATION = re.compile(r"(\d+)\s*(ms|s|sec|m|min|h|d)?")
+_UNIT_MS = {
+    None: 1,
+    "ms": 1,
+    "s": 1000,
+    "sec": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+
+
+def _duration_ms(options: Any, name: str, default: str) -> int:
+    """A duration as Spark writes them (``500ms``, ``30s``, ``15m``; a bare number is ms)."""
+    raw = _option(options, name, default) or default
+    found = _DURATION.fullmatch(raw.strip().lower())
+    if found is None:
+        raise ValueError(f"option {name}={raw!r}: expected a duration such as 500ms, 30s or 15m")
+    return int(found[1]) * _UNIT_MS[found[2]]
 
 
 def _share(begin: dict[str, int], ends: dict[str, int], budget: int) -> dict[str, int]:
@@ -526,3 +689,58 @@ class RocketStoreWriter(DataSourceArrowWriter):
                 written,
                 self.path,
             )
+
+
+@dataclass(frozen=True)
+class StagedReport(WriterCommitMessage):
+    query_id: str
+    batch_id: int
+    part: StagedPart
+
+
+class RocketStoreStreamWriter(DataSourceStreamArrowWriter):
+    """Each micro-batch appended once, however often Spark runs it (``stream_sink``)."""
+
+    def __init__(self, options: Any, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise ValueError("the rocketstore sink only appends: use outputMode('append')")
+        self.path = _path(options)
+        self.config_file = _option(options, "config")
+        self.lock_timeout = float(_option(options, "lockTimeout", "600") or "600")
+        self.columns = check_writable(self.path, schema.fieldNames())
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedReport:
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        query_id = task.getLocalProperty("sql.streaming.queryId") if task else None
+        batch_id = task.getLocalProperty("streaming.sql.batchId") if task else None
+        if task is None or not query_id or batch_id is None:
+            raise RuntimeError("the rocketstore streaming sink runs inside a Spark streaming query")
+        part = stage_part(
+            self.path,
+            query_id,
+            int(batch_id),
+            task.partitionId(),
+            task.attemptNumber(),
+            list(iterator),
+            self.config_file,
+        )
+        return StagedReport(query_id, int(batch_id), part)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        reports = [m for m in messages if isinstance(m, StagedReport)]
+        if not reports:
+            return  # no task ran: nothing was staged
+        rows = commit_batch(
+            self.path,
+            reports[0].query_id,
+            batchId,
+            [r.part for r in reports],
+            self.config_file,
+            self.lock_timeout,
+        )
+        log.info("rocketstore: micro-batch %d: %d rows appended to %s", batchId, rows, self.path)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Staged rows of a failed micro-batch are left for its re-run to replace."""

@@ -228,9 +228,14 @@ def _open(path: str, base: StoreConfig, lock_timeout: float) -> MessageStore:
 
 
 def append_batches(
-    path: str, batches: Iterable[pa.RecordBatch], config_file: str | None, lock_timeout: float
+    path: str,
+    batches: Iterable[pa.RecordBatch],
+    config_file: str | None,
+    lock_timeout: float,
+    before: Callable[[MessageStore], None] | None = None,
 ) -> tuple[int, int, int]:
-    """Append every row; (rows, first physical offset, end physical offset)."""
+    """Append every row; (rows, first physical offset, end physical offset). ``before`` is
+    called with the opened store (its lock held) before anything is appended."""
     batches = list(batches)
     if not batches:
         return 0, -1, -1
@@ -255,6 +260,8 @@ def append_batches(
     first = end = -1
     store = _open(path, base, lock_timeout)
     try:
+        if before is not None:
+            before(store)
         for topic, run in runs:
             for k in range(0, len(run), _CHUNK):
                 rows = run[k : k + _CHUNK]
