@@ -60,9 +60,11 @@ def test_one_input(data: bytes) -> None:
         queue.load()
         queue.recover(fdp.ConsumeIntInRange(0, 1 << 20) if fdp.ConsumeBool() else None)
         low, high = queue.min_offset, queue.max_offset
+        # invalid entries before valid ones are holes, kept for re-dispatch to fill (recover())
+        in_hole = {o for first, stop in queue.holes for o in range(first, min(stop, first + 4 * per_file))}
         for offset in range(low - 1, min(high, low + 3 * per_file) + 1):
             entry = queue.entry_at(offset)
-            if entry is not None and (entry[0] < 0 or entry[1] <= 0):
+            if entry is not None and offset not in in_hole and (entry[0] < 0 or entry[1] <= 0):
                 raise AssertionError(f"recovery kept an invalid entry {entry} at {offset}")
             queue.entries(offset, fdp.ConsumeIntInRange(1, 4))
         queue.correct_min_offset(fdp.ConsumeIntInRange(0, 1 << 20))

@@ -14,7 +14,7 @@ import struct
 import threading
 from pathlib import Path
 
-from rocketstore.errors import StoreLockedError
+from rocketstore.errors import RocketStoreError, StoreLockedError
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, open_store_file
 
 __all__ = ["StoreLock", "lock_holder"]
@@ -79,8 +79,8 @@ def lock_holder(path: Path) -> int | None:
         if os.path.realpath(path) in _held:
             return os.getpid()
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
+        fd = open_store_file(path)
+    except (OSError, RocketStoreError):  # no lock file, or not one: no holder to name
         return None
     try:
         return _holder_pid(fd)

@@ -141,6 +141,7 @@ from rocketstore.storage.paths import (
     segment_name,
     store_file_exists,
 )
+from rocketstore.store_lock import lock_holder
 
 __all__ = ["DAMAGE_KINDS", "MAX_DAMAGE_PER_FILE", "Damage", "VerifyReport", "verify_store"]
 
@@ -751,10 +752,14 @@ def index_cover(paths: StoreLayout, cfg: StoreConfig, damage: _DamageLog) -> Ind
         cover.ends.append(header.end_phy_offset if used else -1)
     if cover.files:
         clean = not paths.abort.exists()
+        # Beside a live writer, index files may appear after ours were listed: the checkpoint may
+        # speak of them, and the keys of the record ending the newest listed file that did not
+        # fit in it are in the next. Only what the files read must hold is checked then.
+        live = lock_holder(paths.lock) not in (None, os.getpid())
         cover = replace(
             cover,
-            complete_through=1 << 62 if clean else max(cover.ends),
-            indexed_before=_checkpoint_index_time(paths),
+            complete_through=1 << 62 if clean else max(cover.ends) - (1 if live else 0),
+            indexed_before=0 if live else _checkpoint_index_time(paths),
         )
     return cover
 

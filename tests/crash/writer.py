@@ -272,9 +272,9 @@ class PowerLossShadow:
                 real_sync(self)
             shadow.synced(self, extent)
 
-        def atomic_write(path: Path, data: bytes) -> None:
+        def atomic_write(path: Path, data: bytes, mode: int = paths.DEFAULT_FILE_MODE) -> None:
             with mirrored:
-                real_atomic_write(path, data)
+                real_atomic_write(path, data, mode)
             shadow.replaced(path, data)
 
         def build(self: Any, requests: Any) -> None:
