@@ -6,10 +6,8 @@ import logging
 import operator
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from functools import partial
-from itertools import repeat
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, SupportsIndex, cast
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -17,18 +15,13 @@ import numpy.typing as npt
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.cleanup import CleanService, DiskUsage, ReclaimReport, disk_used_ratio
 from rocketstore.clock import Clock, SystemClock
-from rocketstore.codec.config_json import PERM_WRITE
-from rocketstore.codec.java_hash import tags_code
 from rocketstore.codec.message_id import decode_offset_msg_id
-from rocketstore.codec.text_column import TextColumn
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import BrokerRole, FlushDiskType, StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.dispatch import DispatchService
 from rocketstore.errors import (
-    CorruptDataError,
     InvalidArgumentError,
-    InvalidMessageError,
     StoreClosedError,
     StoreConfigError,
     StoreReadOnlyError,
@@ -44,21 +37,14 @@ from rocketstore.geometry import fit_geometry
 from rocketstore.ha.master import HAMaster
 from rocketstore.ha.slave import HASlave
 from rocketstore.index import IndexService
-from rocketstore.message import PROPERTY_WAIT, SCHEDULE_TOPIC, Message, MessageExt
+from rocketstore.message import SCHEDULE_TOPIC, Message, MessageExt
 from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
-from rocketstore.prepare import (
-    MAX_QUEUE_ID,
-    MessageColumns,
-    MessageEncoder,
-    check_messages,
-    column_length,
-    tag_column,
-    validate_topic,
-)
+from rocketstore.prepare import MessageEncoder, validate_topic
+from rocketstore.put_path import MessageWriter, StoreState, lock_held_ms
+from rocketstore.read_path import MessageReader
 from rocketstore.recovery import RecoveryReport, recover
 from rocketstore.results import (
     GetMessageResult,
-    GetStatus,
     MessageBatch,
     PutBatchResult,
     PutMessageResult,
@@ -72,7 +58,7 @@ from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.paths import StoreLayout, open_store_file, store_file_exists
 from rocketstore.storage.transient_pool import TransientStorePool
 from rocketstore.store_lock import StoreLock
-from rocketstore.topics import PROPERTY_SHARDING_KEY, TopicConfig, TopicTable
+from rocketstore.topics import TopicConfig, TopicTable
 
 if TYPE_CHECKING:
     from rocketstore.consumer import Consumer
@@ -80,12 +66,7 @@ if TYPE_CHECKING:
 __all__ = ["MessageStore"]
 
 log = logging.getLogger(__name__)
-_PUT_OK = PutStatus.PUT_OK
-_ILLEGAL = PutStatus.MESSAGE_ILLEGAL
-# A tuple constructor without the NamedTuple __new__ frame: a batch makes one per message.
-_result = partial(tuple.__new__, PutMessageResult)
 _MAX_TIME = (1 << 63) - 1
-_MAX_FILTER_BYTES = 16000  # RocketMQ scans at most this much consume queue per get when filtering
 
 
 class MessageStore:
@@ -113,8 +94,7 @@ class MessageStore:
         self.readonly = readonly
         self._clock = clock
         self._disk_usage = disk_usage
-        self._closed = False
-        self._failure: BaseException | None = None
+        self._state = StoreState()
         self._lock = StoreLock(layout.lock, mode=config.file_mode)
         self._pool = (
             TransientStorePool(config.transient_store_pool_size, config.commitlog_segment_size)
@@ -188,22 +168,17 @@ class MessageStore:
             clock,
             on_failure=self._service_failed,
         )
-        self._encoder = MessageEncoder(config, clock)
+        self._reader = MessageReader(self._commitlog, self._queues, self._index, self._stats, config)
+        self._writer: MessageWriter | None = None  # made by _start, with the writing services
         self._services: list[BackgroundService] = []
         self._dispatcher: DispatchService | None = None
-        self._group_commit: GroupCommitService | None = None
-        self._flusher: CommitLogFlushService | None = None
         self._committer: CommitService | None = None
-        self._flush_least_pages = config.flush_least_pages
-        self._wake_flusher = not config.flush_commit_log_timed
-        self._commit_least_pages = config.commit_least_pages
         self._delayed_delivery = delayed_delivery
         self.recovery: RecoveryReport | None = None
         self.abnormal_shutdown_detected = False
         self._ha_master: HAMaster | None = None
         self._ha_slave: HASlave | None = None
         self._is_slave = config.broker_role is BrokerRole.SLAVE and not readonly
-        self._sync_master = config.broker_role is BrokerRole.SYNC_MASTER
 
     # --- lifecycle -----------------------------------------------------------------------
     @classmethod
@@ -313,18 +288,35 @@ class MessageStore:
         cleaner.check_disk()  # a store opened on a full disk refuses puts from the start
         assert self._allocator is not None
         commit_flusher: BackgroundService
+        group_commit: GroupCommitService | None = None
+        flusher: CommitLogFlushService | None = None
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            commit_flusher = self._group_commit = GroupCommitService(
+            commit_flusher = group_commit = GroupCommitService(
                 self._commitlog, self._checkpoint, on_failure=self._service_failed
             )
         else:
-            commit_flusher = self._flusher = CommitLogFlushService(
+            commit_flusher = flusher = CommitLogFlushService(
                 self._commitlog, self._checkpoint, self.config, self._clock, on_failure=self._service_failed
             )
         if self._pool is not None:
             self._committer = CommitService(
                 self._commitlog, self.config, self._clock, commit_flusher, on_failure=self._service_failed
             )
+        self._writer = MessageWriter(
+            self._commitlog,
+            self._topics,
+            MessageEncoder(self.config, self._clock),
+            self._stats,
+            self.config,
+            self._clock,
+            self._state,
+            cleaner=cleaner,
+            group_commit=group_commit,
+            flusher=flusher,
+            committer=self._committer,
+            is_slave=self._is_slave,
+            sync_master=self.config.broker_role is BrokerRole.SYNC_MASTER,
+        )
         # stopped in this order at close: each final round leaves nothing for the ones before it
         # (the scheduler's last deliveries are puts: the writing services stop after it)
         self._services = [
@@ -358,22 +350,24 @@ class MessageStore:
         if config.ha_listen_port is not None:
             self._ha_master = HAMaster(self._commitlog, config, self._clock, host=config.ha_listen_host)
             self._ha_master.start()
+            if self._writer is not None:
+                self._writer.ha_master = self._ha_master  # a SYNC_MASTER's puts wait for its slaves
         if self._is_slave:
             self._ha_slave = HASlave(self._commitlog, config, self._clock)
             self._ha_slave.start()
 
     def _service_failed(self, service: BackgroundService, exc: BaseException) -> None:
         log.error("store service %s failed (%s); the store refuses writes from now on", service.name, exc)
-        self._failure = exc
+        self._state.failure = exc
 
     def close(self) -> None:
         """Drain dispatch, flush everything, write the checkpoint, remove ``abort``, unlock."""
-        if self._closed:
+        if self._state.closed:
             return
         self._shutdown(clean=True)
 
     def _shutdown(self, *, clean: bool) -> None:
-        self._closed = True
+        self._state.closed = True
         errors: list[BaseException] = []
         for ha in (self._ha_slave, self._ha_master):  # first: nothing is appended after this
             if ha is not None:
@@ -426,7 +420,7 @@ class MessageStore:
         self.close()
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._state.closed:
             raise StoreClosedError(f"store {str(self.layout.root)!r} is closed")
         if self._follower is not None:
             self._follower.refresh()
@@ -442,36 +436,15 @@ class MessageStore:
     # --- writing -------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
         """Store one message. Raises InvalidMessageError (nothing written) for a bad message."""
-        topic = getattr(msg, "topic", None)
-        topics = self._topics
-        config = topics.get(topic) if type(topic) is str else None
-        if config is None or not config.perm & PERM_WRITE or self._closed or self.readonly:
-            return self.put_messages((msg,))[0]
-        # the common case, with put_messages' steps for one message of a known topic
-        queue_id = msg.queue_id
-        if queue_id is None:
-            props = msg.properties
-            queue_id = topics.select_queue(msg.topic, props.get(PROPERTY_SHARDING_KEY) if props else None)
-        prepared = self._encoder.prepare(msg, queue_id=queue_id)
-        refused = self._refusal()
-        if refused is not None:
-            return PutMessageResult(refused)
-        try:
-            result = self._commitlog.append_one(prepared)
-        except OSError as exc:
-            log.error("put failed, could not create or write a commitlog segment: %s", exc)
-            return PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED)
-        self._stats.count_put(1, result.wrote_bytes)
-        if self._needs_flush_wait((msg,)):
-            status = self._make_durable(result.physical_offset + result.wrote_bytes)
-            if status is not _PUT_OK:
-                return result._replace(status=status)
-        return result
+        writer = self._writer
+        if writer is None or self._state.closed:
+            return self.put_messages((msg,))[0]  # raises why not
+        return writer.put_message(msg)
 
     def _deliver_delayed(self, msg: Message) -> PutMessageResult:
         """The scheduler's put: while the store closes it gets a status, not StoreClosedError (its
         message then stays due and is delivered after the next open)."""
-        if self._closed:
+        if self._state.closed:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE)
         try:
             return self.put_messages((msg,))[0]
@@ -486,50 +459,8 @@ class MessageStore:
         is created with ``default_topic_queue_nums`` queues.
         """
         self._check_writable("puts")
-        if not msgs:
-            return []
-        queue_ids = self._place(msgs)
-        batch = self._encoder.prepare_batch(msgs, queue_ids)
-        prepared = [] if batch is not None else self._encoder.prepare_many(msgs, queue_ids)
-        refused = self._refusal()
-        if refused is not None:
-            return [PutMessageResult(refused) for _ in msgs]
-        try:
-            if batch is not None:
-                phys, queue_offsets, now = self._commitlog.append_batch(batch)
-            else:
-                results = self._commitlog.append(prepared)
-        except OSError as exc:
-            log.error("put failed, could not create or write a commitlog segment: %s", exc)
-            return [PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in msgs]
-        if batch is not None:
-            topics = batch.topics
-            results = list(
-                map(
-                    _result,
-                    zip(
-                        repeat(_PUT_OK),
-                        repeat(topics[0])
-                        if len(topics) == 1
-                        else [topics[t] for t in batch.topic_ids.tolist()],
-                        batch.queue_ids.tolist(),
-                        phys.tolist(),
-                        queue_offsets.tolist(),
-                        repeat(now),
-                        batch.lengths.tolist(),
-                        repeat(self._commitlog.id_prefix),
-                    ),
-                )
-            )
-            self._stats.count_put(len(results), int(batch.lengths.sum()))
-        else:
-            self._stats.count_put(len(results), sum(r.wrote_bytes for r in results))
-        if self._needs_flush_wait(msgs):
-            end = max(r.physical_offset + r.wrote_bytes for r in results)
-            status = self._make_durable(end)
-            if status is not _PUT_OK:
-                return [r._replace(status=status) for r in results]
-        return results
+        assert self._writer is not None  # every store open for writing has one
+        return self._writer.put_messages(msgs)
 
     def put_batch(
         self,
@@ -556,241 +487,13 @@ class MessageStore:
         Raises InvalidMessageError naming the first bad message; nothing is stored then.
         """
         self._check_writable("puts")
-        n = column_length("bodies", bodies)
-        validate_topic(topic)
-        if n == 0:
-            return self._unstored(_PUT_OK, topic, np.zeros(0, dtype=np.int64), TextColumn.empty(0))
-        if isinstance(keys, str):
-            raise InvalidMessageError("keys must be a sequence with one entry per body, not a str", _ILLEGAL)
-        if keys is not None and column_length("keys", keys) != n:
-            raise InvalidMessageError(f"{len(keys)} keys for {n} bodies", _ILLEGAL)
-        qids = self._batch_queue_ids(topic, n, queue_ids)
-        tag_values, tag_ids = tag_column(tags, n)
-        try:
-            key_column = TextColumn.from_texts(keys) if keys is not None else TextColumn.empty(n)
-        except (TypeError, UnicodeEncodeError) as exc:
-            raise InvalidMessageError(f"keys must be strings: {exc}", _ILLEGAL) from None
-        if type(flag) is not int:
-            raise InvalidMessageError(f"flag must be an int, not {flag!r}", _ILLEGAL)
-        try:
-            flags = np.full(n, flag, dtype=np.int64)
-        except OverflowError:
-            raise InvalidMessageError(f"flag {flag} is out of range", _ILLEGAL) from None
-        borns = (
-            np.full(n, self._clock.now_ms(), dtype=np.int64)
-            if born_timestamp is None
-            else _int_column("born_timestamp", born_timestamp, n)
-        )
-        batch = self._encoder.prepare_columns(
-            MessageColumns(topic, bodies, qids, tag_values, tag_ids, key_column, flags, borns)
-        )
-        refused = self._refusal()
-        if refused is not None:
-            return self._unstored(refused, topic, qids, batch.uniq_keys)
-        try:
-            phys, queue_offsets, now = self._commitlog.append_batch(batch)
-        except OSError as exc:
-            log.error("put failed, could not create or write a commitlog segment: %s", exc)
-            return self._unstored(PutStatus.CREATE_MAPPED_FILE_FAILED, topic, qids, batch.uniq_keys)
-        self._stats.count_put(n, int(batch.lengths.sum()))
-        status = self._make_durable(int(phys[-1] + batch.lengths[-1])) if self._durability_work else _PUT_OK
-        return PutBatchResult(
-            status,
-            topic,
-            qids,
-            queue_offsets,
-            phys,
-            batch.lengths,
-            now,
-            self._commitlog.id_prefix,
-            batch.uniq_keys,
-        )
-
-    def _unstored(
-        self, status: PutStatus, topic: str, queue_ids: npt.NDArray[np.int64], uniq_keys: TextColumn
-    ) -> PutBatchResult:
-        """A put_batch result for messages not stored: every offset -1."""
-        none = np.full(len(queue_ids), -1, dtype=np.int64)
-        return PutBatchResult(
-            status, topic, queue_ids, none, none, none, 0, self._commitlog.id_prefix, uniq_keys
-        )
-
-    def _batch_queue_ids(
-        self, topic: str, n: int, queue_ids: int | Sequence[int] | npt.NDArray[np.integer] | None
-    ) -> npt.NDArray[np.int64]:
-        """put_batch's queue per message; the topic created (or its queues widened) as for a put."""
-        if queue_ids is None:
-            self._open_topic(topic, None)
-            return self._topics.select_queues(topic, n)
-        qids = _int_column("queue_ids", queue_ids, n)
-        if n and (qids.min() < 0 or qids.max() > MAX_QUEUE_ID):
-            i = int(np.argmax((qids < 0) | (qids > MAX_QUEUE_ID)))
-            raise InvalidMessageError(
-                f"message {i} of the batch: queue_id must be an int in 0..{MAX_QUEUE_ID}, not {qids[i]}",
-                _ILLEGAL,
-            )
-        self._open_topic(topic, int(qids.max()))
-        return qids
-
-    def _open_topic(self, topic: str, highest_queue: int | None) -> None:
-        """A topic a put writes to: created when new and the put names queues (with at least
-        ``highest_queue + 1`` of them; a put naming none creates it in ``select_queue(s)``), and
-        refused unless writable."""
-        topics = self._topics
-        if highest_queue is not None and topic not in topics and not self.readonly:
-            topics.create(validate_topic(topic), max(self.config.default_topic_queue_nums, highest_queue + 1))
-        if not topics.writable(topic):
-            raise InvalidMessageError(
-                f"topic {topic!r} is not writable (perm {topics.perm(topic)})", _ILLEGAL
-            )
-
-    def _place(self, msgs: Sequence[Message]) -> list[int] | None:
-        """Topic configs for topics first written to, and the queue of every message when some
-        name none (None when all do). Work per topic of the batch, and per message only for
-        messages that name no queue; round-robin picks are taken per topic in one step."""
-        topics = self._topics
-        try:
-            batch_topics = {m.topic for m in msgs}
-            queue_ids = [m.queue_id for m in msgs]
-        except (AttributeError, TypeError, ValueError):  # not a Message, an unhashable topic: named here
-            check_messages(msgs)
-            for m in msgs:
-                validate_topic(m.topic)
-            raise
-        for topic in batch_topics:
-            highest = None
-            if topic not in topics:
-                validate_topic(topic)  # bytes, None, ...
-                named = [m.queue_id for m in msgs if m.topic == topic and type(m.queue_id) is int]
-                highest = max(named, default=None)
-            self._open_topic(topic, highest)
-        if None not in queue_ids:
-            return None
-        round_robin: dict[str, list[int]] = {}  # topic -> the messages it picks queues for, in order
-        for i, m in enumerate(msgs):
-            if m.queue_id is None:
-                props = getattr(m, "properties", None)  # what is not a Message is named by prepare
-                key = props.get(PROPERTY_SHARDING_KEY) if isinstance(props, Mapping) else None
-                topic = validate_topic(m.topic)
-                if key:
-                    queue_ids[i] = topics.select_queue(topic, key)
-                else:
-                    round_robin.setdefault(topic, []).append(i)
-        for topic, members in round_robin.items():
-            for i, q in zip(members, topics.select_queues(topic, len(members)).tolist()):
-                queue_ids[i] = q
-        return cast("list[int]", queue_ids)
-
-    def _refusal(self) -> PutStatus | None:
-        """Why the store takes no put now (logged), or None."""
-        if not (
-            self._failure is not None
-            or self._closed
-            or self._is_slave
-            or self._commitlog.begin_time_in_lock
-            or (self._cleaner is not None and self._cleaner.disk_full)
-        ):
-            return None  # the usual answer, without the checks' own calls
-        unavailable = self._unavailable_reason()
-        if unavailable is not None:
-            log.warning("put refused: %s", unavailable)
-            return PutStatus.SERVICE_NOT_AVAILABLE
-        if self._page_cache_busy():
-            return PutStatus.OS_PAGECACHE_BUSY
-        if self._cleaner is not None and self._cleaner.disk_full:
-            log.warning(
-                "put refused: the disk is full (above disk_warning_ratio %d%%)",
-                self.config.disk_warning_ratio,
-            )
-            return PutStatus.DISK_FULL
-        return None
-
-    def _needs_flush_wait(self, msgs: Sequence[Message]) -> bool:
-        """Whether ``_make_durable`` has anything to do for ``msgs`` (SYNC_FLUSH waits unless
-        every message says WAIT=false; ASYNC_FLUSH may have a service to wake)."""
-        if self._group_commit is None and not self._sync_master:
-            return self._durability_work
-        return not all(m.properties and m.properties.get(PROPERTY_WAIT) == "false" for m in msgs)
-
-    @property
-    def _durability_work(self) -> bool:
-        """Whether a put has a flush to wait for or a service to wake (see ``_make_durable``)."""
-        return (
-            self._group_commit is not None
-            or self._committer is not None
-            or self._wake_flusher
-            or self._sync_master
-        )
-
-    def _make_durable(self, end: int) -> PutStatus:
-        """The flush step (``_flush_step``), then for a SYNC_MASTER the replica's ack."""
-        status = self._flush_step(end)
-        if status is _PUT_OK and self._sync_master:
-            return self._replicated(end)
-        return status
-
-    def _replicated(self, end: int) -> PutStatus:
-        """SYNC_MASTER: SLAVE_NOT_AVAILABLE at once without a slave near enough; else wait up to
-        slave_timeout for a slave to ack ``end`` (bytes in its page cache, as RocketMQ)."""
-        ha = self._ha_master
-        if ha is None or not ha.slave_ok(end):
-            log.warning("SYNC_MASTER: no slave connected within ha_slave_fallbehind_max of offset %d", end)
-            return PutStatus.SLAVE_NOT_AVAILABLE
-        if ha.wait_acked(end, self.config.slave_timeout / 1000):
-            return _PUT_OK
-        log.warning(
-            "SYNC_MASTER: no slave acknowledged offset %d within %d ms", end, self.config.slave_timeout
-        )
-        return PutStatus.FLUSH_SLAVE_TIMEOUT
-
-    def _flush_step(self, end: int) -> PutStatus:
-        """SYNC_FLUSH: wait for the group commit to reach ``end``; FLUSH_DISK_TIMEOUT if it
-        does not in time. ASYNC_FLUSH: wake the committer (transient pool) or, unless flushes
-        are timed, the flusher, once enough pages wait."""
-        group = self._group_commit
-        if group is None:
-            last = self._commitlog.files.last
-            if last is None:
-                return _PUT_OK
-            if self._committer is not None:
-                if last.uncommitted_pages() >= self._commit_least_pages:
-                    self._committer.wakeup()
-            elif (
-                self._wake_flusher
-                and self._flusher is not None
-                and last.dirty_pages() >= self._flush_least_pages
-            ):
-                self._flusher.wakeup()
-            return _PUT_OK
-        if group.submit(end).wait(self.config.sync_flush_timeout / 1000):
-            return _PUT_OK
-        if self._failure is not None:
-            log.error("SYNC_FLUSH: the commitlog could not be flushed up to %d: %s", end, self._failure)
-        else:
-            log.error(
-                "SYNC_FLUSH: the commitlog was not flushed up to %d within %d ms",
-                end,
-                self.config.sync_flush_timeout,
-            )
-        return PutStatus.FLUSH_DISK_TIMEOUT
-
-    def _page_cache_busy(self) -> bool:
-        """RocketMQ's isOSPageCacheBusy: the append lock has been held too long; fail fast."""
-        return self.config.os_page_cache_busy_timeout < self._lock_held_ms() < 10_000_000
+        assert self._writer is not None  # every store open for writing has one
+        return self._writer.put_batch(topic, bodies, queue_ids, tags, keys, flag, born_timestamp)
 
     @property
     def failure(self) -> BaseException | None:
         """Why the store refuses writes (a failed flush or dispatch), or None."""
-        return self._failure
-
-    def _unavailable_reason(self) -> str | None:
-        if self._closed:
-            return "the store is closed"
-        if self._failure is not None:
-            return f"a store service failed: {self._failure}"
-        if self._is_slave:
-            return "this store is a SLAVE: it takes its master's bytes only"
-        return None
+        return self._state.failure
 
     # --- replication -------------------------------------------------------------------------
     @property
@@ -884,101 +587,13 @@ class MessageStore:
         """
         self._check_open()
         del group  # accepted for RocketMQ's signature; consumer offsets are kept elsewhere
-        result = self._get_message(
+        return self._reader.get_message(
             _str_arg("topic", topic),
             _int_arg("queue_id", queue_id),
             _int_arg("offset", offset),
             _int_arg("max_msgs", max_msgs),
             tags,
         )
-        self._stats.count_get(len(result.messages))  # every call that finds nothing is a miss
-        return result
-
-    def _get_message(
-        self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: str | Iterable[str] | None
-    ) -> GetMessageResult:
-        cq = self._queues.get(topic, queue_id)
-        if cq is None:
-            return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        min_offset, max_offset = cq.min_offset, cq.max_offset
-        if max_offset == 0:
-            return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
-        if offset < min_offset:
-            return GetMessageResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
-        if offset == max_offset:
-            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
-        if offset > max_offset:
-            nxt = min_offset if min_offset == 0 else max_offset
-            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
-        tag_filter = _parse_tags(tags)
-        entries = cq.entries(offset, max(_MAX_FILTER_BYTES // 20, max_msgs))
-        if entries is None:
-            return GetMessageResult(
-                GetStatus.OFFSET_FOUND_NULL, cq.next_segment_offset(offset), min_offset, max_offset
-            )
-        status = GetStatus.NO_MATCHED_MESSAGE
-        messages: list[MessageExt] = []
-        total = 0
-        max_bytes = self.config.max_transfer_bytes_on_message_in_memory
-        max_count = min(max_msgs, self.config.max_transfer_count_on_message_in_memory)
-        skip_below = -1
-        message_at = self._commitlog.message_at
-        n = len(entries)
-        i = 0
-        chunk_end = 0
-        phys: list[int] = []
-        sizes: list[int] = []
-        codes: list[int] = []
-        full = False
-        if tag_filter is None:
-            # the plain read: the entries that fit, checked and their bodies found in one pass
-            head = entries[:max_count]
-            sizes_head = head["size"].astype(np.int64)
-            fit = max(1, int(np.searchsorted(np.cumsum(sizes_head), max_bytes, side="right")))
-            head = head[:fit]
-            messages = self._commitlog.messages_at(
-                head["offset"].astype(np.int64), sizes_head[:fit], head["tags_code"].astype(np.int64)
-            )
-            i = chunk_end = len(messages)
-            total = int(sizes_head[:i].sum())
-            if messages:
-                status = GetStatus.FOUND
-        # Entries become Python ints a chunk at a time: a plain read needs max_count of them, a
-        # filtered one may scan up to RocketMQ's 16000 bytes of the queue.
-        while i < n and not full and len(messages) < max_count:
-            chunk = entries[chunk_end : chunk_end + max(max_count, 2 * chunk_end)]
-            chunk_end += len(chunk)
-            phys, sizes, codes = chunk["offset"].tolist(), chunk["size"].tolist(), chunk["tags_code"].tolist()
-            base = i
-            while i < chunk_end:
-                j = i - base
-                phy, size, code = phys[j], sizes[j], codes[j]
-                if phy < skip_below:
-                    i += 1
-                    continue
-                if messages and (len(messages) >= max_count or total + size > max_bytes):
-                    full = True
-                    break
-                if tag_filter is not None and code not in tag_filter[0]:
-                    i += 1
-                    continue
-                msg = message_at(phy, size, code)
-                if msg is None:
-                    if not messages:
-                        status = GetStatus.MESSAGE_WAS_REMOVING
-                    skip_below = self._commitlog.files.next_segment_start(phy)
-                    i += 1
-                    continue
-                if tag_filter is not None and msg.tags not in tag_filter[1]:
-                    i += 1
-                    continue
-                messages.append(msg)
-                total += size
-                status = GetStatus.FOUND
-                skip_below = -1
-                i += 1
-        del entries
-        return GetMessageResult(status, offset + i, min_offset, max_offset, messages)
 
     def read_batch(
         self, topic: str, queue_id: int, offset: int, max_count: int = 4096, *, bodies: bool = True
@@ -992,59 +607,13 @@ class MessageStore:
         self._check_open()
         topic, queue_id = _str_arg("topic", topic), _int_arg("queue_id", queue_id)
         offset, max_count = _int_arg("offset", offset), _int_arg("max_count", max_count)
-        empty = np.empty(0, dtype=np.int64)
-        cq = self._queues.get(topic, queue_id)
-        start = max(offset, cq.min_offset) if cq is not None else offset
-        entries = cq.entries(start, max_count) if cq is not None and start < cq.max_offset else None
-        if entries is None:
-            nxt = cq.next_segment_offset(start) if cq is not None and start < cq.max_offset else start
-            return MessageBatch(
-                topic,
-                queue_id,
-                empty,
-                empty,
-                empty,
-                empty,
-                empty,
-                empty,
-                bytearray(),
-                np.zeros(1, dtype=np.int64),
-                nxt,
-            )
-        phys = entries["offset"].astype(np.int64)
-        sizes = entries["size"].astype(np.int64)
-        codes = entries["tags_code"].astype(np.int64)
-        del entries
-        n, born, stored, body, body_offsets = self._commitlog.gather(phys, sizes, bodies)
-        queue_offsets = np.arange(start, start + n, dtype=np.int64)
-        self._stats.count_get(n)
-        nxt = start + n if n else start + 1  # a first message whose record is gone is stepped over
-        return MessageBatch(
-            topic,
-            queue_id,
-            queue_offsets,
-            phys[:n],
-            sizes[:n],
-            codes[:n],
-            born,
-            stored,
-            body,
-            body_offsets,
-            nxt,
-        )
+        return self._reader.read_batch(topic, queue_id, offset, max_count, bodies)
 
     # --- lookups ---------------------------------------------------------------------------
     def look_message_by_offset(self, physical_offset: int) -> MessageExt | None:
         """The message whose record starts at ``physical_offset``; None if there is none."""
         self._check_open()
-        msg = self._commitlog.message_at(_int_arg("physical_offset", physical_offset))
-        if msg is None:
-            return None
-        try:
-            msg.record  # noqa: B018 - decode now: an offset inside a record is not a message
-        except CorruptDataError:
-            return None
-        return msg
+        return self._reader.message_at(_int_arg("physical_offset", physical_offset))
 
     def view_message_by_id(self, msg_id: str) -> MessageExt | None:
         """The message with this offsetMsgId. Raises CorruptDataError for a malformed id."""
@@ -1061,15 +630,7 @@ class MessageStore:
         if self._index is None:
             return
         stop = _MAX_TIME if end is None else _int_arg("end", end)
-        for phy in self._index.lookup(topic, key, begin, stop):
-            msg = self._commitlog.message_at(phy)
-            if msg is None:
-                continue
-            try:
-                if msg.topic == topic and (msg.uniq_key == key or key in msg.keys):
-                    yield msg
-            except CorruptDataError:
-                log.warning("index entry for %s#%s points at an invalid record at %d", topic, key, phy)
+        yield from self._reader.query(topic, key, begin, stop)
 
     def query_message(
         self, topic: str, key: str, max_num: int | None = None, begin: int = 0, end: int | None = None
@@ -1092,10 +653,9 @@ class MessageStore:
         """The first queue offset stored at or after ``timestamp`` (max offset if none)."""
         self._check_open()
         timestamp = _int_arg("timestamp", timestamp)
-        cq = self._queues.get(_str_arg("topic", topic), _int_arg("queue_id", queue_id))
-        if cq is None:
-            return 0
-        return cq.offset_by_time(timestamp, self._commitlog.store_timestamp_at)
+        return self._reader.offset_by_time(
+            _str_arg("topic", topic), _int_arg("queue_id", queue_id), timestamp
+        )
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         self._check_open()
@@ -1110,16 +670,10 @@ class MessageStore:
     def earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
         """Store time of the oldest message of a queue, or of the whole log; -1 if none."""
         self._check_open()
-        if topic is None:
-            first = self._commitlog.min_offset
-            return self._commitlog.store_timestamp_at(first) if first >= 0 else -1
-        cq = self._queues.get(
-            _str_arg("topic", topic), _int_arg("queue_id", queue_id) if queue_id is not None else 0
+        return self._reader.earliest_message_time(
+            topic if topic is None else _str_arg("topic", topic),
+            _int_arg("queue_id", queue_id) if queue_id is not None else 0,
         )
-        if cq is None or cq.max_offset <= cq.min_offset:
-            return -1
-        entry = cq.entry_at(cq.min_offset)
-        return self._commitlog.store_timestamp_at(entry[0]) if entry else -1
 
     def min_phy_offset(self) -> int:
         self._check_open()
@@ -1272,20 +826,15 @@ class MessageStore:
             "remainHowManyDataToCommit": max(0, commitlog.max_offset - committed) if self._pool else 0,
             "remainHowManyDataToFlush": max(0, commitlog.max_offset - flushed),
             "earliestMessageTimeStamp": self.earliest_message_time(),
-            "pageCacheLockTimeMills": int(self._lock_held_ms()),
+            "pageCacheLockTimeMills": int(lock_held_ms(self._commitlog, self._clock)),
             "remainTransientStoreBufferNumbs": self._pool.available if self._pool is not None else 0,
             "diskFull": self.disk_full,
             "abnormalShutdownDetected": self.abnormal_shutdown_detected,
             "readonly": self.readonly,
-            "failure": repr(self._failure) if self._failure is not None else None,
+            "failure": repr(self._state.failure) if self._state.failure is not None else None,
             "delayedPending": {lvl: hi - lo for lvl, (lo, hi) in self.delay_progress().items() if hi > lo},
         }
         return info
-
-    def _lock_held_ms(self) -> float:
-        """How long the current append has held the commitlog lock (0 when none holds it)."""
-        began = self._commitlog.begin_time_in_lock
-        return (self._clock.monotonic() - began) * 1000 if began else 0.0
 
     def __repr__(self) -> str:
         return f"MessageStore({str(self.layout.root)!r}{', readonly' if self.readonly else ''})"
@@ -1305,35 +854,3 @@ def _str_arg(name: str, value: object) -> str:
     if type(value) is not str:
         raise InvalidArgumentError(f"{name} must be a str, not {type(value).__name__} {value!r}")
     return value
-
-
-def _int_column(
-    name: str, value: int | Sequence[int] | npt.NDArray[np.integer], n: int
-) -> npt.NDArray[np.int64]:
-    """One int for all n messages, or one int each, as int64; anything else is refused, by ``name``."""
-    try:
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            return np.full(n, value, dtype=np.int64)
-        column = np.asarray(value)
-    except OverflowError:
-        raise InvalidMessageError(f"{name} {value!r} is out of range", _ILLEGAL) from None
-    except (TypeError, ValueError):  # a ragged or otherwise unconvertible sequence
-        raise InvalidMessageError(f"{name} must be one int or {n} ints, one per body", _ILLEGAL) from None
-    if column.shape != (n,) or column.dtype.kind not in "iu":
-        raise InvalidMessageError(f"{name} must be one int or {n} ints, one per body", _ILLEGAL)
-    if column.dtype == np.uint64 and int(column.max()) > np.iinfo(np.int64).max:
-        raise InvalidMessageError(f"{name} is out of range", _ILLEGAL)
-    return column.astype(np.int64)
-
-
-def _parse_tags(tags: str | Iterable[str] | None) -> tuple[frozenset[int], frozenset[str]] | None:
-    if tags is None:
-        return None
-    if isinstance(tags, str):
-        names = [t.strip() for t in tags.split("||")]
-    else:
-        names = [t.strip() for t in tags]
-    names = [t for t in names if t]
-    if not names or "*" in names:
-        return None
-    return frozenset(tags_code(t) for t in names), frozenset(names)

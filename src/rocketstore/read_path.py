@@ -1,0 +1,247 @@
+"""The read path: messages of a queue (one object each, or columns), lookups by offset and by
+key, and a queue's times.
+
+``MessageStore`` checks that it is open and its arguments' types, and hands every read to a
+``MessageReader``; the reader gets its collaborators when the store is built and never reaches
+back.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from rocketstore.codec.java_hash import tags_code
+from rocketstore.commitlog import CommitLog
+from rocketstore.config import StoreConfig
+from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.errors import CorruptDataError
+from rocketstore.follow import FollowedQueues
+from rocketstore.index import IndexService
+from rocketstore.message import MessageExt
+from rocketstore.results import GetMessageResult, GetStatus, MessageBatch
+from rocketstore.stats import StoreStats
+
+__all__ = ["MessageReader"]
+
+log = logging.getLogger(__name__)
+_MAX_FILTER_BYTES = 16000  # RocketMQ scans at most this much consume queue per get when filtering
+
+
+class MessageReader:
+    """The read path of a store, writable or read-only. Arguments are of the right types (the
+    store checked them); reads take no lock."""
+
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        queues: ConsumeQueueSet | FollowedQueues,
+        index: IndexService | None,
+        stats: StoreStats,
+        config: StoreConfig,
+    ) -> None:
+        self._commitlog = commitlog
+        self._queues = queues
+        self._index = index
+        self._stats = stats
+        self.config = config
+
+    # --- reading through queues ----------------------------------------------------------
+    def get_message(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: str | Iterable[str] | None
+    ) -> GetMessageResult:
+        """``MessageStore.get_message``, counted in the statistics."""
+        result = self._get_message(topic, queue_id, offset, max_msgs, tags)
+        self._stats.count_get(len(result.messages))  # every call that finds nothing is a miss
+        return result
+
+    def _get_message(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: str | Iterable[str] | None
+    ) -> GetMessageResult:
+        cq = self._queues.get(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        min_offset, max_offset = cq.min_offset, cq.max_offset
+        if max_offset == 0:
+            return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+        if offset < min_offset:
+            return GetMessageResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            nxt = min_offset if min_offset == 0 else max_offset
+            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
+        tag_filter = _parse_tags(tags)
+        entries = cq.entries(offset, max(_MAX_FILTER_BYTES // 20, max_msgs))
+        if entries is None:
+            return GetMessageResult(
+                GetStatus.OFFSET_FOUND_NULL, cq.next_segment_offset(offset), min_offset, max_offset
+            )
+        status = GetStatus.NO_MATCHED_MESSAGE
+        messages: list[MessageExt] = []
+        total = 0
+        max_bytes = self.config.max_transfer_bytes_on_message_in_memory
+        max_count = min(max_msgs, self.config.max_transfer_count_on_message_in_memory)
+        skip_below = -1
+        message_at = self._commitlog.message_at
+        n = len(entries)
+        i = 0
+        chunk_end = 0
+        phys: list[int] = []
+        sizes: list[int] = []
+        codes: list[int] = []
+        full = False
+        if tag_filter is None:
+            # the plain read: the entries that fit, checked and their bodies found in one pass
+            head = entries[:max_count]
+            sizes_head = head["size"].astype(np.int64)
+            fit = max(1, int(np.searchsorted(np.cumsum(sizes_head), max_bytes, side="right")))
+            head = head[:fit]
+            messages = self._commitlog.messages_at(
+                head["offset"].astype(np.int64), sizes_head[:fit], head["tags_code"].astype(np.int64)
+            )
+            i = chunk_end = len(messages)
+            total = int(sizes_head[:i].sum())
+            if messages:
+                status = GetStatus.FOUND
+        # Entries become Python ints a chunk at a time: a plain read needs max_count of them, a
+        # filtered one may scan up to RocketMQ's 16000 bytes of the queue.
+        while i < n and not full and len(messages) < max_count:
+            chunk = entries[chunk_end : chunk_end + max(max_count, 2 * chunk_end)]
+            chunk_end += len(chunk)
+            phys, sizes, codes = chunk["offset"].tolist(), chunk["size"].tolist(), chunk["tags_code"].tolist()
+            base = i
+            while i < chunk_end:
+                j = i - base
+                phy, size, code = phys[j], sizes[j], codes[j]
+                if phy < skip_below:
+                    i += 1
+                    continue
+                if messages and (len(messages) >= max_count or total + size > max_bytes):
+                    full = True
+                    break
+                if tag_filter is not None and code not in tag_filter[0]:
+                    i += 1
+                    continue
+                msg = message_at(phy, size, code)
+                if msg is None:
+                    if not messages:
+                        status = GetStatus.MESSAGE_WAS_REMOVING
+                    skip_below = self._commitlog.files.next_segment_start(phy)
+                    i += 1
+                    continue
+                if tag_filter is not None and msg.tags not in tag_filter[1]:
+                    i += 1
+                    continue
+                messages.append(msg)
+                total += size
+                status = GetStatus.FOUND
+                skip_below = -1
+                i += 1
+        del entries
+        return GetMessageResult(status, offset + i, min_offset, max_offset, messages)
+
+    def read_batch(
+        self, topic: str, queue_id: int, offset: int, max_count: int, bodies: bool
+    ) -> MessageBatch:
+        """``MessageStore.read_batch``."""
+        empty = np.empty(0, dtype=np.int64)
+        cq = self._queues.get(topic, queue_id)
+        start = max(offset, cq.min_offset) if cq is not None else offset
+        entries = cq.entries(start, max_count) if cq is not None and start < cq.max_offset else None
+        if entries is None:
+            nxt = cq.next_segment_offset(start) if cq is not None and start < cq.max_offset else start
+            return MessageBatch(
+                topic,
+                queue_id,
+                empty,
+                empty,
+                empty,
+                empty,
+                empty,
+                empty,
+                bytearray(),
+                np.zeros(1, dtype=np.int64),
+                nxt,
+            )
+        phys = entries["offset"].astype(np.int64)
+        sizes = entries["size"].astype(np.int64)
+        codes = entries["tags_code"].astype(np.int64)
+        del entries
+        n, born, stored, body, body_offsets = self._commitlog.gather(phys, sizes, bodies)
+        queue_offsets = np.arange(start, start + n, dtype=np.int64)
+        self._stats.count_get(n)
+        nxt = start + n if n else start + 1  # a first message whose record is gone is stepped over
+        return MessageBatch(
+            topic,
+            queue_id,
+            queue_offsets,
+            phys[:n],
+            sizes[:n],
+            codes[:n],
+            born,
+            stored,
+            body,
+            body_offsets,
+            nxt,
+        )
+
+    # --- lookups ---------------------------------------------------------------------------
+    def message_at(self, physical_offset: int) -> MessageExt | None:
+        """``MessageStore.look_message_by_offset``."""
+        msg = self._commitlog.message_at(physical_offset)
+        if msg is None:
+            return None
+        try:
+            msg.record  # noqa: B018 - decode now: an offset inside a record is not a message
+        except CorruptDataError:
+            return None
+        return msg
+
+    def query(self, topic: str, key: str, begin: int, end: int) -> Iterator[MessageExt]:
+        """``MessageStore.iter_query_message`` (``end`` given)."""
+        if self._index is None:
+            return
+        for phy in self._index.lookup(topic, key, begin, end):
+            msg = self._commitlog.message_at(phy)
+            if msg is None:
+                continue
+            try:
+                if msg.topic == topic and (msg.uniq_key == key or key in msg.keys):
+                    yield msg
+            except CorruptDataError:
+                log.warning("index entry for %s#%s points at an invalid record at %d", topic, key, phy)
+
+    # --- queue facts -----------------------------------------------------------------------
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """``MessageStore.offset_in_queue_by_time``."""
+        cq = self._queues.get(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_by_time(timestamp, self._commitlog.store_timestamp_at)
+
+    def earliest_message_time(self, topic: str | None, queue_id: int) -> int:
+        """``MessageStore.earliest_message_time``."""
+        if topic is None:
+            first = self._commitlog.min_offset
+            return self._commitlog.store_timestamp_at(first) if first >= 0 else -1
+        cq = self._queues.get(topic, queue_id)
+        if cq is None or cq.max_offset <= cq.min_offset:
+            return -1
+        entry = cq.entry_at(cq.min_offset)
+        return self._commitlog.store_timestamp_at(entry[0]) if entry else -1
+
+
+def _parse_tags(tags: str | Iterable[str] | None) -> tuple[frozenset[int], frozenset[str]] | None:
+    if tags is None:
+        return None
+    if isinstance(tags, str):
+        names = [t.strip() for t in tags.split("||")]
+    else:
+        names = [t.strip() for t in tags]
+    names = [t for t in names if t]
+    if not names or "*" in names:
+        return None
+    return frozenset(tags_code(t) for t in names), frozenset(names)
