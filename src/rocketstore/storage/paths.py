@@ -26,6 +26,7 @@ import logging
 import os
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -176,27 +177,23 @@ class StoreEntry(NamedTuple):
 def store_dir_exists(directory: Path) -> bool:
     """True for a real directory, False when nothing is there; StorePathError for anything else
     (a link, a file ...)."""
-    try:
-        mode = os.lstat(directory).st_mode
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise _refused(directory, exc, "look up") from None
-    if not stat.S_ISDIR(mode):
-        raise StorePathError(directory, DIRECTORY, _kind(mode))
-    return True
+    return _exists(directory, stat.S_ISDIR, DIRECTORY)
 
 
 def store_file_exists(path: Path) -> bool:
     """True for a regular file, False when nothing is there; StorePathError for anything else."""
+    return _exists(path, stat.S_ISREG, REGULAR_FILE)
+
+
+def _exists(path: Path, is_kind: Callable[[int], bool], expected: str) -> bool:
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return False
     except OSError as exc:
         raise _refused(path, exc, "look up") from None
-    if not stat.S_ISREG(mode):
-        raise StorePathError(path, REGULAR_FILE, _kind(mode))
+    if not is_kind(mode):
+        raise StorePathError(path, expected, _kind(mode))
     return True
 
 
