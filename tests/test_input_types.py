@@ -94,6 +94,15 @@ def test_put_message_names_a_field_of_the_wrong_type(store: MessageStore, field:
     _nothing_written(store, lambda: store.put_message(msg), BAD_FIELDS[field][1])
 
 
+@pytest.mark.parametrize("value", [*BAD_FIELDS["properties"][0], _Opaque(), {"__SHARDINGKEY": 5}])
+def test_a_message_the_store_places_has_its_properties_checked_first(store: MessageStore, value: Any) -> None:
+    """queue_id=None on a known topic takes the single-put path that reads the sharding key: wrong
+    properties are named there too, never an AttributeError from reading them."""
+    assert store.put_message(Message(**_fields())).ok  # the topic is known: the single-put path
+    msg = Message(**_fields(properties=value, queue_id=None))
+    _nothing_written(store, lambda: store.put_message(msg), r"propert|__SHARDINGKEY")
+
+
 @pytest.mark.parametrize(("field", "value"), BAD_CASES)
 @pytest.mark.parametrize("size", [2, 20], ids=["per-message", "columnar"])
 def test_put_messages_names_a_field_of_the_wrong_type(

@@ -122,6 +122,8 @@ class MessageWriter:
         queue_id = msg.queue_id
         if queue_id is None:
             props = msg.properties
+            if props and (type(props) is not dict or type(props.get(PROPERTY_SHARDING_KEY, "")) is not str):
+                return self.put_messages((msg,))[0]  # properties to check first: validation names them
             queue_id = topics.select_queue(msg.topic, props.get(PROPERTY_SHARDING_KEY) if props else None)
         prepared = self._encoder.prepare(msg, queue_id=queue_id)
         refused = self._refusal()
@@ -314,7 +316,7 @@ class MessageWriter:
                 props = getattr(m, "properties", None)  # what is not a Message is named by prepare
                 key = props.get(PROPERTY_SHARDING_KEY) if isinstance(props, Mapping) else None
                 topic = validate_topic(m.topic)
-                if key:
+                if key and type(key) is str:  # any other value is refused by prepare, which names it
                     queue_ids[i] = topics.select_queue(topic, key)
                 else:
                     round_robin.setdefault(topic, []).append(i)
