@@ -127,7 +127,9 @@ PUT_BATCH_BAD: list[tuple[str, Any, str]] = [
     *(("bodies", v, r"bodies") for v in (None, 5, "abc", b"abc", {b"x": 1}, {b"x"}, iter([b"x"]))),
     *(("bodies", [b"ok", v], r"body") for v in ("s", None, 5, array.array("I", [1]), [1])),
     *(("tags", v, r"tags") for v in (5, [5, None], [["a"], None], b"x", [b"x", None], {"a"}, 1.5)),
+    ("tags", [memoryview(bytearray(b"t")), None], r"tags"),  # a writable view cannot be hashed
     *(("keys", v, r"keys") for v in (5, [5, None], [b"k", None], "k", [["k"], None], {"k": 1}, b"k")),
+    ("keys", [memoryview(bytearray(b"k")), None], r"keys"),
     *(("queue_ids", v, r"queue_ids") for v in ("0", [None, None], 1.5, [0])),
     *(("flag", v, r"flag") for v in ("0", 1.5, None, 1 << 70)),
     *(("born_timestamp", v, r"born_timestamp") for v in ("1", [None, None], 1.5)),

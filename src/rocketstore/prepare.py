@@ -623,7 +623,7 @@ def tag_column(
     index: dict[str | None, int] = {}
     try:
         ids = [index.setdefault(t, len(index)) for t in tags]
-    except TypeError:
+    except (TypeError, ValueError):  # unhashable, or a writable memoryview
         raise InvalidMessageError("tags must be strings or None", _ILLEGAL) from None
     for t in index:
         if t is not None and type(t) is not str:
