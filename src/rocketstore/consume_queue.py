@@ -34,7 +34,7 @@ from rocketstore.storage.paths import (
     parse_queue_id,
 )
 
-__all__ = ["ConsumeQueue", "ConsumeQueueSet"]
+__all__ = ["ConsumeQueue", "ConsumeQueueSet", "queue_directories"]
 
 log = logging.getLogger(__name__)
 
@@ -448,33 +448,19 @@ class ConsumeQueueSet:
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
 
     def load(self) -> None:
-        """Open every queue directory ``{topic}/{queueId}``. Entries not named by a topic or a
-        queue id are logged and left alone; a topic's or queue's name on something that is not a
-        real directory is a StorePathError (dispatch could never write that queue)."""
-        for topic_dir in list_store_dir(self.root):
-            if not TOPIC_PATTERN.fullmatch(topic_dir.name):
-                log.warning("ignoring %s: not named by a topic", topic_dir.path)
-                continue
-            if not topic_dir.is_dir:
-                raise StorePathError(topic_dir.path, "a topic directory", topic_dir.kind)
-            for queue_dir in list_store_dir(topic_dir.path):
-                queue_id = parse_queue_id(queue_dir.name)
-                if queue_id is None:
-                    log.warning("ignoring %s: not named by a queue id", queue_dir.path)
-                    continue
-                if not queue_dir.is_dir:
-                    raise StorePathError(queue_dir.path, "a queue directory", queue_dir.kind)
-                cq = ConsumeQueue(
-                    topic_dir.name,
-                    queue_id,
-                    queue_dir.path,
-                    self.entries_per_file,
-                    readonly=self.readonly,
-                    file_mode=self.file_mode,
-                    map_cache=self._map_cache,
-                )
-                cq.load()
-                self._queues[(cq.topic, cq.queue_id)] = cq
+        """Open every queue directory (see ``queue_directories``)."""
+        for topic, queue_id, directory in queue_directories(self.root):
+            cq = ConsumeQueue(
+                topic,
+                queue_id,
+                directory,
+                self.entries_per_file,
+                readonly=self.readonly,
+                file_mode=self.file_mode,
+                map_cache=self._map_cache,
+            )
+            cq.load()
+            self._queues[(cq.topic, cq.queue_id)] = cq
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._queues.get((topic, queue_id))
@@ -583,3 +569,26 @@ class ConsumeQueueSet:
         for cq in self._queues.values():
             cq.close()
         self._queues = {}
+
+
+def queue_directories(root: Path) -> list[tuple[str, int, Path]]:
+    """Every queue directory ``{topic}/{queueId}`` under ``root`` (``consumequeue/``), as
+    (topic, queue id, path). Entries not named by a topic or a queue id are logged and left
+    alone; a topic's or queue's name on something that is not a real directory is a
+    StorePathError (dispatch could never write that queue)."""
+    found = []
+    for topic_dir in list_store_dir(root):
+        if not TOPIC_PATTERN.fullmatch(topic_dir.name):
+            log.warning("ignoring %s: not named by a topic", topic_dir.path)
+            continue
+        if not topic_dir.is_dir:
+            raise StorePathError(topic_dir.path, "a topic directory", topic_dir.kind)
+        for queue_dir in list_store_dir(topic_dir.path):
+            queue_id = parse_queue_id(queue_dir.name)
+            if queue_id is None:
+                log.warning("ignoring %s: not named by a queue id", queue_dir.path)
+                continue
+            if not queue_dir.is_dir:
+                raise StorePathError(queue_dir.path, "a queue directory", queue_dir.kind)
+            found.append((topic_dir.name, queue_id, queue_dir.path))
+    return found

@@ -45,13 +45,12 @@ from rocketstore.codec.commitlog_scan import (
 )
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE, decode_entries
 from rocketstore.config import StoreConfig
-from rocketstore.errors import StorePathError
+from rocketstore.consume_queue import queue_directories
 from rocketstore.geometry import detect_geometry
-from rocketstore.message import TOPIC_PATTERN
 from rocketstore.spark.columns import BodyAs, records_to_batch, text_column
 from rocketstore.spark.options import QueueKey, is_system_topic
 from rocketstore.storage.file_view import mapped_readonly
-from rocketstore.storage.paths import StoreLayout, list_store_dir, parse_queue_id, segment_files
+from rocketstore.storage.paths import StoreLayout, segment_files
 
 __all__ = [
     "BATCH_ROWS",
@@ -197,22 +196,9 @@ class StoreFiles:
         return segment_files(self.layout.commitlog)
 
     def queues(self) -> list[tuple[str, int]]:
-        """Every (topic, queue id) with a queue directory. Entries with other names are left
-        alone; a topic's or queue's name on anything but a real directory is a StorePathError."""
-        found: list[tuple[str, int]] = []
-        for topic_dir in list_store_dir(self.layout.consume_queue):
-            if not TOPIC_PATTERN.fullmatch(topic_dir.name):
-                continue
-            if not topic_dir.is_dir:
-                raise StorePathError(topic_dir.path, "a topic directory", topic_dir.kind)
-            for q in list_store_dir(topic_dir.path):
-                queue_id = parse_queue_id(q.name)
-                if queue_id is None:
-                    continue
-                if not q.is_dir:
-                    raise StorePathError(q.path, "a queue directory", q.kind)
-                found.append((topic_dir.name, queue_id))
-        return found
+        """Every (topic, queue id) with a queue directory (``consume_queue.queue_directories``:
+        the rule the store loads its queues by)."""
+        return [(topic, queue_id) for topic, queue_id, _ in queue_directories(self.layout.consume_queue)]
 
     def queue_files(self, topic: str, queue_id: int) -> list[tuple[int, Path]]:
         """A queue's files as (first queue offset, path)."""
