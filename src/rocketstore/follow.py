@@ -356,6 +356,9 @@ class StoreFollower(DispatchEvents):
         """Block until ``ready()`` (it refreshes what it reads) or ``timeout`` seconds pass."""
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
+            # read before ready(): whatever ready() saw is at least this version, so a change
+            # applied since, by this thread or another, shows as a different version
+            seen = self.version
             if ready():
                 return True
             pause = _MIN_PAUSE
@@ -363,8 +366,8 @@ class StoreFollower(DispatchEvents):
                 now = time.monotonic()
                 if now >= deadline:
                     return ready()
-                # against what the last refresh applied: a publication since then ends the wait
-                if self._signal.raw() != self._raw:
+                # a publication not applied yet, or one another thread applied meanwhile
+                if self._signal.raw() != self._raw or self.version != seen:
                     break
                 time.sleep(min(pause, deadline - now))
                 pause = min(2 * pause, _MAX_PAUSE)
