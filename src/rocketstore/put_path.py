@@ -36,6 +36,7 @@ from rocketstore.prepare import (
     validate_topic,
 )
 from rocketstore.results import PutBatchResult, PutMessageResult, PutStatus
+from rocketstore.service import BackgroundService
 from rocketstore.stats import StoreStats
 from rocketstore.topics import PROPERTY_SHARDING_KEY, TopicTable
 
@@ -84,6 +85,7 @@ class MessageWriter:
         group_commit: GroupCommitService | None,
         flusher: CommitLogFlushService | None,
         committer: CommitService | None,
+        dispatcher: BackgroundService,
         is_slave: bool,
         sync_master: bool,
     ) -> None:
@@ -98,6 +100,9 @@ class MessageWriter:
         self._group_commit = group_commit
         self._flusher = flusher
         self._committer = committer
+        # woken after every append: readers (followers in other processes too) see a put as soon
+        # as a dispatch pass runs, not up to a pass interval later
+        self._wake_dispatcher = dispatcher.wakeup
         self._is_slave = is_slave
         self._sync_master = sync_master
         # set when replication starts (after the services: a SYNC_MASTER put before has no slave)
@@ -135,6 +140,7 @@ class MessageWriter:
             log.error("put failed, could not create or write a commitlog segment: %s", exc)
             return PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED)
         self._stats.count_put(1, result.wrote_bytes)
+        self._wake_dispatcher()
         if self._needs_flush_wait((msg,)):
             status = self._make_durable(result.physical_offset + result.wrote_bytes)
             if status is not _PUT_OK:
@@ -181,6 +187,7 @@ class MessageWriter:
             self._stats.count_put(len(results), int(batch.lengths.sum()))
         else:
             self._stats.count_put(len(results), sum(r.wrote_bytes for r in results))
+        self._wake_dispatcher()
         if self._needs_flush_wait(msgs):
             end = max(r.physical_offset + r.wrote_bytes for r in results)
             status = self._make_durable(end)
@@ -236,6 +243,7 @@ class MessageWriter:
             log.error("put failed, could not create or write a commitlog segment: %s", exc)
             return self._unstored(PutStatus.CREATE_MAPPED_FILE_FAILED, topic, qids, batch.uniq_keys)
         self._stats.count_put(n, int(batch.lengths.sum()))
+        self._wake_dispatcher()
         status = self._make_durable(int(phys[-1] + batch.lengths[-1])) if self._durability_work else _PUT_OK
         return PutBatchResult(
             status,

@@ -48,7 +48,9 @@ class BackgroundService:
         self._thread.start()
 
     def wakeup(self) -> None:
-        self._wake.set()
+        # called on every put for the dispatcher: skip the event's lock when a round is due anyway
+        if not self._wake.is_set():
+            self._wake.set()
 
     @property
     def running(self) -> bool:

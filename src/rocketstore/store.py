@@ -314,6 +314,7 @@ class MessageStore:
             group_commit=group_commit,
             flusher=flusher,
             committer=self._committer,
+            dispatcher=dispatcher,
             is_slave=self._is_slave,
             sync_master=self.config.broker_role is BrokerRole.SYNC_MASTER,
         )
