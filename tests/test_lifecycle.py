@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -37,6 +38,8 @@ from rocketstore import (
     StoreReadOnlyError,
     TopicConfig,
 )
+from rocketstore.storage.mapped_file import MappedFile
+from rocketstore.storage.mapped_file_queue import MappedFileQueue
 from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, fixture_clock
 
 SEG = 4096  # commitlog segment: ~15 records each
@@ -717,6 +720,82 @@ def test_oldest_segment_unlinked_before_the_queues_were_cleaned(
         # the store goes on
         more = fill(store, 7, start=len(puts))
         assert_queues_consistent(store, puts + more, 3)
+
+
+def unflushed_log(directory: Path, *, keep_fds: bool, segments: int = 3) -> MappedFileQueue:
+    """A log of ``segments`` full segments, none flushed yet (as the flusher finds them when a
+    burst of puts filled them faster than its interval)."""
+    directory.mkdir()
+    mfq = MappedFileQueue(directory, SEG, keep_fds=keep_fds)
+    for i in range(segments):
+        mf = mfq.last_for_append()
+        mf.write_at(0, bytes([i + 1]) * SEG)
+        mf.wrote_position = SEG
+    return mfq
+
+
+def reclaim_oldest(mfq: MappedFileQueue) -> MappedFile:
+    oldest = mfq.files[0]
+    deleted = mfq.delete_oldest(
+        lambda mf: mf is oldest, now_ms=0, forcibly_after_ms=0, max_files=1, pause=lambda: None
+    )
+    assert deleted == [oldest] and not oldest.path.exists()
+    return oldest
+
+
+@pytest.mark.parametrize("keep_fds", [True, False], ids=["commitlog", "consume-queue"])
+def test_a_segment_reclaimed_after_the_flusher_picked_it_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_fds: bool
+) -> None:
+    """The flusher took the segment holding its flushed position; reclamation deleted it before the
+    sync: the sync skips it (its bytes are gone with it) instead of failing the flush service, and
+    the next flush still makes every later segment durable."""
+    mfq = unflushed_log(tmp_path / "log", keep_fds=keep_fds)
+    picked = mfq.find(mfq.flushed_where)  # what CommitLogFlushService.run_once holds
+    assert picked is mfq.files[0]
+    synced: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    reclaim_oldest(mfq)
+    assert picked.flush() == SEG  # raised FileNotFoundError from the sync
+    assert synced == []
+    assert mfq.flush(0)
+    live = mfq.files
+    assert [mf.flushed_position for mf in live] == [SEG, SEG]
+    assert mfq.flushed_where == mfq.max_offset == 3 * SEG
+    assert sorted(synced) == sorted(os.stat(mf.path).st_ino for mf in live)
+
+
+def test_a_segment_reclaimed_while_its_sync_runs_keeps_the_descriptor_until_the_sync_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reclamation closes a commitlog segment's kept descriptor: never under a sync using it (the
+    sync would fail with EBADF, or sync whatever file took the number)."""
+    mfq = unflushed_log(tmp_path / "log", keep_fds=True)
+    oldest = mfq.files[0]
+    real_fdatasync = os.fdatasync
+    reclaimer: list[threading.Thread] = []
+
+    def fdatasync(fd: int) -> None:
+        if not reclaimer:  # the first sync is the oldest segment's: reclaim it right now
+            thread = threading.Thread(target=reclaim_oldest, args=(mfq,))
+            reclaimer.append(thread)
+            thread.start()
+            thread.join(0.5)  # it finishes here unless it waits for this sync
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    assert oldest.flush() == SEG
+    reclaimer[0].join()
+    assert not oldest.path.exists() and mfq.files[0].from_offset == SEG
+    assert oldest._sync_fd is None
+    assert mfq.flush(0)
+    assert mfq.flushed_where == 3 * SEG
 
 
 # --- 8. topics --------------------------------------------------------------------------------------------

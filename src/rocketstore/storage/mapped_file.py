@@ -370,11 +370,27 @@ class MappedFile:
         feel. (Set on commitlog segments only: a store can have thousands of queue files.)
         Without it each sync opens its own descriptor: the flusher and a thread parking the file
         (MapCache) may sync it at the same time, and neither may close the other's.
+
+        A segment deleted under the flusher (reclamation, a cut log) has nothing left to make
+        durable: whoever deletes marks it unavailable before the unlink and closes the kept
+        descriptor under ``_fd_lock``, which a sync holds, so a sync either ends before the
+        descriptor goes or finds the file unavailable and, when it is gone, skips it. A file
+        missing while still available is a real error and raises.
         """
         if self.keep_fd:
-            os.fdatasync(self._descriptor())
-            return
-        fd = open_store_file(self.path, writable=True)
+            with self._fd_lock:
+                fd = self._sync_fd
+                if fd is None and self.available:
+                    fd = self._sync_fd = open_store_file(self.path, writable=True)
+                if fd is not None:
+                    os.fdatasync(fd)
+                    return
+        try:
+            fd = open_store_file(self.path, writable=True)
+        except FileNotFoundError:
+            if self.available:
+                raise
+            return  # deleted after it stopped being served: its bytes went with it
         try:
             os.fdatasync(fd)
         finally:
@@ -390,7 +406,8 @@ class MappedFile:
         return fd
 
     def _close_sync_fd(self) -> None:
-        fd, self._sync_fd = self._sync_fd, None
+        with self._fd_lock:  # never under a sync that is using it
+            fd, self._sync_fd = self._sync_fd, None
         if fd is not None:
             os.close(fd)
 

@@ -207,9 +207,12 @@ class MappedFileQueue:
         """Flush from ``flushed_where``; True if something was flushed. Raises OSError."""
         mf = self.find(self.flushed_where)
         if mf is None:
-            mf = self.last
-            if mf is None:
+            files = self.files
+            if not files:
                 return False
+            # below the first segment: the segment holding flushed_where was reclaimed before it
+            # was flushed, and every later one may hold unflushed bytes too
+            mf = files[0] if self.flushed_where < files[0].from_offset else files[-1]
         if least_pages > 0 and not mf.is_full and mf.dirty_pages() < least_pages:
             return False
         before = self.flushed_where
