@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -88,6 +89,45 @@ def test_wait_for_message_wakes_for_a_message_of_another_process(tmp_path: Path,
         waiter.join(60)
         assert woke == [True]
         assert store.get_message("g", "A", 0, 1, 1).messages[0].body == b"A-4"
+
+
+def test_a_follower_logs_that_it_follows_a_live_writer_not_that_it_cut_or_deleted(
+    tmp_path: Path, writer: LiveWriter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Beside a live writer the abort file is the writer's, the pre-allocated next segment and the
+    record being copied in are its work in progress, and a read-only open changes no file: the
+    log says it follows the writer, never that the log was cut or segments deleted."""
+    root = tmp_path / "s"
+    writer.put("A", 300)  # the writer allocates its next segment ahead of need
+    files = sorted(p.name for p in (root / "commitlog").iterdir())
+    caplog.set_level(logging.INFO, logger="rocketstore")
+    with MessageStore.open(root, CFG, readonly=True) as store:
+        assert store.recovery is not None and store.recovery.stop == "writer_live"
+        end = store.max_phy_offset()
+    assert sorted(p.name for p in (root / "commitlog").iterdir()) == files
+    lines = [r.getMessage() for r in caplog.records if r.name == "rocketstore.recovery"]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("read-only open beside a live writer: ")
+    assert f"following it from offset {end} " in lines[0]
+    assert not any(word in lines[0] for word in ("abnormal", "cut", "deleted"))
+
+
+def test_a_readonly_open_of_a_crashed_store_logs_what_it_left_unread(
+    tmp_path: Path, writer: LiveWriter, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "s"
+    writer.put("A", 300)
+    writer.kill()  # abort file left, the next segment pre-allocated: what a crash leaves
+    caplog.set_level(logging.INFO, logger="rocketstore")
+    with MessageStore.open(root, CFG, readonly=True) as store:
+        assert store.recovery is not None and store.recovery.abnormal
+        skipped = store.recovery.segments_deleted
+    assert skipped >= 1
+    assert all(p.exists() for p in (root / "commitlog").iterdir())
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "rocketstore.recovery"]
+    assert line.startswith("read-only recovery (abnormal): ")
+    assert f"{skipped} later segment(s) past it left unread (no file changed)" in line
+    assert "deleted" not in line
 
 
 def test_the_writer_publishes_its_dispatch_progress(tmp_path: Path, writer: LiveWriter) -> None:

@@ -21,7 +21,7 @@ from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.index import IndexService
 from rocketstore.storage.mapped_file import MappedFile
 
-__all__ = ["DamagedRange", "RecoveryReport", "recover"]
+__all__ = ["DamagedRange", "RecoveryReport", "log_report", "recover"]
 
 log = logging.getLogger(__name__)
 
@@ -83,24 +83,9 @@ def recover(
     scan_start = files[start_index].from_offset
     scan, end, records, stepped_over = _scan_log(files[start_index:], config.check_crc_on_recover)
     damage = scan.error.reason if scan.error is not None else None
-    if damage:
-        log.warning(
-            "recovery: invalid record at commitlog offset %d, everything from there is cut: %s", end, damage
-        )
     before = len(commitlog.files.files)
     bytes_cut = commitlog.files.truncate(end)
     deleted = before - len(commitlog.files.files)
-    log.info(
-        "recovery (%s): scanned %d records from commitlog offset %d; the log ends at %d (%s); "
-        "%d bytes of data after it cut, %d later segment(s) deleted",
-        "abnormal" if abnormal else "normal",
-        records,
-        scan_start,
-        end,
-        scan.stop,
-        bytes_cut,
-        deleted,
-    )
 
     dropped = sum(cq.truncate_after(end) for cq in queues if cq.max_physical_offset > end)
     # Dispatch resumes where the queues end; a queue cut for damage, and after a crash every
@@ -129,7 +114,7 @@ def recover(
             dropped_from = index.drop_newer_than(checkpoint.value.index_msg_timestamp)
             if dropped_from is not None:
                 rebuild_from = dropped_from if rebuild_from is None else min(rebuild_from, dropped_from)
-        if rebuild_from is not None:
+        if rebuild_from is not None and not commitlog.files.readonly:  # a read-only view re-indexes nothing
             log.info("recovery: index entries past %d dropped; re-indexing from %d", end, rebuild_from)
             reput_from = min(reput_from, rebuild_from)
     min_offset = commitlog.min_offset
@@ -152,6 +137,60 @@ def recover(
         dropped,
         stepped_over,
         queue_holes,
+    )
+
+
+def log_report(report: RecoveryReport, *, readonly: bool) -> None:
+    """Log what recovery did, as it happened: a writer cut the log and deleted segments; a
+    read-only open only stopped reading there (no file changed), and beside a live writer what
+    lies past its published end is that writer's work in progress, not damage (follow.py).
+    Called once the report is final (a follower's ``attach`` may replace it)."""
+    r = report
+    if r.stop == "writer_live":
+        log.info(
+            "read-only open beside a live writer: scanned %d records from commitlog offset %d; following "
+            "it from offset %d (what lies past it is the writer's work in progress)",
+            r.records_scanned,
+            r.scan_start,
+            r.end_offset,
+        )
+        return
+    kind = "abnormal" if r.abnormal else "normal"
+    if readonly:
+        if r.damage:
+            log.warning(
+                "read-only recovery: invalid record at commitlog offset %d, the view ends there: %s",
+                r.end_offset,
+                r.damage,
+            )
+        log.info(
+            "read-only recovery (%s): scanned %d records from commitlog offset %d; the view ends at %d (%s); "
+            "%d bytes of data and %d later segment(s) past it left unread (no file changed)",
+            kind,
+            r.records_scanned,
+            r.scan_start,
+            r.end_offset,
+            r.stop,
+            r.bytes_cut,
+            r.segments_deleted,
+        )
+        return
+    if r.damage:
+        log.warning(
+            "recovery: invalid record at commitlog offset %d, everything from there is cut: %s",
+            r.end_offset,
+            r.damage,
+        )
+    log.info(
+        "recovery (%s): scanned %d records from commitlog offset %d; the log ends at %d (%s); "
+        "%d bytes of data after it cut, %d later segment(s) deleted",
+        kind,
+        r.records_scanned,
+        r.scan_start,
+        r.end_offset,
+        r.stop,
+        r.bytes_cut,
+        r.segments_deleted,
     )
 
 

@@ -42,7 +42,7 @@ from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
 from rocketstore.prepare import MessageEncoder, validate_topic
 from rocketstore.put_path import MessageWriter, StoreState, lock_held_ms
 from rocketstore.read_path import MessageReader
-from rocketstore.recovery import RecoveryReport, recover
+from rocketstore.recovery import RecoveryReport, log_report, recover
 from rocketstore.results import (
     GetMessageResult,
     MessageBatch,
@@ -253,6 +253,8 @@ class MessageStore:
         self._scheduler.load_progress()
         if self._follower is not None:
             self.recovery = self._follower.attach(self.recovery)
+        log_report(self.recovery, readonly=self.readonly)
+        if self.readonly:
             return
         os.close(open_store_file(self.layout.abort, writable=True, create_mode=self.config.file_mode))
         signal = self._signal = SignalWriter(self.layout.dispatch_signal, self.config.file_mode)
