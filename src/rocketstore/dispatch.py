@@ -120,10 +120,11 @@ class DispatchService(BackgroundService):
         self._notify()  # waiters (wait_dispatched, wait_for_message) see the failure at once
 
     def _notify(self) -> None:
-        with self.changed:
-            self.changed.notify_all()
+        # published first: whoever wait_dispatched() releases may tell another process to look
         if self._on_dispatched is not None:
             self._on_dispatched(self.dispatched_to)
+        with self.changed:
+            self.changed.notify_all()
 
     def _dispatch_batches(self, batches: list[DispatchBatch]) -> None:
         for start in range(0, len(batches), _BATCHES_PER_PASS):
