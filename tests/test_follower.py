@@ -7,12 +7,13 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rocketstore import MessageStore, StoreConfig
+from rocketstore import GetStatus, Message, MessageStore, StoreConfig, follow
 from rocketstore.codec.dispatch_signal import decode_signal
 from tests.live_writer import LiveWriter
 
@@ -128,6 +129,48 @@ def test_a_readonly_open_of_a_crashed_store_logs_what_it_left_unread(
     assert line.startswith("read-only recovery (abnormal): ")
     assert f"{skipped} later segment(s) past it left unread (no file changed)" in line
     assert "deleted" not in line
+
+
+def test_a_follower_drops_queue_segments_the_writer_reclaims_after_the_log_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer deletes consume-queue segments after the commitlog's, a pause apart, and may
+    write nothing after: a follower that looked in between (it saw the log's min move then)
+    drops the rest as they go, not when the log's min moves again."""
+    monkeypatch.setattr(follow, "_RESCAN_S", 0.0)  # every call rescans: the test never waits
+    root = tmp_path / "s"
+    with MessageStore.open(root, CFG) as writing:  # in this process, to interleave exactly
+        cleaner = writing._cleaner
+        assert cleaner is not None
+        cleaner.stop()  # rounds run only when the test asks
+        for first in range(0, 1000, 50):
+            writing.put_messages(
+                [Message("A", f"A-{i}".encode(), queue_id=i % 4) for i in range(first, first + 50)]
+            )
+        assert writing.wait_dispatched(10)
+        with MessageStore.open(root, dataclasses.replace(CFG, max_mapped_files=2), readonly=True) as store:
+            assert [read_queue(store, "A", q)[:1] for q in range(4)] == [["A-0"], ["A-1"], ["A-2"], ["A-3"]]
+            seen: list[list[int]] = []
+
+            def pause(ms: int) -> None:  # between two deletions of the round: the follower looks
+                seen.append([store.min_offset_in_queue("A", q) for q in range(4)])
+
+            monkeypatch.setattr(cleaner, "_pause", pause)
+            old = time.time() - 80 * 3600  # past the 72 h file_reserved_time
+            for path in (root / "commitlog").iterdir():
+                os.utime(path, (old, old))
+            report = writing.reclaim()
+            assert report.commitlog_segments_deleted >= 2 and report.queue_segments_deleted >= 8
+            assert len(seen) > 4 and seen[-1] != [0, 0, 0, 0]
+            for q in range(4):
+                low = writing.min_offset_in_queue("A", q)
+                assert low > 0
+                assert store.min_offset_in_queue("A", q) == low
+                cq = store._queues.get("A", q)
+                assert cq is not None and all(mf.path.exists() for mf in cq.files.files)
+                assert store.get_message("g", "A", q, low - 1).status is GetStatus.OFFSET_TOO_SMALL
+                got = store.get_message("g", "A", q, low, 32)
+                assert got.messages[0].body == f"A-{q + 4 * low}".encode()
 
 
 def test_the_writer_publishes_its_dispatch_progress(tmp_path: Path, writer: LiveWriter) -> None:

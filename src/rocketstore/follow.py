@@ -209,7 +209,9 @@ class StoreFollower(DispatchEvents):
         self.resync_from: int | None = None
         self.resync_version = 0
         self._next_rescan = 0.0
-        self.log_min_version = 0
+        # bumped at every rescan (``_RESCAN_S``): queues then look for segments the writer reclaimed,
+        # which it deletes after the commitlog's and whether or not it writes meanwhile
+        self.reclaim_check = 0
 
     # --- following ------------------------------------------------------------------------
     def attach(self, report: RecoveryReport) -> RecoveryReport:
@@ -247,6 +249,7 @@ class StoreFollower(DispatchEvents):
             if now >= self._next_rescan:
                 self._next_rescan = now + _RESCAN_S
                 self._drop_reclaimed()
+                self.reclaim_check += 1
             if raw != self._raw:
                 signal = self._signal.read()
                 if signal is not None:
@@ -315,7 +318,6 @@ class StoreFollower(DispatchEvents):
         if gone:
             # not closed: a reader may still hold a view; the mapping goes with the last one
             mfq.files = files[gone:]
-            self.log_min_version += 1
 
     # --- index ------------------------------------------------------------------------------
     def _refresh_index(self) -> None:
@@ -393,6 +395,7 @@ class FollowedQueues(ConsumeQueueSet):
         self._follower = follower
         self._seen: dict[tuple[str, int], int] = {}
         self._resynced: dict[tuple[str, int], int] = {}
+        self._reclaim_checked: dict[tuple[str, int], int] = {}
         self._log_min_seen: dict[tuple[str, int], int] = {}
         self._missing: dict[tuple[str, int], int] = {}
         self._listed = -1
@@ -404,7 +407,11 @@ class FollowedQueues(ConsumeQueueSet):
         follower = self._follower
         version = follower.version
         cq = self._queues.get(key)
-        if cq is not None and self._seen.get(key) == version:
+        if (
+            cq is not None
+            and self._seen.get(key) == version
+            and self._reclaim_checked.get(key) == follower.reclaim_check
+        ):
             return cq  # the usual case: nothing changed since this queue was last brought up to date
         with self._extending:
             return self._bring_up_to_date(key, cq, version)
@@ -426,7 +433,7 @@ class FollowedQueues(ConsumeQueueSet):
                 return None
             if cq is None:
                 return None
-        if self._seen.get(key) != version:
+        if self._seen.get(key) != version or self._reclaim_checked.get(key) != self._follower.reclaim_check:
             try:
                 self._follow(key, cq)
             except (OSError, ValueError, RocketStoreError) as exc:
@@ -477,17 +484,21 @@ class FollowedQueues(ConsumeQueueSet):
             cq.truncate_after(follower.resync_from)
             self._resynced[key] = follower.resync_version
         _extend_queue(cq, follower.dispatched_to)
-        if self._log_min_seen.get(key, 0) != follower.log_min_version:
-            self._log_min_seen[key] = follower.log_min_version
+        check = follower.reclaim_check
+        if self._reclaim_checked.get(key) != check:
             _drop_reclaimed_segments(cq)
+            # entries below the log's min point at reclaimed records: one scan per move of the min
             commitlog_min = follower._commitlog.min_offset
-            if commitlog_min > 0:
+            if commitlog_min > 0 and self._log_min_seen.get(key) != commitlog_min:
                 cq.correct_min_offset(commitlog_min)
+                self._log_min_seen[key] = commitlog_min
+            self._reclaim_checked[key] = check
 
 
 def _drop_reclaimed_segments(cq: ConsumeQueue) -> None:
-    """Forget the queue's oldest segments that the writer deleted: a parked one could not be
-    mapped again, and nothing below the first remaining segment is served."""
+    """Forget the queue's oldest segments that the writer deleted (one stat per queue and
+    rescan while none is): a parked one could not be mapped again, and nothing below the first
+    remaining segment is served."""
     files = cq.files.files
     gone = 0
     while gone < len(files) - 1 and not files[gone].path.exists():
