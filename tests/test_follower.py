@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 
 from rocketstore import GetStatus, Message, MessageStore, StoreConfig, follow
 from rocketstore.codec.dispatch_signal import decode_signal
+from rocketstore.storage.file_watch import FileWatch
 from tests.live_writer import LiveWriter
 
 # small geometry: a few hundred messages roll commitlog segments, queue segments and index files
@@ -171,6 +173,62 @@ def test_a_follower_drops_queue_segments_the_writer_reclaims_after_the_log_moved
                 assert store.get_message("g", "A", q, low - 1).status is GetStatus.OFFSET_TOO_SMALL
                 got = store.get_message("g", "A", q, low, 32)
                 assert got.messages[0].body == f"A-{q + 4 * low}".encode()
+
+
+def inotify_fds() -> int:
+    """How many inotify instances this process holds (0 where /proc is not Linux's)."""
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if _link(fd) == "anon_inode:inotify") if fds.exists() else 0
+
+
+def _link(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # the descriptor of the listing itself, closed since
+        return ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_a_file_watch_wakes_for_a_pwrite_and_consumes_it(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(bytes(64))
+    watch = FileWatch.open(path)
+    assert watch is not None
+    try:
+        assert not watch.wait(0)  # nothing written yet
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, b"x", 8)
+            os.pwrite(fd, b"y", 9)
+        finally:
+            os.close(fd)
+        assert watch.wait(30)
+        assert not watch.wait(0)  # both writes' events consumed by the wake-up
+    finally:
+        watch.close()
+
+
+def test_waiters_of_a_follower_share_one_watch_and_close_it(tmp_path: Path, writer: LiveWriter) -> None:
+    """Threads waiting on one follower wake for the writer's publication; the follower opens one
+    inotify instance for all of them (on Linux), and closing the store closes it."""
+    root = tmp_path / "s"
+    writer.put("A", 4)
+    before = inotify_fds()
+    with MessageStore.open(root, CFG, readonly=True) as store:
+        woke: list[bool] = []
+        threads = [
+            threading.Thread(target=lambda q=q: woke.append(store.wait_for_message("A", q, 1, 30)))
+            for q in range(4)
+        ]
+        for t in threads:
+            t.start()
+        writer.put("A", 4)
+        for t in threads:
+            t.join(60)
+        assert woke == [True] * 4
+        if sys.platform.startswith("linux"):
+            assert inotify_fds() == before + 1
+    assert inotify_fds() == before
 
 
 def test_the_writer_publishes_its_dispatch_progress(tmp_path: Path, writer: LiveWriter) -> None:

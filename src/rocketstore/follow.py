@@ -12,9 +12,13 @@ A new ``generation`` (a writer opened the store again, after a crash maybe) resy
 the log view is cut back if the writer's recovery cut the log, queues drop entries past the new
 end and are extended again from there, and the index files are listed anew.
 
-Waiting (``StoreFollower.wait``) polls the signal with a short sleep that grows from 50 us to
-``_MAX_PAUSE`` while nothing changes: no thread, no busy spin, and a message is seen within
-about one pause of its dispatch.
+Waiting (``StoreFollower.wait_until``) sleeps in the kernel until the writer rewrites the signal
+file: the writer publishes with pwrite, which raises an inotify event (``storage.file_watch``),
+and one waiting thread of the process at a time watches for it while the others wait on a
+condition it notifies; a publication wakes them within tens of microseconds, an idle follower
+costs nothing but a wake-up every ``_WATCH_BACKSTOP_S``. Where inotify is not available the
+waiters poll the signal with a sleep that grows from 50 us to ``_MAX_PAUSE`` while nothing
+changes.
 
 Without a live writer (no process holds the store lock), a read-only open keeps what recovery
 found, as before; it starts following when a writer publishes.
@@ -48,6 +52,7 @@ from rocketstore.errors import RocketStoreError
 from rocketstore.index import IndexFile, IndexService
 from rocketstore.message import TOPIC_PATTERN
 from rocketstore.recovery import RecoveryReport
+from rocketstore.storage.file_watch import FileWatch
 from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import (
@@ -68,6 +73,9 @@ __all__ = ["DispatchEvents", "FollowedQueues", "SignalWriter", "StoreFollower", 
 log = logging.getLogger(__name__)
 _MIN_PAUSE = 50e-6
 _MAX_PAUSE = 500e-6
+# a watching waiter looks at the signal at least this often: a missed event (a file system that
+# raises none, a watch on a file replaced since) costs this much latency, never a hang
+_WATCH_BACKSTOP_S = 0.05
 _RETRY_OPEN_S = 0.1  # how often a follower looks for a signal file that is not there yet
 _RESCAN_S = 1.0  # how often a follower lists the commitlog directory for reclaimed segments
 _PRE_BLANK_SIZE = 0x7FFFFFFF
@@ -75,28 +83,30 @@ _PRE_BLANK_SIZE = 0x7FFFFFFF
 
 class SignalWriter:
     """The writer's side of the signal file: created (or reused, so followers keep their
-    mapping) at open with a fresh generation, rewritten after every dispatch pass."""
+    mapping) at open with a fresh generation, rewritten after every dispatch pass. Written with
+    pwrite, not through a mapping: followers map the same page cache, and a write(2) raises the
+    inotify event their waiters sleep on."""
 
     def __init__(self, path: Path, mode: int = DEFAULT_FILE_MODE) -> None:
         self.path = path
         self.generation = int.from_bytes(os.urandom(8), "little") >> 1
         self._sequence = 0
-        fd = open_store_file(path, writable=True, create_mode=mode)
+        fd = self._fd = open_store_file(path, writable=True, create_mode=mode)
         try:
             if os.fstat(fd).st_size != SIGNAL_SIZE:
                 os.ftruncate(fd, SIGNAL_SIZE)
-            self._mm = mmap.mmap(fd, SIGNAL_SIZE, access=mmap.ACCESS_WRITE)
-        finally:
+            os.pwrite(fd, encode_header(), 0)
+        except BaseException:
             os.close(fd)
-        self._mm[:SIGNAL_SIZE] = encode_header()
+            raise
 
     def publish(self, dispatched_to: int) -> None:
         self._sequence += 1
         pos, data = encode_progress(self.generation, dispatched_to, self._sequence)
-        self._mm[pos : pos + len(data)] = data
+        os.pwrite(self._fd, data, pos)
 
     def close(self) -> None:
-        self._mm.close()
+        os.close(self._fd)
 
 
 class _SignalReader:
@@ -209,6 +219,14 @@ class StoreFollower(DispatchEvents):
         self.resync_from: int | None = None
         self.resync_version = 0
         self._next_rescan = 0.0
+        # waiting: one thread at a time watches the signal file, the others wait on ``_woken``,
+        # which it notifies (bumping ``_wakeups``) whenever its watch returns
+        self._watch: FileWatch | None = None
+        self._watch_tried = False
+        self._woken = threading.Condition()
+        self._watching = False
+        self._wakeups = 0
+        self._closed = False
         # bumped at every rescan (``_RESCAN_S``): queues then look for segments the writer reclaimed,
         # which it deletes after the commitlog's and whether or not it writes meanwhile
         self.reclaim_check = 0
@@ -359,22 +377,63 @@ class StoreFollower(DispatchEvents):
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             # read before ready(): whatever ready() saw is at least this version, so a change
-            # applied since, by this thread or another, shows as a different version
+            # applied since, by this thread or another, shows as a different version; and a
+            # wake-up counted since happened after this check
             seen = self.version
+            wakeups = self._wakeups
             if ready():
                 return True
             pause = _MIN_PAUSE
             while True:
                 now = time.monotonic()
-                if now >= deadline:
+                if now >= deadline or self._closed:
                     return ready()
                 # a publication not applied yet, or one another thread applied meanwhile
                 if self._signal.raw() != self._raw or self.version != seen:
                     break
-                time.sleep(min(pause, deadline - now))
-                pause = min(2 * pause, _MAX_PAUSE)
+                watch = self._watch if self._watch_tried else self._open_watch()
+                if watch is None:
+                    time.sleep(min(pause, deadline - now))
+                    pause = min(2 * pause, _MAX_PAUSE)
+                    continue
+                self._sleep_until_written(watch, wakeups, min(deadline - now, _WATCH_BACKSTOP_S))
+                wakeups = self._wakeups
+
+    def _open_watch(self) -> FileWatch | None:
+        """The watch on the signal file, once it exists (polling until then)."""
+        with self._woken:
+            if not self._watch_tried and not self._closed and self._signal.raw():
+                self._watch_tried = True
+                self._watch = FileWatch.open(self._signal.path)
+            return self._watch
+
+    def _sleep_until_written(self, watch: FileWatch, wakeups: int, timeout: float) -> None:
+        """Sleep until the writer rewrote the signal file after ``wakeups`` was read, or
+        ``timeout``. The watching thread consumes the file's events; the others wait for it to
+        say so, and one that comes after it did sees ``_wakeups`` moved and does not sleep."""
+        with self._woken:
+            if self._wakeups != wakeups or self._closed:
+                return
+            if self._watching:
+                self._woken.wait(timeout)
+                return
+            self._watching = True
+        try:
+            watch.wait(timeout)
+        finally:
+            with self._woken:
+                self._watching = False
+                self._wakeups += 1
+                self._woken.notify_all()
+                if self._closed:
+                    watch.close()
 
     def close(self) -> None:
+        with self._woken:
+            self._closed = True
+            if self._watch is not None and not self._watching:
+                self._watch.close()  # a watching thread closes it when its wait returns
+            self._woken.notify_all()
         self._signal.close()
 
 
