@@ -97,10 +97,10 @@ def main() -> None:
         print(f"writer: {load:,} Load messages + {int((puts > 0).sum())} probes in {args.seconds:.1f} s")
         print(f"probes seen by the follower: {int(done.sum())} of {int((puts > 0).sum())}")
         if len(lat_ms):
-            p50, p99, worst = np.percentile(lat_ms, [50, 99, 100])
+            p50, p90, p99, worst = np.percentile(lat_ms, [50, 90, 99, 100])
             print(
                 f"latency put returned -> visible in the follower: median {p50:.3f} ms, "
-                f"p99 {p99:.3f} ms, max {worst:.3f} ms"
+                f"p90 {p90:.3f} ms, p99 {p99:.3f} ms, max {worst:.3f} ms"
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)
