@@ -7,7 +7,11 @@ A follower process (``MessageStore.open(readonly=True)``) waits on the probe que
 ``wait_for_message`` and notes when each probe becomes readable. Latency = seen - put returned
 (0 when the follower saw it before the put call returned: dispatch runs beside the caller).
 
-    python benchmarks/follower.py [--seconds S] [--rate R] [--dir DIR]
+``--split`` also notes when the writer published each dispatch pass (``SignalWriter.publish``
+returned) and when the follower applied each publication, and splits the latency into put ->
+published -> applied -> readable (an instrumented run: it wraps those two methods).
+
+    python benchmarks/follower.py [--seconds S] [--rate R] [--dir DIR] [--split]
 """
 
 from __future__ import annotations
@@ -22,15 +26,71 @@ from pathlib import Path
 
 import numpy as np
 
-from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore import Message, MessageStore, StoreConfig, follow
+from rocketstore.codec.dispatch_signal import DispatchSignal
 
 BODY = bytes(100)
 CFG = StoreConfig(commitlog_segment_size=256 << 20)
+EVENTS = 200_000  # publications / applications noted at most with --split
+
+
+class Timeline:
+    """(time, dispatched_to) pairs noted by one process into shared arrays."""
+
+    def __init__(self, ctx: mp.context.SpawnContext) -> None:
+        self.ns = ctx.Array("q", EVENTS, lock=False)
+        self.offset = ctx.Array("q", EVENTS, lock=False)
+        self.count = ctx.Value("q", 0, lock=False)
+
+    def note(self, dispatched_to: int) -> None:
+        i = self.count.value
+        if i < EVENTS:
+            self.ns[i] = time.monotonic_ns()
+            self.offset[i] = dispatched_to
+            self.count.value = i + 1
+
+    def first_reaching(self, ends: np.ndarray) -> np.ndarray:
+        """For each commitlog end offset, when this timeline first reached it (0: never)."""
+        n = self.count.value
+        reached = np.maximum.accumulate(np.array(self.offset[:n], dtype=np.int64))
+        at = np.searchsorted(reached, ends)
+        found = at < n
+        out = np.zeros(len(ends), dtype=np.int64)
+        out[found] = np.array(self.ns[:n], dtype=np.int64)[at[found]]
+        return out
+
+
+def note_publications(timeline: Timeline) -> None:
+    publish = follow.SignalWriter.publish
+
+    def noted(self: follow.SignalWriter, dispatched_to: int) -> None:
+        publish(self, dispatched_to)
+        timeline.note(dispatched_to)
+
+    follow.SignalWriter.publish = noted  # type: ignore[method-assign]
+
+
+def note_applications(timeline: Timeline) -> None:
+    apply = follow.StoreFollower._apply
+
+    def noted(self: follow.StoreFollower, signal: DispatchSignal) -> None:
+        apply(self, signal)
+        timeline.note(signal.dispatched_to)
+
+    follow.StoreFollower._apply = noted  # type: ignore[method-assign]
 
 
 def writer(
-    root: str, seconds: float, rate: int, put_ns: SynchronizedArray[int], ready: Synchronized[int]
+    root: str,
+    seconds: float,
+    rate: int,
+    put_ns: SynchronizedArray[int],
+    put_end: SynchronizedArray[int],
+    ready: Synchronized[int],
+    published: Timeline | None,
 ) -> None:
+    if published is not None:
+        note_publications(published)
     with MessageStore.open(root, CFG) as store:
         store.put_message(Message(topic="Probe", body=b"start", queue_id=0))
         store.put_batch("Load", [BODY] * 100, queue_ids=0)
@@ -47,8 +107,9 @@ def writer(
             tick += 1
             store.put_batch("Load", bodies, queue_ids=tick % 4)
             if tick % 2 == 0:
-                store.put_message(Message(topic="Probe", body=b"p", queue_id=0))
+                r = store.put_message(Message(topic="Probe", body=b"p", queue_id=0))
                 put_ns[probes] = time.monotonic_ns()
+                put_end[probes] = r.physical_offset + r.wrote_bytes
                 probes += 1
             lag = start + tick / 1000 - time.monotonic()
             if lag > 0:
@@ -56,7 +117,15 @@ def writer(
         store.wait_dispatched()
 
 
-def follower(root: str, probes_max: int, seen_ns: SynchronizedArray[int], ready: Synchronized[int]) -> None:
+def follower(
+    root: str,
+    probes_max: int,
+    seen_ns: SynchronizedArray[int],
+    ready: Synchronized[int],
+    applied: Timeline | None,
+) -> None:
+    if applied is not None:
+        note_applications(applied)
     with MessageStore.open(root, CFG, readonly=True) as store:
         ready.value = 2
         for i in range(probes_max):
@@ -71,6 +140,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rate", type=int, default=100_000, help="messages per second the writer puts")
     ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--split", action="store_true", help="split the latency at publication and application")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(dir=args.dir))
     root = str(work / "store")
@@ -78,13 +148,18 @@ def main() -> None:
         n = int(args.seconds * 500) + 10
         ctx = mp.get_context("spawn")
         put_ns = ctx.Array("q", n, lock=False)
+        put_end = ctx.Array("q", n, lock=False)
         seen_ns = ctx.Array("q", n, lock=False)
         ready = ctx.Value("i", 0, lock=False)
-        w = ctx.Process(target=writer, args=(root, args.seconds, args.rate, put_ns, ready))
+        published = Timeline(ctx) if args.split else None
+        applied = Timeline(ctx) if args.split else None
+        w = ctx.Process(
+            target=writer, args=(root, args.seconds, args.rate, put_ns, put_end, ready, published)
+        )
         w.start()
         while ready.value != 1:
             time.sleep(0.01)
-        f = ctx.Process(target=follower, args=(root, n, seen_ns, ready))
+        f = ctx.Process(target=follower, args=(root, n, seen_ns, ready, applied))
         f.start()
         w.join()
         f.join(30)
@@ -102,6 +177,19 @@ def main() -> None:
                 f"latency put returned -> visible in the follower: median {p50:.3f} ms, "
                 f"p90 {p90:.3f} ms, p99 {p99:.3f} ms, max {worst:.3f} ms"
             )
+        if published is not None and applied is not None and done.any():
+            ends = np.array(put_end[:], dtype=np.int64)[done]
+            pub = published.first_reaching(ends)
+            app = applied.first_reaching(ends)
+            # signed: the follower may apply a publication before the writer's thread notes it
+            for name, later, earlier in (
+                ("put returned -> published", pub, puts[done]),
+                ("published -> applied by the follower", app, pub),
+                ("applied -> readable", seen[done], app),
+            ):
+                part = (later - earlier) / 1e6
+                q50, q90, q99 = np.percentile(part, [50, 90, 99])
+                print(f"  {name:38s} median {q50:7.3f} ms, p90 {q90:7.3f} ms, p99 {q99:7.3f} ms")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
