@@ -80,20 +80,23 @@ class Cluster:
         )
 
 
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the group has already ended
+        os.killpg(proc.pid, sig)
+
+
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     """Each daemon was started in a session of its own: its process group (the JVM and the
     executors a worker started) is sent SIGTERM, then SIGKILL when it does not end in time."""
     for proc in reversed(procs):
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
+        _signal_group(proc, signal.SIGTERM)
     for proc in reversed(procs):
         try:
             proc.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _signal_group(proc, signal.SIGKILL)
             proc.wait(STOP_TIMEOUT_S)
-        with contextlib.suppress(ProcessLookupError):  # a worker's executors live in its group
-            os.killpg(proc.pid, signal.SIGKILL)
+        _signal_group(proc, signal.SIGKILL)  # a worker's executors live in its group: none left
 
 
 @pytest.fixture(scope="module")
