@@ -37,18 +37,20 @@ rebuild(spark, store, config=None) -> dict[str, int]
       StoreLockedError), reads the geometry, creates a staging directory ``.rebuild`` inside the
       store root (same file system: the swap is a rename);
     - stage 1, a job per segment (a few Spark tasks per core): the records from byte 0 to the end
-      of the valid data (``scan_extent``, CRC checked as recovery does) are decoded into
-      dispatch information by ``dispatch_request_from_record``, the one owner of the dispatch
-      rules (tagsCode, delivery time in SCHEDULE_TOPIC_XXXX, KEYS and UNIQ_KEY), and kept as
-      columns in the executors' memory; the driver gets each segment's extent and decides where
+      of the valid data (``scan_extent``, CRC checked as recovery does) are read in columns
+      (``record_fields``, ``property_spans``: compiled passes, no Python object per record)
+      into a ``DispatchBatch``, with the rules of ``dispatch_request_from_record`` (tagsCode
+      hashed once per distinct tag, delivery time in SCHEDULE_TOPIC_XXXX, KEYS and UNIQ_KEY),
+      and kept in the executors' memory; the driver gets each segment's extent and decides where
       the log ends, as recovery and dispatch do: at the first segment that does not end in a
-      BLANK record (or at a record that does not decode);
+      BLANK record;
     - stage 2, a shuffle: records up to the log's end are keyed by queue, leaving out PREPARED and
       ROLLBACK records as dispatch does; a task per group of queues writes each queue with
       ``ConsumeQueue.put_columns`` (``put`` when a queue does not start at 0 or has holes), in
       commitlog order, which is queue order; one more key gathers the keyed records of every
-      segment, and its task feeds them, in commitlog order, to ``IndexService.build``, the writer
-      dispatch uses. The writers own the file formats: nothing here packs a byte;
+      segment, and its task feeds them, in commitlog order and in runs that fit the open index
+      file, to ``IndexService.build_batch``, the writer dispatch uses. The writers own the file
+      formats: nothing here packs a byte;
     - driver: the staged files are synced, then ``consumequeue/`` and ``index/`` are swapped in,
       each in one atomic step (Linux's ``renameat2(RENAME_EXCHANGE)``; elsewhere two renames),
       the old ones kept until both new ones are in place (a failed swap puts the first one
@@ -105,14 +107,19 @@ import numpy.typing as npt
 
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.codec.checkpoint import Checkpoint
-from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK, decode_record
-from rocketstore.codec.commitlog_scan import message_starts, scan_extent
+from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK
+from rocketstore.codec.commitlog_scan import message_starts, record_fields, scan_extent
+from rocketstore.codec.java_hash import tags_code
+from rocketstore.codec.properties import PropertySpans, property_spans
+from rocketstore.codec.text_column import TextColumn
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
-from rocketstore.dispatch_request import DispatchRequest, dispatch_request_from_record
+from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError, RocketStoreError, StoreLockedError
 from rocketstore.geometry import survey_geometry
 from rocketstore.index import IndexService
+from rocketstore.message import PROPERTY_DELAY, SCHEDULE_TOPIC, schedule_tags_code
+from rocketstore.spark.columns import text_column
 from rocketstore.storage.file_view import mapped_readonly
 from rocketstore.storage.paths import (
     StoreLayout,
@@ -159,6 +166,7 @@ log = logging.getLogger(__name__)
 _TASKS_PER_CORE: Final = 2
 STAGING_DIR: Final = ".rebuild"  # in the store root, beside consumequeue/ and index/
 I64 = npt.NDArray[np.int64]
+_NONE: Final = np.zeros(0, dtype=np.int64)
 Columns = dict[str, npt.NDArray[Any]]
 PerFile = dict[str, tuple[list[Damage], int]]
 
@@ -335,10 +343,7 @@ class _Parsed:
     closed: bool  # the records end in a BLANK record: the log goes on in the next segment
     last_store_timestamp: int  # of the last record, 0 when none
     reason: str | None  # why the records end early, when they do (damage)
-    cols: Columns = field(default_factory=dict)  # phy, size, queue_id, queue_offset, tags, ts, sys_flag
-    topics: list[str] = field(default_factory=list)
-    keys: list[str | None] = field(default_factory=list)
-    uniq_keys: list[str | None] = field(default_factory=list)
+    cols: DispatchBatch = field(default_factory=lambda: _dispatch_columns(memoryview(b""), _NONE, 0, ()))
 
     def summary(self) -> _Parsed:
         return _Parsed(
@@ -465,72 +470,183 @@ def _log_end(parsed: list[_Parsed], paths: StoreLayout) -> tuple[int, int, int, 
 def _parse_task(
     commitlog: str, seg_size: int, check_crc: bool, levels: tuple[int, ...], start: int
 ) -> _Parsed:
-    """Stage 1 of rebuild, on an executor: one segment's valid records as dispatch columns."""
+    """Stage 1 of rebuild, on an executor: one segment's valid records as dispatch columns, read
+    in columns (one compiled pass for the header fields, one for the properties) with no
+    Python object per record. ``scan_extent`` has checked every record up to the end of the
+    valid data, so each of them decodes, as ``decode_record`` would have it."""
     with mapped_readonly(Path(commitlog) / f"{start:020d}") as view:
         ext = scan_extent(view, 0, min(len(view), seg_size), check_crc=check_crc)
-        positions = message_starts(view, 0, ext.position)[0].tolist()
-        reason = ext.error.reason if ext.error is not None else None
-        end = ext.position
-        requests: list[DispatchRequest] = []
-        for pos in positions:
-            try:
-                rec = decode_record(view, pos, ext.position)
-            except CorruptDataError as exc:  # dispatch stops at a record it cannot decode
-                reason, end = exc.reason, pos
-                break
-            requests.append(dispatch_request_from_record(rec, start, levels))
-            del rec
-    closed = ext.stop == "blank" and end == ext.position
-    cols: Columns = {
-        "phy": np.array([r.physical_offset for r in requests], dtype=np.int64),
-        "size": np.array([r.size for r in requests], dtype=np.int64),
-        "queue_id": np.array([r.queue_id for r in requests], dtype=np.int64),
-        "queue_offset": np.array([r.queue_offset for r in requests], dtype=np.int64),
-        "tags": np.array([r.tags_code for r in requests], dtype=np.int64),
-        "ts": np.array([r.store_timestamp for r in requests], dtype=np.int64),
-        "sys_flag": np.array([r.sys_flag for r in requests], dtype=np.int64),
-    }
+        positions = message_starts(view, 0, ext.position)[0]
+        batch = _dispatch_columns(view, positions, start, levels)
+    n = len(batch)
     return _Parsed(
         start,
-        len(requests),
-        start + end,
-        closed,
-        requests[-1].store_timestamp if requests else 0,
-        reason,
-        cols,
-        [r.topic for r in requests],
-        [r.keys for r in requests],
-        [r.uniq_key for r in requests],
+        n,
+        start + ext.position,
+        ext.stop == "blank",
+        int(batch.store_timestamps[-1]) if n else 0,
+        ext.error.reason if ext.error is not None else None,
+        batch,
     )
+
+
+_WANTED_PROPERTIES = ("TAGS", "KEYS", "UNIQ_KEY", PROPERTY_DELAY)
+
+
+def _dispatch_columns(
+    view: memoryview, positions: I64, seg_start: int, levels: tuple[int, ...]
+) -> DispatchBatch:
+    """``dispatch_request_from_record`` of the well-formed records at ``positions``, as columns
+    (the byte-for-byte tests against the store's own dispatch keep the two the same):
+    tagsCode hashed once per distinct tag (a SCHEDULE_TOPIC_XXXX record with a delay level gets
+    its delivery time), KEYS and UNIQ_KEY as text columns; text that is not UTF-8 is read with
+    U+FFFD for the bad bytes, as ``decode_record`` reads it."""
+    f = record_fields(view, positions)
+    props = property_spans(view, f["properties_at"], f["properties_len"], _WANTED_PROPERTIES)
+    topic_codes = text_column(view, f["topic_at"], f["topic_len"]).dictionary_encode()
+    topics: list[str] = topic_codes.dictionary.to_pylist()
+    topic_ids = topic_codes.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    ts = f["store_timestamp"]
+    tag_entry, key_entry, uniq_entry, delay_entry = props.wanted
+    tag_codes = np.zeros(len(positions), dtype=np.int64)
+    tagged = np.flatnonzero(tag_entry >= 0)
+    if len(tagged):
+        tags = text_column(view, props.value_at[tag_entry[tagged]], props.value_len[tag_entry[tagged]])
+        distinct = tags.dictionary_encode()
+        codes = np.array([tags_code(t) for t in distinct.dictionary.to_pylist()], dtype=np.int64)
+        tag_codes[tagged] = codes[distinct.indices.to_numpy(zero_copy_only=False)]
+    if SCHEDULE_TOPIC in topics:
+        delayed = np.flatnonzero((topic_ids == topics.index(SCHEDULE_TOPIC)) & (delay_entry >= 0))
+        if len(delayed):
+            entries = delay_entry[delayed]
+            delays = text_column(view, props.value_at[entries], props.value_len[entries]).to_pylist()
+            for row, delay, stamp in zip(delayed.tolist(), delays, ts[delayed].tolist()):
+                tag_codes[row] = schedule_tags_code(delay, stamp, levels)
+    return DispatchBatch(
+        physical_offsets=seg_start + positions,  # where the record is, whatever its header says
+        sizes=f["total_size"],
+        topics=topics,
+        topic_ids=topic_ids,
+        queue_ids=f["queue_id"],
+        queue_offsets=f["queue_offset"],
+        tags_codes=tag_codes,
+        store_timestamps=ts,
+        sys_flags=f["sys_flag"],
+        keys=_texts(view, props, key_entry),
+        uniq_keys=_texts(view, props, uniq_entry),
+    )
+
+
+def _texts(view: memoryview, props: PropertySpans, entry: I64) -> TextColumn:
+    """The value of property entry ``entry[i]`` of each record as a text column (absent: -1)."""
+    present = entry >= 0
+    at = np.where(present, props.value_at[np.maximum(entry, 0)], 0) if len(props.value_at) else entry * 0
+    length = (
+        np.where(present, props.value_len[np.maximum(entry, 0)], 0) if len(props.value_len) else entry * 0
+    )
+    text = text_column(view, at, length)
+    _, offsets, data = text.buffers()
+    starts = np.frombuffer(offsets, dtype=np.int32)[text.offset : text.offset + len(text) + 1].astype(
+        np.int64
+    )
+    base = int(starts[0])
+    return TextColumn(data.to_pybytes()[base : int(starts[-1])] if data is not None else b"", starts - base)
 
 
 def _keyed(log_end: int, p: _Parsed) -> Iterator[tuple[_Key, tuple[int, Any]]]:
     """A segment's records before ``log_end``, per queue they go to, and those with keys for the index."""
-    n = int(np.searchsorted(p.cols["phy"], log_end)) if p.records else 0
-    tx = p.cols["sys_flag"][:n] & SYSFLAG_TX_MASK
-    queued = (tx != TX_PREPARED) & (tx != TX_ROLLBACK)  # dispatch gives these no queue entry
-    members: dict[_Key, list[int]] = {}
-    for i in np.flatnonzero(queued).tolist():
-        members.setdefault(("queue", p.topics[i], int(p.cols["queue_id"][i])), []).append(i)
-    for key, rows in members.items():
-        idx = np.asarray(rows, dtype=np.int64)
-        yield key, (p.start, {name: p.cols[name][idx] for name in ("phy", "size", "queue_offset", "tags")})
-    keyed = [i for i in range(n) if p.uniq_keys[i] is not None or p.keys[i]]
-    if keyed:
-        idx = np.asarray(keyed, dtype=np.int64)
+    b = p.cols
+    n = int(np.searchsorted(b.physical_offsets, log_end)) if p.records else 0
+    tx = b.sys_flags[:n] & SYSFLAG_TX_MASK
+    queued = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))  # dispatch gives these no entry
+    group = b.topic_ids[queued] << 32 | (b.queue_ids[queued] & 0xFFFFFFFF)
+    order = np.argsort(group, kind="stable")  # each queue's records stay in commitlog order
+    rows, group = queued[order], group[order]
+    cuts = np.flatnonzero(np.diff(group)) + 1
+    for run in np.split(rows, cuts) if len(rows) else []:
+        first = int(run[0])
+        key = ("queue", b.topics[int(b.topic_ids[first])], int(b.queue_ids[first]))
+        yield (
+            key,
+            (
+                p.start,
+                {
+                    "phy": b.physical_offsets[run],
+                    "size": b.sizes[run],
+                    "queue_offset": b.queue_offsets[run],
+                    "tags": b.tags_codes[run],
+                },
+            ),
+        )
+    if n and (b.keys.any() or b.uniq_keys.any()):
+        head = _rows(b, 0, n)
         yield (
             _INDEX_KEY,
             (
                 p.start,
-                (
-                    p.cols["phy"][idx],
-                    p.cols["ts"][idx],
-                    [p.topics[i] for i in keyed],
-                    [p.keys[i] for i in keyed],
-                    [p.uniq_keys[i] for i in keyed],
+                _IndexRows(
+                    head.physical_offsets,
+                    head.store_timestamps,
+                    b.topics,
+                    head.topic_ids,
+                    head.keys,
+                    head.uniq_keys,
                 ),
             ),
         )
+
+
+@dataclass(frozen=True)
+class _IndexRows:
+    """The columns of a segment's records the index is built from: all that travels to the
+    index task (a third of a DispatchBatch's bytes)."""
+
+    physical_offsets: I64
+    store_timestamps: I64
+    topics: list[str]
+    topic_ids: I64
+    keys: TextColumn
+    uniq_keys: TextColumn
+
+    def batch(self) -> DispatchBatch:
+        """As the DispatchBatch ``IndexService.build_batch`` takes (the columns it does not read
+        are zeros)."""
+        zeros = np.zeros(len(self.physical_offsets), dtype=np.int64)
+        return DispatchBatch(
+            self.physical_offsets,
+            zeros,
+            self.topics,
+            self.topic_ids,
+            zeros,
+            zeros,
+            zeros,
+            self.store_timestamps,
+            zeros,
+            self.keys,
+            self.uniq_keys,
+        )
+
+
+def _rows(b: DispatchBatch, i: int, j: int) -> DispatchBatch:
+    """Records [i, j) of ``b``."""
+
+    def texts(t: TextColumn) -> TextColumn:
+        lo, hi = int(t.offsets[i]), int(t.offsets[j])
+        return TextColumn(t.data[lo:hi], t.offsets[i : j + 1] - lo)
+
+    return DispatchBatch(
+        b.physical_offsets[i:j],
+        b.sizes[i:j],
+        b.topics,
+        b.topic_ids[i:j],
+        b.queue_ids[i:j],
+        b.queue_offsets[i:j],
+        b.tags_codes[i:j],
+        b.store_timestamps[i:j],
+        b.sys_flags[i:j],
+        texts(b.keys),
+        texts(b.uniq_keys),
+    )
 
 
 def _partition(key: _Key) -> int:
@@ -597,18 +713,14 @@ class _StoreTimeClock:
         return self.ms / 1000.0
 
 
-def _write_index(directory: Path, cfg: StoreConfig, chunks: list[Any]) -> tuple[str, int, int]:
+def _write_index(directory: Path, cfg: StoreConfig, chunks: list[_IndexRows]) -> tuple[str, int, int]:
     clock = _StoreTimeClock()
     index = IndexService(
         directory, cfg.index_hash_slots, cfg.index_max_entries, clock, file_mode=cfg.file_mode
     )
     try:
-        for phys, stamps, topics, keys, uniq_keys in chunks:
-            requests = [
-                DispatchRequest(phy, 0, topic, 0, 0, 0, ts, 0, k, u)
-                for phy, ts, topic, k, u in zip(phys.tolist(), stamps.tolist(), topics, keys, uniq_keys)
-            ]
-            _index_in_order(index, clock, requests)
+        for rows in chunks:
+            _index_in_order(index, clock, rows.batch())
         index.flush()
         result = ("index", sum(f.header.index_count - 1 for f in index.files), len(index.files))
     finally:
@@ -616,25 +728,23 @@ def _write_index(directory: Path, cfg: StoreConfig, chunks: list[Any]) -> tuple[
     return result
 
 
-def _index_in_order(index: IndexService, clock: _StoreTimeClock, requests: list[DispatchRequest]) -> None:
-    """``index.build(requests)`` in runs that certainly fit the newest file; a record that may not
-    fit is indexed on its own with the clock at its store time, so a file it opens is named by it."""
-    i = 0
-    while i < len(requests):
+def _index_in_order(index: IndexService, clock: _StoreTimeClock, batch: DispatchBatch) -> None:
+    """``index.build_batch`` in runs of records that certainly fit the newest file; a record
+    that may not fit is indexed on its own with the clock at its store time, so a file it opens
+    is named by it (dispatch names a file by the clock when the file is created)."""
+    # keys a record can add, at most: its UNIQ_KEY, and one per space-separated part of KEYS
+    spaces = np.flatnonzero(np.frombuffer(batch.keys.data, dtype=np.uint8) == 32)
+    before = np.searchsorted(spaces, batch.keys.offsets)  # spaces before each record's KEYS
+    most = (batch.uniq_keys.lengths > 0) + np.where(batch.keys.lengths > 0, np.diff(before) + 1, 0)
+    total = np.concatenate([[0], np.cumsum(most)])
+    i, n = 0, len(batch)
+    while i < n:
         files = index.files
         room = index.max_entries - files[-1].header.index_count if files else 0
-        j, need = i, 0
-        while j < len(requests):
-            r = requests[j]
-            most = (r.uniq_key is not None) + (len(r.keys.split(" ")) if r.keys else 0)  # keys, at most
-            if need + most > room:
-                break
-            need += most
-            j += 1
-        j = max(j, i + 1)
-        clock.ms = requests[i].store_timestamp
-        index.build(requests[i:j])
-        i = j
+        j = max(i + 1, int(np.searchsorted(total, total[i] + room, side="right")) - 1)
+        clock.ms = int(batch.store_timestamps[i])
+        index.build_batch(_rows(batch, i, min(j, n)))
+        i = min(j, n)
 
 
 def _swap_in(paths: StoreLayout, staging: Path) -> None:
