@@ -413,14 +413,18 @@ class MessageEncoder:
         )
 
     def prepare_many(
-        self, msgs: Sequence[Message], queue_ids: Sequence[int] | None = None
+        self, msgs: Sequence[Message], queue_ids: Sequence[int] | None = None, *, internal: bool = False
     ) -> list[PreparedMessage]:
         """Every message prepared, or an InvalidMessageError for the first bad one (nothing kept).
-        ``queue_ids`` as for ``prepare_batch``."""
+        ``queue_ids`` as for ``prepare_batch``; ``internal`` as for ``prepare``."""
         out = []
         for i, m in enumerate(msgs):
             try:
-                out.append(self.prepare(m, queue_id=queue_ids[i] if queue_ids is not None else None))
+                out.append(
+                    self.prepare(
+                        m, internal=internal, queue_id=queue_ids[i] if queue_ids is not None else None
+                    )
+                )
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"message {i} of the batch: {exc}", exc.status) from None
         return out
@@ -475,6 +479,7 @@ class MessageEncoder:
                 born_port=born_port,
                 store_addr=self._store_addr,
                 store_port=self._store_port,
+                prepared_transaction_offset=msg.prepared_transaction_offset,
             )
         except struct.error as exc:
             raise InvalidMessageError(f"a field is out of range: {exc}", _ILLEGAL) from None
@@ -571,6 +576,14 @@ class MessageEncoder:
             raise InvalidMessageError(
                 f"sys_flag {sys_flag!r}: only the compressed (0x1), multi-tags (0x2) and transaction (0xC) "
                 "bits can be set",
+                _ILLEGAL,
+            )
+        prepared = msg.prepared_transaction_offset
+        if prepared and (
+            type(prepared) is not int or prepared < 0 or sys_flag & SYSFLAG_TX_MASK != TX_COMMIT
+        ):
+            raise InvalidMessageError(
+                f"prepared_transaction_offset {prepared!r}: a non-negative int, on a COMMIT (sys_flag 0x8) only",
                 _ILLEGAL,
             )
         flag = msg.flag
