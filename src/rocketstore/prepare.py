@@ -583,7 +583,8 @@ class MessageEncoder:
             type(prepared) is not int or prepared < 0 or sys_flag & SYSFLAG_TX_MASK != TX_COMMIT
         ):
             raise InvalidMessageError(
-                f"prepared_transaction_offset {prepared!r}: a non-negative int, on a COMMIT (sys_flag 0x8) only",
+                f"prepared_transaction_offset {prepared!r}: a non-negative int, on a COMMIT "
+                "(sys_flag 0x8) only",
                 _ILLEGAL,
             )
         flag = msg.flag

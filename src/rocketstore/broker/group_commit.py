@@ -49,6 +49,7 @@ class GroupCommit:
         self._max_batch = max_batch
         self._rounds = rounds
         self._running = 0
+        self._drains: set[asyncio.Task[None]] = set()
         self._queue: list[tuple[Sequence[Message], asyncio.Future[list[PutOutcome]]]] = []
         self.batches = 0  # rounds run, for the metrics
         self.messages = 0
@@ -60,7 +61,9 @@ class GroupCommit:
         self._queue.append((msgs, fut))
         if self._running < self._rounds:
             self._running += 1
-            loop.create_task(self._drain())
+            task = loop.create_task(self._drain())
+            self._drains.add(task)
+            task.add_done_callback(self._drains.discard)
         return await fut
 
     async def _drain(self) -> None:

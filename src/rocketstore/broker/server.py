@@ -122,7 +122,7 @@ class Broker:
             credentials = grpc.ssl_server_credentials(
                 [(Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes())]
             )
-            port = server.add_secure_port(address, credentials)
+            port: int = server.add_secure_port(address, credentials)
         else:
             port = server.add_insecure_port(address)
         advertise = config.advertise or f"{host.strip('[]')}:{port}"
@@ -221,25 +221,20 @@ class Broker:
     # --- on a loop of its own ------------------------------------------------------------------
     def start_in_thread(self, metrics_address: str | None = None) -> int:
         """``start`` on a new event loop in a daemon thread; returns the port."""
-        started: concurrent.futures.Future[int] = concurrent.futures.Future()
         loop = self._loop = asyncio.new_event_loop()
 
         def run() -> None:
             asyncio.set_event_loop(loop)
-
-            async def begin() -> None:
-                try:
-                    started.set_result(await self.start(metrics_address))
-                except BaseException as exc:
-                    started.set_exception(exc)
-
-            loop.create_task(begin())
             loop.run_forever()
             loop.close()
 
         self._thread = threading.Thread(target=run, name="broker-loop", daemon=True)
         self._thread.start()
-        return started.result()
+        try:
+            return asyncio.run_coroutine_threadsafe(self.start(metrics_address), loop).result()
+        except BaseException:
+            self.stop_in_thread()
+            raise
 
     def stop_in_thread(self, grace: float = 2.0) -> None:
         loop, thread = self._loop, self._thread

@@ -477,10 +477,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
     def _invisible_ms(self, duration: Any) -> int:
         ms = _duration_ms(duration)
-        if not self.config.invisible_min_ms <= ms <= self.config.invisible_max_ms:
+        low, high = self.config.invisible_min_ms, self.config.invisible_max_ms
+        if not low <= ms <= high:
             raise StatusError(
-                Code.ILLEGAL_INVISIBLE_TIME,
-                f"invisible duration {ms} ms is outside {self.config.invisible_min_ms}..{self.config.invisible_max_ms} ms",
+                Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {ms} ms is outside {low}..{high} ms"
             )
         return ms
 
@@ -506,9 +506,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             raise StatusError(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; use tag expressions")
         tags = expression.expression or "*"
         invisible = self._invisible_ms(request.invisible_duration)
-        if topic not in self.store.topic_configs():
-            if not self.config.auto_create_topic:
-                raise StatusError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
+        if topic not in self.store.topic_configs() and not self.config.auto_create_topic:
+            raise StatusError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
         batch = max(1, min(request.batch_size or 1, self.config.max_receive_batch))
         poll_ms = (
             _duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
