@@ -79,7 +79,8 @@ class Message:
     the store time and the store host. ``uniq_key`` is generated when None and the store's
     ``generate_uniq_key`` is on. ``queue_id`` (default None) lets the store pick the queue, as
     a RocketMQ producer does: by the ``__SHARDINGKEY`` property when there is one, else round
-    robin over the topic's queues (see ``MessageStore.put_messages``).
+    robin over the topic's queues (see ``MessageStore.put_messages``). ``reconsume_times`` is the
+    record's RECONSUMETIMES field: how often the message was delivered again (retries).
     """
 
     topic: str
@@ -94,6 +95,7 @@ class Message:
     born_timestamp: int | None = None
     born_host: str | None = None
     sys_flag: int = 0
+    reconsume_times: int = 0
 
 
 class MessageExt:
