@@ -81,7 +81,8 @@ class Message:
     ``uniq_key`` is generated when None and the store's ``generate_uniq_key`` is on.
     ``queue_id`` (default None) lets the store pick the queue, as a RocketMQ producer does: by
     the ``__SHARDINGKEY`` property when there is one, else round robin over the topic's queues
-    (see ``MessageStore.put_messages``).
+    (see ``MessageStore.put_messages``). ``reconsume_times`` is the record's RECONSUMETIMES
+    field: how often the message was delivered again (retries).
     """
 
     topic: str
@@ -97,6 +98,7 @@ class Message:
     born_host: str | None = None
     sys_flag: int = 0
     prepared_transaction_offset: int = 0
+    reconsume_times: int = 0
 
 
 class MessageExt:

@@ -94,7 +94,7 @@ _TAGS_CACHE_SIZE: Final = 4096
 # what the batch path reads of every message, in one C-level pass (columns 9.. decide the path)
 _MESSAGE_FIELDS: Final = operator.attrgetter(
     "topic", "body", "tags", "keys", "properties", "queue_id", "flag", "born_timestamp", "uniq_key",
-    "delay_level", "sys_flag", "born_host",
+    "delay_level", "sys_flag", "born_host", "reconsume_times",
 )  # fmt: skip
 
 
@@ -203,10 +203,10 @@ class MessageEncoder:
         columns = list(zip(*map(_MESSAGE_FIELDS, msgs)))
         if queue_ids is not None:
             columns[5] = tuple(queue_ids)
-        delays, sys_flags, born_hosts = columns[9:]
-        if any(delays) or any(sys_flags) or born_hosts.count(None) != n:
+        delays, sys_flags, born_hosts, reconsumes = columns[9:]
+        if any(delays) or any(sys_flags) or any(reconsumes) or born_hosts.count(None) != n:
             return None
-        if {*map(type, delays), *map(type, sys_flags)} != {int}:  # 0.0, "", False: prepare names them
+        if {*map(type, delays), *map(type, sys_flags), *map(type, reconsumes)} != {int}:  # 0.0, "", False: prepare names them
             return None
         plain = self._prepare_plain(msgs, columns)
         if plain is not None:
@@ -441,7 +441,14 @@ class MessageEncoder:
         uniq = msg.uniq_key
         if uniq is None and not internal and self._uniq is not None:
             uniq = self._uniq.next()
-        if not (msg.delay_level or sys_flag or msg.born_host is not None or msg.properties or internal):
+        if not (
+            msg.delay_level
+            or sys_flag
+            or msg.reconsume_times
+            or msg.born_host is not None
+            or msg.properties
+            or internal
+        ):
             return self._prepare_plain_one(msg, topic, topic_bytes, body, queue_id, uniq)
         props, keys_text = self._properties(msg, uniq, internal=internal)
 
@@ -480,6 +487,7 @@ class MessageEncoder:
                 store_addr=self._store_addr,
                 store_port=self._store_port,
                 prepared_transaction_offset=msg.prepared_transaction_offset,
+                reconsume_times=msg.reconsume_times,
             )
         except struct.error as exc:
             raise InvalidMessageError(f"a field is out of range: {exc}", _ILLEGAL) from None
@@ -714,6 +722,11 @@ def _check_types(msg: Message) -> None:
     level = msg.delay_level
     if type(level) is not int or level < 0:
         raise InvalidMessageError(f"delay_level must be a non-negative int, not {level!r}", _ILLEGAL)
+    reconsume = msg.reconsume_times
+    if type(reconsume) is not int or not 0 <= reconsume <= 0x7FFFFFFF:
+        raise InvalidMessageError(
+            f"reconsume_times must be an int from 0 to 2**31-1, not {reconsume!r}", _ILLEGAL
+        )
 
 
 class _BadRow(InvalidMessageError):
