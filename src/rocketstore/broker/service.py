@@ -500,12 +500,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         group = _check_group(request.group.name)
         topic = _check_topic(request.message_queue.topic.name)
         self._client(context, topic=topic, group=group)
-        pop = self._pop_service()
         expression = request.filter_expression
         if expression.type == pb.FilterType.SQL:
             raise StatusError(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; use tag expressions")
         tags = expression.expression or "*"
         invisible = self._invisible_ms(request.invisible_duration)
+        pop = self._pop_service()
         if topic not in self.store.topic_configs() and not self.config.auto_create_topic:
             raise StatusError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
         batch = max(1, min(request.batch_size or 1, self.config.max_receive_batch))
