@@ -38,8 +38,16 @@ def simple_consumer(port: int, group: str, topic: str, tags: str = "*", await_s:
         c.shutdown()
 
 
-def message(topic: str, body: bytes, *, tag: str | None = None, keys: tuple[str, ...] = (), group: str | None = None,
-            deliver_at_s: int | None = None, properties: dict[str, str] | None = None) -> Any:  # fmt: skip
+def message(
+    topic: str,
+    body: bytes,
+    *,
+    tag: str | None = None,
+    keys: tuple[str, ...] = (),
+    group: str | None = None,
+    deliver_at_s: int | None = None,
+    properties: dict[str, str] | None = None,
+) -> Any:
     m = Message()
     m.topic = topic
     m.body = body

@@ -143,7 +143,7 @@ def test_rolled_back_transaction_leaves_only_the_op_record(start_broker: StartBr
 
 def test_an_orphaned_transaction_is_checked_with_its_producer(start_broker: StartBroker) -> None:
     config = BrokerConfig(transaction_timeout_ms=0, transaction_check_interval_ms=200)
-    broker, store, port = start_broker(config)
+    _, store, port = start_broker(config)
     checker = Checker(TransactionResolution.COMMIT)
     with producer(port, ("Tx",), checker) as p:
         tx = p.begin_transaction()
@@ -167,7 +167,7 @@ def test_a_transaction_checked_too_often_moves_to_the_check_max_topic(start_brok
         deadline = time.monotonic() + 30
         while not stored(store, CHECK_MAX_TOPIC) and time.monotonic() < deadline:
             time.sleep(0.1)
-        with pytest.raises(Exception, match="INVALID_TRANSACTION_ID|already ended|40008"):
+        with pytest.raises(Exception, match=r"INVALID_TRANSACTION_ID|already ended|40008"):
             tx.commit()
     [moved] = stored(store, CHECK_MAX_TOPIC)
     assert moved.body == b"forgotten"

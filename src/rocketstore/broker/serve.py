@@ -47,28 +47,51 @@ def serve(
     store_config: StoreConfig | None = None,
     *,
     metrics_address: str | None = None,
-    on_started: object = None,
 ) -> int:
-    """Open the store at ``path``, serve it until SIGTERM/SIGINT, close it; the exit code (0).
-    Must run in the main thread (it sets the signal handlers)."""
-    with MessageStore.open(Path(path), store_config) as store:
+    """Open the store at ``path``, serve it until SIGTERM or SIGINT, close it cleanly; the exit
+    code: 128 + the signal's number, as the CLI's (143 SIGTERM, 130 SIGINT). Must run in the
+    main thread (it sets the signal handlers)."""
+    received: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        _serve(Path(path), config, store_config, metrics_address, received)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    logging.getLogger("rocketstore.broker").info("store %s closed", path)
+    return 128 + received[0] if received else 0
+
+
+def _serve(
+    path: Path,
+    config: BrokerConfig | None,
+    store_config: StoreConfig | None,
+    metrics_address: str | None,
+    received: list[int],
+) -> None:
+    with MessageStore.open(path, store_config) as store:
         broker = Broker(store, config)
 
         async def run() -> None:
             loop = asyncio.get_running_loop()
             stopping = asyncio.Event()
+
+            def stop(sig: int) -> None:
+                received.append(sig)
+                stopping.set()
+
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stopping.set)
-            await broker.start(metrics_address)
-            if callable(on_started):
-                on_started(broker)
+                loop.add_signal_handler(sig, stop, sig)
             try:
+                await broker.start(metrics_address)
                 await stopping.wait()
-                logging.getLogger("rocketstore.broker").info("signal received: stopping")
+                logging.getLogger("rocketstore.broker").info(
+                    "%s received: stopping", signal.Signals(received[0]).name
+                )
             finally:
                 await broker.stop()
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
+                    signal.signal(sig, signal.SIG_IGN)  # closing the store must finish
 
         asyncio.run(run())
-    return 0

@@ -50,7 +50,7 @@ def serve_command(
     acl_file: str | None,
     metrics_address: str | None,
     advertise: str | None,
-) -> None:
+) -> int:
     """Serve STORE_DIR to RocketMQ 5 clients (gRPC) until SIGTERM or Ctrl-C, then close it cleanly.
 
     \b
@@ -86,4 +86,4 @@ def serve_command(
     else:
         cfg = base
     configure_logging(as_json)
-    serve(store_dir, broker, cfg, metrics_address=metrics_address)
+    return serve(store_dir, broker, cfg, metrics_address=metrics_address)
