@@ -1,0 +1,1 @@
+"""The broker: ``rocketstore serve`` and the consumer state under it."""
