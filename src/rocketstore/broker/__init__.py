@@ -1,5 +1,6 @@
 """``rocketstore serve``: a RocketMQ 5 endpoint (gRPC ``apache.rocketmq.v2.MessagingService``) over
-a store, for the official RocketMQ clients. See docs/broker.md.
+a store, for the official RocketMQ clients, and the consumer state under it (``pop``). See
+docs/broker.md.
 
 In-process use::
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import importlib
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.metrics import BrokerMetrics
+from rocketstore.broker.pop import PopService
 from rocketstore.broker.service import MessagingService
 from rocketstore.storage.paths import atomic_write
 from rocketstore.store import MessageStore
@@ -60,20 +60,6 @@ def read_state(store_dir: Path) -> dict[str, Any] | None:
     return state
 
 
-def _make_pop(store: MessageStore, config: BrokerConfig) -> Any:
-    """The consumer state (``rocketstore.broker.pop.PopService``), when this build has it."""
-    try:
-        module = importlib.import_module("rocketstore.broker.pop")
-    except ModuleNotFoundError as exc:
-        if exc.name != "rocketstore.broker.pop":
-            raise
-        log.warning(
-            "rocketstore.broker.pop is missing: receive, ack and the consumer RPCs answer NOT_IMPLEMENTED"
-        )
-        return None
-    return module.PopService(store)
-
-
 class Broker:
     """A RocketMQ 5 gRPC endpoint over ``store`` (see the module docstring)."""
 
@@ -87,7 +73,7 @@ class Broker:
         self._service: MessagingService | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._arrival: ArrivalSignal | None = None
-        self._pop: Any = None
+        self._pop: PopService | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -108,7 +94,7 @@ class Broker:
             max_workers=8, thread_name_prefix="broker-store"
         )
         self._arrival = ArrivalSignal(self.store.dispatch_events, loop)
-        self._pop = _make_pop(self.store, config)
+        self._pop = PopService(self.store, broker_name=config.broker_name)
         host, _, port_text = config.listen.rpartition(":")
         server = grpc.aio.server(
             options=[

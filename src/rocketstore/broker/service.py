@@ -14,15 +14,14 @@ import concurrent.futures
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from google.protobuf import duration_pb2
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as rpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
-from rocketstore import errors
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.clients import ClientInfo, ClientRegistry
@@ -30,16 +29,23 @@ from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.convert import to_proto_message
 from rocketstore.broker.group_commit import GroupCommit, PutOutcome
 from rocketstore.broker.metrics import BrokerMetrics
+from rocketstore.broker.pop import PopService
 from rocketstore.broker.send import SentMessage, to_store_message
 from rocketstore.broker.status import Code, StatusError, put_status_code, status
 from rocketstore.broker.transactions import TransactionLog, half_message, transaction_id
-from rocketstore.errors import InvalidMessageError, RocketStoreError
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidReceiptHandleError,
+    RocketStoreError,
+    StoreWriteError,
+)
 from rocketstore.message import TOPIC_PATTERN
 from rocketstore.prepare import SYSTEM_TOPIC_PREFIX
 from rocketstore.results import PutMessageResult, PutStatus
 from rocketstore.store import MessageStore
+from rocketstore.topics import PROPERTY_SHARDING_KEY
 
-__all__ = ["MessagingService", "PopApi"]
+__all__ = ["MessagingService"]
 
 log = logging.getLogger("rocketstore.broker")
 
@@ -56,35 +62,6 @@ _DEADLINE_MARGIN_S = 0.5
 # how long a waiting receive trusts the arrival signal alone (in-place FIFO redelivery and
 # invisible-time expiry make no new message)
 _RECHECK_S = 1.0
-
-
-class PopApi(Protocol):
-    """What the receive RPCs need of ``rocketstore.broker.pop.PopService``."""
-
-    def receive(
-        self,
-        group: str,
-        topic: str,
-        expression: str,
-        batch_size: int,
-        invisible_ms: int,
-        *,
-        fifo: bool = ...,
-        max_attempts: int = ...,
-    ) -> Sequence[Any]: ...
-
-    def ack(self, group: str, topic: str, receipt_handle: str) -> None: ...
-
-    def change_invisible_duration(
-        self, group: str, topic: str, receipt_handle: str, invisible_ms: int
-    ) -> str: ...
-
-    def forward_to_dlq(self, group: str, topic: str, receipt_handle: str) -> None: ...
-
-
-def _bad_handle_errors() -> tuple[type[BaseException], ...]:
-    found = getattr(errors, "InvalidReceiptHandleError", None)
-    return (found,) if isinstance(found, type) else ()
 
 
 def _duration_ms(d: Any) -> int:
@@ -117,6 +94,8 @@ def _answer(
                 return await handler(self, request, context)
             except StatusError as exc:
                 return response(status=status(exc.code, exc.message))
+            except StoreWriteError as exc:  # stored but not known durable, or not stored
+                return response(status=status(put_status_code(exc.status), str(exc)))
             except Exception as exc:
                 log.exception("%s failed", handler.__name__)
                 return response(status=status(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
@@ -147,7 +126,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         arrival: ArrivalSignal,
         metrics: BrokerMetrics,
         *,
-        pop: PopApi | None,
+        pop: PopService,
         acl: Acl | None,
         advertise: tuple[str, int],
     ) -> None:
@@ -169,7 +148,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         )
         self._streams = 0
         self._round_robin: dict[str, int] = {}
-        self._bad_handle = _bad_handle_errors()
 
     # --- shared steps --------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -187,14 +165,24 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self._metrics.clients.set(len(self.clients))
         return info
 
-    async def _known_topic(self, topic: str) -> int:
-        """The topic's queue count; created on first use unless that is configured off."""
+    async def _known_topic(self, topic: str, *, ordered: bool = False) -> int:
+        """The topic's queue count; created on first use unless that is configured off.
+        ``ordered``: a FIFO message is sent to it, so it is marked ordered (RocketMQ's
+        TopicConfig.order, kept in topics.json): its consumers then get each message group's
+        messages in order (a 4.9 store has no per-group FIFO attribute; BROKER.md §8)."""
         config = self.store.topic_configs().get(topic)
         if config is None:
             if not self.config.auto_create_topic:
                 raise StatusError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
-            config = await self._run(self.store.create_topic, topic)
+            config = await self._run(functools.partial(self.store.create_topic, topic, order=ordered))
             log.info("topic %s created with %d queues", topic, config.write_queues)
+        elif ordered and not config.order:
+            config = await self._run(
+                functools.partial(
+                    self.store.create_topic, topic, config.write_queues, perm=config.perm, order=True
+                )
+            )
+            log.info("topic %s takes FIFO messages: its consumers get each group in order", topic)
         return max(1, config.write_queues)
 
     def _endpoints(self, asked: Any) -> Any:
@@ -355,7 +343,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         except StatusError as exc:
             self._metrics.sends.labels(topic, "invalid", Code.Name(exc.code)).inc(len(msgs))
             raise
-        queues = await self._known_topic(topic)
+        queues = await self._known_topic(
+            topic,
+            ordered=any(s.message.properties and PROPERTY_SHARDING_KEY in s.message.properties for s in sent),
+        )
         if any(s.transactional for s in sent):
             outcomes = await self._put_halves(sent, queues)
         else:
@@ -470,11 +461,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         raise StatusError(Code.NOT_IMPLEMENTED, "recalling a delay message is not supported by a 4.9 store")
 
     # --- consumers -----------------------------------------------------------------------------
-    def _pop_service(self) -> PopApi:
-        if self._pop is None:
-            raise StatusError(Code.NOT_IMPLEMENTED, "this broker was built without the consumer side")
-        return self._pop
-
     def _invisible_ms(self, duration: Any) -> int:
         ms = _duration_ms(duration)
         low, high = self.config.invisible_min_ms, self.config.invisible_max_ms
@@ -490,6 +476,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 yield item
         except StatusError as exc:
             yield rpc.ReceiveMessageResponse(status=status(exc.code, exc.message))
+        except StoreWriteError as exc:
+            yield rpc.ReceiveMessageResponse(status=status(put_status_code(exc.status), str(exc)))
         except Exception as exc:
             log.exception("ReceiveMessage failed")
             yield rpc.ReceiveMessageResponse(
@@ -505,9 +493,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             raise StatusError(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; use tag expressions")
         tags = expression.expression or "*"
         invisible = self._invisible_ms(request.invisible_duration)
-        pop = self._pop_service()
-        if topic not in self.store.topic_configs() and not self.config.auto_create_topic:
+        pop = self._pop
+        topic_config = self.store.topic_configs().get(topic)
+        if topic_config is None and not self.config.auto_create_topic:
             raise StatusError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
+        fifo = topic_config is not None and topic_config.order
         batch = max(1, min(request.batch_size or 1, self.config.max_receive_batch))
         poll_ms = (
             _duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
@@ -531,6 +521,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                         tags,
                         batch,
                         invisible,
+                        fifo=fifo,
                         max_attempts=self.config.max_delivery_attempts,
                     )
                 )
@@ -564,13 +555,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         group = _check_group(request.group.name)
         topic = _check_topic(request.topic.name)
         self._client(context, topic=topic, group=group)
-        pop = self._pop_service()
+        pop = self._pop
         entries = []
         for entry in request.entries:
             try:
                 await self._run(pop.ack, group, topic, entry.receipt_handle)
                 code, text = Code.OK, ""
-            except self._bad_handle as exc:
+            except InvalidReceiptHandleError as exc:
                 code, text = Code.INVALID_RECEIPT_HANDLE, str(exc)
             self._metrics.acks.labels(group, topic, Code.Name(code)).inc()
             entries.append(
@@ -589,13 +580,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         group = _check_group(request.group.name)
         topic = _check_topic(request.topic.name)
         self._client(context, topic=topic, group=group)
-        pop = self._pop_service()
+        pop = self._pop
         invisible = self._invisible_ms(request.invisible_duration)
         try:
             handle = await self._run(
                 pop.change_invisible_duration, group, topic, request.receipt_handle, invisible
             )
-        except self._bad_handle as exc:
+        except InvalidReceiptHandleError as exc:
             raise StatusError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
         return rpc.ChangeInvisibleDurationResponse(status=status(Code.OK), receipt_handle=handle)
 
@@ -617,10 +608,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         group = _check_group(request.group.name)
         topic = _check_topic(request.topic.name)
         self._client(context, topic=topic, group=group)
-        pop = self._pop_service()
+        pop = self._pop
         try:
             await self._run(pop.forward_to_dlq, group, topic, request.receipt_handle)
-        except self._bad_handle as exc:
+        except InvalidReceiptHandleError as exc:
             raise StatusError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
         self._metrics.dlq.labels(group, topic).inc()
         return rpc.ForwardMessageToDeadLetterQueueResponse(status=status(Code.OK))
