@@ -15,6 +15,9 @@ from rocketstore.broker import Broker, BrokerConfig
 
 StartBroker = Callable[..., tuple[Broker, MessageStore, int]]
 
+# small files: these tests write little, and the machine's disk is shared
+SMALL = StoreConfig(commitlog_segment_size=8 << 20, consume_queue_entries=20_000)
+
 
 @pytest.fixture
 def start_broker(tmp_path: Path) -> Iterator[StartBroker]:
@@ -22,7 +25,7 @@ def start_broker(tmp_path: Path) -> Iterator[StartBroker]:
     running: list[tuple[Broker, MessageStore]] = []
 
     def start(config: BrokerConfig | None = None, store_config: StoreConfig | None = None) -> Any:
-        store = MessageStore.open(tmp_path / "store", store_config)
+        store = MessageStore.open(tmp_path / "store", store_config or SMALL)
         broker = Broker(store, (config or BrokerConfig()).replace(listen="127.0.0.1:0"))
         try:
             port = broker.start_in_thread()

@@ -25,7 +25,7 @@ from rocketstore.broker.server import STATE_FILE, read_state
 from rocketstore.errors import InvalidMessageError
 
 from .clients import message, producer
-from .conftest import CLIENT, StartBroker
+from .conftest import CLIENT, SMALL, StartBroker
 
 Stub = Callable[[int], Any]
 
@@ -139,7 +139,7 @@ def test_receive_with_an_illegal_invisible_duration_is_refused(
 
 # --- group commit -------------------------------------------------------------------------------
 def test_concurrent_sends_share_one_store_append(tmp_path: Path) -> None:
-    with MessageStore.open(tmp_path / "s") as store, concurrent.futures.ThreadPoolExecutor(2) as pool:
+    with MessageStore.open(tmp_path / "s", SMALL) as store, concurrent.futures.ThreadPoolExecutor(2) as pool:
         commit = GroupCommit(store, pool)
 
         async def main() -> list[Any]:
@@ -153,7 +153,7 @@ def test_concurrent_sends_share_one_store_append(tmp_path: Path) -> None:
 
 
 def test_a_bad_message_in_a_round_fails_only_its_own_send(tmp_path: Path) -> None:
-    with MessageStore.open(tmp_path / "s") as store, concurrent.futures.ThreadPoolExecutor(1) as pool:
+    with MessageStore.open(tmp_path / "s", SMALL) as store, concurrent.futures.ThreadPoolExecutor(1) as pool:
         commit = GroupCommit(store, pool, rounds=1)
 
         async def main() -> list[Any]:

@@ -19,7 +19,7 @@ import pytest
 
 from rocketstore import MessageStore
 
-from .clients import message, producer
+from .clients import message, producer, simple_consumer
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 ENV = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -40,7 +40,7 @@ class Served:
         self._port = threading.Event()
         self.port = 0
         threading.Thread(target=self._read, daemon=True).start()
-        if not self._port.wait(60):
+        if not self._port.wait(60) or not self.port:
             self.proc.kill()
             raise AssertionError(f"serve did not start: {self.log()}")
 
@@ -68,8 +68,19 @@ def served() -> Iterator[list[Served]]:
             s.proc.wait()
 
 
-def serve(running: list[Served], store: Path, *extra: str) -> Served:
-    s = Served("serve", str(store), "--listen", "127.0.0.1:0", *extra)
+# this shared machine's disk may be fuller than the store's limits (it then refuses puts as
+# DISK_FULL): the broker's store here ignores how full it is
+# (small files: the disk is shared)
+UNLIMITED_DISK = (
+    "disk_warning_ratio=100\ndisk_clean_forcibly_ratio=100\ndiskMaxUsedSpaceRatio=95\n"
+    "mappedFileSizeCommitLog=8388608\nmappedFileSizeConsumeQueue=400000\n"
+)
+
+
+def serve(running: list[Served], store: Path, *extra: str, settings: str = "") -> Served:
+    conf = store.parent / f"{store.name}.conf"
+    conf.write_text(UNLIMITED_DISK + settings)
+    s = Served("serve", str(store), "--listen", "127.0.0.1:0", "--config", str(conf), *extra)
     running.append(s)
     return s
 
@@ -126,9 +137,8 @@ def test_json_logs(served: list[Served], tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sigkill_during_sends_loses_no_acknowledged_message(served: list[Served], tmp_path: Path) -> None:
     store = tmp_path / "store"
-    conf = tmp_path / "broker.conf"
-    conf.write_text("flushDiskType=SYNC_FLUSH\n")
-    s = serve(served, store, "--create", "--config", str(conf))
+    conf = "flushDiskType=SYNC_FLUSH\n"
+    s = serve(served, store, "--create", settings=conf)
     acked: list[str] = []
     failures: list[BaseException] = []
     stop = threading.Event()
@@ -159,7 +169,7 @@ def test_sigkill_during_sends_loses_no_acknowledged_message(served: list[Served]
     assert len(sent) >= 300
     assert (store / "abort").exists()  # it did die mid-flight
 
-    again = serve(served, store, "--config", str(conf))
+    again = serve(served, store, settings=conf)
     with producer(again.port, ("Crash",)) as p:
         p.send(message("Crash", b"after the restart"))
     again.proc.send_signal(signal.SIGTERM)
@@ -178,3 +188,39 @@ def test_sigkill_during_sends_loses_no_acknowledged_message(served: list[Served]
     missing = [m for m in sent if m not in ids]
     assert missing == []
     assert len(ids) >= len(sent) + 1
+
+
+@pytest.mark.slow
+def test_sigkill_with_messages_in_flight_redelivers_them_and_not_the_acked(
+    served: list[Served], tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    conf = "flushDiskType=SYNC_FLUSH\ninvisible_min_ms=1000\nlong_polling_min_ms=0\n"
+    s = serve(served, store, "--create", settings=conf)
+    with simple_consumer(s.port, "G", "Work", await_s=1) as c:
+        assert c.receive(16, 30) == []
+        with producer(s.port, ("Work",)) as p:
+            for i in range(10):
+                p.send(message("Work", f"job{i}".encode()))
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 10 and time.monotonic() < deadline:
+            got += c.receive(16, 2)
+        assert len(got) == 10
+        acked = {m.body for m in got[:6]}
+        for m in got[:6]:
+            c.ack(m)
+        s.proc.send_signal(signal.SIGKILL)
+        s.proc.wait(30)
+
+    again = serve(served, store, settings=conf)
+    with simple_consumer(again.port, "G", "Work", await_s=1) as c:
+        back: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(back) < 4 and time.monotonic() < deadline:
+            back += c.receive(16, 30)
+        assert sorted(m.body for m in back) == sorted({m.body for m in got} - acked)
+        assert all(m.delivery_attempt == 2 for m in back)
+        assert c.receive(16, 30) == []  # nothing acked comes back
+    again.proc.send_signal(signal.SIGTERM)
+    assert again.proc.wait(60) == 128 + signal.SIGTERM, again.log()

@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocketstore.config import StoreConfig
 from rocketstore.errors import StoreConfigError
 
-__all__ = ["BrokerConfig"]
+__all__ = ["BrokerConfig", "load_settings"]
 
 MIB = 1024 * 1024
 
@@ -90,29 +91,46 @@ class BrokerConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> BrokerConfig:
         """The broker's keys of a ``.toml`` or ``.properties`` file (see the module docstring)."""
-        p = Path(path)
+        return load_settings(path)[1]
+
+
+def load_settings(path: str | Path) -> tuple[StoreConfig, BrokerConfig]:
+    """The store's and the broker's settings from one file (``rocketstore serve --config``): a
+    ``.toml`` file (the broker's keys at the top or under ``[broker]``) or a ``.properties`` /
+    ``broker.conf`` file. A key neither of them knows is refused (by ``StoreConfig``)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreConfigError(f"cannot read config file {str(p)!r}: {exc}") from None
+    values: dict[str, object] = {}
+    broker_table: dict[str, object] = {}
+    if p.suffix == ".toml":
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
         try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise StoreConfigError(f"cannot read config file {str(p)!r}: {exc}") from None
-        if p.suffix == ".toml":
-            if sys.version_info >= (3, 11):
-                import tomllib
-            else:  # pragma: no cover
-                import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
-            try:
-                data = tomllib.loads(text)
-            except tomllib.TOMLDecodeError as exc:
-                raise StoreConfigError(f"{p}: {exc}") from None
-            broker = data.get("broker", data)
-            return cls.from_mapping(broker if isinstance(broker, dict) else data)
-        values: dict[str, str] = {}
-        for line in text.splitlines():
+            values = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise StoreConfigError(f"{p}: {exc}") from None
+        table = values.pop("broker", {})
+        if not isinstance(table, dict):
+            raise StoreConfigError(f"{p}: [broker] must be a table")
+        broker_table = table
+    else:
+        for lineno, line in enumerate(text.splitlines(), 1):
             line = line.strip()
-            if line and line[0] not in "#!" and "=" in line:
-                key, _, value = line.partition("=")
-                values[key.strip()] = value.strip()
-        return cls.from_mapping(values)
+            if not line or line[0] in "#!":
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise StoreConfigError(f"{p}:{lineno}: expected key=value, got {line!r}")
+            values[key.strip()] = value.strip()
+    own = {f.name for f in dataclasses.fields(BrokerConfig)}
+    broker = BrokerConfig.from_mapping({**values, **broker_table})
+    store = StoreConfig.from_mapping({k: v for k, v in values.items() if k not in own})
+    return store, broker
 
 
 _ROCKETMQ_NAMES = {

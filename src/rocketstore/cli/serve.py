@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from rocketstore.cli.common import store_config
-from rocketstore.config import StoreConfig
 from rocketstore.storage.paths import looks_like_store
 
 __all__ = ["serve_command"]
@@ -60,10 +59,13 @@ def serve_command(
     endpoint. See docs/broker.md.
     """
     from rocketstore.broker import BrokerConfig, serve
+    from rocketstore.broker.config import load_settings
     from rocketstore.broker.serve import configure_logging
 
-    base: StoreConfig = StoreConfig.from_file(config_file) if config_file else ctx.find_root().obj
-    broker = BrokerConfig.from_file(config_file) if config_file else BrokerConfig()
+    if config_file is not None:
+        base, broker = load_settings(config_file)
+    else:
+        base, broker = ctx.find_root().obj, BrokerConfig()
     changes: dict[str, object] = {"listen": listen}
     for name, value in (
         ("tls_cert", tls_cert),
