@@ -20,7 +20,11 @@
     ├── InvalidMessageError          a message that must not be stored; carries the PutStatus
     ├── CorruptDataError             bytes on disk (or given to a codec) that break the format;
     │                                carries the path and offset when known
-    └── DataLossError                a reader was promised messages that are gone (reclaimed)
+    ├── DataLossError                a reader was promised messages that are gone (reclaimed)
+    ├── StoreWriteError              the store did not take a write whose durability a caller
+    │                                waits on (a pop consumer's ack); carries the PutStatus
+    └── InvalidReceiptHandleError    a pop receipt handle that is malformed, or names no message
+                                     this consumer group was handed (also a ValueError)
 
 Bad input is rejected before anything is written. Corrupt files are reported with a
 ``CorruptDataError`` naming the file and offset; readers never loop on them.
@@ -39,6 +43,7 @@ __all__ = [
     "DataLossError",
     "InvalidArgumentError",
     "InvalidMessageError",
+    "InvalidReceiptHandleError",
     "NotAStoreError",
     "RocketStoreError",
     "StoreAccessError",
@@ -47,6 +52,7 @@ __all__ = [
     "StoreLockedError",
     "StorePathError",
     "StoreReadOnlyError",
+    "StoreWriteError",
 ]
 
 
@@ -147,3 +153,23 @@ class CorruptDataError(RocketStoreError):
 
 class DataLossError(RocketStoreError):
     """Messages a reader was to read next are gone: reclaimed (or damaged) before it got to them."""
+
+
+class StoreWriteError(RocketStoreError):
+    """The store did not take a write a caller must know durable (``status``: why; FLUSH_DISK_TIMEOUT
+    means stored but not known to be on disk)."""
+
+    def __init__(self, message: str, status: PutStatus) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidReceiptHandleError(RocketStoreError, ValueError):
+    """A receipt handle (``rocketstore.broker.pop``) that is malformed, of another broker, or names
+    a message the consumer group was never handed; ``handle`` is the text given, and the message
+    says what was wrong with it."""
+
+    def __init__(self, handle: object, reason: str) -> None:
+        super().__init__(f"invalid receipt handle {handle!r}: {reason}")
+        self.handle = handle
+        self.reason = reason

@@ -75,11 +75,14 @@ class Message:
 
     ``keys`` are indexed (``topic#key``) and must not contain spaces. ``sys_flag`` carries the
     transaction type (0, 0x4 PREPARED, 0x8 COMMIT, 0xC ROLLBACK) and the compressed / multi-tags
-    bits; the host bits are set by the store. ``born_timestamp`` and ``born_host`` default to
-    the store time and the store host. ``uniq_key`` is generated when None and the store's
-    ``generate_uniq_key`` is on. ``queue_id`` (default None) lets the store pick the queue, as
-    a RocketMQ producer does: by the ``__SHARDINGKEY`` property when there is one, else round
-    robin over the topic's queues (see ``MessageStore.put_messages``).
+    bits; the host bits are set by the store. ``prepared_transaction_offset`` is the commitlog
+    offset of the half message a COMMIT record completes (0 for every other message).
+    ``born_timestamp`` and ``born_host`` default to the store time and the store host.
+    ``uniq_key`` is generated when None and the store's ``generate_uniq_key`` is on.
+    ``queue_id`` (default None) lets the store pick the queue, as a RocketMQ producer does: by
+    the ``__SHARDINGKEY`` property when there is one, else round robin over the topic's queues
+    (see ``MessageStore.put_messages``). ``reconsume_times`` is the record's RECONSUMETIMES
+    field: how often the message was delivered again (retries).
     """
 
     topic: str
@@ -94,6 +97,8 @@ class Message:
     born_timestamp: int | None = None
     born_host: str | None = None
     sys_flag: int = 0
+    prepared_transaction_offset: int = 0
+    reconsume_times: int = 0
 
 
 class MessageExt:

@@ -94,7 +94,7 @@ _TAGS_CACHE_SIZE: Final = 4096
 # what the batch path reads of every message, in one C-level pass (columns 9.. decide the path)
 _MESSAGE_FIELDS: Final = operator.attrgetter(
     "topic", "body", "tags", "keys", "properties", "queue_id", "flag", "born_timestamp", "uniq_key",
-    "delay_level", "sys_flag", "born_host",
+    "delay_level", "sys_flag", "born_host", "reconsume_times",
 )  # fmt: skip
 
 
@@ -203,10 +203,12 @@ class MessageEncoder:
         columns = list(zip(*map(_MESSAGE_FIELDS, msgs)))
         if queue_ids is not None:
             columns[5] = tuple(queue_ids)
-        delays, sys_flags, born_hosts = columns[9:]
-        if any(delays) or any(sys_flags) or born_hosts.count(None) != n:
+        delays, sys_flags, born_hosts, reconsumes = columns[9:]
+        if any(delays) or any(sys_flags) or any(reconsumes) or born_hosts.count(None) != n:
             return None
-        if {*map(type, delays), *map(type, sys_flags)} != {int}:  # 0.0, "", False: prepare names them
+        if {*map(type, delays), *map(type, sys_flags), *map(type, reconsumes)} != {
+            int
+        }:  # 0.0, "", False: prepare names them
             return None
         plain = self._prepare_plain(msgs, columns)
         if plain is not None:
@@ -413,14 +415,18 @@ class MessageEncoder:
         )
 
     def prepare_many(
-        self, msgs: Sequence[Message], queue_ids: Sequence[int] | None = None
+        self, msgs: Sequence[Message], queue_ids: Sequence[int] | None = None, *, internal: bool = False
     ) -> list[PreparedMessage]:
         """Every message prepared, or an InvalidMessageError for the first bad one (nothing kept).
-        ``queue_ids`` as for ``prepare_batch``."""
+        ``queue_ids`` as for ``prepare_batch``; ``internal`` as for ``prepare``."""
         out = []
         for i, m in enumerate(msgs):
             try:
-                out.append(self.prepare(m, queue_id=queue_ids[i] if queue_ids is not None else None))
+                out.append(
+                    self.prepare(
+                        m, internal=internal, queue_id=queue_ids[i] if queue_ids is not None else None
+                    )
+                )
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"message {i} of the batch: {exc}", exc.status) from None
         return out
@@ -437,7 +443,14 @@ class MessageEncoder:
         uniq = msg.uniq_key
         if uniq is None and not internal and self._uniq is not None:
             uniq = self._uniq.next()
-        if not (msg.delay_level or sys_flag or msg.born_host is not None or msg.properties or internal):
+        if not (
+            msg.delay_level
+            or sys_flag
+            or msg.reconsume_times
+            or msg.born_host is not None
+            or msg.properties
+            or internal
+        ):
             return self._prepare_plain_one(msg, topic, topic_bytes, body, queue_id, uniq)
         props, keys_text = self._properties(msg, uniq, internal=internal)
 
@@ -475,6 +488,8 @@ class MessageEncoder:
                 born_port=born_port,
                 store_addr=self._store_addr,
                 store_port=self._store_port,
+                prepared_transaction_offset=msg.prepared_transaction_offset,
+                reconsume_times=msg.reconsume_times,
             )
         except struct.error as exc:
             raise InvalidMessageError(f"a field is out of range: {exc}", _ILLEGAL) from None
@@ -571,6 +586,15 @@ class MessageEncoder:
             raise InvalidMessageError(
                 f"sys_flag {sys_flag!r}: only the compressed (0x1), multi-tags (0x2) and transaction (0xC) "
                 "bits can be set",
+                _ILLEGAL,
+            )
+        prepared = msg.prepared_transaction_offset
+        if prepared and (
+            type(prepared) is not int or prepared < 0 or sys_flag & SYSFLAG_TX_MASK != TX_COMMIT
+        ):
+            raise InvalidMessageError(
+                f"prepared_transaction_offset {prepared!r}: a non-negative int, on a COMMIT "
+                "(sys_flag 0x8) only",
                 _ILLEGAL,
             )
         flag = msg.flag
@@ -700,6 +724,11 @@ def _check_types(msg: Message) -> None:
     level = msg.delay_level
     if type(level) is not int or level < 0:
         raise InvalidMessageError(f"delay_level must be a non-negative int, not {level!r}", _ILLEGAL)
+    reconsume = msg.reconsume_times
+    if type(reconsume) is not int or not 0 <= reconsume <= 0x7FFFFFFF:
+        raise InvalidMessageError(
+            f"reconsume_times must be an int from 0 to 2**31-1, not {reconsume!r}", _ILLEGAL
+        )
 
 
 class _BadRow(InvalidMessageError):

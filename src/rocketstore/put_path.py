@@ -147,13 +147,13 @@ class MessageWriter:
                 return result._replace(status=status)
         return result
 
-    def put_messages(self, msgs: Sequence[Message]) -> list[PutMessageResult]:
+    def put_messages(self, msgs: Sequence[Message], *, internal: bool = False) -> list[PutMessageResult]:
         """``MessageStore.put_messages`` on an open, writable store."""
         if not msgs:
             return []
-        queue_ids = self._place(msgs)
-        batch = self._encoder.prepare_batch(msgs, queue_ids)
-        prepared = [] if batch is not None else self._encoder.prepare_many(msgs, queue_ids)
+        queue_ids = self._place(msgs, internal=internal)
+        batch = None if internal else self._encoder.prepare_batch(msgs, queue_ids)
+        prepared = [] if batch is not None else self._encoder.prepare_many(msgs, queue_ids, internal=internal)
         refused = self._refusal()
         if refused is not None:
             return [PutMessageResult(refused) for _ in msgs]
@@ -284,19 +284,22 @@ class MessageWriter:
         self._open_topic(topic, int(qids.max()))
         return qids
 
-    def _open_topic(self, topic: str, highest_queue: int | None) -> None:
+    def _open_topic(self, topic: str, highest_queue: int | None, *, internal: bool = False) -> None:
         """A topic a put writes to: created when new and the put names queues (with at least
         ``highest_queue + 1`` of them; a put naming none creates it in ``select_queue(s)``), and
         refused unless writable."""
         topics = self._topics
         if highest_queue is not None and topic not in topics:
-            topics.create(validate_topic(topic), max(self.config.default_topic_queue_nums, highest_queue + 1))
+            topics.create(
+                validate_topic(topic, allow_system=internal),
+                max(self.config.default_topic_queue_nums, highest_queue + 1),
+            )
         if not topics.writable(topic):
             raise InvalidMessageError(
                 f"topic {topic!r} is not writable (perm {topics.perm(topic)})", _ILLEGAL
             )
 
-    def _place(self, msgs: Sequence[Message]) -> list[int] | None:
+    def _place(self, msgs: Sequence[Message], *, internal: bool = False) -> list[int] | None:
         """Topic configs for topics first written to, and the queue of every message when some
         name none (None when all do). Work per topic of the batch, and per message only for
         messages that name no queue; round-robin picks are taken per topic in one step."""
@@ -312,10 +315,10 @@ class MessageWriter:
         for topic in batch_topics:
             highest = None
             if topic not in topics:
-                validate_topic(topic)  # bytes, None, ...
+                validate_topic(topic, allow_system=internal)  # bytes, None, ...
                 named = [m.queue_id for m in msgs if m.topic == topic and type(m.queue_id) is int]
                 highest = max(named, default=None)
-            self._open_topic(topic, highest)
+            self._open_topic(topic, highest, internal=internal)
         if None not in queue_ids:
             return None
         round_robin: dict[str, list[int]] = {}  # topic -> the messages it picks queues for, in order
@@ -323,7 +326,7 @@ class MessageWriter:
             if m.queue_id is None:
                 props = getattr(m, "properties", None)  # what is not a Message is named by prepare
                 key = props.get(PROPERTY_SHARDING_KEY) if isinstance(props, Mapping) else None
-                topic = validate_topic(m.topic)
+                topic = validate_topic(m.topic, allow_system=internal)
                 if key and type(key) is str:  # any other value is refused by prepare, which names it
                     queue_ids[i] = topics.select_queue(topic, key)
                 else:

@@ -454,16 +454,19 @@ class MessageStore:
         except StoreClosedError:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE)
 
-    def put_messages(self, msgs: Sequence[Message]) -> list[PutMessageResult]:
+    def put_messages(self, msgs: Sequence[Message], *, internal: bool = False) -> list[PutMessageResult]:
         """Store a batch under one lock acquisition: all of it, or (bad message) none of it.
 
         A message whose ``queue_id`` is None goes to a queue of the topic's choosing: by its
         ``__SHARDINGKEY`` property when it has one, else round robin. A topic not yet known
         is created with ``default_topic_queue_nums`` queues.
+        ``internal=True`` is for the broker's own records (transaction half and op messages):
+        system topics (``RMQ_SYS_*``) and the properties the store reserves (``REAL_TOPIC`` ...)
+        are then taken as given, and no UNIQ_KEY is generated.
         """
         self._check_writable("puts")
         assert self._writer is not None  # every store open for writing has one
-        return self._writer.put_messages(msgs)
+        return self._writer.put_messages(msgs, internal=internal)
 
     def put_batch(
         self,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from rocketstore.broker.server import read_state
 from rocketstore.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -40,6 +41,7 @@ from rocketstore.cli.common import (
 )
 from rocketstore.cli.consume import add_consume_commands
 from rocketstore.cli.output import Output, message_line, message_out
+from rocketstore.cli.serve import serve_command
 from rocketstore.cli.spark import spark_group
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
 from rocketstore.codec.host import format_host
@@ -253,6 +255,8 @@ def status(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
             "damage": rec.damage if rec else None,
             # the role from --config; the live link state is in the process that runs the store
             "replication": store.ha_status(),
+            # the broker serving the store (`rocketstore serve`), if one runs: its clients
+            "broker": read_state(store_dir),
         }
     out.detail(f"store {store_dir}", fields)
 
@@ -868,4 +872,5 @@ def bench(work_dir: Path | None, messages: int, body_size: int, as_json: bool) -
 
 
 app.add_command(spark_group)
+app.add_command(serve_command)
 add_consume_commands(app)

@@ -1,0 +1,55 @@
+"""Wakes long polls when messages arrive: one thread waits on the store's dispatch signal
+(``MessageStore.dispatch_events``) and wakes the event loop's waiters with
+``call_soon_threadsafe``, so a waiting receive costs no polling (issue item 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+
+from rocketstore.follow import DispatchEvents
+
+__all__ = ["ArrivalSignal"]
+
+
+class ArrivalSignal:
+    """``await wait(timeout)`` returns when dispatch made new messages visible, or on timeout.
+
+    Thread safety: ``wait`` on the loop's thread; the watcher thread only calls
+    ``call_soon_threadsafe``.
+    """
+
+    def __init__(self, events: DispatchEvents, loop: asyncio.AbstractEventLoop) -> None:
+        self._events = events
+        self._loop = loop
+        self._event = asyncio.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="broker-arrival", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        position = self._events.position()
+        while not self._stop.is_set():
+            if self._events.wait(position, 0.5):
+                position = self._events.position()
+                with contextlib.suppress(RuntimeError):  # the loop closed first
+                    self._loop.call_soon_threadsafe(self._fire)
+
+    def _fire(self) -> None:
+        event, self._event = self._event, asyncio.Event()
+        event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when messages arrived within ``timeout`` seconds."""
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True

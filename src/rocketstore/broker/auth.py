@@ -1,0 +1,106 @@
+"""Access keys (issue item 6): the clients' ``MQv2-HMAC-SHA1`` signature, and per-topic and
+per-group permissions from an ACL file.
+
+The file (TOML)::
+
+    [[accounts]]
+    access_key = "app1"
+    secret_key = "..."
+    topics = ["Orders", "Payments"]   # may send to and receive from these ("*": any)
+    groups = ["billing"]              # may consume as these groups ("*": any)
+
+The signature is HMAC-SHA1(secret key, the ``x-mq-date-time`` header's bytes) in hex (either
+case); the access key is the ``Credential`` value up to its first ``/`` (BROKER.md §1). Without
+an ACL file every request is allowed and the header is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocketstore.broker.status import Code, StatusError
+from rocketstore.errors import StoreConfigError
+
+__all__ = ["Account", "Acl"]
+
+
+@dataclass(frozen=True)
+class Account:
+    access_key: str
+    secret_key: str
+    topics: frozenset[str]
+    groups: frozenset[str]
+
+
+class Acl:
+    def __init__(self, accounts: Mapping[str, Account]) -> None:
+        self._accounts = dict(accounts)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Acl:
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise StoreConfigError(f"ACL file {str(path)!r}: {exc}") from None
+        accounts = {}
+        for i, entry in enumerate(data.get("accounts", [])):
+            try:
+                ak, sk = entry["access_key"], entry["secret_key"]
+                topics, groups = entry.get("topics", []), entry.get("groups", [])
+            except (KeyError, TypeError):
+                raise StoreConfigError(
+                    f"ACL file {str(path)!r}: account {i} needs access_key and secret_key"
+                ) from None
+            if not all(isinstance(v, str) and v for v in (ak, sk)) or not all(
+                isinstance(x, list) and all(isinstance(t, str) for t in x) for x in (topics, groups)
+            ):
+                raise StoreConfigError(
+                    f"ACL file {str(path)!r}: account {i}: keys are text, topics and groups lists"
+                )
+            accounts[ak] = Account(ak, sk, frozenset(topics), frozenset(groups))
+        if not accounts:
+            raise StoreConfigError(f"ACL file {str(path)!r} lists no [[accounts]]")
+        return cls(accounts)
+
+    def authenticate(self, metadata: Mapping[str, str]) -> Account:
+        """The account that signed the request; StatusError UNAUTHORIZED if none did."""
+        header = metadata.get("authorization", "")
+        scheme, _, rest = header.partition(" ")
+        if scheme != "MQv2-HMAC-SHA1":
+            raise StatusError(Code.UNAUTHORIZED, "the request carries no MQv2-HMAC-SHA1 authorization")
+        fields = {}
+        for part in rest.split(","):
+            name, _, value = part.strip().partition("=")
+            fields[name] = value
+        ak = fields.get("Credential", "").split("/", 1)[0]
+        account = self._accounts.get(ak)
+        if account is None:
+            raise StatusError(Code.UNAUTHORIZED, f"unknown access key {ak!r}")
+        date = metadata.get("x-mq-date-time", "")
+        expected = hmac.new(account.secret_key.encode(), date.encode(), hashlib.sha1).hexdigest()
+        if not date or not hmac.compare_digest(expected, fields.get("Signature", "").lower()):
+            raise StatusError(Code.UNAUTHORIZED, f"the signature of access key {ak!r} does not match")
+        return account
+
+    def check(
+        self, metadata: Mapping[str, str], *, topic: str | None = None, group: str | None = None
+    ) -> None:
+        """Raise StatusError (UNAUTHORIZED, FORBIDDEN) unless the signer may use ``topic``/``group``."""
+        account = self.authenticate(metadata)
+        if topic and topic not in account.topics and "*" not in account.topics:
+            raise StatusError(
+                Code.FORBIDDEN, f"access key {account.access_key!r} may not use topic {topic!r}"
+            )
+        if group and group not in account.groups and "*" not in account.groups:
+            raise StatusError(
+                Code.FORBIDDEN, f"access key {account.access_key!r} may not use group {group!r}"
+            )

@@ -1,0 +1,96 @@
+"""The clients the broker knows: who they are (Heartbeat, Telemetry settings), where they connect
+from, and the Telemetry stream to reach each one (for orphaned-transaction checks).
+
+Thread safety: used on the event loop only; ``snapshot`` gives plain data to other threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ClientInfo", "ClientRegistry"]
+
+log = logging.getLogger("rocketstore.broker.clients")
+
+
+@dataclass
+class ClientInfo:
+    client_id: str
+    peer: str
+    language: str = ""
+    version: str = ""
+    client_type: str = "CLIENT_TYPE_UNSPECIFIED"
+    group: str = ""
+    topics: set[str] = field(default_factory=set)
+    first_seen_ms: int = 0
+    last_seen_ms: int = 0
+    # server commands to write on the client's Telemetry stream; None while it has none open
+    commands: asyncio.Queue[Any] | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "client_id": self.client_id,
+            "peer": self.peer,
+            "type": self.client_type,
+            "language": self.language,
+            "version": self.version,
+            "group": self.group,
+            "topics": sorted(self.topics),
+            "telemetry": self.commands is not None,
+            "first_seen_ms": self.first_seen_ms,
+            "last_seen_ms": self.last_seen_ms,
+        }
+
+
+class ClientRegistry:
+    """client id -> ClientInfo; a client is forgotten on NotifyClientTermination or after
+    ``expire_ms`` without a request (clients heartbeat every 10 s)."""
+
+    def __init__(self, expire_ms: int = 120_000) -> None:
+        self._clients: dict[str, ClientInfo] = {}
+        self._expire_ms = expire_ms
+        self.changed = False
+
+    def seen(self, client_id: str, peer: str, now_ms: int, metadata: dict[str, str]) -> ClientInfo:
+        info = self._clients.get(client_id)
+        if info is None:
+            info = self._clients[client_id] = ClientInfo(
+                client_id,
+                peer,
+                language=metadata.get("x-mq-language", ""),
+                version=metadata.get("x-mq-client-version", ""),
+                first_seen_ms=now_ms,
+            )
+            self.changed = True
+            log.info("client connected: %s from %s (%s %s)", client_id, peer, info.language, info.version)
+        info.last_seen_ms = now_ms
+        return info
+
+    def forget(self, client_id: str, reason: str) -> None:
+        if self._clients.pop(client_id, None) is not None:
+            self.changed = True
+            log.info("client gone: %s (%s)", client_id, reason)
+
+    def expire(self, now_ms: int) -> None:
+        for cid in [c for c, i in self._clients.items() if now_ms - i.last_seen_ms > self._expire_ms]:
+            self.forget(cid, f"no request for {self._expire_ms // 1000} s")
+
+    def producers_of(self, topic: str) -> list[ClientInfo]:
+        """Producers with an open Telemetry stream whose settings list ``topic``."""
+        return [
+            c
+            for c in self._clients.values()
+            if c.commands is not None and c.client_type == "PRODUCER" and topic in c.topics
+        ]
+
+    def get(self, client_id: str) -> ClientInfo | None:
+        return self._clients.get(client_id)
+
+    def snapshot(self) -> list[dict[str, object]]:
+        return [c.to_dict() for c in self._clients.values()]
+
+    def __len__(self) -> int:
+        return len(self._clients)

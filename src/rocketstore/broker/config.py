@@ -1,0 +1,159 @@
+"""The broker's settings (``BrokerConfig``): where it listens, what it creates on first use, its
+limits, transactions, access control and TLS.
+
+``BrokerConfig.from_file`` reads them from the same file as the store's settings: a RocketMQ
+``broker.conf`` (``key=value``) or TOML, under RocketMQ's names where RocketMQ has one
+(``autoCreateTopicEnable``, ``transactionTimeOut`` ...) and rocketstore's own otherwise. Keys
+that belong to the store (``StoreConfig``) are left to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocketstore.config import StoreConfig
+from rocketstore.errors import StoreConfigError
+
+__all__ = ["BrokerConfig", "load_settings"]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Everything ``rocketstore serve`` decides apart from the store itself. Times in ms."""
+
+    listen: str = "127.0.0.1:8081"
+    # the host:port clients are told to dial (routes); default: the listen address, or the
+    # address the client used when the broker listens on every interface
+    advertise: str | None = None
+    broker_name: str = "rocketstore"
+    auto_create_topic: bool = True
+    auto_create_group: bool = True
+    # limits (issue item 6)
+    max_body_size: int = 4 * MIB
+    max_messages_per_send: int = 1024
+    max_concurrent_streams: int = 1024
+    max_receive_batch: int = 32
+    long_polling_min_ms: int = 5_000
+    long_polling_max_ms: int = 20_000
+    invisible_min_ms: int = 10_000
+    invisible_max_ms: int = 12 * 3600 * 1000
+    max_delivery_ahead_ms: int = 24 * 3600 * 1000
+    max_delivery_attempts: int = 17
+    # transactions (RocketMQ 5's defaults)
+    transaction_timeout_ms: int = 6_000
+    transaction_check_interval_ms: int = 30_000
+    transaction_check_max: int = 15
+    # access control and TLS
+    acl_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    # the broker's state file for `rocketstore status` (rewritten when clients come and go)
+    state_interval_ms: int = 2_000
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and (type(value) is not int or value < 0):
+                raise StoreConfigError(f"broker setting {f.name} must be a non-negative int, not {value!r}")
+        if self.long_polling_min_ms > self.long_polling_max_ms:
+            raise StoreConfigError("long_polling_min_ms must not exceed long_polling_max_ms")
+        if self.invisible_min_ms > self.invisible_max_ms:
+            raise StoreConfigError("invisible_min_ms must not exceed invisible_max_ms")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise StoreConfigError("TLS needs both a certificate (tls_cert) and its key (tls_key)")
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise StoreConfigError(f"listen address {self.listen!r}: expected HOST:PORT")
+
+    def replace(self, **changes: object) -> BrokerConfig:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object]) -> BrokerConfig:
+        """The broker's keys of ``values`` (RocketMQ or rocketstore names); other keys are ignored
+        (they are the store's, checked by ``StoreConfig``)."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, object] = {}
+        for key, raw in values.items():
+            name = _ROCKETMQ_NAMES.get(key, key)
+            f = fields.get(name)
+            if f is None:
+                continue
+            kwargs[name] = _coerce(name, f.type, raw)
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> BrokerConfig:
+        """The broker's keys of a ``.toml`` or ``.properties`` file (see the module docstring)."""
+        return load_settings(path)[1]
+
+
+def load_settings(path: str | Path) -> tuple[StoreConfig, BrokerConfig]:
+    """The store's and the broker's settings from one file (``rocketstore serve --config``): a
+    ``.toml`` file (the broker's keys at the top or under ``[broker]``) or a ``.properties`` /
+    ``broker.conf`` file. A key neither of them knows is refused (by ``StoreConfig``)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreConfigError(f"cannot read config file {str(p)!r}: {exc}") from None
+    values: dict[str, object] = {}
+    broker_table: dict[str, object] = {}
+    if p.suffix == ".toml":
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
+        try:
+            values = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise StoreConfigError(f"{p}: {exc}") from None
+        table = values.pop("broker", {})
+        if not isinstance(table, dict):
+            raise StoreConfigError(f"{p}: [broker] must be a table")
+        broker_table = table
+    else:
+        for lineno, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line[0] in "#!":
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise StoreConfigError(f"{p}:{lineno}: expected key=value, got {line!r}")
+            values[key.strip()] = value.strip()
+    own = {f.name for f in dataclasses.fields(BrokerConfig)}
+    broker = BrokerConfig.from_mapping({**values, **broker_table})
+    store = StoreConfig.from_mapping({k: v for k, v in values.items() if k not in own})
+    return store, broker
+
+
+_ROCKETMQ_NAMES = {
+    "autoCreateTopicEnable": "auto_create_topic",
+    "autoCreateSubscriptionGroup": "auto_create_group",
+    "transactionTimeOut": "transaction_timeout_ms",
+    "transactionCheckInterval": "transaction_check_interval_ms",
+    "transactionCheckMax": "transaction_check_max",
+    "brokerName": "broker_name",
+}
+
+
+def _coerce(name: str, kind: object, raw: object) -> object:
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text not in ("true", "false"):
+            raise StoreConfigError(f"broker setting {name}: expected true or false, not {raw!r}")
+        return text == "true"
+    if kind == "int":
+        try:
+            return int(str(raw).strip())
+        except ValueError:
+            raise StoreConfigError(f"broker setting {name}: expected an int, not {raw!r}") from None
+    return None if raw is None else str(raw)

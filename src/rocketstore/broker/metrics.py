@@ -1,0 +1,109 @@
+"""Prometheus metrics of the broker (issue item 7), served by ``--metrics HOST:PORT``.
+
+Counters are counted by the service as requests are answered; the lag per group and topic and
+the store figures are read from the store when Prometheus scrapes (a collector), so they cost
+nothing between scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from rocketstore.store import MessageStore
+
+__all__ = ["BrokerMetrics"]
+
+
+class _StoreCollector(Collector):
+    def __init__(self, store: MessageStore) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        store = self._store
+        lag = GaugeMetricFamily(
+            "rocketstore_consumer_lag_messages",
+            "Messages of the topic not yet consumed by the group (by committed offsets)",
+            labels=["group", "topic"],
+        )
+        try:
+            for (topic, group), queues in store.consumer_offsets().items():
+                behind = sum(max(0, store.max_offset_in_queue(topic, q) - off) for q, off in queues.items())
+                lag.add_metric([group, topic], behind)
+            info = store.runtime_info()
+        except Exception:  # the store closed under the scrape: report nothing rather than fail
+            return
+        yield lag
+        for key in (
+            "commitLogMaxOffset",
+            "commitLogMinOffset",
+            "dispatchBehindBytes",
+            "remainHowManyDataToFlush",
+            "commitLogDiskRatio",
+            "putTps",
+        ):
+            value = info.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                g = GaugeMetricFamily(f"rocketstore_store_{_snake(key)}", f"runtime_info()['{key}']")
+                g.add_metric([], float(value))
+                yield g
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name)
+
+
+class BrokerMetrics:
+    def __init__(self, store: MessageStore) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.sends = Counter(
+            "rocketstore_broker_sends",
+            "Messages sent, by topic, type and answer",
+            ["topic", "type", "code"],
+            registry=r,
+        )
+        self.receives = Counter(
+            "rocketstore_broker_receives", "Messages handed to consumers", ["group", "topic"], registry=r
+        )
+        self.acks = Counter(
+            "rocketstore_broker_acks", "Acknowledgements, by answer", ["group", "topic", "code"], registry=r
+        )
+        self.retries = Counter(
+            "rocketstore_broker_redeliveries",
+            "Messages delivered again (delivery attempt > 1)",
+            ["group", "topic"],
+            registry=r,
+        )
+        self.dlq = Counter(
+            "rocketstore_broker_dlq", "Messages forwarded to the DLQ", ["group", "topic"], registry=r
+        )
+        self.transactions = Counter(
+            "rocketstore_broker_transactions",
+            "Transactions ended, by resolution and source",
+            ["resolution", "source"],
+            registry=r,
+        )
+        self.clients = Gauge("rocketstore_broker_clients", "Clients known to the broker", registry=r)
+        self.batches = Counter(
+            "rocketstore_broker_put_batches", "Store appends (group commits) of sends", registry=r
+        )
+        r.register(_StoreCollector(store))
+        self._server: Any = None
+
+    def serve(self, address: str) -> int:
+        """Serve /metrics on ``HOST:PORT`` (port 0: any); the port bound."""
+        host, _, port = address.rpartition(":")
+        server, _thread = start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        self._server = server
+        return int(server.server_port)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

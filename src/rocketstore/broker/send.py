@@ -1,0 +1,232 @@
+"""A sent protobuf ``Message`` as a rocketstore ``Message``: RocketMQ 5's own mapping onto a 4.9
+record (BROKER.md §6), with the checks that refuse a bad message before anything is stored.
+
+=========================  ==========================================================
+protobuf                   record
+=========================  ==========================================================
+message_id                 ``UNIQ_KEY`` (the client's id: consumers see it again)
+tag / keys                 ``TAGS`` / ``KEYS`` (joined by spaces)
+user_properties            properties; a name RocketMQ uses itself is refused
+message_group              ``__SHARDINGKEY``: the store puts a group in one queue
+delivery_timestamp         ``TIMER_DELIVER_MS`` (ms), and ``DELAY`` = the first delay level
+                           not earlier than the wait (else the longest)
+TRANSACTION                ``TRAN_MSG=true``, ``PGROUP`` = topic (kept back as a half: see
+                           transactions.py), ``CHECK_IMMUNITY_TIME_IN_SECONDS``
+delivery_attempt           ``RECONSUME_TIME``
+born_host / born_timestamp ``__BORNHOST`` / ``BORN_TIMESTAMP``; the record's born host is
+                           the peer's address, its born time the client's
+trace_context              ``TRACE_CONTEXT``
+body_encoding GZIP         sysflag COMPRESSED (the body stays as sent)
+=========================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any, Final
+
+from rocketmq.grpc_protocol import definition_pb2
+
+from rocketstore.broker.status import Code, StatusError
+from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED
+from rocketstore.message import TOPIC_PATTERN, Message
+from rocketstore.prepare import SYSTEM_TOPIC_PREFIX
+from rocketstore.topics import PROPERTY_SHARDING_KEY
+
+__all__ = ["PROPERTY_TRANSACTION", "SYSTEM_PROPERTIES", "SentMessage", "delay_level_for", "to_store_message"]
+
+MessageType: Any = definition_pb2.MessageType
+Encoding: Any = definition_pb2.Encoding
+
+PROPERTY_TRANSACTION: Final = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP: Final = "PGROUP"
+PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
+PROPERTY_CHECK_IMMUNITY: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_RECONSUME_TIME: Final = "RECONSUME_TIME"
+PROPERTY_BORN_HOST: Final = "__BORNHOST"
+PROPERTY_BORN_TIMESTAMP: Final = "BORN_TIMESTAMP"
+PROPERTY_TRACE_CONTEXT: Final = "TRACE_CONTEXT"
+
+# RocketMQ's MessageConst.STRING_HASH_SET (5.x): names a user property may not take
+SYSTEM_PROPERTIES: Final = frozenset(
+    [
+        "KEYS",
+        "TAGS",
+        "WAIT",
+        "DELAY",
+        "RETRY_TOPIC",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "MSG_REGION",
+        "TRACE_ON",
+        "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "__STARTDELIVERTIME",
+        "TRANSACTION_PREPARED_QUEUE_OFFSET",
+        "TRANSACTION_CHECK_TIMES",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS",
+        "__SHARDINGKEY",
+        "__BORNHOST",
+        "CLUSTER",
+        "MSG_TYPE",
+        "REPLY_TO_CLIENT",
+        "CORRELATION_ID",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "INSTANCE_ID",
+        "TIMER_DELIVER_MS",
+        "TIMER_DELAY_SEC",
+        "TIMER_DELAY_MS",
+        "TIMER_OUT_MS",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_DEL_UNIQKEY",
+        "BORN_TIMESTAMP",
+        "DLQ_ORIGIN_TOPIC",
+        "DLQ_ORIGIN_MESSAGE_ID",
+        "1ST_POP_TIME",
+        "POP_CK",
+        "POP_CK_OFFSET",
+        "INNER_MULTI_DISPATCH",
+        "INNER_MULTI_QUEUE_OFFSET",
+        "TRACE_CONTEXT",
+        "FORWARD_QID",
+        "INNER_NUM",
+    ]
+)
+_MAX_PROPERTY_TEXT = 16 * 1024  # RocketMQ proxy's maxUserPropertySize
+
+
+@dataclass(slots=True)
+class SentMessage:
+    """One message of a SendMessage request, ready for the store."""
+
+    message: Message
+    client_message_id: str
+    transactional: bool
+
+
+def delay_level_for(wait_ms: int, levels_ms: tuple[int, ...]) -> int:
+    """The 1-based delay level of the first level not shorter than ``wait_ms`` (else the last)."""
+    return min(bisect.bisect_left(levels_ms, wait_ms) + 1, len(levels_ms))
+
+
+def _timestamp_ms(ts: Any) -> int:
+    return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
+
+
+def to_store_message(
+    msg: Any,
+    *,
+    peer_host: str | None,
+    now_ms: int,
+    delay_levels_ms: tuple[int, ...],
+    max_body_size: int,
+    max_delivery_ahead_ms: int,
+) -> SentMessage:
+    """``msg`` (a protobuf Message) as a store Message; StatusError names what is wrong with it."""
+    topic = msg.topic.name
+    if not TOPIC_PATTERN.fullmatch(topic) or topic.startswith(SYSTEM_TOPIC_PREFIX):
+        raise StatusError(Code.ILLEGAL_TOPIC, f"topic {topic!r} is not a valid topic name")
+    body = msg.body
+    if not body:
+        raise StatusError(Code.MESSAGE_BODY_EMPTY, "the message body is empty")
+    if len(body) > max_body_size:
+        raise StatusError(
+            Code.MESSAGE_BODY_TOO_LARGE, f"message body of {len(body)} bytes exceeds {max_body_size} bytes"
+        )
+    sp = msg.system_properties
+    message_id = sp.message_id
+    if not message_id or any(c in message_id for c in "\x01\x02"):
+        raise StatusError(Code.ILLEGAL_MESSAGE_ID, f"message_id {message_id!r} is empty or not printable")
+    tag = sp.tag or None
+    if tag is not None and (not tag.strip() or "|" in tag or any(c in tag for c in "\x01\x02")):
+        raise StatusError(Code.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is blank or holds '|'")
+    keys = list(sp.keys)
+    for key in keys:
+        if not key or any(c in key for c in " \x01\x02"):
+            raise StatusError(Code.ILLEGAL_MESSAGE_KEY, f"key {key!r} is empty or holds a space")
+    props: dict[str, str] = {}
+    size = 0
+    for name, value in msg.user_properties.items():
+        if name in SYSTEM_PROPERTIES:
+            raise StatusError(
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {name!r} is a system property's name"
+            )
+        if not name or any(c in name + value for c in "\x01\x02"):
+            raise StatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {name!r} is empty or not text")
+        size += len(name) + len(value)
+        props[name] = value
+    if size > _MAX_PROPERTY_TEXT:
+        raise StatusError(
+            Code.MESSAGE_PROPERTIES_TOO_LARGE,
+            f"user properties of {size} characters exceed {_MAX_PROPERTY_TEXT}",
+        )
+
+    message_type = sp.message_type
+    transactional = message_type == MessageType.TRANSACTION
+    delay_level = 0
+    if sp.message_group:
+        if transactional:
+            raise StatusError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a transactional message has no group"
+            )
+        props[PROPERTY_SHARDING_KEY] = sp.message_group
+    if sp.HasField("delivery_timestamp"):
+        if transactional:
+            raise StatusError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a transactional message has no delivery time"
+            )
+        deliver_ms = _timestamp_ms(sp.delivery_timestamp)
+        wait = deliver_ms - now_ms
+        if wait > max_delivery_ahead_ms:
+            raise StatusError(
+                Code.ILLEGAL_DELIVERY_TIME,
+                f"delivery time {deliver_ms} is {wait} ms ahead: more than {max_delivery_ahead_ms} ms",
+            )
+        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
+        if wait > 0 and delay_levels_ms:
+            delay_level = delay_level_for(wait, delay_levels_ms)
+    if transactional:
+        props[PROPERTY_TRANSACTION] = "true"
+        props[PROPERTY_PRODUCER_GROUP] = topic
+        if sp.HasField("orphaned_transaction_recovery_duration"):
+            props[PROPERTY_CHECK_IMMUNITY] = str(sp.orphaned_transaction_recovery_duration.seconds)
+    if sp.delivery_attempt:
+        props[PROPERTY_RECONSUME_TIME] = str(sp.delivery_attempt)
+    if sp.born_host:
+        props[PROPERTY_BORN_HOST] = sp.born_host
+    born_ms = _timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else now_ms
+    props[PROPERTY_BORN_TIMESTAMP] = str(born_ms)
+    if sp.trace_context:
+        props[PROPERTY_TRACE_CONTEXT] = sp.trace_context
+    return SentMessage(
+        Message(
+            topic=topic,
+            body=body,
+            tags=tag,
+            keys=keys,
+            properties=props,
+            delay_level=delay_level,
+            uniq_key=message_id,
+            born_timestamp=born_ms,
+            born_host=peer_host,
+            sys_flag=SYSFLAG_COMPRESSED if sp.body_encoding == Encoding.GZIP else 0,
+        ),
+        message_id,
+        transactional,
+    )

@@ -1,0 +1,97 @@
+"""Serve a store until SIGTERM or SIGINT, then close it cleanly (the ``rocketstore serve`` loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from rocketstore.broker.config import BrokerConfig
+from rocketstore.broker.server import Broker
+from rocketstore.config import StoreConfig
+from rocketstore.store import MessageStore
+
+__all__ = ["configure_logging", "serve"]
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["error"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(as_json: bool, level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        _JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def serve(
+    path: str | os.PathLike[str],
+    config: BrokerConfig | None = None,
+    store_config: StoreConfig | None = None,
+    *,
+    metrics_address: str | None = None,
+) -> int:
+    """Open the store at ``path``, serve it until SIGTERM or SIGINT, close it cleanly; the exit
+    code: 128 + the signal's number, as the CLI's (143 SIGTERM, 130 SIGINT). Must run in the
+    main thread (it sets the signal handlers)."""
+    received: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        _serve(Path(path), config, store_config, metrics_address, received)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    logging.getLogger("rocketstore.broker").info("store %s closed", path)
+    return 128 + received[0] if received else 0
+
+
+def _serve(
+    path: Path,
+    config: BrokerConfig | None,
+    store_config: StoreConfig | None,
+    metrics_address: str | None,
+    received: list[int],
+) -> None:
+    with MessageStore.open(path, store_config) as store:
+        broker = Broker(store, config)
+
+        async def run() -> None:
+            loop = asyncio.get_running_loop()
+            stopping = asyncio.Event()
+
+            def stop(sig: int) -> None:
+                received.append(sig)
+                stopping.set()
+
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop, sig)
+            try:
+                await broker.start(metrics_address)
+                await stopping.wait()
+                logging.getLogger("rocketstore.broker").info(
+                    "%s received: stopping", signal.Signals(received[0]).name
+                )
+            finally:
+                await broker.stop()
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+                    signal.signal(sig, signal.SIG_IGN)  # closing the store must finish
+
+        asyncio.run(run())

@@ -1,0 +1,617 @@
+"""The ``apache.rocketmq.v2.MessagingService`` servicer: each RPC checked, answered with the
+protocol's status, and turned into store, transaction and pop calls (BROKER.md §2-§8).
+
+Every handler runs on the event loop; whatever touches the disk (puts, pops, acks, topic
+creation) runs on the broker's worker threads. A request that is refused gets its Status and a
+message (``StatusError``); an unexpected failure gets INTERNAL_ERROR and a log line, never a
+broken call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from google.protobuf import duration_pb2
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as rpc
+from rocketmq.grpc_protocol import service_pb2_grpc
+
+from rocketstore.broker.arrival import ArrivalSignal
+from rocketstore.broker.auth import Acl
+from rocketstore.broker.clients import ClientInfo, ClientRegistry
+from rocketstore.broker.config import BrokerConfig
+from rocketstore.broker.convert import to_proto_message
+from rocketstore.broker.group_commit import GroupCommit, PutOutcome
+from rocketstore.broker.metrics import BrokerMetrics
+from rocketstore.broker.pop import PopService
+from rocketstore.broker.send import SentMessage, to_store_message
+from rocketstore.broker.status import Code, StatusError, put_status_code, status
+from rocketstore.broker.transactions import TransactionLog, half_message, transaction_id
+from rocketstore.errors import (
+    InvalidMessageError,
+    InvalidReceiptHandleError,
+    RocketStoreError,
+    StoreWriteError,
+)
+from rocketstore.message import TOPIC_PATTERN
+from rocketstore.prepare import SYSTEM_TOPIC_PREFIX
+from rocketstore.results import PutMessageResult, PutStatus
+from rocketstore.store import MessageStore
+from rocketstore.topics import PROPERTY_SHARDING_KEY
+
+__all__ = ["MessagingService"]
+
+log = logging.getLogger("rocketstore.broker")
+
+_T = TypeVar("_T")
+_MESSAGE_TYPES = (
+    pb.MessageType.NORMAL,
+    pb.MessageType.FIFO,
+    pb.MessageType.DELAY,
+    pb.MessageType.TRANSACTION,
+)
+_CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+# the receive stream must end before the client's deadline: this much is kept for the answer
+_DEADLINE_MARGIN_S = 0.5
+# how long a waiting receive trusts the arrival signal alone (in-place FIFO redelivery and
+# invisible-time expiry make no new message)
+_RECHECK_S = 1.0
+
+
+def _duration_ms(d: Any) -> int:
+    return int(d.seconds) * 1000 + int(d.nanos) // 1_000_000
+
+
+def _duration(ms: int) -> Any:
+    return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def _peer_host(peer: str) -> str | None:
+    """grpc's peer text (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``) as a store host, or None."""
+    kind, _, address = peer.partition(":")
+    if kind == "ipv4":
+        return address
+    if kind == "ipv6":
+        return address
+    return None
+
+
+def _answer(
+    response: Callable[..., Any],
+) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+    """A unary handler whose StatusError (or unexpected error) becomes ``response(status=...)``."""
+
+    def wrap(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        @functools.wraps(handler)
+        async def run(self: MessagingService, request: Any, context: Any) -> Any:
+            try:
+                return await handler(self, request, context)
+            except StatusError as exc:
+                return response(status=status(exc.code, exc.message))
+            except StoreWriteError as exc:  # stored but not known durable, or not stored
+                return response(status=status(put_status_code(exc.status), str(exc)))
+            except Exception as exc:
+                log.exception("%s failed", handler.__name__)
+                return response(status=status(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
+
+        return run
+
+    return wrap
+
+
+def _check_topic(topic: str) -> str:
+    if not TOPIC_PATTERN.fullmatch(topic) or topic.startswith(SYSTEM_TOPIC_PREFIX):
+        raise StatusError(Code.ILLEGAL_TOPIC, f"topic {topic!r} is not a valid topic name")
+    return topic
+
+
+def _check_group(group: str) -> str:
+    if not TOPIC_PATTERN.fullmatch(group) or group.startswith(("%", SYSTEM_TOPIC_PREFIX)):
+        raise StatusError(Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r} is not a valid group name")
+    return group
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
+    def __init__(
+        self,
+        store: MessageStore,
+        config: BrokerConfig,
+        executor: concurrent.futures.Executor,
+        arrival: ArrivalSignal,
+        metrics: BrokerMetrics,
+        *,
+        pop: PopService,
+        acl: Acl | None,
+        advertise: tuple[str, int],
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.clients = ClientRegistry()
+        self.transactions = TransactionLog(
+            store, timeout_ms=config.transaction_timeout_ms, check_max=config.transaction_check_max
+        )
+        self._executor = executor
+        self._arrival = arrival
+        self._metrics = metrics
+        self._pop = pop
+        self._acl = acl
+        self._advertise = advertise
+        self._sends = GroupCommit(store, executor, max_batch=config.max_messages_per_send)
+        self._system_puts = GroupCommit(
+            store, executor, internal=True, max_batch=config.max_messages_per_send
+        )
+        self._streams = 0
+        self._round_robin: dict[str, int] = {}
+
+    # --- shared steps --------------------------------------------------------------------------
+    async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _client(self, context: Any, *, topic: str | None = None, group: str | None = None) -> ClientInfo:
+        """The calling client (registered on first sight), after the ACL check."""
+        metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+        client_id = metadata.get("x-mq-client-id")
+        if not client_id:
+            raise StatusError(Code.CLIENT_ID_REQUIRED, "the request has no x-mq-client-id header")
+        if self._acl is not None:
+            self._acl.check(metadata, topic=topic, group=group)
+        info = self.clients.seen(client_id, context.peer(), int(time.time() * 1000), metadata)
+        self._metrics.clients.set(len(self.clients))
+        return info
+
+    async def _known_topic(self, topic: str, *, ordered: bool = False) -> int:
+        """The topic's queue count; created on first use unless that is configured off.
+        ``ordered``: a FIFO message is sent to it, so it is marked ordered (RocketMQ's
+        TopicConfig.order, kept in topics.json): its consumers then get each message group's
+        messages in order (a 4.9 store has no per-group FIFO attribute; BROKER.md §8)."""
+        config = self.store.topic_configs().get(topic)
+        if config is None:
+            if not self.config.auto_create_topic:
+                raise StatusError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
+            config = await self._run(functools.partial(self.store.create_topic, topic, order=ordered))
+            log.info("topic %s created with %d queues", topic, config.write_queues)
+        elif ordered and not config.order:
+            config = await self._run(
+                functools.partial(
+                    self.store.create_topic, topic, config.write_queues, perm=config.perm, order=True
+                )
+            )
+            log.info("topic %s takes FIFO messages: its consumers get each group in order", topic)
+        return max(1, config.write_queues)
+
+    def _endpoints(self, asked: Any) -> Any:
+        host, port = self._advertise
+        if host in ("0.0.0.0", "::", "") and asked is not None and len(asked.addresses):
+            host = asked.addresses[0].host  # listening everywhere: the address the client used works
+        scheme = pb.AddressScheme.IPv6 if ":" in host else pb.AddressScheme.IPv4
+        if not host.replace(".", "").isdigit() and ":" not in host:
+            scheme = pb.AddressScheme.DOMAIN_NAME
+        return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])
+
+    def _queue(self, topic: str, queue_id: int, endpoints: Any) -> Any:
+        return pb.MessageQueue(
+            topic=pb.Resource(name=topic),
+            id=queue_id,
+            permission=pb.Permission.READ_WRITE,
+            broker=pb.Broker(name=self.config.broker_name, id=0, endpoints=endpoints),
+            accept_message_types=_MESSAGE_TYPES,
+        )
+
+    # --- every client ----------------------------------------------------------------------
+    @_answer(rpc.QueryRouteResponse)
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
+        topic = _check_topic(request.topic.name)
+        self._client(context, topic=topic)
+        queues = await self._known_topic(topic)
+        endpoints = self._endpoints(request.endpoints if request.HasField("endpoints") else None)
+        return rpc.QueryRouteResponse(
+            status=status(Code.OK), message_queues=[self._queue(topic, q, endpoints) for q in range(queues)]
+        )
+
+    @_answer(rpc.HeartbeatResponse)
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        group = request.group.name
+        info = self._client(context, group=group or None)
+        if group:
+            info.group = group
+        if request.client_type:
+            info.client_type = pb.ClientType.Name(request.client_type)
+        return rpc.HeartbeatResponse(status=status(Code.OK))
+
+    @_answer(rpc.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        info = self._client(context)
+        self.clients.forget(info.client_id, "terminated")
+        self._metrics.clients.set(len(self.clients))
+        return rpc.NotifyClientTerminationResponse(status=status(Code.OK))
+
+    async def Telemetry(self, request_iterator: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        try:
+            info = self._client(context)
+        except StatusError as exc:
+            yield rpc.TelemetryCommand(status=status(exc.code, exc.message))
+            return
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        info.commands = queue
+
+        async def read() -> None:
+            try:
+                async for command in request_iterator:
+                    if command.HasField("settings"):
+                        await queue.put(self._settings(info, command.settings))
+            except Exception as exc:  # the client went away mid-read
+                log.debug("telemetry of %s ended: %s", info.client_id, exc)
+            await queue.put(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                yield item
+        finally:
+            reader.cancel()
+            if info.commands is queue:
+                info.commands = None
+
+    def _settings(self, info: ClientInfo, settings: Any) -> Any:
+        """Record a client's settings and answer RocketMQ's for its kind (BROKER.md §4)."""
+        info.client_type = pb.ClientType.Name(settings.client_type)
+        answer = pb.Settings(client_type=settings.client_type)
+        if settings.HasField("request_timeout"):
+            answer.request_timeout.CopyFrom(settings.request_timeout)
+        if settings.HasField("publishing"):
+            info.topics = {t.name for t in settings.publishing.topics}
+            answer.publishing.CopyFrom(
+                pb.Publishing(
+                    topics=settings.publishing.topics,
+                    max_body_size=self.config.max_body_size,
+                    validate_message_type=True,
+                )
+            )
+            answer.backoff_policy.CopyFrom(
+                pb.RetryPolicy(
+                    max_attempts=3,
+                    exponential_backoff=pb.ExponentialBackoff(
+                        initial=_duration(10), max=_duration(1000), multiplier=2.0
+                    ),
+                )
+            )
+        if settings.HasField("subscription"):
+            sub = settings.subscription
+            info.group = sub.group.name
+            info.topics = {s.topic.name for s in sub.subscriptions}
+            answer.subscription.CopyFrom(
+                pb.Subscription(
+                    group=sub.group,
+                    subscriptions=sub.subscriptions,
+                    fifo=False,
+                    receive_batch_size=self.config.max_receive_batch,
+                    long_polling_timeout=_duration(self.config.long_polling_max_ms),
+                )
+            )
+            answer.backoff_policy.CopyFrom(
+                pb.RetryPolicy(
+                    max_attempts=self.config.max_delivery_attempts,
+                    customized_backoff=pb.CustomizedBackoff(
+                        next=[_duration(s * 1000) for s in _CONSUMER_BACKOFF_S]
+                    ),
+                )
+            )
+        self.clients.changed = True
+        return rpc.TelemetryCommand(status=status(Code.OK), settings=answer)
+
+    # --- producers -----------------------------------------------------------------------------
+    @_answer(rpc.SendMessageResponse)
+    async def SendMessage(self, request: Any, context: Any) -> Any:
+        msgs = request.messages
+        if not msgs:
+            raise StatusError(Code.BAD_REQUEST, "the request holds no message")
+        if len(msgs) > self.config.max_messages_per_send:
+            raise StatusError(
+                Code.BAD_REQUEST,
+                f"{len(msgs)} messages in one request: at most {self.config.max_messages_per_send}",
+            )
+        topics = {m.topic.name for m in msgs}
+        if len(topics) > 1:
+            raise StatusError(Code.BAD_REQUEST, f"one request sends to one topic, not {sorted(topics)}")
+        topic = _check_topic(next(iter(topics)))
+        self._client(context, topic=topic)
+        peer = _peer_host(context.peer())
+        now = int(time.time() * 1000)
+        store_config = self.store.config
+        sent: list[SentMessage] = []
+        try:
+            for m in msgs:
+                sent.append(
+                    to_store_message(
+                        m,
+                        peer_host=peer,
+                        now_ms=now,
+                        delay_levels_ms=store_config.delay_levels_ms,
+                        max_body_size=self.config.max_body_size,
+                        max_delivery_ahead_ms=self.config.max_delivery_ahead_ms,
+                    )
+                )
+        except StatusError as exc:
+            self._metrics.sends.labels(topic, "invalid", Code.Name(exc.code)).inc(len(msgs))
+            raise
+        queues = await self._known_topic(
+            topic,
+            ordered=any(s.message.properties and PROPERTY_SHARDING_KEY in s.message.properties for s in sent),
+        )
+        if any(s.transactional for s in sent):
+            outcomes = await self._put_halves(sent, queues)
+        else:
+            outcomes = await self._sends.put([s.message for s in sent])
+        entries = [self._entry(s, o) for s, o in zip(sent, outcomes)]
+        codes = {e.status.code for e in entries}
+        for s, e in zip(sent, entries):
+            kind = (
+                "TRANSACTION"
+                if s.transactional
+                else pb.MessageType.Name(msgs[0].system_properties.message_type)
+            )
+            self._metrics.sends.labels(topic, kind, Code.Name(e.status.code)).inc()
+        head = entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS)
+        return rpc.SendMessageResponse(status=head, entries=entries)
+
+    async def _put_halves(self, sent: list[SentMessage], queues: int) -> list[PutOutcome]:
+        halves = []
+        for s in sent:
+            topic = s.message.topic
+            n = self._round_robin.get(topic, 0)
+            self._round_robin[topic] = n + 1
+            halves.append(half_message(s.message, n % queues))
+        return await self._system_puts.put(halves)
+
+    @staticmethod
+    def _entry(sent: SentMessage, outcome: PutOutcome) -> Any:
+        if isinstance(outcome, PutMessageResult):
+            code = put_status_code(outcome.status)
+            entry = rpc.SendResultEntry(
+                status=status(code, "" if outcome.ok else f"store answered {outcome.status.name}"),
+                message_id=sent.client_message_id,
+            )
+            if outcome.ok or outcome.physical_offset >= 0:
+                entry.offset = outcome.queue_offset
+                if sent.transactional:
+                    entry.transaction_id = transaction_id(outcome)
+            return entry
+        if isinstance(outcome, InvalidMessageError):
+            code = (
+                Code.MESSAGE_BODY_TOO_LARGE
+                if outcome.status is PutStatus.MESSAGE_SIZE_EXCEEDED
+                else Code.BAD_REQUEST
+            )
+            return rpc.SendResultEntry(status=status(code, str(outcome)), message_id=sent.client_message_id)
+        if isinstance(outcome, RocketStoreError):
+            return rpc.SendResultEntry(
+                status=status(Code.INTERNAL_SERVER_ERROR, f"{type(outcome).__name__}: {outcome}"),
+                message_id=sent.client_message_id,
+            )
+        raise outcome
+
+    @_answer(rpc.EndTransactionResponse)
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        topic = _check_topic(request.topic.name)
+        self._client(context, topic=topic)
+        resolution = request.resolution
+        if resolution not in (pb.TransactionResolution.COMMIT, pb.TransactionResolution.ROLLBACK):
+            raise StatusError(Code.BAD_REQUEST, "the resolution must be COMMIT or ROLLBACK")
+        txlog = self.transactions
+        half = txlog.half_of(request.transaction_id, request.message_id, topic)
+        commit = resolution == pb.TransactionResolution.COMMIT
+        txlog.mark_pending(half)
+        ok = False
+        try:
+            outcomes = await self._system_puts.put(txlog.resolution(half, commit))
+            failed = next((o for o in outcomes if not (isinstance(o, PutMessageResult) and o.ok)), None)
+            if failed is not None:
+                if isinstance(failed, PutMessageResult):
+                    raise StatusError(put_status_code(failed.status), f"store answered {failed.status.name}")
+                raise StatusError(Code.INTERNAL_SERVER_ERROR, f"{type(failed).__name__}: {failed}")
+            ok = True
+        finally:
+            txlog.mark_done(half, ok)
+        self._metrics.transactions.labels(
+            pb.TransactionResolution.Name(resolution), pb.TransactionSource.Name(request.source)
+        ).inc()
+        return rpc.EndTransactionResponse(status=status(Code.OK))
+
+    async def check_orphans(self) -> None:
+        """One round of orphaned-transaction checks (see transactions.py)."""
+        txlog = self.transactions
+        due, expired = await self._run(txlog.orphans, int(time.time() * 1000))
+        for half in expired:
+            txlog.mark_pending(half)
+            outcomes = await self._system_puts.put(txlog.give_up(half))
+            ok = all(isinstance(o, PutMessageResult) and o.ok for o in outcomes)
+            txlog.mark_done(half, ok)
+            log.warning(
+                "transaction %s of %s checked too often: moved to TRANS_CHECK_MAX_TIME_TOPIC",
+                half.msg_id,
+                half.properties.get("REAL_TOPIC"),
+            )
+        for orphan in due:
+            producers = self.clients.producers_of(orphan.topic)
+            if not producers:
+                continue
+            producer = producers[orphan.checks % len(producers)]
+            assert producer.commands is not None
+            command = rpc.TelemetryCommand(
+                recover_orphaned_transaction_command=rpc.RecoverOrphanedTransactionCommand(
+                    message=to_proto_message(orphan.half, topic=orphan.topic),
+                    transaction_id=orphan.transaction_id,
+                )
+            )
+            await producer.commands.put(command)
+            txlog.checked(orphan.half)
+
+    @_answer(rpc.RecallMessageResponse)
+    async def RecallMessage(self, request: Any, context: Any) -> Any:
+        self._client(context, topic=request.topic.name or None)
+        raise StatusError(Code.NOT_IMPLEMENTED, "recalling a delay message is not supported by a 4.9 store")
+
+    # --- consumers -----------------------------------------------------------------------------
+    def _invisible_ms(self, duration: Any) -> int:
+        ms = _duration_ms(duration)
+        low, high = self.config.invisible_min_ms, self.config.invisible_max_ms
+        if not low <= ms <= high:
+            raise StatusError(
+                Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {ms} ms is outside {low}..{high} ms"
+            )
+        return ms
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        try:
+            async for item in self._receive(request, context):
+                yield item
+        except StatusError as exc:
+            yield rpc.ReceiveMessageResponse(status=status(exc.code, exc.message))
+        except StoreWriteError as exc:
+            yield rpc.ReceiveMessageResponse(status=status(put_status_code(exc.status), str(exc)))
+        except Exception as exc:
+            log.exception("ReceiveMessage failed")
+            yield rpc.ReceiveMessageResponse(
+                status=status(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+            )
+
+    async def _receive(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        group = _check_group(request.group.name)
+        topic = _check_topic(request.message_queue.topic.name)
+        self._client(context, topic=topic, group=group)
+        expression = request.filter_expression
+        if expression.type == pb.FilterType.SQL:
+            raise StatusError(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; use tag expressions")
+        tags = expression.expression or "*"
+        invisible = self._invisible_ms(request.invisible_duration)
+        pop = self._pop
+        topic_config = self.store.topic_configs().get(topic)
+        if topic_config is None and not self.config.auto_create_topic:
+            raise StatusError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
+        fifo = topic_config is not None and topic_config.order
+        batch = max(1, min(request.batch_size or 1, self.config.max_receive_batch))
+        poll_ms = (
+            _duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0
+        )
+        poll_ms = min(max(poll_ms, self.config.long_polling_min_ms), self.config.long_polling_max_ms)
+        poll_s = poll_ms / 1000
+        remaining = context.time_remaining()
+        if remaining is not None:
+            poll_s = max(0.0, min(poll_s, remaining - _DEADLINE_MARGIN_S))
+        if self._streams >= self.config.max_concurrent_streams:
+            raise StatusError(Code.TOO_MANY_REQUESTS, f"{self._streams} receives are waiting: the limit")
+        self._streams += 1
+        try:
+            deadline = time.monotonic() + poll_s
+            while True:
+                popped = await self._run(
+                    functools.partial(
+                        pop.receive,
+                        group,
+                        topic,
+                        tags,
+                        batch,
+                        invisible,
+                        fifo=fifo,
+                        max_attempts=self.config.max_delivery_attempts,
+                    )
+                )
+                if popped:
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    yield rpc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+                    return
+                await self._arrival.wait(min(left, _RECHECK_S))
+        finally:
+            self._streams -= 1
+        yield rpc.ReceiveMessageResponse(status=status(Code.OK))
+        for p in popped:
+            attempt = int(p.delivery_attempt)
+            if attempt > 1:
+                self._metrics.retries.labels(group, topic).inc()
+            yield rpc.ReceiveMessageResponse(
+                message=to_proto_message(
+                    p.message,
+                    topic=p.topic,
+                    receipt_handle=p.receipt_handle,
+                    delivery_attempt=attempt,
+                    dead_letter_queue=p.dead_letter_queue,
+                )
+            )
+        self._metrics.receives.labels(group, topic).inc(len(popped))
+
+    @_answer(rpc.AckMessageResponse)
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        group = _check_group(request.group.name)
+        topic = _check_topic(request.topic.name)
+        self._client(context, topic=topic, group=group)
+        pop = self._pop
+        entries = []
+        for entry in request.entries:
+            try:
+                await self._run(pop.ack, group, topic, entry.receipt_handle)
+                code, text = Code.OK, ""
+            except InvalidReceiptHandleError as exc:
+                code, text = Code.INVALID_RECEIPT_HANDLE, str(exc)
+            self._metrics.acks.labels(group, topic, Code.Name(code)).inc()
+            entries.append(
+                rpc.AckMessageResultEntry(
+                    message_id=entry.message_id,
+                    receipt_handle=entry.receipt_handle,
+                    status=status(code, text),
+                )
+            )
+        codes = {e.status.code for e in entries}
+        head = entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS)
+        return rpc.AckMessageResponse(status=head if entries else status(Code.OK), entries=entries)
+
+    @_answer(rpc.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        group = _check_group(request.group.name)
+        topic = _check_topic(request.topic.name)
+        self._client(context, topic=topic, group=group)
+        pop = self._pop
+        invisible = self._invisible_ms(request.invisible_duration)
+        try:
+            handle = await self._run(
+                pop.change_invisible_duration, group, topic, request.receipt_handle, invisible
+            )
+        except InvalidReceiptHandleError as exc:
+            raise StatusError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        return rpc.ChangeInvisibleDurationResponse(status=status(Code.OK), receipt_handle=handle)
+
+    @_answer(rpc.QueryAssignmentResponse)
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        group = _check_group(request.group.name)
+        topic = _check_topic(request.topic.name)
+        self._client(context, topic=topic, group=group)
+        await self._known_topic(topic)
+        endpoints = self._endpoints(request.endpoints if request.HasField("endpoints") else None)
+        # one assignment for the whole topic: pop reads every queue (as RocketMQ's proxy does)
+        return rpc.QueryAssignmentResponse(
+            status=status(Code.OK),
+            assignments=[pb.Assignment(message_queue=self._queue(topic, -1, endpoints))],
+        )
+
+    @_answer(rpc.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        group = _check_group(request.group.name)
+        topic = _check_topic(request.topic.name)
+        self._client(context, topic=topic, group=group)
+        pop = self._pop
+        try:
+            await self._run(pop.forward_to_dlq, group, topic, request.receipt_handle)
+        except InvalidReceiptHandleError as exc:
+            raise StatusError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        self._metrics.dlq.labels(group, topic).inc()
+        return rpc.ForwardMessageToDeadLetterQueueResponse(status=status(Code.OK))

@@ -1,0 +1,244 @@
+"""Transactional messages on a 4.9 store, as RocketMQ keeps them (BROKER.md §8).
+
+* A half message is stored in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with ``REAL_TOPIC`` and
+  ``REAL_QID`` and sysflag TRANSACTION_NOT_TYPE: consumers of the real topic do not see it.
+* The transaction id the producer gets is the half's offsetMsgId: it names the half's commitlog
+  offset, so an EndTransaction finds the half after a restart too.
+* Commit: a new record in ``REAL_TOPIC``/``REAL_QID`` (``REAL_*`` removed) with sysflag COMMIT and
+  preparedTransactionOffset = the half's commitlog offset, then an op record. Rollback: the op
+  record only. Op record: ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, the half's queue id, tag ``d``, body =
+  the half's queue offset in decimal. Both records of a commit are one store put (all or none).
+* A half with no op record after ``transaction_timeout_ms`` (or its
+  ``CHECK_IMMUNITY_TIME_IN_SECONDS``) is an orphan: every check interval it is offered to a
+  producer whose Telemetry settings list its topic (``recover_orphaned_transaction_command``),
+  at most ``transaction_check_max`` times; then it is moved to ``TRANS_CHECK_MAX_TIME_TOPIC``.
+* Progress over the half queue is the consumer offset of ``CID_SYS_RMQ_TRANS`` (RocketMQ's name):
+  the first half not yet resolved. The resolved ones are read back from the op queue at start.
+  Check counts are kept in memory (a restart starts them again).
+
+Thread safety: ``load``, ``orphans`` and ``resolve`` touch the store and run on a worker thread;
+the ``_done``/``_pending`` sets are only changed on the event loop (``mark_*``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from rocketstore.broker.status import Code, StatusError
+from rocketstore.codec.commitlog_record import TX_COMMIT
+from rocketstore.codec.message_id import decode_offset_msg_id
+from rocketstore.errors import CorruptDataError
+from rocketstore.message import (
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    RESERVED_PROPERTIES,
+    Message,
+    MessageExt,
+)
+from rocketstore.results import PutMessageResult
+from rocketstore.store import MessageStore
+
+__all__ = ["CHECK_MAX_TOPIC", "HALF_TOPIC", "OP_TOPIC", "Orphan", "TransactionLog", "transaction_id"]
+
+log = logging.getLogger(__name__)
+
+HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+CHECK_MAX_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRANS_GROUP: Final = "CID_SYS_RMQ_TRANS"
+OP_TAG: Final = "d"
+PROPERTY_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
+_PROPERTY_IMMUNITY: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+
+
+def transaction_id(result: PutMessageResult) -> str:
+    """The id of the transaction whose half ``result`` stored: the half's offsetMsgId."""
+    return f"{result.id_prefix}{result.physical_offset:016X}"
+
+
+def half_message(msg: Message, queue_id: int) -> Message:
+    """The half of ``msg`` (a transactional message bound for queue ``queue_id`` of its topic)."""
+    props = dict(msg.properties or {})
+    props[PROPERTY_REAL_TOPIC] = msg.topic
+    props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+    return Message(
+        topic=HALF_TOPIC,
+        body=msg.body,
+        tags=msg.tags,
+        keys=msg.keys,
+        properties=props,
+        queue_id=0,
+        uniq_key=msg.uniq_key,
+        born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host,
+        sys_flag=msg.sys_flag,
+    )
+
+
+def _op_record(half: MessageExt) -> Message:
+    return Message(
+        topic=OP_TOPIC,
+        body=str(half.queue_offset).encode(),
+        tags=OP_TAG,
+        queue_id=half.queue_id,
+        uniq_key=None,
+    )
+
+
+def _copy(half: MessageExt, topic: str, queue_id: int, **changes: object) -> Message:
+    props = {k: v for k, v in half.properties.items() if k not in RESERVED_PROPERTIES}
+    msg = Message(
+        topic=topic,
+        body=half.body,
+        tags=half.tags,
+        keys=half.keys,
+        properties=props,
+        queue_id=queue_id,
+        flag=half.flag,
+        uniq_key=half.uniq_key,
+        born_timestamp=half.born_timestamp,
+        born_host=half.born_host,
+        sys_flag=half.sys_flag & 0x3,
+    )
+    for name, value in changes.items():
+        setattr(msg, name, value)
+    return msg
+
+
+@dataclass(frozen=True)
+class Orphan:
+    half: MessageExt
+    topic: str
+    transaction_id: str
+    checks: int
+
+
+class TransactionLog:
+    """The half messages of a store and what became of them (see the module docstring)."""
+
+    def __init__(self, store: MessageStore, *, timeout_ms: int, check_max: int) -> None:
+        self._store = store
+        self._timeout_ms = timeout_ms
+        self._check_max = check_max
+        self._done: set[int] = set()  # half queue offsets with an op record
+        self._pending: set[int] = set()  # half queue offsets whose op record is being put
+        self._checks: dict[int, int] = {}
+        self._progress = 0
+
+    def load(self) -> None:
+        """Read the op queue (what is resolved) and where the half queue's checks stand."""
+        store = self._store
+        for queue_id in store.topics().get(OP_TOPIC, []):
+            offset = store.min_offset_in_queue(OP_TOPIC, queue_id)
+            end = store.max_offset_in_queue(OP_TOPIC, queue_id)
+            while offset < end:
+                res = store.get_message(TRANS_GROUP, OP_TOPIC, queue_id, offset, 256)
+                if not res.messages:
+                    offset = max(offset + 1, res.next_begin_offset)
+                    continue
+                for op in res.messages:
+                    text = op.body.decode("ascii", "replace")
+                    if op.tags == OP_TAG and text.isdigit():
+                        self._done.add(int(text))
+                offset = res.next_begin_offset
+        committed = store.query_offset(TRANS_GROUP, HALF_TOPIC, 0)
+        self._progress = max(committed, store.min_offset_in_queue(HALF_TOPIC, 0))
+
+    def half_of(self, txid: str, message_id: str, topic: str) -> MessageExt:
+        """The unresolved half a transaction id names; StatusError INVALID_TRANSACTION_ID if none."""
+        try:
+            _, _, offset = decode_offset_msg_id(txid)
+        except CorruptDataError:
+            raise StatusError(Code.INVALID_TRANSACTION_ID, f"transaction id {txid!r} is malformed") from None
+        half = self._store.look_message_by_offset(offset)
+        if (
+            half is None
+            or half.topic != HALF_TOPIC
+            or (message_id and half.uniq_key != message_id)
+            or (topic and half.properties.get(PROPERTY_REAL_TOPIC) != topic)
+        ):
+            raise StatusError(
+                Code.INVALID_TRANSACTION_ID, f"no transaction {txid!r} of message {message_id!r}"
+            )
+        if half.queue_offset in self._done or half.queue_offset in self._pending:
+            raise StatusError(Code.INVALID_TRANSACTION_ID, f"transaction {txid!r} has already ended")
+        return half
+
+    def resolution(self, half: MessageExt, commit: bool) -> list[Message]:
+        """The records that end ``half``'s transaction (one store put)."""
+        records = []
+        if commit:
+            props = half.properties
+            records.append(
+                _copy(
+                    half,
+                    props[PROPERTY_REAL_TOPIC],
+                    int(props.get(PROPERTY_REAL_QUEUE_ID, "0")),
+                    sys_flag=(half.sys_flag & 0x3) | TX_COMMIT,
+                    prepared_transaction_offset=half.physical_offset,
+                )
+            )
+        records.append(_op_record(half))
+        return records
+
+    def give_up(self, half: MessageExt) -> list[Message]:
+        """The records that move a half checked too often to TRANS_CHECK_MAX_TIME_TOPIC."""
+        return [_copy(half, CHECK_MAX_TOPIC, 0), _op_record(half)]
+
+    def mark_pending(self, half: MessageExt) -> None:
+        self._pending.add(half.queue_offset)
+
+    def mark_done(self, half: MessageExt, ok: bool) -> None:
+        self._pending.discard(half.queue_offset)
+        if ok:
+            self._done.add(half.queue_offset)
+            self._checks.pop(half.queue_offset, None)
+
+    def orphans(self, now_ms: int) -> tuple[list[Orphan], list[MessageExt]]:
+        """Halves due for a check now, and halves checked ``check_max`` times (to give up on).
+        Moves the saved progress past the resolved prefix of the half queue."""
+        store = self._store
+        if HALF_TOPIC not in store.topics():
+            return [], []
+        offset = self._progress
+        end = store.max_offset_in_queue(HALF_TOPIC, 0)
+        due: list[Orphan] = []
+        expired: list[MessageExt] = []
+        prefix_resolved = True
+        while offset < end:
+            res = store.get_message(TRANS_GROUP, HALF_TOPIC, 0, offset, 256)
+            if not res.messages:
+                offset = max(offset + 1, res.next_begin_offset)
+                continue
+            for half in res.messages:
+                qo = half.queue_offset
+                if qo in self._done:
+                    if prefix_resolved:
+                        self._progress = qo + 1
+                    continue
+                prefix_resolved = False
+                if qo in self._pending:
+                    continue
+                immunity = half.properties.get(_PROPERTY_IMMUNITY, "")
+                wait = int(immunity) * 1000 if immunity.isdigit() else self._timeout_ms
+                if now_ms - half.store_timestamp < wait:
+                    continue
+                checks = self._checks.get(qo, 0)
+                if checks >= self._check_max:
+                    expired.append(half)
+                else:
+                    topic = half.properties.get(PROPERTY_REAL_TOPIC, "")
+                    due.append(Orphan(half, topic, f"{store_id(half)}", checks))
+            offset = res.next_begin_offset
+        store.commit_offset(TRANS_GROUP, HALF_TOPIC, 0, self._progress)
+        return due, expired
+
+    def checked(self, half: MessageExt) -> None:
+        self._checks[half.queue_offset] = self._checks.get(half.queue_offset, 0) + 1
+
+
+def store_id(half: MessageExt) -> str:
+    """The transaction id of a stored half (its offsetMsgId)."""
+    return half.msg_id

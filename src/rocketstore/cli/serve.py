@@ -1,0 +1,91 @@
+"""``rocketstore serve``: the store as a RocketMQ 5 broker for the official clients."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rocketstore.cli.common import store_config
+from rocketstore.storage.paths import looks_like_store
+
+__all__ = ["serve_command"]
+
+
+@click.command("serve")
+@click.argument("store_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--listen", default="127.0.0.1:8081", show_default=True, help="HOST:PORT to serve gRPC on.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="broker.conf (or .toml): the store's settings and the broker's (autoCreateTopicEnable ...).",
+)
+@click.option("--create", is_flag=True, help="Create the store if STORE_DIR holds none.")
+@click.option("--json", "as_json", is_flag=True, help="Log JSON lines instead of text.")
+@click.option(
+    "--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate chain: serve TLS."
+)
+@click.option(
+    "--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key of --tls-cert."
+)
+@click.option(
+    "--acl", "acl_file", type=click.Path(exists=True, dir_okay=False), help="ACL file (TOML): access keys."
+)
+@click.option("--metrics", "metrics_address", metavar="HOST:PORT", help="Serve Prometheus metrics here.")
+@click.option(
+    "--advertise", metavar="HOST:PORT", help="The address clients are told to use (default: --listen)."
+)
+@click.pass_context
+def serve_command(
+    ctx: click.Context,
+    store_dir: Path,
+    listen: str,
+    config_file: Path | None,
+    create: bool,
+    as_json: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    acl_file: str | None,
+    metrics_address: str | None,
+    advertise: str | None,
+) -> int:
+    """Serve STORE_DIR to RocketMQ 5 clients (gRPC) until SIGTERM or Ctrl-C, then close it cleanly.
+
+    \b
+    Example:
+      rocketstore serve ./store --create --listen 127.0.0.1:8081
+    Producers and consumers of the official RocketMQ 5 clients then use 127.0.0.1:8081 as their
+    endpoint. See docs/broker.md.
+    """
+    from rocketstore.broker import BrokerConfig, serve
+    from rocketstore.broker.config import load_settings
+    from rocketstore.broker.serve import configure_logging
+
+    if config_file is not None:
+        base, broker = load_settings(config_file)
+    else:
+        base, broker = ctx.find_root().obj, BrokerConfig()
+    changes: dict[str, object] = {"listen": listen}
+    for name, value in (
+        ("tls_cert", tls_cert),
+        ("tls_key", tls_key),
+        ("acl_file", acl_file),
+        ("advertise", advertise),
+    ):
+        if value is not None:
+            changes[name] = value
+    broker = broker.replace(**changes)
+    if looks_like_store(store_dir):
+        cfg = store_config(ctx, store_dir) if config_file is None else base
+    elif not create:
+        state = "is not a store directory" if store_dir.exists() else "does not exist"
+        raise click.ClickException(f"{str(store_dir)!r} {state} (--create makes a new store)")
+    elif store_dir.exists() and any(store_dir.iterdir()):
+        raise click.ClickException(
+            f"{store_dir} is not a store directory (and not empty): refusing to write into it"
+        )
+    else:
+        cfg = base
+    configure_logging(as_json)
+    return serve(store_dir, broker, cfg, metrics_address=metrics_address)

@@ -1,0 +1,222 @@
+"""Requests the broker must refuse, each with the protocol's status code and a message; group
+commit; access keys; metrics and the broker's state for `rocketstore status`."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import hmac
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import duration_pb2, timestamp_pb2
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as rpc
+
+from rocketstore import Message, MessageStore
+from rocketstore.broker import BrokerConfig
+from rocketstore.broker.group_commit import GroupCommit
+from rocketstore.broker.server import STATE_FILE, read_state
+from rocketstore.errors import InvalidMessageError
+
+from .clients import message, producer
+from .conftest import CLIENT, SMALL, StartBroker
+
+Stub = Callable[[int], Any]
+
+
+def send_request(topic: str = "T", body: bytes = b"x", **system: Any) -> Any:
+    msg = pb.Message(topic=pb.Resource(name=topic), body=body)
+    msg.system_properties.message_id = system.pop("message_id", "01ABCDEF")
+    msg.system_properties.message_type = system.pop("message_type", pb.MessageType.NORMAL)
+    for name, value in system.pop("user", {}).items():
+        msg.user_properties[name] = value
+    for name, value in system.items():
+        if isinstance(value, timestamp_pb2.Timestamp):
+            getattr(msg.system_properties, name).CopyFrom(value)
+        else:
+            setattr(msg.system_properties, name, value)
+    return rpc.SendMessageRequest(messages=[msg])
+
+
+@pytest.mark.parametrize(
+    ("request_", "code", "text"),
+    [
+        (send_request(topic="bad topic"), pb.Code.ILLEGAL_TOPIC, "bad topic"),
+        (send_request(topic="RMQ_SYS_TRANS_HALF_TOPIC"), pb.Code.ILLEGAL_TOPIC, "RMQ_SYS"),
+        (send_request(body=b""), pb.Code.MESSAGE_BODY_EMPTY, "empty"),
+        (send_request(body=b"x" * (1024 * 1024 + 1)), pb.Code.MESSAGE_BODY_TOO_LARGE, "exceeds"),
+        (send_request(user={"UNIQ_KEY": "mine"}), pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "UNIQ_KEY"),
+        (send_request(tag="a||b"), pb.Code.ILLEGAL_MESSAGE_TAG, "'|'"),
+        (
+            send_request(delivery_timestamp=timestamp_pb2.Timestamp(seconds=4_000_000_000)),
+            pb.Code.ILLEGAL_DELIVERY_TIME,
+            "ahead",
+        ),
+        (
+            send_request(message_type=pb.MessageType.TRANSACTION, message_group="g"),
+            pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            "group",
+        ),
+        (rpc.SendMessageRequest(), pb.Code.BAD_REQUEST, "no message"),
+    ],
+)
+def test_bad_sends_are_refused_with_their_code(
+    start_broker: StartBroker, stub_for: Stub, request_: Any, code: int, text: str
+) -> None:
+    _, store, port = start_broker(BrokerConfig(max_body_size=1024 * 1024))
+    response = stub_for(port).SendMessage(request_, metadata=CLIENT)
+    assert response.status.code == code
+    assert text in response.status.message
+    assert store.max_phy_offset() == 0  # nothing stored
+
+
+def test_requests_without_a_client_id_are_refused(start_broker: StartBroker, stub_for: Stub) -> None:
+    _, _, port = start_broker()
+    response = stub_for(port).SendMessage(send_request(), metadata=(("x-mq-language", "PYTHON"),))
+    assert response.status.code == pb.Code.CLIENT_ID_REQUIRED
+
+
+def test_unknown_topics_are_not_found_when_auto_creation_is_off(
+    start_broker: StartBroker, stub_for: Stub
+) -> None:
+    _, store, port = start_broker(BrokerConfig(auto_create_topic=False))
+    stub = stub_for(port)
+    route = stub.QueryRoute(rpc.QueryRouteRequest(topic=pb.Resource(name="Nope")), metadata=CLIENT)
+    assert route.status.code == pb.Code.TOPIC_NOT_FOUND
+    assert (
+        stub.SendMessage(send_request(topic="Nope"), metadata=CLIENT).status.code == pb.Code.TOPIC_NOT_FOUND
+    )
+    store.create_topic("Known", 2)
+    route = stub.QueryRoute(rpc.QueryRouteRequest(topic=pb.Resource(name="Known")), metadata=CLIENT)
+    assert route.status.code == pb.Code.OK
+    assert [q.id for q in route.message_queues] == [0, 1]
+    [endpoint] = route.message_queues[0].broker.endpoints.addresses
+    assert (endpoint.host, endpoint.port) == ("127.0.0.1", port)
+    assert set(route.message_queues[0].accept_message_types) >= {
+        pb.MessageType.NORMAL,
+        pb.MessageType.FIFO,
+        pb.MessageType.DELAY,
+        pb.MessageType.TRANSACTION,
+    }
+
+
+def test_end_transaction_of_an_unknown_id_is_invalid(start_broker: StartBroker, stub_for: Stub) -> None:
+    _, _, port = start_broker()
+    stub = stub_for(port)
+    for txid in ("nonsense", "7F00000100002A9F0000000000000000"):
+        response = stub.EndTransaction(
+            rpc.EndTransactionRequest(
+                topic=pb.Resource(name="T"),
+                message_id="01",
+                transaction_id=txid,
+                resolution=pb.TransactionResolution.COMMIT,
+            ),
+            metadata=CLIENT,
+        )
+        assert response.status.code == pb.Code.INVALID_TRANSACTION_ID
+
+
+def test_receive_with_an_illegal_invisible_duration_is_refused(
+    start_broker: StartBroker, stub_for: Stub
+) -> None:
+    _, _, port = start_broker()
+    request = rpc.ReceiveMessageRequest(
+        group=pb.Resource(name="G"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="T")),
+        filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+        batch_size=1,
+        invisible_duration=duration_pb2.Duration(seconds=1),
+    )
+    [response] = list(stub_for(port).ReceiveMessage(request, metadata=CLIENT, timeout=10))
+    assert response.status.code == pb.Code.ILLEGAL_INVISIBLE_TIME
+
+
+# --- group commit -------------------------------------------------------------------------------
+def test_concurrent_sends_share_one_store_append(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", SMALL) as store, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        commit = GroupCommit(store, pool)
+
+        async def main() -> list[Any]:
+            return await asyncio.gather(*(commit.put([Message("T", f"m{i}".encode())]) for i in range(100)))
+
+        outcomes = asyncio.run(main())
+        assert commit.messages == 100
+        assert commit.batches <= 2  # every put queued before the first round ran
+        assert all(o[0].ok for o in outcomes)
+        assert len({o[0].physical_offset for o in outcomes}) == 100
+
+
+def test_a_bad_message_in_a_round_fails_only_its_own_send(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", SMALL) as store, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        commit = GroupCommit(store, pool, rounds=1)
+
+        async def main() -> list[Any]:
+            good = [commit.put([Message("T", b"good")]) for _ in range(3)]
+            bad = commit.put([Message("T", b"bad", keys=["has space"])])
+            return await asyncio.gather(*good, bad)
+
+        *good, bad = asyncio.run(main())
+        assert all(o[0].ok for o in good)
+        assert isinstance(bad[0], InvalidMessageError)
+        assert store.wait_dispatched(5)
+        assert sum(len(store.get_message("g", "T", q, 0).messages) for q in store.topics()["T"]) == 3
+
+
+# --- access keys ----------------------------------------------------------------------------------
+def signed(ak: str, sk: str, date: str = "20250101T000000Z") -> tuple[tuple[str, str], ...]:
+    signature = hmac.new(sk.encode(), date.encode(), hashlib.sha1).hexdigest()
+    auth = f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, Signature={signature}"
+    return (*CLIENT, ("x-mq-date-time", date), ("authorization", auth))
+
+
+def test_access_keys_and_permissions(start_broker: StartBroker, stub_for: Stub, tmp_path: Path) -> None:
+    acl = tmp_path / "acl.toml"
+    acl.write_text(
+        '[[accounts]]\naccess_key = "app"\nsecret_key = "s3cret"\ntopics = ["Allowed"]\ngroups = []\n'
+    )
+    _, store, port = start_broker(BrokerConfig(acl_file=str(acl)))
+    stub = stub_for(port)
+    ok = stub.SendMessage(send_request(topic="Allowed"), metadata=signed("app", "s3cret"))
+    assert ok.status.code == pb.Code.OK
+    assert (
+        stub.SendMessage(send_request(topic="Allowed"), metadata=CLIENT).status.code == pb.Code.UNAUTHORIZED
+    )
+    wrong = stub.SendMessage(send_request(topic="Allowed"), metadata=signed("app", "guess"))
+    assert wrong.status.code == pb.Code.UNAUTHORIZED
+    other = stub.SendMessage(send_request(topic="Other"), metadata=signed("app", "s3cret"))
+    assert other.status.code == pb.Code.FORBIDDEN
+    assert "Other" in other.status.message
+    # the official client signs with its credentials
+    with producer(port, ("Allowed",), ak="app", sk="s3cret") as p:
+        p.send(message("Allowed", b"signed"))
+    assert store.wait_dispatched(5)
+    assert sum(store.max_offset_in_queue("Allowed", q) for q in store.topics()["Allowed"]) == 2
+
+
+# --- operations --------------------------------------------------------------------------------------
+def test_metrics_and_state_show_sends_and_clients(start_broker: StartBroker, tmp_path: Path) -> None:
+    broker, store, port = start_broker(BrokerConfig(state_interval_ms=100))
+    with producer(port, ("Seen",)) as p:
+        p.send(message("Seen", b"counted"))
+        metrics_port = broker.metrics.serve("127.0.0.1:0")
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        assert 'rocketstore_broker_sends_total{code="OK",topic="Seen",type="NORMAL"} 1.0' in text
+        assert "rocketstore_store_commit_log_max_offset" in text
+        state = None
+        for _ in range(100):
+            state = read_state(store.layout.root)
+            if state and state["clients"]:
+                break
+            time.sleep(0.1)
+        assert state is not None and state["port"] == port
+        [client] = state["clients"]
+        assert client["language"] == "PYTHON" and client["type"] == "PRODUCER"
+        assert "Seen" in client["topics"]
+    broker.stop_in_thread()
+    assert not (store.layout.root / STATE_FILE).exists()

@@ -1,0 +1,200 @@
+"""Sends of the official Python client through `rocketstore serve`, read back from the store."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+import pytest
+from rocketmq.grpc_protocol import TransactionResolution, service_pb2_grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as rpc
+from rocketmq.v5.producer import TransactionChecker
+
+from rocketstore.broker import BrokerConfig
+from rocketstore.broker.send import delay_level_for
+from rocketstore.broker.transactions import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from rocketstore.codec.java_hash import java_hash
+from rocketstore.message import SCHEDULE_TOPIC, MessageExt
+from rocketstore.store import MessageStore
+
+from .clients import message, producer
+from .conftest import CLIENT, StartBroker
+
+
+def stored(store: MessageStore, topic: str) -> list[MessageExt]:
+    """Every message of ``topic``, queue by queue, after dispatch caught up."""
+    assert store.wait_dispatched(10)
+    out = []
+    for queue_id in store.topics().get(topic, []):
+        out.extend(store.get_message("test", topic, queue_id, 0, 1000).messages)
+    return out
+
+
+def test_normal_send_lands_in_the_store_as_rocketmq_5_maps_it(start_broker: StartBroker) -> None:
+    _, store, port = start_broker()
+    with producer(port, ("Orders",)) as p:
+        receipt = p.send(
+            message("Orders", b"first", tag="TagA", keys=("k1", "k2"), properties={"region": "eu"})
+        )
+    [msg] = stored(store, "Orders")
+    assert msg.body == b"first"
+    assert msg.tags == "TagA"
+    assert sorted(msg.keys) == ["k1", "k2"]
+    assert msg.uniq_key == receipt.message_id  # the client's id: consumers see it again
+    assert msg.properties["region"] == "eu"
+    assert msg.queue_offset == receipt.offset
+    assert msg.sys_flag & 0xC == 0
+    assert int(msg.properties["BORN_TIMESTAMP"]) // 1000 == msg.born_timestamp // 1000
+    # topics are created on first use with the store's default queue count
+    assert store.topic_configs()["Orders"].write_queues == store.config.default_topic_queue_nums
+    # the query index finds it by key, as RocketMQ's does
+    assert [m.body for m in store.query_message("Orders", "k2")] == [b"first"]
+
+
+def test_fifo_messages_of_a_group_share_a_queue_in_send_order(start_broker: StartBroker) -> None:
+    _, store, port = start_broker()
+    with producer(port, ("Fifo",)) as p:
+        for i in range(6):
+            p.send(message("Fifo", f"a{i}".encode(), group="group-a"))
+            p.send(message("Fifo", f"b{i}".encode(), group="group-b"))
+    msgs = stored(store, "Fifo")
+    queues = store.config.default_topic_queue_nums
+    for group in ("group-a", "group-b"):
+        mine = [m for m in msgs if m.properties.get("__SHARDINGKEY") == group]
+        assert {m.queue_id for m in mine} == {abs(java_hash(group)) % queues}
+        assert [m.body for m in sorted(mine, key=lambda m: m.queue_offset)] == [
+            f"{group[-1]}{i}".encode() for i in range(6)
+        ]
+
+
+def test_delay_levels_are_never_earlier_than_the_wait() -> None:
+    levels = (1000, 5000, 10000, 30000)
+    assert [delay_level_for(w, levels) for w in (1, 1000, 1001, 5000, 29000, 30000, 10**9)] == [
+        1,
+        1,
+        2,
+        2,
+        4,
+        4,
+        4,
+    ]
+
+
+def test_delay_message_waits_in_the_schedule_topic_with_its_requested_time(start_broker: StartBroker) -> None:
+    _, store, port = start_broker()
+    deliver_at = int(time.time()) + 25  # the 30 s level: the first not earlier than 25 s
+    with producer(port, ("Later",)) as p:
+        p.send(message("Later", b"later", deliver_at_s=deliver_at))
+    assert stored(store, "Later") == []
+    [scheduled] = stored(store, SCHEDULE_TOPIC)
+    props = scheduled.properties
+    assert props["REAL_TOPIC"] == "Later"
+    assert props["TIMER_DELIVER_MS"] == str(deliver_at * 1000)
+    level = int(props["DELAY"])
+    assert store.config.delay_levels_ms[level - 1] == 30_000
+    assert scheduled.queue_id == level - 1
+
+
+class Checker(TransactionChecker):  # type: ignore[misc]
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.checked: list[str] = []
+
+    def check(self, message: Any) -> Any:
+        self.checked.append(message.message_id)
+        return self.answer
+
+
+def test_committed_transaction_is_a_commit_record_pointing_at_its_half(start_broker: StartBroker) -> None:
+    _, store, port = start_broker()
+    with producer(port, ("Tx",), Checker(TransactionResolution.COMMIT)) as p:
+        tx = p.begin_transaction()
+        receipt = p.send(message("Tx", b"paid", tag="T"), tx)
+        assert stored(store, "Tx") == []  # a half is not visible in its topic
+        tx.commit()
+    [half] = stored(store, HALF_TOPIC)
+    assert half.properties["REAL_TOPIC"] == "Tx"
+    assert half.properties["TRAN_MSG"] == "true"
+    assert half.sys_flag & 0xC == 0
+    [committed] = stored(store, "Tx")
+    assert committed.body == b"paid" and committed.tags == "T"
+    assert committed.uniq_key == receipt.message_id
+    assert committed.sys_flag & 0xC == 0x8
+    assert committed.prepared_transaction_offset == half.physical_offset
+    assert committed.queue_id == int(half.properties["REAL_QID"])
+    assert "REAL_TOPIC" not in committed.properties
+    [op] = stored(store, OP_TOPIC)
+    assert (op.tags, op.body) == ("d", str(half.queue_offset).encode())
+
+
+def test_rolled_back_transaction_leaves_only_the_op_record(start_broker: StartBroker) -> None:
+    _, store, port = start_broker()
+    with producer(port, ("Tx",), Checker(TransactionResolution.COMMIT)) as p:
+        tx = p.begin_transaction()
+        p.send(message("Tx", b"cancelled"), tx)
+        tx.rollback()
+    assert stored(store, "Tx") == []
+    [half] = stored(store, HALF_TOPIC)
+    [op] = stored(store, OP_TOPIC)
+    assert op.body == str(half.queue_offset).encode()
+
+
+def test_an_orphaned_transaction_is_checked_with_its_producer(start_broker: StartBroker) -> None:
+    config = BrokerConfig(transaction_timeout_ms=0, transaction_check_interval_ms=200)
+    _, store, port = start_broker(config)
+    checker = Checker(TransactionResolution.COMMIT)
+    with producer(port, ("Tx",), checker) as p:
+        tx = p.begin_transaction()
+        receipt = p.send(message("Tx", b"orphan"), tx)  # neither committed nor rolled back
+        deadline = time.monotonic() + 30
+        while not stored(store, "Tx") and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert receipt.message_id in checker.checked
+    [committed] = stored(store, "Tx")
+    assert committed.body == b"orphan" and committed.sys_flag & 0xC == 0x8
+
+
+def test_a_transaction_checked_too_often_moves_to_the_check_max_topic(start_broker: StartBroker) -> None:
+    config = BrokerConfig(
+        transaction_timeout_ms=0, transaction_check_interval_ms=200, transaction_check_max=0
+    )
+    _, store, port = start_broker(config)
+    with producer(port, ("Tx",), Checker(TransactionResolution.COMMIT)) as p:
+        tx = p.begin_transaction()
+        p.send(message("Tx", b"forgotten"), tx)
+        deadline = time.monotonic() + 30
+        while not stored(store, CHECK_MAX_TOPIC) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with pytest.raises(Exception, match=r"INVALID_TRANSACTION_ID|already ended|40008"):
+            tx.commit()
+    [moved] = stored(store, CHECK_MAX_TOPIC)
+    assert moved.body == b"forgotten"
+    assert stored(store, "Tx") == []
+
+
+def test_restarted_broker_ends_a_transaction_begun_before(start_broker: StartBroker) -> None:
+    broker, store, port = start_broker()
+    with producer(port, ("Tx",), Checker(TransactionResolution.COMMIT)) as p:
+        tx = p.begin_transaction()
+        p.send(message("Tx", b"across a restart"), tx)
+        broker.stop_in_thread()
+        store.close()
+        _, store, port2 = start_broker()
+    # the transaction id names the half's commitlog offset: a new broker finds it
+    [half] = stored(store, HALF_TOPIC)
+    with grpc.insecure_channel(f"127.0.0.1:{port2}") as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        request = rpc.EndTransactionRequest(
+            topic=pb.Resource(name="Tx"),
+            message_id=half.uniq_key,
+            transaction_id=half.msg_id,
+            resolution=pb.TransactionResolution.COMMIT,
+            source=pb.TransactionSource.SOURCE_CLIENT,
+        )
+        assert stub.EndTransaction(request, metadata=CLIENT).status.code == pb.Code.OK
+        again = stub.EndTransaction(request, metadata=CLIENT)
+        assert again.status.code == pb.Code.INVALID_TRANSACTION_ID
+    [committed] = stored(store, "Tx")
+    assert committed.body == b"across a restart"

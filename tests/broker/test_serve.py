@@ -1,0 +1,226 @@
+"""`rocketstore serve` as a process: startup, `rocketstore status` while it runs, a clean stop on
+SIGTERM, and a SIGKILL in the middle of sends followed by a restart on the same store."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rocketstore import MessageStore
+
+from .clients import message, producer, simple_consumer
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+ENV = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+class Served:
+    """A `rocketstore serve` process; its log lines are collected as they come."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rocketstore.cli", *args],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._port = threading.Event()
+        self.port = 0
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self._port.wait(60) or not self.port:
+            self.proc.kill()
+            raise AssertionError(f"serve did not start: {self.log()}")
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            found = re.search(r"serving .* on [\d.]+:(\d+)", line)
+            if found:
+                self.port = int(found.group(1))
+                self._port.set()
+        self._port.set()
+
+    def log(self) -> str:
+        return "".join(self.lines)
+
+
+@pytest.fixture
+def served() -> Iterator[list[Served]]:
+    running: list[Served] = []
+    yield running
+    for s in running:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+
+
+# this shared machine's disk may be fuller than the store's limits (it then refuses puts as
+# DISK_FULL): the broker's store here ignores how full it is
+# (small files: the disk is shared)
+UNLIMITED_DISK = (
+    "disk_warning_ratio=100\ndisk_clean_forcibly_ratio=100\ndiskMaxUsedSpaceRatio=95\n"
+    "mappedFileSizeCommitLog=8388608\nmappedFileSizeConsumeQueue=400000\n"
+)
+
+
+def serve(running: list[Served], store: Path, *extra: str, settings: str = "") -> Served:
+    conf = store.parent / f"{store.name}.conf"
+    conf.write_text(UNLIMITED_DISK + settings)
+    s = Served("serve", str(store), "--listen", "127.0.0.1:0", "--config", str(conf), *extra)
+    running.append(s)
+    return s
+
+
+def test_serve_logs_clients_shows_them_in_status_and_stops_cleanly(
+    served: list[Served], tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    s = serve(served, store, "--create")
+    with producer(s.port, ("Ops",)) as p:
+        p.send(message("Ops", b"hello"))
+        deadline = time.monotonic() + 30
+        broker: Any = None
+        while time.monotonic() < deadline:
+            out = subprocess.run(
+                [sys.executable, "-m", "rocketstore.cli", "status", str(store), "--json"],
+                env=ENV,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            broker = json.loads(out)["broker"]
+            if broker and broker["clients"]:
+                break
+            time.sleep(0.2)
+        assert broker["port"] == s.port
+        assert broker["clients"][0]["type"] == "PRODUCER"
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(60) == 128 + signal.SIGTERM, s.log()
+    assert "client connected" in s.log()
+    assert not (store / "abort").exists()  # closed cleanly
+    assert not (store / "broker.json").exists()
+
+
+def test_serve_refuses_a_directory_without_a_store(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "rocketstore.cli", "serve", str(tmp_path / "none")],
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "--create" in result.stderr
+
+
+def test_json_logs(served: list[Served], tmp_path: Path) -> None:
+    s = serve(served, tmp_path / "store", "--create", "--json")
+    s.proc.send_signal(signal.SIGINT)
+    assert s.proc.wait(60) == 128 + signal.SIGINT
+    entries = [json.loads(line) for line in s.lines]
+    assert any(e["message"].startswith("serving ") for e in entries)
+
+
+@pytest.mark.slow
+def test_sigkill_during_sends_loses_no_acknowledged_message(served: list[Served], tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    conf = "flushDiskType=SYNC_FLUSH\n"
+    s = serve(served, store, "--create", settings=conf)
+    acked: list[str] = []
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def send(worker: int) -> None:
+        with producer(s.port, ("Crash",)) as p:
+            i = 0
+            while not stop.is_set():
+                try:
+                    acked.append(p.send(message("Crash", f"{worker}-{i}".encode())).message_id)
+                except Exception as exc:  # the broker is gone
+                    failures.append(exc)
+                    return
+                i += 1
+
+    threads = [threading.Thread(target=send, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while len(acked) < 300 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    s.proc.send_signal(signal.SIGKILL)
+    s.proc.wait(30)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    sent = list(acked)
+    assert len(sent) >= 300
+    assert (store / "abort").exists()  # it did die mid-flight
+
+    again = serve(served, store, settings=conf)
+    with producer(again.port, ("Crash",)) as p:
+        p.send(message("Crash", b"after the restart"))
+    again.proc.send_signal(signal.SIGTERM)
+    assert again.proc.wait(60) == 128 + signal.SIGTERM, again.log()
+
+    with MessageStore.open(store, readonly=True) as reopened:
+        ids = set()
+        for queue_id in reopened.topics()["Crash"]:
+            offset = 0
+            while True:
+                res = reopened.get_message("check", "Crash", queue_id, offset, 1000)
+                if not res.messages:
+                    break
+                ids.update(m.uniq_key for m in res.messages)
+                offset = res.next_begin_offset
+    missing = [m for m in sent if m not in ids]
+    assert missing == []
+    assert len(ids) >= len(sent) + 1
+
+
+@pytest.mark.slow
+def test_sigkill_with_messages_in_flight_redelivers_them_and_not_the_acked(
+    served: list[Served], tmp_path: Path
+) -> None:
+    store = tmp_path / "store"
+    conf = "flushDiskType=SYNC_FLUSH\ninvisible_min_ms=1000\nlong_polling_min_ms=0\n"
+    s = serve(served, store, "--create", settings=conf)
+    with simple_consumer(s.port, "G", "Work", await_s=1) as c:
+        assert c.receive(16, 30) == []
+        with producer(s.port, ("Work",)) as p:
+            for i in range(10):
+                p.send(message("Work", f"job{i}".encode()))
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 10 and time.monotonic() < deadline:
+            got += c.receive(16, 2)
+        assert len(got) == 10
+        acked = {m.body for m in got[:6]}
+        for m in got[:6]:
+            c.ack(m)
+        s.proc.send_signal(signal.SIGKILL)
+        s.proc.wait(30)
+
+    again = serve(served, store, settings=conf)
+    with simple_consumer(again.port, "G", "Work", await_s=1) as c:
+        back: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(back) < 4 and time.monotonic() < deadline:
+            back += c.receive(16, 30)
+        assert sorted(m.body for m in back) == sorted({m.body for m in got} - acked)
+        assert all(m.delivery_attempt == 2 for m in back)
+        assert c.receive(16, 30) == []  # nothing acked comes back
+    again.proc.send_signal(signal.SIGTERM)
+    assert again.proc.wait(60) == 128 + signal.SIGTERM, again.log()
