@@ -13,7 +13,14 @@ import pytest
 
 from rocketstore import ManualClock, Message, MessageStore
 from rocketstore.broker import pop_log
-from rocketstore.broker.pop import POP_LOG_TOPIC, PoppedMessage, PopService, dlq_topic, retry_topic
+from rocketstore.broker.pop import (
+    POP_LOG_GROUP,
+    POP_LOG_TOPIC,
+    PoppedMessage,
+    PopService,
+    dlq_topic,
+    retry_topic,
+)
 from rocketstore.broker.receipt import ReceiptHandle
 from rocketstore.errors import CorruptDataError, InvalidReceiptHandleError, StoreConfigError
 
@@ -420,3 +427,49 @@ def test_a_corrupt_record_in_the_pop_log_is_skipped_at_replay(tmp_path: Path, cl
         pop.receive("g", "T", "*", 32, INVISIBLE)
     with MessageStore.open(path, clock=clock) as store:
         assert PopService(store, clock=clock).in_flight == 1
+
+
+def test_ack_batch_acks_many_with_one_record_and_names_bad_handles(
+    store: MessageStore, pop: PopService
+) -> None:
+    pop.receive("g", "T", "*", 32, INVISIBLE)
+    put(store, [f"m{i}" for i in range(4)])
+    got = pop.receive("g", "T", "*", 32, INVISIBLE)
+    store.wait_dispatched()
+    records = store.max_offset_in_queue(POP_LOG_TOPIC, 0)
+    handles = [p.receipt_handle for p in got]
+    outcomes = pop.ack_batch("g", "T", [*handles, handles[0], "junk"])
+    assert outcomes[:5] == [None] * 5
+    assert isinstance(outcomes[5], InvalidReceiptHandleError)
+    store.wait_dispatched()
+    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == records + 1
+    assert pop.in_flight == 0
+
+
+def test_messages_long_in_flight_are_written_again_so_a_restart_replays_little(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    path = tmp_path / "store"
+    with MessageStore.open(path, clock=clock) as store:
+        store.create_topic("T", 1)
+        pop = PopService(store, clock=clock, relog_distance=4)
+        pop.receive("g", "T", "*", 32, INVISIBLE)
+        put(store, ["long"])
+        (held,) = pop.receive("g", "T", "*", 1, 12 * 3600_000)
+        for i in range(6):  # other traffic moves the pop log on
+            put(store, [f"m{i}"])
+            (p,) = pop.receive("g", "T", "*", 1, INVISIBLE)
+            pop.ack("g", "T", p.receipt_handle)
+        store.wait_dispatched()
+        pop.commit_progress()
+        assert store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0) == 0  # held by the first record
+        assert pop.relog_oldest() == 1
+        store.wait_dispatched()
+        pop.commit_progress()
+        replay_from = store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0)
+        assert replay_from == store.max_offset_in_queue(POP_LOG_TOPIC, 0) - 1  # the rewrite only
+    with MessageStore.open(path, clock=clock) as store:
+        pop = PopService(store, clock=clock)
+        assert pop.in_flight == 1
+        pop.ack("g", "T", held.receipt_handle)
+        assert pop.in_flight == 0

@@ -153,7 +153,9 @@ class PopService:
     done, over all groups: a receive hands out no more), ``revive_interval_ms`` (how often the
     background loop redelivers expired messages and commits progress), ``new_group_start``
     (where a group that never received from a queue starts: ``"max"``, the queue's end as
-    RocketMQ's ConsumeInitMode.MAX, or ``"min"``, its first stored message).
+    RocketMQ's ConsumeInitMode.MAX, or ``"min"``, its first stored message), ``relog_distance``
+    (how many pop-log records a message may stay in flight behind the log's end before it is
+    written again: bounds what a restart replays).
     """
 
     def __init__(
@@ -165,11 +167,14 @@ class PopService:
         max_in_flight: int = 100_000,
         revive_interval_ms: int = 500,
         new_group_start: Literal["max", "min"] = "max",
+        relog_distance: int = 100_000,
     ) -> None:
         if not isinstance(max_in_flight, int) or max_in_flight <= 0:
             raise StoreConfigError(f"max_in_flight must be a positive int, not {max_in_flight!r}")
         if not isinstance(revive_interval_ms, int) or revive_interval_ms <= 0:
             raise StoreConfigError(f"revive_interval_ms must be a positive int, not {revive_interval_ms!r}")
+        if not isinstance(relog_distance, int) or relog_distance < 2:
+            raise StoreConfigError(f"relog_distance must be an int >= 2, not {relog_distance!r}")
         if new_group_start not in ("max", "min"):
             raise StoreConfigError(f"new_group_start must be 'max' or 'min', not {new_group_start!r}")
         handle_probe = ReceiptHandle(0, 0, 0, 0, 0, broker_name, 0, 0, 0).encode()
@@ -179,6 +184,7 @@ class PopService:
         self.max_in_flight = max_in_flight
         self._clock = clock or SystemClock()
         self._new_group_start = new_group_start
+        self._relog_distance = relog_distance
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # an entry's write finished
         self._queues: dict[_Key, _Queue] = {}
@@ -443,6 +449,36 @@ class PopService:
         if entry is not None:
             self._resolve(group, topic, [entry], [])
 
+    def ack_batch(
+        self, group: str, topic: str, receipt_handles: Sequence[str]
+    ) -> list[InvalidReceiptHandleError | None]:
+        """``ack`` of many handles with one pop-log write; per handle None (acked, or not in flight)
+        or the error it was refused with. StoreWriteError when the write fails (nothing acked)."""
+        outcomes: list[InvalidReceiptHandleError | None] = []
+        entries: list[_Entry] = []
+        seen: set[tuple[int, int, int]] = set()
+        try:
+            for text in receipt_handles:
+                try:
+                    handle = _decode(text)
+                    where = (handle.topic_type, handle.queue_id, handle.offset)
+                    entry = None
+                    if where not in seen:  # a second claim of a message claimed here would wait for itself
+                        seen.add(where)
+                        entry = self._claim(group, topic, text, must_be_in_flight=False)
+                except InvalidReceiptHandleError as exc:
+                    outcomes.append(exc)
+                    continue
+                outcomes.append(None)
+                if entry is not None:
+                    entries.append(entry)
+        except BaseException:
+            self._unclaim(entries)
+            raise
+        if entries:
+            self._resolve(group, topic, entries, [])
+        return outcomes
+
     def forward_to_dlq(self, group: str, topic: str, receipt_handle: str) -> None:
         """Move the message to ``%DLQ%{group}`` now (a PushConsumer out of attempts); a no-op for a
         message not in flight any more."""
@@ -554,15 +590,18 @@ class PopService:
         try:
             self._put([*dead_letters, self._resolved_record(group, topic, entries)], "ack")
         except BaseException:
-            with self._lock:
-                for entry in entries:
-                    entry.resolving = False
-                self._changed.notify_all()
+            self._unclaim(entries)
             raise
         with self._lock:
             for entry in entries:
                 self._remove(entry)
                 self._commit_queue(entry.queue)
+            self._changed.notify_all()
+
+    def _unclaim(self, entries: list[_Entry]) -> None:
+        with self._lock:
+            for entry in entries:
+                entry.resolving = False
             self._changed.notify_all()
 
     # --- redelivery --------------------------------------------------------------------------
@@ -650,6 +689,63 @@ class PopService:
         return msg
 
     # --- progress -----------------------------------------------------------------------------
+    def relog_oldest(self, limit: int = 4096) -> int:
+        """Write again, in new IN_FLIGHT records, up to ``limit`` messages held by records more
+        than ``relog_distance`` records behind the pop log's end, so that the replay point moves
+        on while they stay in flight (a long invisible time, a FIFO group not coming back); how
+        many. The background loop calls it."""
+        with self._lock:
+            end = self.store.max_offset_in_queue(POP_LOG_TOPIC, 0)
+            if not self._records or end - min(self._records) <= self._relog_distance:
+                return 0
+            cutoff = end - self._relog_distance // 2
+            stale: dict[tuple[str, str, bool, int], list[_Entry]] = {}
+            count = 0
+            for queue in self._queues.values():
+                for entry in queue.in_flight.values():
+                    if 0 <= entry.record < cutoff and not (entry.writing or entry.resolving):
+                        entry.writing = True
+                        stale.setdefault(
+                            (queue.group, queue.topic, entry.fifo, entry.max_attempts), []
+                        ).append(entry)
+                        count += 1
+                        if count >= limit:
+                            break
+                if count >= limit:
+                    break
+            write_id = self._begin_write()
+        records = [
+            Message(
+                POP_LOG_TOPIC,
+                pop_log.encode(
+                    LogKind.IN_FLIGHT,
+                    group,
+                    topic,
+                    [e.log_fields() for e in entries],
+                    fifo=fifo,
+                    max_attempts=max_attempts,
+                ),
+                tags="ck",
+                queue_id=0,
+            )
+            for (group, topic, fifo, max_attempts), entries in stale.items()
+        ]
+        try:
+            results = self._put(records, "pop log rewrite") if records else []
+        finally:
+            with self._lock:
+                self._end_write(write_id)
+                for entries in stale.values():
+                    for entry in entries:
+                        entry.writing = False
+                self._changed.notify_all()
+        with self._lock:
+            for result, entries in zip(results, stale.values()):
+                for entry in entries:
+                    if not entry.gone:
+                        self._hold(entry, result.queue_offset)
+        return count
+
     def commit_progress(self) -> None:
         """Commit every queue's offset, then the pop log's replay point R (see the docstring)."""
         with self._lock:
@@ -769,8 +865,8 @@ class PopService:
     def _replay(self) -> None:
         """Rebuild the in-flight table from the pop log, from its committed replay point."""
         store = self.store
-        offset = max(0, store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0))
-        self._log_committed = offset
+        self._log_committed = store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0)
+        offset = max(0, self._log_committed)
         end = store.max_offset_in_queue(POP_LOG_TOPIC, 0)
         entries: dict[tuple[_Key, int], _Entry] = {}
         records = 0
@@ -829,8 +925,9 @@ class _ReviveLoop(BackgroundService):
         try:
             while self._pop.revive_expired() > 0:
                 pass
+            self._pop.relog_oldest()
         except StoreWriteError as exc:
-            log.warning("redelivery of expired messages failed, retried next round: %s", exc)
+            log.warning("pop state write failed, retried next round: %s", exc)
         self._pop.commit_progress()
 
 
