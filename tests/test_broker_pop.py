@@ -5,13 +5,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
 
-from rocketstore import ManualClock, Message, MessageStore
+from rocketstore import FlushDiskType, ManualClock, Message, MessageStore, StoreConfig
 from rocketstore.broker import pop_log
 from rocketstore.broker.pop import (
     POP_LOG_GROUP,
@@ -473,3 +474,36 @@ def test_messages_long_in_flight_are_written_again_so_a_restart_replays_little(
         assert pop.in_flight == 1
         pop.ack("g", "T", held.receipt_handle)
         assert pop.in_flight == 0
+
+
+@pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
+def test_concurrent_receivers_and_ackers_get_every_message_once(tmp_path: Path, flush: FlushDiskType) -> None:
+    clock = ManualClock()  # never moves: nothing expires, so nothing may be delivered twice
+    with MessageStore.open(tmp_path / "store", StoreConfig(flush_disk_type=flush), clock=clock) as store:
+        store.create_topic("T", 4)
+        pop = PopService(store, clock=clock)
+        pop.start()
+        pop.receive("g", "T", "*", 1, INVISIBLE)
+        put(store, [f"m{i}" for i in range(400)])
+        seen: list[str] = []
+        lock = threading.Lock()
+
+        def consume() -> None:
+            while True:
+                got = pop.receive("g", "T", "*", 8, INVISIBLE)
+                if not got:
+                    return
+                for p in got:
+                    pop.ack("g", "T", p.receipt_handle)
+                with lock:
+                    seen.extend(p.message.body.decode() for p in got)
+
+        threads = [threading.Thread(target=consume) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        pop.stop()
+        assert sorted(seen) == sorted(f"m{i}" for i in range(400))
+        assert pop.in_flight == 0
+        assert store.consumer_offsets()[("T", "g")] == {q: 100 for q in range(4)}
