@@ -206,8 +206,9 @@ class MessageEncoder:
         delays, sys_flags, born_hosts, reconsumes = columns[9:]
         if any(delays) or any(sys_flags) or any(reconsumes) or born_hosts.count(None) != n:
             return None
-        # 0.0, "", False: prepare names them
-        if {*map(type, delays), *map(type, sys_flags), *map(type, reconsumes)} != {int}:
+        if {*map(type, delays), *map(type, sys_flags), *map(type, reconsumes)} != {
+            int
+        }:  # 0.0, "", False: prepare names them
             return None
         plain = self._prepare_plain(msgs, columns)
         if plain is not None:
