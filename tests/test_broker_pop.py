@@ -264,6 +264,11 @@ def test_the_handle_before_a_change_still_acks(
         ("0 1 2 0 3 rocketstore 0 5 7", "topicType 3"),
         ("0  1 2 0 0 rocketstore 0 5 7", "want 9 fields"),
         ("6 1 2 0 0 rocketstore 0 5 7", "startOffset 6 is past the offset 5"),
+        (
+            "0 1 2 0 0 rocketstore 0 5 99999999999999999999",
+            "commitLogOffset 99999999999999999999 is out of range",
+        ),
+        ("0 1 2 0 0 rock#et 0 5 7", "brokerName 'rock#et' is not a broker name"),
         ("0 1 2 0 0 other 0 0 0", "broker 'other'"),
         ("0 1 2 0 0 rocketstore 9 0 0", "no queue 9"),
         ("0 1 2 0 1 rocketstore 1 0 0", "only queue 0"),

@@ -465,7 +465,7 @@ class PopService:
                     entry = None
                     if where not in seen:  # a second claim of a message claimed here would wait for itself
                         seen.add(where)
-                        entry = self._claim(group, topic, text, must_be_in_flight=False)
+                        entry = self._claim(group, topic, text, must_be_in_flight=False, handle=handle)
                 except InvalidReceiptHandleError as exc:
                     outcomes.append(exc)
                     continue
@@ -494,7 +494,9 @@ class PopService:
         if type(invisible_ms) is not int or invisible_ms <= 0:
             raise StoreConfigError(f"invisible_ms must be a positive int, not {invisible_ms!r}")
         handle = _decode(receipt_handle)
-        entry = self._claim(group, topic, receipt_handle, must_be_in_flight=True, resolve=False)
+        entry = self._claim(
+            group, topic, receipt_handle, must_be_in_flight=True, resolve=False, handle=handle
+        )
         assert entry is not None
         now = self._clock.now_ms()
         with self._lock:
@@ -539,12 +541,21 @@ class PopService:
         ).encode()
 
     def _claim(
-        self, group: str, topic: str, receipt_handle: str, *, must_be_in_flight: bool, resolve: bool = True
+        self,
+        group: str,
+        topic: str,
+        receipt_handle: str,
+        *,
+        must_be_in_flight: bool,
+        resolve: bool = True,
+        handle: ReceiptHandle | None = None,
     ) -> _Entry | None:
-        """The in-flight message ``receipt_handle`` names, marked as being resolved (``resolve``)
-        or written, once no other write of it is under way; None when it is not in flight."""
+        """The in-flight message ``receipt_handle`` (decoded: ``handle``) names, marked as being
+        resolved (``resolve``) or written, once no other write of it is under way; None when it
+        is not in flight."""
         _check_names(group, topic)
-        handle = _decode(receipt_handle)
+        if handle is None:
+            handle = _decode(receipt_handle)
         if handle.broker_name != self.broker_name:
             raise InvalidReceiptHandleError(
                 receipt_handle, f"it is broker {handle.broker_name!r}'s; this is {self.broker_name!r}"
@@ -595,7 +606,8 @@ class PopService:
         with self._lock:
             for entry in entries:
                 self._remove(entry)
-                self._commit_queue(entry.queue)
+            for queue in {id(e.queue): e.queue for e in entries}.values():
+                self._commit_queue(queue)
             self._changed.notify_all()
 
     def _unclaim(self, entries: list[_Entry]) -> None:
@@ -638,7 +650,8 @@ class PopService:
         with self._lock:
             for entry in due:
                 self._remove(entry)
-                self._commit_queue(entry.queue)
+            for queue in {id(e.queue): e.queue for e in due}.values():
+                self._commit_queue(queue)
             self._changed.notify_all()
         return len(due)
 
