@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import signal
@@ -26,6 +27,10 @@ from rocketstore.broker.receipt import ReceiptHandle
 from rocketstore.errors import CorruptDataError, InvalidReceiptHandleError, StoreConfigError
 
 INVISIBLE = 30_000
+# small files: a default store preallocates over 2 GiB
+CONFIG = StoreConfig(
+    commitlog_segment_size=1 << 20, consume_queue_entries=1024, index_hash_slots=64, index_max_entries=4096
+)
 
 
 @pytest.fixture
@@ -35,7 +40,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def store(tmp_path: Path, clock: ManualClock) -> Iterator[MessageStore]:
-    with MessageStore.open(tmp_path / "store", clock=clock) as s:
+    with MessageStore.open(tmp_path / "store", CONFIG, clock=clock) as s:
         s.create_topic("T", 4)
         yield s
 
@@ -314,7 +319,7 @@ def test_in_flight_messages_are_bounded(store: MessageStore, clock: ManualClock)
 
 def test_a_restart_keeps_acks_and_brings_back_what_was_in_flight(tmp_path: Path, clock: ManualClock) -> None:
     path = tmp_path / "store"
-    with MessageStore.open(path, clock=clock) as store:
+    with MessageStore.open(path, CONFIG, clock=clock) as store:
         store.create_topic("T", 4)
         pop = PopService(store, clock=clock)
         pop.receive("g", "T", "*", 32, INVISIBLE)
@@ -325,7 +330,7 @@ def test_a_restart_keeps_acks_and_brings_back_what_was_in_flight(tmp_path: Path,
             pop.ack("g", "T", p.receipt_handle)
         kept = {p.receipt_handle for p in got[1::2]}
         pop.stop()
-    with MessageStore.open(path, clock=clock) as store:
+    with MessageStore.open(path, CONFIG, clock=clock) as store:
         pop = PopService(store, clock=clock)
         assert pop.in_flight == 4
         assert pop.receive("g", "T", "*", 32, INVISIBLE) == []
@@ -342,7 +347,7 @@ def test_a_restart_keeps_acks_and_brings_back_what_was_in_flight(tmp_path: Path,
 
 # --- a crash: the process holding the PopService is killed ----------------------------------------
 def _pop_child(root: str, conn: Connection) -> None:
-    store = MessageStore.open(root, disk_usage=lambda _path: 0.5)  # however full the test machine is
+    store = MessageStore.open(root, CONFIG, disk_usage=lambda _path: 0.5)  # however full the test machine is
     store.create_topic("K", 2)
     pop = PopService(store)
     pop.start()
@@ -370,7 +375,7 @@ def test_sigkill_of_the_process_keeps_acks_and_brings_back_what_was_in_flight(tm
     child.join(30)
     assert len(acked) == 12 and len(in_flight) == 8
     clock = ManualClock(_now_ms() + 60_000)
-    with MessageStore.open(root, clock=clock) as store:
+    with MessageStore.open(root, CONFIG, clock=clock) as store:
         pop = PopService(store, clock=clock)
         assert pop.in_flight == 8
         assert pop.revive_expired() == 8
@@ -424,14 +429,14 @@ def test_a_corrupt_pop_log_record_is_reported(body: bytes, reason: str) -> None:
 
 def test_a_corrupt_record_in_the_pop_log_is_skipped_at_replay(tmp_path: Path, clock: ManualClock) -> None:
     path = tmp_path / "store"
-    with MessageStore.open(path, clock=clock) as store:
+    with MessageStore.open(path, CONFIG, clock=clock) as store:
         store.create_topic("T", 1)
         pop = PopService(store, clock=clock)
         pop.receive("g", "T", "*", 32, INVISIBLE)
         store.put_messages([Message(POP_LOG_TOPIC, b"\x09junk", queue_id=0)])
         put(store, ["x"])
         pop.receive("g", "T", "*", 32, INVISIBLE)
-    with MessageStore.open(path, clock=clock) as store:
+    with MessageStore.open(path, CONFIG, clock=clock) as store:
         assert PopService(store, clock=clock).in_flight == 1
 
 
@@ -456,7 +461,7 @@ def test_messages_long_in_flight_are_written_again_so_a_restart_replays_little(
     tmp_path: Path, clock: ManualClock
 ) -> None:
     path = tmp_path / "store"
-    with MessageStore.open(path, clock=clock) as store:
+    with MessageStore.open(path, CONFIG, clock=clock) as store:
         store.create_topic("T", 1)
         pop = PopService(store, clock=clock, relog_distance=4)
         pop.receive("g", "T", "*", 32, INVISIBLE)
@@ -474,7 +479,7 @@ def test_messages_long_in_flight_are_written_again_so_a_restart_replays_little(
         pop.commit_progress()
         replay_from = store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0)
         assert replay_from == store.max_offset_in_queue(POP_LOG_TOPIC, 0) - 1  # the rewrite only
-    with MessageStore.open(path, clock=clock) as store:
+    with MessageStore.open(path, CONFIG, clock=clock) as store:
         pop = PopService(store, clock=clock)
         assert pop.in_flight == 1
         pop.ack("g", "T", held.receipt_handle)
@@ -484,7 +489,9 @@ def test_messages_long_in_flight_are_written_again_so_a_restart_replays_little(
 @pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
 def test_concurrent_receivers_and_ackers_get_every_message_once(tmp_path: Path, flush: FlushDiskType) -> None:
     clock = ManualClock()  # never moves: nothing expires, so nothing may be delivered twice
-    with MessageStore.open(tmp_path / "store", StoreConfig(flush_disk_type=flush), clock=clock) as store:
+    with MessageStore.open(
+        tmp_path / "store", dataclasses.replace(CONFIG, flush_disk_type=flush), clock=clock
+    ) as store:
         store.create_topic("T", 4)
         pop = PopService(store, clock=clock)
         pop.start()
