@@ -95,14 +95,19 @@ def test_ack_commits_the_group_offsets_and_a_second_ack_is_harmless(
 
 
 def test_each_receive_and_ack_is_one_pop_log_record(store: MessageStore, pop: PopService) -> None:
-    pop.receive("g", "T", "*", 32, INVISIBLE)
+    pop.receive("g", "T", "*", 32, INVISIBLE)  # where the group starts: one record
+    store.wait_dispatched()
+    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == 1
     put(store, [f"m{i}" for i in range(8)])
     got = pop.receive("g", "T", "*", 32, INVISIBLE)
     store.wait_dispatched()
-    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == 1
+    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == 2
     pop.ack("g", "T", got[0].receipt_handle)
     store.wait_dispatched()
-    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == 2
+    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == 3
+    assert pop.receive("g", "T", "*", 32, INVISIBLE) == []  # nothing to hand out: nothing written
+    store.wait_dispatched()
+    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == 3
 
 
 def test_tag_filter_skips_messages_and_they_still_advance_the_group(
@@ -347,17 +352,22 @@ def test_a_restart_keeps_acks_and_brings_back_what_was_in_flight(tmp_path: Path,
 
 # --- a crash: the process holding the PopService is killed ----------------------------------------
 def _pop_child(root: str, conn: Connection) -> None:
-    store = MessageStore.open(root, CONFIG, disk_usage=lambda _path: 0.5)  # however full the test machine is
+    # the offset table is not written before the kill: the pop log alone must tell where groups are
+    config = dataclasses.replace(CONFIG, flush_consumer_offset_interval=3_600_000)
+    store = MessageStore.open(root, config, disk_usage=lambda _path: 0.5)  # however full the test machine is
     store.create_topic("K", 2)
     pop = PopService(store)
     pop.start()
     pop.receive("g", "K", "*", 32, 10_000)
+    pop.receive("idle", "K", "*", 32, 10_000)  # starts at the end now, receives nothing more
     store.put_messages([Message("K", f"m{i}".encode()) for i in range(20)])
     store.wait_dispatched()
     got = pop.receive("g", "K", "*", 32, 10_000)
     acked = [p.message.body.decode() for p in got[:12]]
     for p in got[:12]:
         pop.ack("g", "K", p.receipt_handle)
+    store.put_messages([Message("K", f"late{i}".encode()) for i in range(4)])  # not received
+    store.wait_dispatched()
     conn.send((acked, [p.message.body.decode() for p in got[12:]]))
     conn.recv()  # never comes: the parent kills us
 
@@ -381,11 +391,14 @@ def test_sigkill_of_the_process_keeps_acks_and_brings_back_what_was_in_flight(tm
         assert pop.revive_expired() == 8
         store.wait_dispatched()
         again = pop.receive("g", "K", "*", 32, 10_000)
-        assert sorted(p.message.body.decode() for p in again) == sorted(in_flight)
-        assert {p.delivery_attempt for p in again} == {2}
+        late = [f"late{i}" for i in range(4)]
+        assert sorted(p.message.body.decode() for p in again) == sorted(in_flight + late)
+        assert {p.delivery_attempt for p in again} == {1, 2}
         for p in again:
             pop.ack("g", "K", p.receipt_handle)
         assert pop.receive("g", "K", "*", 32, 10_000) == []
+        idle = pop.receive("idle", "K", "*", 32, 10_000)
+        assert sorted(p.message.body.decode() for p in idle) == sorted([f"m{i}" for i in range(20)] + late)
 
 
 def _now_ms() -> int:
@@ -473,7 +486,7 @@ def test_messages_long_in_flight_are_written_again_so_a_restart_replays_little(
             pop.ack("g", "T", p.receipt_handle)
         store.wait_dispatched()
         pop.commit_progress()
-        assert store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0) == 0  # held by the first record
+        assert store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0) == 1  # held by the first IN_FLIGHT
         assert pop.relog_oldest() == 1
         store.wait_dispatched()
         pop.commit_progress()

@@ -251,6 +251,7 @@ class PopService:
         deadline = now + invisible_ms
         popped: list[tuple[_Entry, MessageExt, int]] = []  # entry, message, batch start offset
         to_dlq: list[_Entry] = []
+        fresh: list[tuple[_Queue, int]] = []  # queues the group reads for the first time, and where
         with self._lock:
             budget = min(batch_size, self.max_in_flight - self._in_flight)
             targets = [(NORMAL_TOPIC, q) for q in range(queue_count)] + [(RETRY_TOPIC, 0)]
@@ -260,17 +261,17 @@ class PopService:
             for topic_type, queue_id in targets[turn:] + targets[:turn]:
                 if len(popped) >= budget:
                     break
-                queue = self._queue(group, topic, topic_type, queue_id)
+                queue = self._queue(group, topic, topic_type, queue_id, fresh=fresh)
                 if fifo and not self._take_expired(queue, now, deadline, max_attempts, popped, to_dlq):
                     continue  # locked: a message of it is in flight
                 self._read_new(
                     queue, expression, budget - len(popped), now, deadline, max_attempts, fifo, popped
                 )
                 self._commit_queue(queue)  # its cursor may have moved past messages the filter skipped
-            write_id = self._begin_write() if popped or to_dlq else -1
+            write_id = self._begin_write() if popped or to_dlq or fresh else -1
         if write_id < 0:
             return []
-        self._write_receive(group, topic, fifo, max_attempts, popped, to_dlq, write_id, now)
+        self._write_receive(group, topic, fifo, max_attempts, popped, to_dlq, fresh, write_id, now)
         return [self._popped(entry, msg, start, now, invisible_ms) for entry, msg, start in popped]
 
     def _take_expired(
@@ -370,12 +371,19 @@ class PopService:
         max_attempts: int,
         popped: list[tuple[_Entry, MessageExt, int]],
         to_dlq: list[_Entry],
+        fresh: list[tuple[_Queue, int]],
         write_id: int,
         now: int,
     ) -> None:
-        """One put for a receive: the dead letters of expired FIFO messages, their RESOLVED record,
-        the IN_FLIGHT record of what it hands out."""
+        """One put for a receive: where the group starts in queues new to it (so a crash before
+        the offset table is written does not move its start), the dead letters of expired FIFO
+        messages, their RESOLVED record, the IN_FLIGHT record of what it hands out."""
         msgs = self._dead_letters(to_dlq)
+        if fresh:
+            body = pop_log.encode(
+                LogKind.POSITION, group, topic, [(q.topic_type, q.queue_id, start) for q, start in fresh]
+            )
+            msgs.insert(0, Message(POP_LOG_TOPIC, body, tags="start", queue_id=0))
         if to_dlq:
             msgs.append(self._resolved_record(group, topic, to_dlq))
         if popped:
@@ -777,7 +785,19 @@ class PopService:
             queue.committed = point
 
     # --- state helpers (under _lock) ---------------------------------------------------------
-    def _queue(self, group: str, topic: str, topic_type: int, queue_id: int) -> _Queue:
+    def _queue(
+        self,
+        group: str,
+        topic: str,
+        topic_type: int,
+        queue_id: int,
+        *,
+        fresh: list[tuple[_Queue, int]] | None = None,
+        start: int | None = None,
+    ) -> _Queue:
+        """The group's state of a queue. A queue it never committed an offset of starts at
+        ``start`` when given (a POSITION record), else where ``new_group_start`` says, and is
+        added to ``fresh`` (the caller writes its POSITION record)."""
         key = (group, topic, topic_type, queue_id)
         queue = self._queues.get(key)
         if queue is not None:
@@ -787,12 +807,16 @@ class PopService:
         committed = store.query_offset(group, store_topic, queue_id)
         cursor = committed
         if cursor < 0:
+            if start is not None:
+                cursor = start
             # a retry topic is the group's own: all of it is for the group
-            if topic_type == RETRY_TOPIC or self._new_group_start == "min":
+            elif topic_type == RETRY_TOPIC or self._new_group_start == "min":
                 cursor = store.min_offset_in_queue(store_topic, queue_id)
             else:
                 cursor = store.max_offset_in_queue(store_topic, queue_id)
         queue = self._queues[key] = _Queue(group, topic, topic_type, queue_id, store_topic, cursor, committed)
+        if committed < 0 and fresh is not None:
+            fresh.append((queue, cursor))
         self._commit_queue(queue)
         return queue
 
@@ -922,6 +946,10 @@ class PopService:
             entry.retrieve_ms, entry.deadline_ms, entry.attempt = e.retrieve_ms, e.deadline_ms, e.attempt
             entry.max_attempts, entry.fifo = record.max_attempts, record.fifo
             self._hold(entry, log_offset)
+        if record.kind is LogKind.POSITION:
+            for r in record.resolved:
+                self._queue(group, topic, r.topic_type, r.queue_id, start=r.offset)
+            return
         for r in record.resolved:
             key = ((group, topic, r.topic_type, r.queue_id), r.offset)
             gone = entries.pop(key, None)

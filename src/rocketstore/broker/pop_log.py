@@ -9,7 +9,8 @@ big-endian::
     0   u8    version, 1
     1   u8    kind: 1 IN_FLIGHT (these messages are handed out and invisible until their deadline;
               a later IN_FLIGHT record of the same message replaces it), 2 RESOLVED (these messages
-              are done: acked, re-put into the retry topic, or dead-lettered)
+              are done: acked, re-put into the retry topic, or dead-lettered), 3 POSITION (the
+              group starts reading these queues, which it never read before, at these offsets)
     2   u8    flags: bit 0 FIFO (an expired message comes back in place, not through the retry topic)
     3   u16   max attempts (IN_FLIGHT; 0 in RESOLVED)
     5   u16   length G of the consumer group, then G bytes UTF-8
@@ -18,7 +19,7 @@ big-endian::
               IN_FLIGHT  u8 topic type (0 topic, 1 retry topic), i32 queue id, i64 queue offset,
                          i64 commitlog offset, i64 retrieve time ms, i64 deadline ms, i32 attempt
                          (41 bytes)
-              RESOLVED   u8 topic type, i32 queue id, i64 queue offset (13 bytes)
+              RESOLVED, POSITION   u8 topic type, i32 queue id, i64 queue offset (13 bytes)
 
 A message is named by (group, topic, topic type, queue id, queue offset).
 """
@@ -50,6 +51,7 @@ assert _RESOLVED.size == 13
 class LogKind(enum.IntEnum):
     IN_FLIGHT = 1
     RESOLVED = 2
+    POSITION = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,7 @@ class PopLogRecord:
     fifo: bool
     max_attempts: int
     in_flight: tuple[InFlightEntry, ...] = ()
-    resolved: tuple[ResolvedEntry, ...] = ()
+    resolved: tuple[ResolvedEntry, ...] = ()  # RESOLVED: the messages; POSITION: the queues' offsets
 
 
 def encode(
@@ -90,7 +92,8 @@ def encode(
     fifo: bool = False,
     max_attempts: int = 0,
 ) -> bytes:
-    """A record's body; ``entries`` are the fields of InFlightEntry or ResolvedEntry, in order."""
+    """A record's body; ``entries`` are the fields of InFlightEntry (IN_FLIGHT) or ResolvedEntry
+    (RESOLVED, POSITION), in order."""
     entry = _IN_FLIGHT if kind is LogKind.IN_FLIGHT else _RESOLVED
     g, t = group.encode(), topic.encode()
     return b"".join(
@@ -114,7 +117,7 @@ def decode(body: bytes | memoryview) -> PopLogRecord:
     version, kind, flags, max_attempts = _HEAD.unpack_from(view, 0)
     if version != VERSION:
         raise CorruptDataError(f"pop log record version {version}, want {VERSION}", offset=0)
-    if kind not in (LogKind.IN_FLIGHT, LogKind.RESOLVED):
+    if kind not in LogKind.__members__.values():
         raise CorruptDataError(f"pop log record kind {kind} is unknown", offset=1)
     pos = _HEAD.size
     names = []
@@ -152,5 +155,5 @@ def decode(body: bytes | memoryview) -> PopLogRecord:
             in_flight=tuple(InFlightEntry(*f) for f in fields),
         )
     return PopLogRecord(
-        LogKind.RESOLVED, group, topic, False, 0, resolved=tuple(ResolvedEntry(*f) for f in fields)
+        LogKind(kind), group, topic, False, 0, resolved=tuple(ResolvedEntry(*f) for f in fields)
     )
