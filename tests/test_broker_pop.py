@@ -196,25 +196,27 @@ def fifo_put(store: MessageStore, bodies_: list[str], group: str = "G1") -> None
     put(store, bodies_, queue_id=0, properties={"__SHARDINGKEY": group})
 
 
-def test_fifo_hands_out_nothing_more_of_a_queue_while_a_message_is_in_flight(
+def test_messages_of_a_message_group_are_handed_out_in_order_one_batch_at_a_time(
     store: MessageStore, pop: PopService, clock: ManualClock
 ) -> None:
-    pop.receive("g", "T", "*", 32, INVISIBLE, fifo=True)
+    pop.receive("g", "T", "*", 32, INVISIBLE)
     fifo_put(store, [f"m{i}" for i in range(5)])
-    got = pop.receive("g", "T", "*", 2, INVISIBLE, fifo=True)
+    got = pop.receive("g", "T", "*", 2, INVISIBLE)
     assert [p.message.body for p in got] == [b"m0", b"m1"]
     put(store, ["other"], queue_id=1)
     # queue 0 is locked; queue 1 is not
-    assert [p.message.body for p in pop.receive("g", "T", "*", 32, INVISIBLE, fifo=True)] == [b"other"]
+    (other,) = pop.receive("g", "T", "*", 32, INVISIBLE)
+    assert other.message.body == b"other"
+    pop.ack("g", "T", other.receipt_handle)
     pop.ack("g", "T", got[0].receipt_handle)
-    assert pop.receive("g", "T", "*", 32, INVISIBLE, fifo=True) == []  # m1 is still in flight
+    assert pop.receive("g", "T", "*", 32, INVISIBLE) == []  # m1 is still in flight
     pop.ack("g", "T", got[1].receipt_handle)
-    got = pop.receive("g", "T", "*", 2, INVISIBLE, fifo=True)
+    got = pop.receive("g", "T", "*", 2, INVISIBLE)
     assert [p.message.body for p in got] == [b"m2", b"m3"]
     # not acked: both come back in place, in order, with the next attempt, then m4 after them
     clock.advance(INVISIBLE)
     assert pop.revive_expired() == 0  # FIFO messages are never re-put into the retry topic
-    again = pop.receive("g", "T", "*", 3, INVISIBLE, fifo=True)
+    again = pop.receive("g", "T", "*", 3, INVISIBLE)
     assert [(p.message.body, p.delivery_attempt) for p in again] == [(b"m2", 2), (b"m3", 2), (b"m4", 1)]
     assert {p.message.topic for p in again} == {"T"}
     assert store.max_offset_in_queue(retry_topic("g", "T"), 0) == 0
@@ -410,17 +412,21 @@ def _now_ms() -> int:
 # --- the pop log's records --------------------------------------------------------------------------
 def test_pop_log_records_round_trip() -> None:
     body = pop_log.encode(
-        pop_log.LogKind.IN_FLIGHT, "g", "T", [(1, 0, 5, 700, 10, 20, 3)], fifo=True, max_attempts=17
+        pop_log.LogKind.IN_FLIGHT, "g", "T", [(1, 1, 0, 5, 700, 10, 20, 3)], max_attempts=17
     )
     record = pop_log.decode(body)
-    assert (record.kind, record.group, record.topic, record.fifo, record.max_attempts) == (
+    assert (record.kind, record.group, record.topic, record.max_attempts) == (
         pop_log.LogKind.IN_FLIGHT,
         "g",
         "T",
-        True,
         17,
     )
-    assert record.in_flight == (pop_log.InFlightEntry(1, 0, 5, 700, 10, 20, 3),)
+    assert record.in_flight == (pop_log.InFlightEntry(1, 1, 0, 5, 700, 10, 20, 3),)
+    position = pop_log.decode(pop_log.encode(pop_log.LogKind.POSITION, "g", "T", [(0, 3, 40)]))
+    assert (position.kind, position.resolved) == (
+        pop_log.LogKind.POSITION,
+        (pop_log.ResolvedEntry(0, 3, 40),),
+    )
     resolved = pop_log.decode(pop_log.encode(pop_log.LogKind.RESOLVED, "g", "T", [(0, 2, 9)]))
     assert resolved.resolved == (pop_log.ResolvedEntry(0, 2, 9),)
 
@@ -532,3 +538,22 @@ def test_concurrent_receivers_and_ackers_get_every_message_once(tmp_path: Path, 
         assert sorted(seen) == sorted(f"m{i}" for i in range(400))
         assert pop.in_flight == 0
         assert store.consumer_offsets()[("T", "g")] == {q: 100 for q in range(4)}
+
+
+def test_a_fifo_receive_orders_messages_without_a_message_group_too(
+    store: MessageStore, pop: PopService
+) -> None:
+    pop.receive("g", "T", "*", 32, INVISIBLE, fifo=True)
+    put(store, ["a", "b"], queue_id=2)
+    (first,) = pop.receive("g", "T", "*", 1, INVISIBLE, fifo=True)
+    assert pop.receive("g", "T", "*", 1, INVISIBLE, fifo=True) == []
+    assert first.message.body == b"a"
+    pop.ack("g", "T", first.receipt_handle)
+    assert [p.message.body for p in pop.receive("g", "T", "*", 1, INVISIBLE, fifo=True)] == [b"b"]
+
+
+def test_messages_without_a_message_group_are_not_held_back(store: MessageStore, pop: PopService) -> None:
+    pop.receive("g", "T", "*", 32, INVISIBLE)
+    put(store, ["a", "b"], queue_id=2)
+    assert [p.message.body for p in pop.receive("g", "T", "*", 1, INVISIBLE)] == [b"a"]
+    assert [p.message.body for p in pop.receive("g", "T", "*", 1, INVISIBLE)] == [b"b"]

@@ -50,6 +50,7 @@ from rocketstore.offsets import GROUP_PATTERN
 from rocketstore.results import GetStatus, PutMessageResult, PutStatus
 from rocketstore.service import BackgroundService
 from rocketstore.store import MessageStore
+from rocketstore.topics import PROPERTY_SHARDING_KEY
 
 __all__ = [
     "POP_LOG_GROUP",
@@ -111,7 +112,7 @@ class _Entry:
     deadline_ms: int
     attempt: int
     max_attempts: int
-    fifo: bool
+    fifo: bool  # locks its queue while in flight; comes back in place, not via the retry topic
     record: int = -1  # log offset of the IN_FLIGHT record holding it; -1 while being written
     writing: bool = True  # an IN_FLIGHT record of it is being written
     resolving: bool = False  # its RESOLVED record is being written
@@ -121,6 +122,7 @@ class _Entry:
         q = self.queue
         return (
             q.topic_type,
+            pop_log.FLAG_FIFO if self.fifo else 0,
             q.queue_id,
             self.offset,
             self.commitlog_offset,
@@ -140,6 +142,7 @@ class _Queue:
     cursor: int
     committed: int
     in_flight: dict[int, _Entry] = field(default_factory=dict)  # by offset, in offset order
+    fifo_entries: int = 0  # how many of in_flight are FIFO: the queue is locked while one is
 
     def commit_point(self) -> int:
         return next(iter(self.in_flight), self.cursor)
@@ -231,8 +234,9 @@ class PopService:
     ) -> list[PoppedMessage]:
         """Up to ``batch_size`` messages of ``topic`` and the group's retry topic matching the tag
         ``expression`` (``*``, ``A || B``), invisible for ``invisible_ms``; [] when none is there.
-        Never waits for messages. ``fifo``: a queue with a message in flight hands out nothing
-        more, and an expired one comes back in place with the next attempt. A message delivered
+        Never waits for messages. A FIFO message (one with a message group, ``__SHARDINGKEY``;
+        with ``fifo`` every message) locks its queue for the group while in flight, and comes
+        back in place with the next attempt when it expires. A message delivered
         ``max_attempts`` times and not acked goes to ``%DLQ%{group}`` instead of coming back."""
         _check_names(group, topic)
         if not isinstance(expression, str):
@@ -262,7 +266,9 @@ class PopService:
                 if len(popped) >= budget:
                     break
                 queue = self._queue(group, topic, topic_type, queue_id, fresh=fresh)
-                if fifo and not self._take_expired(queue, now, deadline, max_attempts, popped, to_dlq):
+                if queue.fifo_entries and not self._take_expired(
+                    queue, now, deadline, max_attempts, popped, to_dlq
+                ):
                     continue  # locked: a message of it is in flight
                 self._read_new(
                     queue, expression, budget - len(popped), now, deadline, max_attempts, fifo, popped
@@ -271,7 +277,7 @@ class PopService:
             write_id = self._begin_write() if popped or to_dlq or fresh else -1
         if write_id < 0:
             return []
-        self._write_receive(group, topic, fifo, max_attempts, popped, to_dlq, fresh, write_id, now)
+        self._write_receive(group, topic, max_attempts, popped, to_dlq, fresh, write_id, now)
         return [self._popped(entry, msg, start, now, invisible_ms) for entry, msg, start in popped]
 
     def _take_expired(
@@ -283,10 +289,10 @@ class PopService:
         popped: list[tuple[_Entry, MessageExt, int]],
         to_dlq: list[_Entry],
     ) -> bool:
-        """FIFO: hand out again the queue's expired messages (dead-letter those out of attempts);
-        False when the queue is locked by a message still invisible or being written."""
+        """Hand out again the queue's expired FIFO messages (dead-letter those out of attempts);
+        False when the queue is locked by a FIFO message still invisible or being written."""
         entries = list(queue.in_flight.values())
-        if any(e.writing or e.resolving or (e.fifo and e.deadline_ms > now) for e in entries):
+        if any(e.fifo and (e.writing or e.resolving or e.deadline_ms > now) for e in entries):
             return False
         start = -1
         for entry in entries:
@@ -349,6 +355,7 @@ class PopService:
             queue.cursor = result.next_begin_offset
         start = result.messages[0].queue_offset if result.messages else -1
         for msg in result.messages:
+            in_order = fifo or PROPERTY_SHARDING_KEY in msg.properties
             entry = _Entry(
                 queue,
                 msg.queue_offset,
@@ -357,9 +364,10 @@ class PopService:
                 deadline,
                 msg.reconsume_times + 1,
                 max_attempts,
-                fifo,
+                in_order,
             )
             queue.in_flight[entry.offset] = entry
+            queue.fifo_entries += in_order
             self._in_flight += 1
             popped.append((entry, msg, start))
 
@@ -367,7 +375,6 @@ class PopService:
         self,
         group: str,
         topic: str,
-        fifo: bool,
         max_attempts: int,
         popped: list[tuple[_Entry, MessageExt, int]],
         to_dlq: list[_Entry],
@@ -392,7 +399,6 @@ class PopService:
                 group,
                 topic,
                 [e.log_fields() for e, _, _ in popped],
-                fifo=fifo,
                 max_attempts=max_attempts,
             )
             msgs.append(Message(POP_LOG_TOPIC, body, tags="ck", queue_id=0))
@@ -516,7 +522,6 @@ class PopService:
             group,
             topic,
             [entry.log_fields()],
-            fifo=entry.fifo,
             max_attempts=entry.max_attempts,
         )
         try:
@@ -720,15 +725,13 @@ class PopService:
             if not self._records or end - min(self._records) <= self._relog_distance:
                 return 0
             cutoff = end - self._relog_distance // 2
-            stale: dict[tuple[str, str, bool, int], list[_Entry]] = {}
+            stale: dict[tuple[str, str, int], list[_Entry]] = {}
             count = 0
             for queue in self._queues.values():
                 for entry in queue.in_flight.values():
                     if 0 <= entry.record < cutoff and not (entry.writing or entry.resolving):
                         entry.writing = True
-                        stale.setdefault(
-                            (queue.group, queue.topic, entry.fifo, entry.max_attempts), []
-                        ).append(entry)
+                        stale.setdefault((queue.group, queue.topic, entry.max_attempts), []).append(entry)
                         count += 1
                         if count >= limit:
                             break
@@ -743,13 +746,12 @@ class PopService:
                     group,
                     topic,
                     [e.log_fields() for e in entries],
-                    fifo=fifo,
                     max_attempts=max_attempts,
                 ),
                 tags="ck",
                 queue_id=0,
             )
-            for (group, topic, fifo, max_attempts), entries in stale.items()
+            for (group, topic, max_attempts), entries in stale.items()
         ]
         try:
             results = self._put(records, "pop log rewrite") if records else []
@@ -841,6 +843,7 @@ class PopService:
             return
         self._release_record(entry)
         del entry.queue.in_flight[entry.offset]
+        entry.queue.fifo_entries -= entry.fifo
         entry.gone = True
         entry.resolving = False
         self._in_flight -= 1
@@ -939,12 +942,14 @@ class PopService:
             entry = entries.get(key)
             if entry is None:
                 entry = entries[key] = _Entry(
-                    queue, e.offset, e.commitlog_offset, 0, 0, 0, 0, record.fifo, writing=False
+                    queue, e.offset, e.commitlog_offset, 0, 0, 0, 0, False, writing=False
                 )
                 queue.in_flight[e.offset] = entry
                 self._in_flight += 1
             entry.retrieve_ms, entry.deadline_ms, entry.attempt = e.retrieve_ms, e.deadline_ms, e.attempt
-            entry.max_attempts, entry.fifo = record.max_attempts, record.fifo
+            fifo = bool(e.flags & pop_log.FLAG_FIFO)
+            queue.fifo_entries += fifo - entry.fifo
+            entry.max_attempts, entry.fifo = record.max_attempts, fifo
             self._hold(entry, log_offset)
         if record.kind is LogKind.POSITION:
             for r in record.resolved:
