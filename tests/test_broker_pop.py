@@ -557,3 +557,26 @@ def test_messages_without_a_message_group_are_not_held_back(store: MessageStore,
     put(store, ["a", "b"], queue_id=2)
     assert [p.message.body for p in pop.receive("g", "T", "*", 1, INVISIBLE)] == [b"a"]
     assert [p.message.body for p in pop.receive("g", "T", "*", 1, INVISIBLE)] == [b"b"]
+
+
+def test_a_message_too_large_to_store_again_does_not_hold_up_the_other_redeliveries(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    with MessageStore.open(
+        tmp_path / "store", dataclasses.replace(CONFIG, max_message_size=400), clock=clock
+    ) as store:
+        store.create_topic("T", 1)
+        pop = PopService(store, clock=clock)
+        pop.receive("g", "T", "*", 32, INVISIBLE)
+        put(store, ["small"])
+        big = store.put_messages([Message("T", b"x" * 250)])[0]  # fits; with the retry properties it won't
+        store.wait_dispatched()
+        assert big.ok
+        got = pop.receive("g", "T", "*", 32, INVISIBLE)
+        assert len(got) == 2
+        clock.advance(INVISIBLE)
+        assert pop.revive_expired() == 2
+        store.wait_dispatched()
+        assert [p.message.body for p in pop.receive("g", "T", "*", 32, INVISIBLE)] == [b"small"]
+        assert pop.in_flight == 1
+        assert "cannot be stored again" in caplog.text

@@ -44,7 +44,13 @@ from rocketstore.broker.pop_log import LogKind
 from rocketstore.broker.receipt import NORMAL_TOPIC, RETRY_TOPIC, ReceiptHandle
 from rocketstore.clock import Clock, SystemClock
 from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED, SYSFLAG_MULTI_TAGS
-from rocketstore.errors import CorruptDataError, InvalidReceiptHandleError, StoreConfigError, StoreWriteError
+from rocketstore.errors import (
+    CorruptDataError,
+    InvalidMessageError,
+    InvalidReceiptHandleError,
+    StoreConfigError,
+    StoreWriteError,
+)
 from rocketstore.message import RESERVED_PROPERTIES, TOPIC_PATTERN, Message, MessageExt
 from rocketstore.offsets import GROUP_PATTERN
 from rocketstore.results import GetStatus, PutMessageResult, PutStatus
@@ -385,25 +391,16 @@ class PopService:
         """One put for a receive: where the group starts in queues new to it (so a crash before
         the offset table is written does not move its start), the dead letters of expired FIFO
         messages, their RESOLVED record, the IN_FLIGHT record of what it hands out."""
-        msgs = self._dead_letters(to_dlq)
-        if fresh:
-            body = pop_log.encode(
-                LogKind.POSITION, group, topic, [(q.topic_type, q.queue_id, start) for q, start in fresh]
-            )
-            msgs.insert(0, Message(POP_LOG_TOPIC, body, tags="start", queue_id=0))
-        if to_dlq:
-            msgs.append(self._resolved_record(group, topic, to_dlq))
-        if popped:
-            body = pop_log.encode(
-                LogKind.IN_FLIGHT,
-                group,
-                topic,
-                [e.log_fields() for e, _, _ in popped],
-                max_attempts=max_attempts,
-            )
-            msgs.append(Message(POP_LOG_TOPIC, body, tags="ck", queue_id=0))
+        args = (group, topic, max_attempts, popped, to_dlq, fresh)
         try:
-            results = self._put(msgs, "receive")
+            try:
+                results = self._put(self._receive_records(*args, dead_letters=True), "receive")
+            except InvalidMessageError as exc:
+                if not to_dlq:
+                    raise
+                # a dead letter this store will not take must not block its queue for good
+                log.error("dead letters of group %s not stored (%s): retired without copies", group, exc)
+                results = self._put(self._receive_records(*args, dead_letters=False), "receive")
         except BaseException:
             with self._lock:
                 self._end_write(write_id)
@@ -427,6 +424,35 @@ class PopService:
                     entry.writing = False
                     self._schedule(entry)
             self._changed.notify_all()
+
+    def _receive_records(
+        self,
+        group: str,
+        topic: str,
+        max_attempts: int,
+        popped: list[tuple[_Entry, MessageExt, int]],
+        to_dlq: list[_Entry],
+        fresh: list[tuple[_Queue, int]],
+        dead_letters: bool,
+    ) -> list[Message]:
+        msgs = self._dead_letters(to_dlq) if dead_letters else []
+        if fresh:
+            body = pop_log.encode(
+                LogKind.POSITION, group, topic, [(q.topic_type, q.queue_id, start) for q, start in fresh]
+            )
+            msgs.insert(0, Message(POP_LOG_TOPIC, body, tags="start", queue_id=0))
+        if to_dlq:
+            msgs.append(self._resolved_record(group, topic, to_dlq))
+        if popped:
+            body = pop_log.encode(
+                LogKind.IN_FLIGHT,
+                group,
+                topic,
+                [e.log_fields() for e, _, _ in popped],
+                max_attempts=max_attempts,
+            )
+            msgs.append(Message(POP_LOG_TOPIC, body, tags="ck", queue_id=0))
+        return msgs
 
     def _popped(
         self, entry: _Entry, msg: MessageExt, start: int, now: int, invisible_ms: int
@@ -461,7 +487,7 @@ class PopService:
         still in flight (before a change of its invisible time) acks it too."""
         entry = self._claim(group, topic, receipt_handle, must_be_in_flight=False)
         if entry is not None:
-            self._resolve(group, topic, [entry], [])
+            self._resolve([entry])
 
     def ack_batch(
         self, group: str, topic: str, receipt_handles: Sequence[str]
@@ -490,7 +516,7 @@ class PopService:
             self._unclaim(entries)
             raise
         if entries:
-            self._resolve(group, topic, entries, [])
+            self._resolve(entries)
         return outcomes
 
     def forward_to_dlq(self, group: str, topic: str, receipt_handle: str) -> None:
@@ -498,7 +524,7 @@ class PopService:
         message not in flight any more."""
         entry = self._claim(group, topic, receipt_handle, must_be_in_flight=False)
         if entry is not None:
-            self._resolve(group, topic, [entry], self._dead_letters([entry]))
+            self._resolve([entry], dead_letter=True)
 
     def change_invisible_duration(
         self, group: str, topic: str, receipt_handle: str, invisible_ms: int
@@ -609,13 +635,22 @@ class PopService:
                 entry.writing = True
             return entry
 
-    def _resolve(self, group: str, topic: str, entries: list[_Entry], dead_letters: list[Message]) -> None:
-        """Write dead letters and a RESOLVED record in one put, then drop ``entries`` (claimed)."""
+    def _resolve(self, entries: list[_Entry], *, dead_letter: bool = False) -> None:
+        """Retire ``entries`` (claimed), with dead-letter copies; they stay in flight if it fails."""
         try:
-            self._put([*dead_letters, self._resolved_record(group, topic, entries)], "ack")
+            self._retire(entries, self._dead_letters(entries) if dead_letter else [], "ack")
         except BaseException:
             self._unclaim(entries)
             raise
+
+    def _retire(self, entries: Sequence[_Entry], copies: list[Message], what: str) -> None:
+        """One put: ``copies`` (retry or dead-letter), then the RESOLVED records of ``entries``
+        (claimed); then they are out of flight and their queues' offsets committed."""
+        by_pair: dict[tuple[str, str], list[_Entry]] = {}
+        for entry in entries:
+            by_pair.setdefault((entry.queue.group, entry.queue.topic), []).append(entry)
+        records = [self._resolved_record(group, topic, done) for (group, topic), done in by_pair.items()]
+        self._put([*copies, *records], what)
         with self._lock:
             for entry in entries:
                 self._remove(entry)
@@ -645,28 +680,38 @@ class PopService:
                 due.append(entry)
         if not due:
             return 0
-        by_pair: dict[tuple[str, str], list[_Entry]] = {}
-        for entry in due:
-            by_pair.setdefault((entry.queue.group, entry.queue.topic), []).append(entry)
-        retry = [e for e in due if e.attempt < e.max_attempts]
-        msgs = self._retries(retry) + self._dead_letters([e for e in due if e.attempt >= e.max_attempts])
-        msgs += [self._resolved_record(group, topic, entries) for (group, topic), entries in by_pair.items()]
         try:
-            self._put(msgs, "redelivery")
+            try:
+                self._retire(due, self._redelivery_copies(due), "redelivery")
+            except InvalidMessageError:
+                # a message this store will not take again (a property RocketMQ accepted, say) must
+                # not hold the others up: one put each, and that one retired without a copy
+                for entry in due:
+                    try:
+                        self._retire([entry], self._redelivery_copies([entry]), "redelivery")
+                    except InvalidMessageError as exc:
+                        log.error(
+                            "%s queue %d offset %d cannot be stored again (%s): it is not redelivered",
+                            entry.queue.store_topic,
+                            entry.queue.queue_id,
+                            entry.offset,
+                            exc,
+                        )
+                        self._retire([entry], [], "redelivery")
         except BaseException:
             with self._lock:
                 for entry in due:
-                    entry.resolving = False
-                    self._schedule(entry)
+                    if not entry.gone:
+                        entry.resolving = False
+                        self._schedule(entry)
                 self._changed.notify_all()
             raise
-        with self._lock:
-            for entry in due:
-                self._remove(entry)
-            for queue in {id(e.queue): e.queue for e in due}.values():
-                self._commit_queue(queue)
-            self._changed.notify_all()
         return len(due)
+
+    def _redelivery_copies(self, entries: Sequence[_Entry]) -> list[Message]:
+        """Retry copies of the expired ``entries``, dead letters of those out of attempts."""
+        retry = [e for e in entries if e.attempt < e.max_attempts]
+        return self._retries(retry) + self._dead_letters([e for e in entries if e.attempt >= e.max_attempts])
 
     def _retries(self, entries: Sequence[_Entry]) -> list[Message]:
         """The retry-topic copies of expired messages (RocketMQ 5's PopReviveService.reviveRetry)."""
