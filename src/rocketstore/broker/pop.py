@@ -16,8 +16,14 @@ so under the store's flush policy and group commit). The pop log's own consumer 
 ``CID_RMQ_SYS_ROCKETSTORE_POP``) is the lowest log offset whose record may still matter: every
 message handed out by an earlier record is done and below its queue's committed offset. At open
 the log is replayed from R: its IN_FLIGHT records put messages back in flight (and move cursors
-past them), RESOLVED records take them out. The queue offsets are committed before R in the same
-offset table, so a table written at any moment never has an R ahead of its queue offsets.
+past them), RESOLVED records take them out, POSITION records say where a group started reading
+a queue (for a crash before the offset table was written). The queue offsets are committed before
+R in the same offset table, so a table written at any moment never has an R ahead of its queue
+offsets. Messages long in flight are written again (``relog_oldest``) so that R moves on.
+
+Redelivery: an expired message is re-put into the retry topic by the background loop
+(``revive_expired``); a FIFO one (a message group, or a ``fifo`` receive) locks its queue for the
+group while in flight and is handed out again in place by the next receive.
 
 Invariants (under ``_lock``): an entry is in its queue's ``in_flight`` until its RESOLVED record is
 written; ``record`` is the log offset of the IN_FLIGHT record that holds it (-1 until written); a
