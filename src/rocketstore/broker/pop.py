@@ -25,11 +25,10 @@ Redelivery: an expired message is re-put into the retry topic by the background 
 (``revive_expired``); a FIFO one (a message group, or a ``fifo`` receive) locks its queue for the
 group while in flight and is handed out again in place by the next receive.
 
-Invariants (under ``_lock``): an entry is in its queue's ``in_flight`` until its RESOLVED record is
-written; ``record`` is the log offset of the IN_FLIGHT record that holds it (-1 until written); a
-log offset is in ``_records`` while entries point at it; R never passes a record being written
-(``_writing``: the log's end when each write began). Records of one message are written in the
-order of its state changes: an ack waits for the message's IN_FLIGHT write to finish.
+The table (``pop_table``) keeps the cursors, the entries in flight, the records holding them and
+the redelivery schedule. An entry leaves it only once its RESOLVED record is written. Records of
+one message are written in the order of its state changes: an ack waits for the message's
+IN_FLIGHT write to finish (``writing``), a second ack for the first (``resolving``).
 
 Thread safety: every method may be called from any thread. Store reads happen under ``_lock``;
 pop-log writes (which wait for the flush policy) outside it.
@@ -37,19 +36,24 @@ pop-log writes (which wait for the flush policy) outside it.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from rocketstore.broker import pop_log
+from rocketstore.broker.pop_copies import (
+    PROPERTY_DLQ_ORIGIN_TOPIC,
+    dead_letter,
+    dlq_topic,
+    retry_copy,
+    retry_topic,
+)
 from rocketstore.broker.pop_log import LogKind
+from rocketstore.broker.pop_table import GroupQueue, InFlight, InFlightTable
 from rocketstore.broker.receipt import NORMAL_TOPIC, RETRY_TOPIC, ReceiptHandle
 from rocketstore.clock import Clock, SystemClock
-from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED, SYSFLAG_MULTI_TAGS
 from rocketstore.errors import (
     CorruptDataError,
     InvalidMessageError,
@@ -57,7 +61,7 @@ from rocketstore.errors import (
     StoreConfigError,
     StoreWriteError,
 )
-from rocketstore.message import RESERVED_PROPERTIES, TOPIC_PATTERN, Message, MessageExt
+from rocketstore.message import TOPIC_PATTERN, Message, MessageExt
 from rocketstore.offsets import GROUP_PATTERN
 from rocketstore.results import GetStatus, PutMessageResult, PutStatus
 from rocketstore.service import BackgroundService
@@ -77,24 +81,8 @@ log = logging.getLogger(__name__)
 
 POP_LOG_TOPIC: Final = "rmq_sys_ROCKETSTORE_POP_LOG"
 POP_LOG_GROUP: Final = "CID_RMQ_SYS_ROCKETSTORE_POP"
-PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
-PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
-PROPERTY_FIRST_POP_TIME: Final = "1ST_POP_TIME"
-PROPERTY_DLQ_ORIGIN_TOPIC: Final = "DLQ_ORIGIN_TOPIC"
-PROPERTY_DLQ_ORIGIN_MESSAGE_ID: Final = "DLQ_ORIGIN_MESSAGE_ID"
 _REPLAY_BATCH: Final = 1024
 _TOPIC_CACHE_S: Final = 1.0
-
-_Key = tuple[str, str, int, int]  # group, topic (as subscribed), topic type, queue id
-
-
-def retry_topic(group: str, topic: str) -> str:
-    """Where a group's expired messages of ``topic`` are re-put (RocketMQ 5 pop's retry topic)."""
-    return f"%RETRY%{group}_{topic}"
-
-
-def dlq_topic(group: str) -> str:
-    return f"%DLQ%{group}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,53 +99,6 @@ class PoppedMessage:
     receipt_handle: str
     delivery_attempt: int
     dead_letter_queue: str | None
-
-
-@dataclass(slots=True, eq=False)
-class _Entry:
-    """A message in flight."""
-
-    queue: _Queue
-    offset: int
-    commitlog_offset: int
-    retrieve_ms: int
-    deadline_ms: int
-    attempt: int
-    max_attempts: int
-    fifo: bool  # locks its queue while in flight; comes back in place, not via the retry topic
-    record: int = -1  # log offset of the IN_FLIGHT record holding it; -1 while being written
-    writing: bool = True  # an IN_FLIGHT record of it is being written
-    resolving: bool = False  # its RESOLVED record is being written
-    gone: bool = False  # done: out of its queue's in_flight
-
-    def log_fields(self) -> tuple[int, ...]:
-        q = self.queue
-        return (
-            q.topic_type,
-            pop_log.FLAG_FIFO if self.fifo else 0,
-            q.queue_id,
-            self.offset,
-            self.commitlog_offset,
-            self.retrieve_ms,
-            self.deadline_ms,
-            self.attempt,
-        )
-
-
-@dataclass(slots=True, eq=False)
-class _Queue:
-    group: str
-    topic: str  # as subscribed
-    topic_type: int
-    queue_id: int
-    store_topic: str  # topic, or the retry topic
-    cursor: int
-    committed: int
-    in_flight: dict[int, _Entry] = field(default_factory=dict)  # by offset, in offset order
-    fifo_entries: int = 0  # how many of in_flight are FIFO: the queue is locked while one is
-
-    def commit_point(self) -> int:
-        return next(iter(self.in_flight), self.cursor)
 
 
 class PopService:
@@ -198,19 +139,12 @@ class PopService:
         self.broker_name = broker_name
         self.max_in_flight = max_in_flight
         self._clock = clock or SystemClock()
-        self._new_group_start = new_group_start
         self._relog_distance = relog_distance
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # an entry's write finished
-        self._queues: dict[_Key, _Queue] = {}
+        self._table = InFlightTable(store, POP_LOG_TOPIC, new_group_start)
         self._turns: dict[tuple[str, str], int] = {}
-        self._in_flight = 0
-        self._records: dict[int, int] = {}  # log offset -> entries it holds
-        self._writing: dict[int, int] = {}  # write id -> log end when it began
-        self._write_ids = itertools.count()
         self._log_committed = -1
-        self._heap: list[tuple[int, int, _Entry]] = []  # (deadline, seq, entry) of non-FIFO entries
-        self._heap_seq = itertools.count()
         self._topics: dict[str, tuple[float, int]] = {}  # topic -> (looked at, queue count)
         self._known_topics: set[str] = set()
         self._loop = _ReviveLoop(self, revive_interval_ms / 1000)
@@ -230,7 +164,7 @@ class PopService:
     @property
     def in_flight(self) -> int:
         """Messages handed out and not done yet, over every group."""
-        return self._in_flight
+        return self._table.count
 
     # --- receiving ---------------------------------------------------------------------------
     def receive(
@@ -265,11 +199,11 @@ class PopService:
             return []
         now = self._clock.now_ms()
         deadline = now + invisible_ms
-        popped: list[tuple[_Entry, MessageExt, int]] = []  # entry, message, batch start offset
-        to_dlq: list[_Entry] = []
-        fresh: list[tuple[_Queue, int]] = []  # queues the group reads for the first time, and where
+        popped: list[tuple[InFlight, MessageExt, int]] = []  # entry, message, batch start offset
+        to_dlq: list[InFlight] = []
+        fresh: list[tuple[GroupQueue, int]] = []  # queues the group reads for the first time, and where
         with self._lock:
-            budget = min(batch_size, self.max_in_flight - self._in_flight)
+            budget = min(batch_size, self.max_in_flight - self._table.count)
             targets = [(NORMAL_TOPIC, q) for q in range(queue_count)] + [(RETRY_TOPIC, 0)]
             turn = self._turns.get((group, topic), 0)
             self._turns[(group, topic)] = turn + 1
@@ -277,7 +211,7 @@ class PopService:
             for topic_type, queue_id in targets[turn:] + targets[:turn]:
                 if len(popped) >= budget:
                     break
-                queue = self._queue(group, topic, topic_type, queue_id, fresh=fresh)
+                queue = self._table.queue(group, topic, topic_type, queue_id, fresh=fresh)
                 if queue.fifo_entries and not self._take_expired(
                     queue, now, deadline, max_attempts, popped, to_dlq
                 ):
@@ -285,8 +219,8 @@ class PopService:
                 self._read_new(
                     queue, expression, budget - len(popped), now, deadline, max_attempts, fifo, popped
                 )
-                self._commit_queue(queue)  # its cursor may have moved past messages the filter skipped
-            write_id = self._begin_write() if popped or to_dlq or fresh else -1
+                self._table.commit(queue)  # its cursor may have moved past messages the filter skipped
+            write_id = self._table.begin_write() if popped or to_dlq or fresh else -1
         if write_id < 0:
             return []
         self._write_receive(group, topic, max_attempts, popped, to_dlq, fresh, write_id, now)
@@ -294,12 +228,12 @@ class PopService:
 
     def _take_expired(
         self,
-        queue: _Queue,
+        queue: GroupQueue,
         now: int,
         deadline: int,
         max_attempts: int,
-        popped: list[tuple[_Entry, MessageExt, int]],
-        to_dlq: list[_Entry],
+        popped: list[tuple[InFlight, MessageExt, int]],
+        to_dlq: list[InFlight],
     ) -> bool:
         """Hand out again the queue's expired FIFO messages (dead-letter those out of attempts);
         False when the queue is locked by a FIFO message still invisible or being written."""
@@ -336,14 +270,14 @@ class PopService:
 
     def _read_new(
         self,
-        queue: _Queue,
+        queue: GroupQueue,
         expression: str,
         room: int,
         now: int,
         deadline: int,
         max_attempts: int,
         fifo: bool,
-        popped: list[tuple[_Entry, MessageExt, int]],
+        popped: list[tuple[InFlight, MessageExt, int]],
     ) -> None:
         """Read up to ``room`` new messages of ``queue`` (one store read) and put them in flight."""
         store = self.store
@@ -368,7 +302,7 @@ class PopService:
         start = result.messages[0].queue_offset if result.messages else -1
         for msg in result.messages:
             in_order = fifo or PROPERTY_SHARDING_KEY in msg.properties
-            entry = _Entry(
+            entry = InFlight(
                 queue,
                 msg.queue_offset,
                 msg.physical_offset,
@@ -378,9 +312,7 @@ class PopService:
                 max_attempts,
                 in_order,
             )
-            queue.in_flight[entry.offset] = entry
-            queue.fifo_entries += in_order
-            self._in_flight += 1
+            self._table.add(entry)
             popped.append((entry, msg, start))
 
     def _write_receive(
@@ -388,9 +320,9 @@ class PopService:
         group: str,
         topic: str,
         max_attempts: int,
-        popped: list[tuple[_Entry, MessageExt, int]],
-        to_dlq: list[_Entry],
-        fresh: list[tuple[_Queue, int]],
+        popped: list[tuple[InFlight, MessageExt, int]],
+        to_dlq: list[InFlight],
+        fresh: list[tuple[GroupQueue, int]],
         write_id: int,
         now: int,
     ) -> None:
@@ -409,26 +341,26 @@ class PopService:
                 results = self._put(self._receive_records(*args, dead_letters=False), "receive")
         except BaseException:
             with self._lock:
-                self._end_write(write_id)
+                self._table.end_write(write_id)
                 for entry in to_dlq:
                     entry.resolving = False  # still expired: the next receive tries again
                 for entry, _, _ in popped:
                     # handed to no one: expired at once, so it is delivered again
                     entry.writing = False
                     entry.deadline_ms = now
-                    self._schedule(entry)
+                    self._table.schedule(entry)
                 self._changed.notify_all()
             raise
         with self._lock:
-            self._end_write(write_id)
+            self._table.end_write(write_id)
             for entry in to_dlq:
-                self._remove(entry)
+                self._table.remove(entry)
             if popped:
                 record = results[-1].queue_offset
                 for entry, _, _ in popped:
-                    self._hold(entry, record)
+                    self._table.hold(entry, record)
                     entry.writing = False
-                    self._schedule(entry)
+                    self._table.schedule(entry)
             self._changed.notify_all()
 
     def _receive_records(
@@ -436,9 +368,9 @@ class PopService:
         group: str,
         topic: str,
         max_attempts: int,
-        popped: list[tuple[_Entry, MessageExt, int]],
-        to_dlq: list[_Entry],
-        fresh: list[tuple[_Queue, int]],
+        popped: list[tuple[InFlight, MessageExt, int]],
+        to_dlq: list[InFlight],
+        fresh: list[tuple[GroupQueue, int]],
         dead_letters: bool,
     ) -> list[Message]:
         msgs = self._dead_letters(to_dlq) if dead_letters else []
@@ -461,7 +393,7 @@ class PopService:
         return msgs
 
     def _popped(
-        self, entry: _Entry, msg: MessageExt, start: int, now: int, invisible_ms: int
+        self, entry: InFlight, msg: MessageExt, start: int, now: int, invisible_ms: int
     ) -> PoppedMessage:
         queue = entry.queue
         handle = ReceiptHandle(
@@ -501,7 +433,7 @@ class PopService:
         """``ack`` of many handles with one pop-log write; per handle None (acked, or not in flight)
         or the error it was refused with. StoreWriteError when the write fails (nothing acked)."""
         outcomes: list[InvalidReceiptHandleError | None] = []
-        entries: list[_Entry] = []
+        entries: list[InFlight] = []
         seen: set[tuple[int, int, int]] = set()
         try:
             for text in receipt_handles:
@@ -548,7 +480,7 @@ class PopService:
         with self._lock:
             old = entry.retrieve_ms, entry.deadline_ms
             entry.deadline_ms = now + invisible_ms
-            write_id = self._begin_write()
+            write_id = self._table.begin_write()
         body = pop_log.encode(
             LogKind.IN_FLIGHT,
             group,
@@ -560,17 +492,17 @@ class PopService:
             (result,) = self._put([Message(POP_LOG_TOPIC, body, tags="ck", queue_id=0)], "invisible change")
         except BaseException:
             with self._lock:
-                self._end_write(write_id)
+                self._table.end_write(write_id)
                 entry.retrieve_ms, entry.deadline_ms = old
                 entry.writing = False
-                self._schedule(entry)
+                self._table.schedule(entry)
                 self._changed.notify_all()
             raise
         with self._lock:
-            self._end_write(write_id)
-            self._hold(entry, result.queue_offset)
+            self._table.end_write(write_id)
+            self._table.hold(entry, result.queue_offset)
             entry.writing = False
-            self._schedule(entry)
+            self._table.schedule(entry)
             self._changed.notify_all()
         queue = entry.queue
         return ReceiptHandle(
@@ -594,7 +526,7 @@ class PopService:
         must_be_in_flight: bool,
         resolve: bool = True,
         handle: ReceiptHandle | None = None,
-    ) -> _Entry | None:
+    ) -> InFlight | None:
         """The in-flight message ``receipt_handle`` (decoded: ``handle``) names, marked as being
         resolved (``resolve``) or written, once no other write of it is under way; None when it
         is not in flight."""
@@ -610,7 +542,7 @@ class PopService:
         if handle.topic_type == RETRY_TOPIC and handle.queue_id != 0:
             raise InvalidReceiptHandleError(receipt_handle, "a retry topic has only queue 0")
         with self._lock:
-            queue = self._queue(group, topic, handle.topic_type, handle.queue_id)
+            queue = self._table.queue(group, topic, handle.topic_type, handle.queue_id)
             if handle.offset >= queue.cursor:
                 raise InvalidReceiptHandleError(
                     receipt_handle,
@@ -641,7 +573,7 @@ class PopService:
                 entry.writing = True
             return entry
 
-    def _resolve(self, entries: list[_Entry], *, dead_letter: bool = False) -> None:
+    def _resolve(self, entries: list[InFlight], *, dead_letter: bool = False) -> None:
         """Retire ``entries`` (claimed), with dead-letter copies; they stay in flight if it fails."""
         try:
             self._retire(entries, self._dead_letters(entries) if dead_letter else [], "ack")
@@ -649,22 +581,22 @@ class PopService:
             self._unclaim(entries)
             raise
 
-    def _retire(self, entries: Sequence[_Entry], copies: list[Message], what: str) -> None:
+    def _retire(self, entries: Sequence[InFlight], copies: list[Message], what: str) -> None:
         """One put: ``copies`` (retry or dead-letter), then the RESOLVED records of ``entries``
         (claimed); then they are out of flight and their queues' offsets committed."""
-        by_pair: dict[tuple[str, str], list[_Entry]] = {}
+        by_pair: dict[tuple[str, str], list[InFlight]] = {}
         for entry in entries:
             by_pair.setdefault((entry.queue.group, entry.queue.topic), []).append(entry)
         records = [self._resolved_record(group, topic, done) for (group, topic), done in by_pair.items()]
         self._put([*copies, *records], what)
         with self._lock:
             for entry in entries:
-                self._remove(entry)
+                self._table.remove(entry)
             for queue in {id(e.queue): e.queue for e in entries}.values():
-                self._commit_queue(queue)
+                self._table.commit(queue)
             self._changed.notify_all()
 
-    def _unclaim(self, entries: list[_Entry]) -> None:
+    def _unclaim(self, entries: list[InFlight]) -> None:
         with self._lock:
             for entry in entries:
                 entry.resolving = False
@@ -675,15 +607,8 @@ class PopService:
         """Re-put up to ``limit`` expired messages (not FIFO) into their retry topics, or into the
         DLQ when out of attempts, in one put; how many. The background loop calls it."""
         now = self._clock.now_ms()
-        due: list[_Entry] = []
         with self._lock:
-            heap = self._heap
-            while heap and heap[0][0] <= now and len(due) < limit:
-                deadline, _, entry = heapq.heappop(heap)
-                if entry.gone or entry.writing or entry.resolving or entry.deadline_ms != deadline:
-                    continue  # acked, being written, or its deadline moved: a stale heap item
-                entry.resolving = True
-                due.append(entry)
+            due = self._table.due(now, limit)
         if not due:
             return 0
         try:
@@ -709,52 +634,37 @@ class PopService:
                 for entry in due:
                     if not entry.gone:
                         entry.resolving = False
-                        self._schedule(entry)
+                        self._table.schedule(entry)
                 self._changed.notify_all()
             raise
         return len(due)
 
-    def _redelivery_copies(self, entries: Sequence[_Entry]) -> list[Message]:
+    def _redelivery_copies(self, entries: Sequence[InFlight]) -> list[Message]:
         """Retry copies of the expired ``entries``, dead letters of those out of attempts."""
         retry = [e for e in entries if e.attempt < e.max_attempts]
         return self._retries(retry) + self._dead_letters([e for e in entries if e.attempt >= e.max_attempts])
 
-    def _retries(self, entries: Sequence[_Entry]) -> list[Message]:
-        """The retry-topic copies of expired messages (RocketMQ 5's PopReviveService.reviveRetry)."""
+    def _retries(self, entries: Sequence[InFlight]) -> list[Message]:
         out = []
         for entry in entries:
             msg = self._message_of(entry)
-            if msg is None:
-                continue
-            queue = entry.queue
-            target = retry_topic(queue.group, queue.topic)
-            self._ensure_topic(target)
-            copy = _copy(msg, target, entry.attempt)
-            props = dict(copy.properties or {})
-            props.setdefault(PROPERTY_RETRY_TOPIC, queue.topic)
-            props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.uniq_key or msg.msg_id)
-            props.setdefault(PROPERTY_FIRST_POP_TIME, str(entry.retrieve_ms))
-            copy.properties = props
-            out.append(copy)
+            if msg is not None:
+                queue = entry.queue
+                self._ensure_topic(retry_topic(queue.group, queue.topic))
+                out.append(retry_copy(msg, queue.group, queue.topic, entry.attempt, entry.retrieve_ms))
         return out
 
-    def _dead_letters(self, entries: Sequence[_Entry]) -> list[Message]:
+    def _dead_letters(self, entries: Sequence[InFlight]) -> list[Message]:
         out = []
         for entry in entries:
             msg = self._message_of(entry)
-            if msg is None:
-                continue
-            target = dlq_topic(entry.queue.group)
-            self._ensure_topic(target)
-            copy = _copy(msg, target, entry.attempt)
-            props = dict(copy.properties or {})
-            props[PROPERTY_DLQ_ORIGIN_TOPIC] = entry.queue.topic
-            props[PROPERTY_DLQ_ORIGIN_MESSAGE_ID] = msg.uniq_key or msg.msg_id
-            copy.properties = props
-            out.append(copy)
+            if msg is not None:
+                queue = entry.queue
+                self._ensure_topic(dlq_topic(queue.group))
+                out.append(dead_letter(msg, queue.group, queue.topic, entry.attempt))
         return out
 
-    def _message_of(self, entry: _Entry) -> MessageExt | None:
+    def _message_of(self, entry: InFlight) -> MessageExt | None:
         msg = self.store.look_message_by_offset(entry.commitlog_offset)
         if msg is None:
             log.warning(
@@ -771,24 +681,17 @@ class PopService:
         than ``relog_distance`` records behind the pop log's end, so that the replay point moves
         on while they stay in flight (a long invisible time, a FIFO group not coming back); how
         many. The background loop calls it."""
+        table = self._table
         with self._lock:
             end = self.store.max_offset_in_queue(POP_LOG_TOPIC, 0)
-            if not self._records or end - min(self._records) <= self._relog_distance:
+            oldest = table.oldest_record()
+            if oldest is None or end - oldest <= self._relog_distance:
                 return 0
-            cutoff = end - self._relog_distance // 2
-            stale: dict[tuple[str, str, int], list[_Entry]] = {}
-            count = 0
-            for queue in self._queues.values():
-                for entry in queue.in_flight.values():
-                    if 0 <= entry.record < cutoff and not (entry.writing or entry.resolving):
-                        entry.writing = True
-                        stale.setdefault((queue.group, queue.topic, entry.max_attempts), []).append(entry)
-                        count += 1
-                        if count >= limit:
-                            break
-                if count >= limit:
-                    break
-            write_id = self._begin_write()
+            stale: dict[tuple[str, str, int], list[InFlight]] = {}
+            held = table.held_before(end - self._relog_distance // 2, limit)
+            for entry in held:
+                stale.setdefault((entry.queue.group, entry.queue.topic, entry.max_attempts), []).append(entry)
+            write_id = table.begin_write()
         records = [
             Message(
                 POP_LOG_TOPIC,
@@ -808,7 +711,7 @@ class PopService:
             results = self._put(records, "pop log rewrite") if records else []
         finally:
             with self._lock:
-                self._end_write(write_id)
+                self._table.end_write(write_id)
                 for entries in stale.values():
                     for entry in entries:
                         entry.writing = False
@@ -817,104 +720,18 @@ class PopService:
             for result, entries in zip(results, stale.values()):
                 for entry in entries:
                     if not entry.gone:
-                        self._hold(entry, result.queue_offset)
-        return count
+                        self._table.hold(entry, result.queue_offset)
+        return len(held)
 
     def commit_progress(self) -> None:
         """Commit every queue's offset, then the pop log's replay point R (see the docstring)."""
         with self._lock:
-            for queue in self._queues.values():
-                self._commit_queue(queue)
-            end = self.store.max_offset_in_queue(POP_LOG_TOPIC, 0)
-            replay_from = min([*self._records, *self._writing.values(), end])
+            for queue in self._table.queues.values():
+                self._table.commit(queue)
+            replay_from = self._table.replay_point()
             if replay_from > self._log_committed:
                 self.store.commit_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0, replay_from)
                 self._log_committed = replay_from
-
-    def _commit_queue(self, queue: _Queue) -> None:
-        point = queue.commit_point()
-        if point > queue.committed:
-            self.store.commit_offset(queue.group, queue.store_topic, queue.queue_id, point)
-            queue.committed = point
-
-    # --- state helpers (under _lock) ---------------------------------------------------------
-    def _queue(
-        self,
-        group: str,
-        topic: str,
-        topic_type: int,
-        queue_id: int,
-        *,
-        fresh: list[tuple[_Queue, int]] | None = None,
-        start: int | None = None,
-    ) -> _Queue:
-        """The group's state of a queue. A queue it never committed an offset of starts at
-        ``start`` when given (a POSITION record), else where ``new_group_start`` says, and is
-        added to ``fresh`` (the caller writes its POSITION record)."""
-        key = (group, topic, topic_type, queue_id)
-        queue = self._queues.get(key)
-        if queue is not None:
-            return queue
-        store = self.store
-        store_topic = topic if topic_type == NORMAL_TOPIC else retry_topic(group, topic)
-        committed = store.query_offset(group, store_topic, queue_id)
-        cursor = committed
-        if cursor < 0:
-            if start is not None:
-                cursor = start
-            # a retry topic is the group's own: all of it is for the group
-            elif topic_type == RETRY_TOPIC or self._new_group_start == "min":
-                cursor = store.min_offset_in_queue(store_topic, queue_id)
-            else:
-                cursor = store.max_offset_in_queue(store_topic, queue_id)
-        queue = self._queues[key] = _Queue(group, topic, topic_type, queue_id, store_topic, cursor, committed)
-        if committed < 0 and fresh is not None:
-            fresh.append((queue, cursor))
-        self._commit_queue(queue)
-        return queue
-
-    def _hold(self, entry: _Entry, record: int) -> None:
-        """``entry`` is held by the IN_FLIGHT record at log offset ``record`` from now on."""
-        self._release_record(entry)
-        entry.record = record
-        self._records[record] = self._records.get(record, 0) + 1
-
-    def _release_record(self, entry: _Entry) -> None:
-        old = entry.record
-        if old >= 0:
-            left = self._records[old] - 1
-            if left:
-                self._records[old] = left
-            else:
-                del self._records[old]
-        entry.record = -1
-
-    def _remove(self, entry: _Entry) -> None:
-        if entry.gone:
-            return
-        self._release_record(entry)
-        del entry.queue.in_flight[entry.offset]
-        entry.queue.fifo_entries -= entry.fifo
-        entry.gone = True
-        entry.resolving = False
-        self._in_flight -= 1
-
-    def _schedule(self, entry: _Entry) -> None:
-        if entry.fifo or entry.gone:
-            return
-        heap = self._heap
-        heapq.heappush(heap, (entry.deadline_ms, next(self._heap_seq), entry))
-        if len(heap) > 2 * self._in_flight + 1024:  # stale items of acked or changed entries
-            self._heap = [item for item in heap if not item[2].gone and item[0] == item[2].deadline_ms]
-            heapq.heapify(self._heap)
-
-    def _begin_write(self) -> int:
-        write_id = next(self._write_ids)
-        self._writing[write_id] = self.store.max_offset_in_queue(POP_LOG_TOPIC, 0)
-        return write_id
-
-    def _end_write(self, write_id: int) -> None:
-        del self._writing[write_id]
 
     # --- store access --------------------------------------------------------------------------
     def _put(self, msgs: list[Message], what: str) -> list[PutMessageResult]:
@@ -924,7 +741,7 @@ class PopService:
             raise StoreWriteError(f"the store did not take the {what}: {bad.status.value}", bad.status)
         return results
 
-    def _resolved_record(self, group: str, topic: str, entries: Sequence[_Entry]) -> Message:
+    def _resolved_record(self, group: str, topic: str, entries: Sequence[InFlight]) -> Message:
         body = pop_log.encode(
             LogKind.RESOLVED,
             group,
@@ -959,7 +776,6 @@ class PopService:
         self._log_committed = store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0)
         offset = max(0, self._log_committed)
         end = store.max_offset_in_queue(POP_LOG_TOPIC, 0)
-        entries: dict[tuple[_Key, int], _Entry] = {}
         records = 0
         while offset < end:
             batch = store.read_batch(POP_LOG_TOPIC, 0, offset, _REPLAY_BATCH)
@@ -973,44 +789,11 @@ class PopService:
                     )
                     continue
                 records += 1
-                self._apply(record, log_offset, entries)
+                self._table.apply(record, log_offset)
             offset = max(batch.next_offset, offset + 1) if not len(batch) else batch.next_offset
-        for queue in self._queues.values():
-            queue.in_flight = dict(sorted(queue.in_flight.items()))
-        for entry in entries.values():
-            self._schedule(entry)
+        self._table.finish_replay()
         if records:
-            log.info("pop log replayed: %d records, %d messages in flight", records, self._in_flight)
-
-    def _apply(
-        self, record: pop_log.PopLogRecord, log_offset: int, entries: dict[tuple[_Key, int], _Entry]
-    ) -> None:
-        group, topic = record.group, record.topic
-        for e in record.in_flight:
-            queue = self._queue(group, topic, e.topic_type, e.queue_id)
-            queue.cursor = max(queue.cursor, e.offset + 1)
-            key = ((group, topic, e.topic_type, e.queue_id), e.offset)
-            entry = entries.get(key)
-            if entry is None:
-                entry = entries[key] = _Entry(
-                    queue, e.offset, e.commitlog_offset, 0, 0, 0, 0, False, writing=False
-                )
-                queue.in_flight[e.offset] = entry
-                self._in_flight += 1
-            entry.retrieve_ms, entry.deadline_ms, entry.attempt = e.retrieve_ms, e.deadline_ms, e.attempt
-            fifo = bool(e.flags & pop_log.FLAG_FIFO)
-            queue.fifo_entries += fifo - entry.fifo
-            entry.max_attempts, entry.fifo = record.max_attempts, fifo
-            self._hold(entry, log_offset)
-        if record.kind is LogKind.POSITION:
-            for r in record.resolved:
-                self._queue(group, topic, r.topic_type, r.queue_id, start=r.offset)
-            return
-        for r in record.resolved:
-            key = ((group, topic, r.topic_type, r.queue_id), r.offset)
-            gone = entries.pop(key, None)
-            if gone is not None:
-                self._remove(gone)
+            log.info("pop log replayed: %d records, %d messages in flight", records, self._table.count)
 
 
 class _ReviveLoop(BackgroundService):
@@ -1026,26 +809,6 @@ class _ReviveLoop(BackgroundService):
         except StoreWriteError as exc:
             log.warning("pop state write failed, retried next round: %s", exc)
         self._pop.commit_progress()
-
-
-def _copy(msg: MessageExt, topic: str, reconsume_times: int) -> Message:
-    """``msg`` to be stored again in ``topic`` (queue 0): body, tags, keys, properties and born
-    fields kept; the same UNIQ_KEY, so clients see the same message id."""
-    props = {k: v for k, v in msg.properties.items() if k not in RESERVED_PROPERTIES}
-    return Message(
-        topic,
-        msg.body,
-        tags=msg.tags,
-        keys=msg.keys,
-        properties=props,
-        queue_id=0,
-        flag=msg.flag,
-        uniq_key=msg.uniq_key,
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-        sys_flag=msg.sys_flag & (SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS),
-        reconsume_times=reconsume_times,
-    )
 
 
 def _decode(receipt_handle: str) -> ReceiptHandle:
