@@ -23,6 +23,7 @@ from rocketstore.broker.pop import (
     dlq_topic,
     retry_topic,
 )
+from rocketstore.broker.pop_table import InFlightTable
 from rocketstore.broker.receipt import ReceiptHandle
 from rocketstore.errors import CorruptDataError, InvalidReceiptHandleError, StoreConfigError
 
@@ -580,3 +581,19 @@ def test_a_message_too_large_to_store_again_does_not_hold_up_the_other_redeliver
         assert [p.message.body for p in pop.receive("g", "T", "*", 32, INVISIBLE)] == [b"small"]
         assert pop.in_flight == 1
         assert "cannot be stored again" in caplog.text
+
+
+def test_replay_orders_records_written_out_of_offset_order(store: MessageStore) -> None:
+    put(store, [f"m{i}" for i in range(8)], queue_id=0)
+    table = InFlightTable(store, POP_LOG_TOPIC, "min")
+    later = pop_log.encode(pop_log.LogKind.IN_FLIGHT, "g", "T", [(0, 0, 0, 5, 500, 1, 2, 1)], max_attempts=3)
+    earlier = pop_log.encode(
+        pop_log.LogKind.IN_FLIGHT, "g", "T", [(0, 0, 0, 3, 300, 1, 2, 1)], max_attempts=3
+    )
+    table.apply(pop_log.decode(later), 0)  # two concurrent receives: the later one's record first
+    table.apply(pop_log.decode(earlier), 1)
+    table.finish_replay()
+    queue = table.queues[("g", "T", 0, 0)]
+    assert (list(queue.in_flight), queue.cursor, queue.commit_point(), table.count) == ([3, 5], 6, 3, 2)
+    assert table.replay_point() == 0
+    assert [e.offset for e in table.due(now=2, limit=10)] == [3, 5]

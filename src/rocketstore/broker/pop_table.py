@@ -262,6 +262,6 @@ class InFlightTable:
         queue's entries, and schedule them."""
         for queue in self.queues.values():
             queue.in_flight = dict(sorted(queue.in_flight.items()))
-        for entry in self._replayed.values():
-            self.schedule(entry)
+            for entry in queue.in_flight.values():
+                self.schedule(entry)
         self._replayed = {}
