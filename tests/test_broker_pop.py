@@ -597,3 +597,25 @@ def test_replay_orders_records_written_out_of_offset_order(store: MessageStore) 
     assert (list(queue.in_flight), queue.cursor, queue.commit_point(), table.count) == ([3, 5], 6, 3, 2)
     assert table.replay_point() == 0
     assert [e.offset for e in table.due(now=2, limit=10)] == [3, 5]
+
+
+def test_a_restart_keeps_a_fifo_queue_locked_and_redelivers_in_place(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    path = tmp_path / "store"
+    with MessageStore.open(path, CONFIG, clock=clock) as store:
+        store.create_topic("T", 1)
+        pop = PopService(store, clock=clock)
+        pop.receive("g", "T", "*", 32, INVISIBLE)
+        fifo_put(store, ["m0", "m1"])
+        (first,) = pop.receive("g", "T", "*", 1, INVISIBLE)
+        pop.stop()
+    with MessageStore.open(path, CONFIG, clock=clock) as store:
+        pop = PopService(store, clock=clock)
+        assert pop.receive("g", "T", "*", 32, INVISIBLE) == []  # m0 is still in flight
+        clock.advance(INVISIBLE)
+        assert pop.revive_expired() == 0
+        again = pop.receive("g", "T", "*", 1, INVISIBLE)
+        assert [(p.message.body, p.delivery_attempt) for p in again] == [(b"m0", 2)]
+        pop.ack("g", "T", first.receipt_handle)  # the handle from before the restart acks it
+        assert [p.message.body for p in pop.receive("g", "T", "*", 1, INVISIBLE)] == [b"m1"]
