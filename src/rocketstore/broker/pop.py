@@ -16,14 +16,19 @@ so under the store's flush policy and group commit). The pop log's own consumer 
 ``CID_RMQ_SYS_ROCKETSTORE_POP``) is the lowest log offset whose record may still matter: every
 message handed out by an earlier record is done and below its queue's committed offset. At open
 the log is replayed from R: its IN_FLIGHT records put messages back in flight (and move cursors
-past them), RESOLVED records take them out. The queue offsets are committed before R in the same
-offset table, so a table written at any moment never has an R ahead of its queue offsets.
+past them), RESOLVED records take them out, POSITION records say where a group started reading
+a queue (for a crash before the offset table was written). The queue offsets are committed before
+R in the same offset table, so a table written at any moment never has an R ahead of its queue
+offsets. Messages long in flight are written again (``relog_oldest``) so that R moves on.
 
-Invariants (under ``_lock``): an entry is in its queue's ``in_flight`` until its RESOLVED record is
-written; ``record`` is the log offset of the IN_FLIGHT record that holds it (-1 until written); a
-log offset is in ``_records`` while entries point at it; R never passes a record being written
-(``_writing``: the log's end when each write began). Records of one message are written in the
-order of its state changes: an ack waits for the message's IN_FLIGHT write to finish.
+Redelivery: an expired message is re-put into the retry topic by the background loop
+(``revive_expired``); a FIFO one (a message group, or a ``fifo`` receive) locks its queue for the
+group while in flight and is handed out again in place by the next receive.
+
+The table (``pop_table``) keeps the cursors, the entries in flight, the records holding them and
+the redelivery schedule. An entry leaves it only once its RESOLVED record is written. Records of
+one message are written in the order of its state changes: an ack waits for the message's
+IN_FLIGHT write to finish (``writing``), a second ack for the first (``resolving``).
 
 Thread safety: every method may be called from any thread. Store reads happen under ``_lock``;
 pop-log writes (which wait for the flush policy) outside it.
@@ -31,25 +36,37 @@ pop-log writes (which wait for the flush policy) outside it.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from rocketstore.broker import pop_log
+from rocketstore.broker.pop_copies import (
+    PROPERTY_DLQ_ORIGIN_TOPIC,
+    dead_letter,
+    dlq_topic,
+    retry_copy,
+    retry_topic,
+)
 from rocketstore.broker.pop_log import LogKind
+from rocketstore.broker.pop_table import GroupQueue, InFlight, InFlightTable
 from rocketstore.broker.receipt import NORMAL_TOPIC, RETRY_TOPIC, ReceiptHandle
 from rocketstore.clock import Clock, SystemClock
-from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED, SYSFLAG_MULTI_TAGS
-from rocketstore.errors import CorruptDataError, InvalidReceiptHandleError, StoreConfigError, StoreWriteError
-from rocketstore.message import RESERVED_PROPERTIES, TOPIC_PATTERN, Message, MessageExt
+from rocketstore.errors import (
+    CorruptDataError,
+    InvalidMessageError,
+    InvalidReceiptHandleError,
+    StoreConfigError,
+    StoreWriteError,
+)
+from rocketstore.message import TOPIC_PATTERN, Message, MessageExt
 from rocketstore.offsets import GROUP_PATTERN
 from rocketstore.results import GetStatus, PutMessageResult, PutStatus
 from rocketstore.service import BackgroundService
 from rocketstore.store import MessageStore
+from rocketstore.topics import PROPERTY_SHARDING_KEY
 
 __all__ = [
     "POP_LOG_GROUP",
@@ -64,24 +81,8 @@ log = logging.getLogger(__name__)
 
 POP_LOG_TOPIC: Final = "rmq_sys_ROCKETSTORE_POP_LOG"
 POP_LOG_GROUP: Final = "CID_RMQ_SYS_ROCKETSTORE_POP"
-PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
-PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
-PROPERTY_FIRST_POP_TIME: Final = "1ST_POP_TIME"
-PROPERTY_DLQ_ORIGIN_TOPIC: Final = "DLQ_ORIGIN_TOPIC"
-PROPERTY_DLQ_ORIGIN_MESSAGE_ID: Final = "DLQ_ORIGIN_MESSAGE_ID"
 _REPLAY_BATCH: Final = 1024
 _TOPIC_CACHE_S: Final = 1.0
-
-_Key = tuple[str, str, int, int]  # group, topic (as subscribed), topic type, queue id
-
-
-def retry_topic(group: str, topic: str) -> str:
-    """Where a group's expired messages of ``topic`` are re-put (RocketMQ 5 pop's retry topic)."""
-    return f"%RETRY%{group}_{topic}"
-
-
-def dlq_topic(group: str) -> str:
-    return f"%DLQ%{group}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,51 +101,6 @@ class PoppedMessage:
     dead_letter_queue: str | None
 
 
-@dataclass(slots=True, eq=False)
-class _Entry:
-    """A message in flight."""
-
-    queue: _Queue
-    offset: int
-    commitlog_offset: int
-    retrieve_ms: int
-    deadline_ms: int
-    attempt: int
-    max_attempts: int
-    fifo: bool
-    record: int = -1  # log offset of the IN_FLIGHT record holding it; -1 while being written
-    writing: bool = True  # an IN_FLIGHT record of it is being written
-    resolving: bool = False  # its RESOLVED record is being written
-    gone: bool = False  # done: out of its queue's in_flight
-
-    def log_fields(self) -> tuple[int, ...]:
-        q = self.queue
-        return (
-            q.topic_type,
-            q.queue_id,
-            self.offset,
-            self.commitlog_offset,
-            self.retrieve_ms,
-            self.deadline_ms,
-            self.attempt,
-        )
-
-
-@dataclass(slots=True, eq=False)
-class _Queue:
-    group: str
-    topic: str  # as subscribed
-    topic_type: int
-    queue_id: int
-    store_topic: str  # topic, or the retry topic
-    cursor: int
-    committed: int
-    in_flight: dict[int, _Entry] = field(default_factory=dict)  # by offset, in offset order
-
-    def commit_point(self) -> int:
-        return next(iter(self.in_flight), self.cursor)
-
-
 class PopService:
     """Pop consumers' state over ``store`` (see the module docstring).
 
@@ -153,7 +109,9 @@ class PopService:
     done, over all groups: a receive hands out no more), ``revive_interval_ms`` (how often the
     background loop redelivers expired messages and commits progress), ``new_group_start``
     (where a group that never received from a queue starts: ``"max"``, the queue's end as
-    RocketMQ's ConsumeInitMode.MAX, or ``"min"``, its first stored message).
+    RocketMQ's ConsumeInitMode.MAX, or ``"min"``, its first stored message), ``relog_distance``
+    (how many pop-log records a message may stay in flight behind the log's end before it is
+    written again: bounds what a restart replays).
     """
 
     def __init__(
@@ -165,11 +123,14 @@ class PopService:
         max_in_flight: int = 100_000,
         revive_interval_ms: int = 500,
         new_group_start: Literal["max", "min"] = "max",
+        relog_distance: int = 100_000,
     ) -> None:
         if not isinstance(max_in_flight, int) or max_in_flight <= 0:
             raise StoreConfigError(f"max_in_flight must be a positive int, not {max_in_flight!r}")
         if not isinstance(revive_interval_ms, int) or revive_interval_ms <= 0:
             raise StoreConfigError(f"revive_interval_ms must be a positive int, not {revive_interval_ms!r}")
+        if not isinstance(relog_distance, int) or relog_distance < 2:
+            raise StoreConfigError(f"relog_distance must be an int >= 2, not {relog_distance!r}")
         if new_group_start not in ("max", "min"):
             raise StoreConfigError(f"new_group_start must be 'max' or 'min', not {new_group_start!r}")
         handle_probe = ReceiptHandle(0, 0, 0, 0, 0, broker_name, 0, 0, 0).encode()
@@ -178,18 +139,12 @@ class PopService:
         self.broker_name = broker_name
         self.max_in_flight = max_in_flight
         self._clock = clock or SystemClock()
-        self._new_group_start = new_group_start
+        self._relog_distance = relog_distance
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # an entry's write finished
-        self._queues: dict[_Key, _Queue] = {}
+        self._table = InFlightTable(store, POP_LOG_TOPIC, new_group_start)
         self._turns: dict[tuple[str, str], int] = {}
-        self._in_flight = 0
-        self._records: dict[int, int] = {}  # log offset -> entries it holds
-        self._writing: dict[int, int] = {}  # write id -> log end when it began
-        self._write_ids = itertools.count()
         self._log_committed = -1
-        self._heap: list[tuple[int, int, _Entry]] = []  # (deadline, seq, entry) of non-FIFO entries
-        self._heap_seq = itertools.count()
         self._topics: dict[str, tuple[float, int]] = {}  # topic -> (looked at, queue count)
         self._known_topics: set[str] = set()
         self._loop = _ReviveLoop(self, revive_interval_ms / 1000)
@@ -209,7 +164,7 @@ class PopService:
     @property
     def in_flight(self) -> int:
         """Messages handed out and not done yet, over every group."""
-        return self._in_flight
+        return self._table.count
 
     # --- receiving ---------------------------------------------------------------------------
     def receive(
@@ -225,8 +180,9 @@ class PopService:
     ) -> list[PoppedMessage]:
         """Up to ``batch_size`` messages of ``topic`` and the group's retry topic matching the tag
         ``expression`` (``*``, ``A || B``), invisible for ``invisible_ms``; [] when none is there.
-        Never waits for messages. ``fifo``: a queue with a message in flight hands out nothing
-        more, and an expired one comes back in place with the next attempt. A message delivered
+        Never waits for messages. A FIFO message (one with a message group, ``__SHARDINGKEY``;
+        with ``fifo`` every message) locks its queue for the group while in flight, and comes
+        back in place with the next attempt when it expires. A message delivered
         ``max_attempts`` times and not acked goes to ``%DLQ%{group}`` instead of coming back."""
         _check_names(group, topic)
         if not isinstance(expression, str):
@@ -243,10 +199,11 @@ class PopService:
             return []
         now = self._clock.now_ms()
         deadline = now + invisible_ms
-        popped: list[tuple[_Entry, MessageExt, int]] = []  # entry, message, batch start offset
-        to_dlq: list[_Entry] = []
+        popped: list[tuple[InFlight, MessageExt, int]] = []  # entry, message, batch start offset
+        to_dlq: list[InFlight] = []
+        fresh: list[tuple[GroupQueue, int]] = []  # queues the group reads for the first time, and where
         with self._lock:
-            budget = min(batch_size, self.max_in_flight - self._in_flight)
+            budget = min(batch_size, self.max_in_flight - self._table.count)
             targets = [(NORMAL_TOPIC, q) for q in range(queue_count)] + [(RETRY_TOPIC, 0)]
             turn = self._turns.get((group, topic), 0)
             self._turns[(group, topic)] = turn + 1
@@ -254,32 +211,34 @@ class PopService:
             for topic_type, queue_id in targets[turn:] + targets[:turn]:
                 if len(popped) >= budget:
                     break
-                queue = self._queue(group, topic, topic_type, queue_id)
-                if fifo and not self._take_expired(queue, now, deadline, max_attempts, popped, to_dlq):
+                queue = self._table.queue(group, topic, topic_type, queue_id, fresh=fresh)
+                if queue.fifo_entries and not self._take_expired(
+                    queue, now, deadline, max_attempts, popped, to_dlq
+                ):
                     continue  # locked: a message of it is in flight
                 self._read_new(
                     queue, expression, budget - len(popped), now, deadline, max_attempts, fifo, popped
                 )
-                self._commit_queue(queue)  # its cursor may have moved past messages the filter skipped
-            write_id = self._begin_write() if popped or to_dlq else -1
+                self._table.commit(queue)  # its cursor may have moved past messages the filter skipped
+            write_id = self._table.begin_write() if popped or to_dlq or fresh else -1
         if write_id < 0:
             return []
-        self._write_receive(group, topic, fifo, max_attempts, popped, to_dlq, write_id, now)
+        self._write_receive(group, topic, max_attempts, popped, to_dlq, fresh, write_id, now)
         return [self._popped(entry, msg, start, now, invisible_ms) for entry, msg, start in popped]
 
     def _take_expired(
         self,
-        queue: _Queue,
+        queue: GroupQueue,
         now: int,
         deadline: int,
         max_attempts: int,
-        popped: list[tuple[_Entry, MessageExt, int]],
-        to_dlq: list[_Entry],
+        popped: list[tuple[InFlight, MessageExt, int]],
+        to_dlq: list[InFlight],
     ) -> bool:
-        """FIFO: hand out again the queue's expired messages (dead-letter those out of attempts);
-        False when the queue is locked by a message still invisible or being written."""
+        """Hand out again the queue's expired FIFO messages (dead-letter those out of attempts);
+        False when the queue is locked by a FIFO message still invisible or being written."""
         entries = list(queue.in_flight.values())
-        if any(e.writing or e.resolving or (e.fifo and e.deadline_ms > now) for e in entries):
+        if any(e.fifo and (e.writing or e.resolving or e.deadline_ms > now) for e in entries):
             return False
         start = -1
         for entry in entries:
@@ -311,14 +270,14 @@ class PopService:
 
     def _read_new(
         self,
-        queue: _Queue,
+        queue: GroupQueue,
         expression: str,
         room: int,
         now: int,
         deadline: int,
         max_attempts: int,
         fifo: bool,
-        popped: list[tuple[_Entry, MessageExt, int]],
+        popped: list[tuple[InFlight, MessageExt, int]],
     ) -> None:
         """Read up to ``room`` new messages of ``queue`` (one store read) and put them in flight."""
         store = self.store
@@ -342,7 +301,8 @@ class PopService:
             queue.cursor = result.next_begin_offset
         start = result.messages[0].queue_offset if result.messages else -1
         for msg in result.messages:
-            entry = _Entry(
+            in_order = fifo or PROPERTY_SHARDING_KEY in msg.properties
+            entry = InFlight(
                 queue,
                 msg.queue_offset,
                 msg.physical_offset,
@@ -350,26 +310,75 @@ class PopService:
                 deadline,
                 msg.reconsume_times + 1,
                 max_attempts,
-                fifo,
+                in_order,
             )
-            queue.in_flight[entry.offset] = entry
-            self._in_flight += 1
+            self._table.add(entry)
             popped.append((entry, msg, start))
 
     def _write_receive(
         self,
         group: str,
         topic: str,
-        fifo: bool,
         max_attempts: int,
-        popped: list[tuple[_Entry, MessageExt, int]],
-        to_dlq: list[_Entry],
+        popped: list[tuple[InFlight, MessageExt, int]],
+        to_dlq: list[InFlight],
+        fresh: list[tuple[GroupQueue, int]],
         write_id: int,
         now: int,
     ) -> None:
-        """One put for a receive: the dead letters of expired FIFO messages, their RESOLVED record,
-        the IN_FLIGHT record of what it hands out."""
-        msgs = self._dead_letters(to_dlq)
+        """One put for a receive: where the group starts in queues new to it (so a crash before
+        the offset table is written does not move its start), the dead letters of expired FIFO
+        messages, their RESOLVED record, the IN_FLIGHT record of what it hands out."""
+        args = (group, topic, max_attempts, popped, to_dlq, fresh)
+        try:
+            try:
+                results = self._put(self._receive_records(*args, dead_letters=True), "receive")
+            except InvalidMessageError as exc:
+                if not to_dlq:
+                    raise
+                # a dead letter this store will not take must not block its queue for good
+                log.error("dead letters of group %s not stored (%s): retired without copies", group, exc)
+                results = self._put(self._receive_records(*args, dead_letters=False), "receive")
+        except BaseException:
+            with self._lock:
+                self._table.end_write(write_id)
+                for entry in to_dlq:
+                    entry.resolving = False  # still expired: the next receive tries again
+                for entry, _, _ in popped:
+                    # handed to no one: expired at once, so it is delivered again
+                    entry.writing = False
+                    entry.deadline_ms = now
+                    self._table.schedule(entry)
+                self._changed.notify_all()
+            raise
+        with self._lock:
+            self._table.end_write(write_id)
+            for entry in to_dlq:
+                self._table.remove(entry)
+            if popped:
+                record = results[-1].queue_offset
+                for entry, _, _ in popped:
+                    self._table.hold(entry, record)
+                    entry.writing = False
+                    self._table.schedule(entry)
+            self._changed.notify_all()
+
+    def _receive_records(
+        self,
+        group: str,
+        topic: str,
+        max_attempts: int,
+        popped: list[tuple[InFlight, MessageExt, int]],
+        to_dlq: list[InFlight],
+        fresh: list[tuple[GroupQueue, int]],
+        dead_letters: bool,
+    ) -> list[Message]:
+        msgs = self._dead_letters(to_dlq) if dead_letters else []
+        if fresh:
+            body = pop_log.encode(
+                LogKind.POSITION, group, topic, [(q.topic_type, q.queue_id, start) for q, start in fresh]
+            )
+            msgs.insert(0, Message(POP_LOG_TOPIC, body, tags="start", queue_id=0))
         if to_dlq:
             msgs.append(self._resolved_record(group, topic, to_dlq))
         if popped:
@@ -378,38 +387,13 @@ class PopService:
                 group,
                 topic,
                 [e.log_fields() for e, _, _ in popped],
-                fifo=fifo,
                 max_attempts=max_attempts,
             )
             msgs.append(Message(POP_LOG_TOPIC, body, tags="ck", queue_id=0))
-        try:
-            results = self._put(msgs, "receive")
-        except BaseException:
-            with self._lock:
-                self._end_write(write_id)
-                for entry in to_dlq:
-                    entry.resolving = False  # still expired: the next receive tries again
-                for entry, _, _ in popped:
-                    # handed to no one: expired at once, so it is delivered again
-                    entry.writing = False
-                    entry.deadline_ms = now
-                    self._schedule(entry)
-                self._changed.notify_all()
-            raise
-        with self._lock:
-            self._end_write(write_id)
-            for entry in to_dlq:
-                self._remove(entry)
-            if popped:
-                record = results[-1].queue_offset
-                for entry, _, _ in popped:
-                    self._hold(entry, record)
-                    entry.writing = False
-                    self._schedule(entry)
-            self._changed.notify_all()
+        return msgs
 
     def _popped(
-        self, entry: _Entry, msg: MessageExt, start: int, now: int, invisible_ms: int
+        self, entry: InFlight, msg: MessageExt, start: int, now: int, invisible_ms: int
     ) -> PoppedMessage:
         queue = entry.queue
         handle = ReceiptHandle(
@@ -441,14 +425,44 @@ class PopService:
         still in flight (before a change of its invisible time) acks it too."""
         entry = self._claim(group, topic, receipt_handle, must_be_in_flight=False)
         if entry is not None:
-            self._resolve(group, topic, [entry], [])
+            self._resolve([entry])
+
+    def ack_batch(
+        self, group: str, topic: str, receipt_handles: Sequence[str]
+    ) -> list[InvalidReceiptHandleError | None]:
+        """``ack`` of many handles with one pop-log write; per handle None (acked, or not in flight)
+        or the error it was refused with. StoreWriteError when the write fails (nothing acked)."""
+        outcomes: list[InvalidReceiptHandleError | None] = []
+        entries: list[InFlight] = []
+        seen: set[tuple[int, int, int]] = set()
+        try:
+            for text in receipt_handles:
+                try:
+                    handle = _decode(text)
+                    where = (handle.topic_type, handle.queue_id, handle.offset)
+                    entry = None
+                    if where not in seen:  # a second claim of a message claimed here would wait for itself
+                        seen.add(where)
+                        entry = self._claim(group, topic, text, must_be_in_flight=False, handle=handle)
+                except InvalidReceiptHandleError as exc:
+                    outcomes.append(exc)
+                    continue
+                outcomes.append(None)
+                if entry is not None:
+                    entries.append(entry)
+        except BaseException:
+            self._unclaim(entries)
+            raise
+        if entries:
+            self._resolve(entries)
+        return outcomes
 
     def forward_to_dlq(self, group: str, topic: str, receipt_handle: str) -> None:
         """Move the message to ``%DLQ%{group}`` now (a PushConsumer out of attempts); a no-op for a
         message not in flight any more."""
         entry = self._claim(group, topic, receipt_handle, must_be_in_flight=False)
         if entry is not None:
-            self._resolve(group, topic, [entry], self._dead_letters([entry]))
+            self._resolve([entry], dead_letter=True)
 
     def change_invisible_duration(
         self, group: str, topic: str, receipt_handle: str, invisible_ms: int
@@ -458,36 +472,37 @@ class PopService:
         if type(invisible_ms) is not int or invisible_ms <= 0:
             raise StoreConfigError(f"invisible_ms must be a positive int, not {invisible_ms!r}")
         handle = _decode(receipt_handle)
-        entry = self._claim(group, topic, receipt_handle, must_be_in_flight=True, resolve=False)
+        entry = self._claim(
+            group, topic, receipt_handle, must_be_in_flight=True, resolve=False, handle=handle
+        )
         assert entry is not None
         now = self._clock.now_ms()
         with self._lock:
             old = entry.retrieve_ms, entry.deadline_ms
             entry.deadline_ms = now + invisible_ms
-            write_id = self._begin_write()
+            write_id = self._table.begin_write()
         body = pop_log.encode(
             LogKind.IN_FLIGHT,
             group,
             topic,
             [entry.log_fields()],
-            fifo=entry.fifo,
             max_attempts=entry.max_attempts,
         )
         try:
             (result,) = self._put([Message(POP_LOG_TOPIC, body, tags="ck", queue_id=0)], "invisible change")
         except BaseException:
             with self._lock:
-                self._end_write(write_id)
+                self._table.end_write(write_id)
                 entry.retrieve_ms, entry.deadline_ms = old
                 entry.writing = False
-                self._schedule(entry)
+                self._table.schedule(entry)
                 self._changed.notify_all()
             raise
         with self._lock:
-            self._end_write(write_id)
-            self._hold(entry, result.queue_offset)
+            self._table.end_write(write_id)
+            self._table.hold(entry, result.queue_offset)
             entry.writing = False
-            self._schedule(entry)
+            self._table.schedule(entry)
             self._changed.notify_all()
         queue = entry.queue
         return ReceiptHandle(
@@ -503,12 +518,21 @@ class PopService:
         ).encode()
 
     def _claim(
-        self, group: str, topic: str, receipt_handle: str, *, must_be_in_flight: bool, resolve: bool = True
-    ) -> _Entry | None:
-        """The in-flight message ``receipt_handle`` names, marked as being resolved (``resolve``)
-        or written, once no other write of it is under way; None when it is not in flight."""
+        self,
+        group: str,
+        topic: str,
+        receipt_handle: str,
+        *,
+        must_be_in_flight: bool,
+        resolve: bool = True,
+        handle: ReceiptHandle | None = None,
+    ) -> InFlight | None:
+        """The in-flight message ``receipt_handle`` (decoded: ``handle``) names, marked as being
+        resolved (``resolve``) or written, once no other write of it is under way; None when it
+        is not in flight."""
         _check_names(group, topic)
-        handle = _decode(receipt_handle)
+        if handle is None:
+            handle = _decode(receipt_handle)
         if handle.broker_name != self.broker_name:
             raise InvalidReceiptHandleError(
                 receipt_handle, f"it is broker {handle.broker_name!r}'s; this is {self.broker_name!r}"
@@ -518,7 +542,7 @@ class PopService:
         if handle.topic_type == RETRY_TOPIC and handle.queue_id != 0:
             raise InvalidReceiptHandleError(receipt_handle, "a retry topic has only queue 0")
         with self._lock:
-            queue = self._queue(group, topic, handle.topic_type, handle.queue_id)
+            queue = self._table.queue(group, topic, handle.topic_type, handle.queue_id)
             if handle.offset >= queue.cursor:
                 raise InvalidReceiptHandleError(
                     receipt_handle,
@@ -549,20 +573,33 @@ class PopService:
                 entry.writing = True
             return entry
 
-    def _resolve(self, group: str, topic: str, entries: list[_Entry], dead_letters: list[Message]) -> None:
-        """Write dead letters and a RESOLVED record in one put, then drop ``entries`` (claimed)."""
+    def _resolve(self, entries: list[InFlight], *, dead_letter: bool = False) -> None:
+        """Retire ``entries`` (claimed), with dead-letter copies; they stay in flight if it fails."""
         try:
-            self._put([*dead_letters, self._resolved_record(group, topic, entries)], "ack")
+            self._retire(entries, self._dead_letters(entries) if dead_letter else [], "ack")
         except BaseException:
-            with self._lock:
-                for entry in entries:
-                    entry.resolving = False
-                self._changed.notify_all()
+            self._unclaim(entries)
             raise
+
+    def _retire(self, entries: Sequence[InFlight], copies: list[Message], what: str) -> None:
+        """One put: ``copies`` (retry or dead-letter), then the RESOLVED records of ``entries``
+        (claimed); then they are out of flight and their queues' offsets committed."""
+        by_pair: dict[tuple[str, str], list[InFlight]] = {}
+        for entry in entries:
+            by_pair.setdefault((entry.queue.group, entry.queue.topic), []).append(entry)
+        records = [self._resolved_record(group, topic, done) for (group, topic), done in by_pair.items()]
+        self._put([*copies, *records], what)
         with self._lock:
             for entry in entries:
-                self._remove(entry)
-                self._commit_queue(entry.queue)
+                self._table.remove(entry)
+            for queue in {id(e.queue): e.queue for e in entries}.values():
+                self._table.commit(queue)
+            self._changed.notify_all()
+
+    def _unclaim(self, entries: list[InFlight]) -> None:
+        with self._lock:
+            for entry in entries:
+                entry.resolving = False
             self._changed.notify_all()
 
     # --- redelivery --------------------------------------------------------------------------
@@ -570,75 +607,64 @@ class PopService:
         """Re-put up to ``limit`` expired messages (not FIFO) into their retry topics, or into the
         DLQ when out of attempts, in one put; how many. The background loop calls it."""
         now = self._clock.now_ms()
-        due: list[_Entry] = []
         with self._lock:
-            heap = self._heap
-            while heap and heap[0][0] <= now and len(due) < limit:
-                deadline, _, entry = heapq.heappop(heap)
-                if entry.gone or entry.writing or entry.resolving or entry.deadline_ms != deadline:
-                    continue  # acked, being written, or its deadline moved: a stale heap item
-                entry.resolving = True
-                due.append(entry)
+            due = self._table.due(now, limit)
         if not due:
             return 0
-        by_pair: dict[tuple[str, str], list[_Entry]] = {}
-        for entry in due:
-            by_pair.setdefault((entry.queue.group, entry.queue.topic), []).append(entry)
-        retry = [e for e in due if e.attempt < e.max_attempts]
-        msgs = self._retries(retry) + self._dead_letters([e for e in due if e.attempt >= e.max_attempts])
-        msgs += [self._resolved_record(group, topic, entries) for (group, topic), entries in by_pair.items()]
         try:
-            self._put(msgs, "redelivery")
+            try:
+                self._retire(due, self._redelivery_copies(due), "redelivery")
+            except InvalidMessageError:
+                # a message this store will not take again (a property RocketMQ accepted, say) must
+                # not hold the others up: one put each, and that one retired without a copy
+                for entry in due:
+                    try:
+                        self._retire([entry], self._redelivery_copies([entry]), "redelivery")
+                    except InvalidMessageError as exc:
+                        log.error(
+                            "%s queue %d offset %d cannot be stored again (%s): it is not redelivered",
+                            entry.queue.store_topic,
+                            entry.queue.queue_id,
+                            entry.offset,
+                            exc,
+                        )
+                        self._retire([entry], [], "redelivery")
         except BaseException:
             with self._lock:
                 for entry in due:
-                    entry.resolving = False
-                    self._schedule(entry)
+                    if not entry.gone:
+                        entry.resolving = False
+                        self._table.schedule(entry)
                 self._changed.notify_all()
             raise
-        with self._lock:
-            for entry in due:
-                self._remove(entry)
-                self._commit_queue(entry.queue)
-            self._changed.notify_all()
         return len(due)
 
-    def _retries(self, entries: Sequence[_Entry]) -> list[Message]:
-        """The retry-topic copies of expired messages (RocketMQ 5's PopReviveService.reviveRetry)."""
+    def _redelivery_copies(self, entries: Sequence[InFlight]) -> list[Message]:
+        """Retry copies of the expired ``entries``, dead letters of those out of attempts."""
+        retry = [e for e in entries if e.attempt < e.max_attempts]
+        return self._retries(retry) + self._dead_letters([e for e in entries if e.attempt >= e.max_attempts])
+
+    def _retries(self, entries: Sequence[InFlight]) -> list[Message]:
         out = []
         for entry in entries:
             msg = self._message_of(entry)
-            if msg is None:
-                continue
-            queue = entry.queue
-            target = retry_topic(queue.group, queue.topic)
-            self._ensure_topic(target)
-            copy = _copy(msg, target, entry.attempt)
-            props = dict(copy.properties or {})
-            props.setdefault(PROPERTY_RETRY_TOPIC, queue.topic)
-            props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.uniq_key or msg.msg_id)
-            props.setdefault(PROPERTY_FIRST_POP_TIME, str(entry.retrieve_ms))
-            copy.properties = props
-            out.append(copy)
+            if msg is not None:
+                queue = entry.queue
+                self._ensure_topic(retry_topic(queue.group, queue.topic))
+                out.append(retry_copy(msg, queue.group, queue.topic, entry.attempt, entry.retrieve_ms))
         return out
 
-    def _dead_letters(self, entries: Sequence[_Entry]) -> list[Message]:
+    def _dead_letters(self, entries: Sequence[InFlight]) -> list[Message]:
         out = []
         for entry in entries:
             msg = self._message_of(entry)
-            if msg is None:
-                continue
-            target = dlq_topic(entry.queue.group)
-            self._ensure_topic(target)
-            copy = _copy(msg, target, entry.attempt)
-            props = dict(copy.properties or {})
-            props[PROPERTY_DLQ_ORIGIN_TOPIC] = entry.queue.topic
-            props[PROPERTY_DLQ_ORIGIN_MESSAGE_ID] = msg.uniq_key or msg.msg_id
-            copy.properties = props
-            out.append(copy)
+            if msg is not None:
+                queue = entry.queue
+                self._ensure_topic(dlq_topic(queue.group))
+                out.append(dead_letter(msg, queue.group, queue.topic, entry.attempt))
         return out
 
-    def _message_of(self, entry: _Entry) -> MessageExt | None:
+    def _message_of(self, entry: InFlight) -> MessageExt | None:
         msg = self.store.look_message_by_offset(entry.commitlog_offset)
         if msg is None:
             log.warning(
@@ -650,84 +676,62 @@ class PopService:
         return msg
 
     # --- progress -----------------------------------------------------------------------------
+    def relog_oldest(self, limit: int = 4096) -> int:
+        """Write again, in new IN_FLIGHT records, up to ``limit`` messages held by records more
+        than ``relog_distance`` records behind the pop log's end, so that the replay point moves
+        on while they stay in flight (a long invisible time, a FIFO group not coming back); how
+        many. The background loop calls it."""
+        table = self._table
+        with self._lock:
+            end = self.store.max_offset_in_queue(POP_LOG_TOPIC, 0)
+            oldest = table.oldest_record()
+            if oldest is None or end - oldest <= self._relog_distance:
+                return 0
+            stale: dict[tuple[str, str, int], list[InFlight]] = {}
+            held = table.held_before(end - self._relog_distance // 2, limit)
+            for entry in held:
+                stale.setdefault((entry.queue.group, entry.queue.topic, entry.max_attempts), []).append(entry)
+            write_id = table.begin_write()
+        records = [
+            Message(
+                POP_LOG_TOPIC,
+                pop_log.encode(
+                    LogKind.IN_FLIGHT,
+                    group,
+                    topic,
+                    [e.log_fields() for e in entries],
+                    max_attempts=max_attempts,
+                ),
+                tags="ck",
+                queue_id=0,
+            )
+            for (group, topic, max_attempts), entries in stale.items()
+        ]
+        try:
+            results = self._put(records, "pop log rewrite") if records else []
+        finally:
+            with self._lock:
+                self._table.end_write(write_id)
+                for entries in stale.values():
+                    for entry in entries:
+                        entry.writing = False
+                self._changed.notify_all()
+        with self._lock:
+            for result, entries in zip(results, stale.values()):
+                for entry in entries:
+                    if not entry.gone:
+                        self._table.hold(entry, result.queue_offset)
+        return len(held)
+
     def commit_progress(self) -> None:
         """Commit every queue's offset, then the pop log's replay point R (see the docstring)."""
         with self._lock:
-            for queue in self._queues.values():
-                self._commit_queue(queue)
-            end = self.store.max_offset_in_queue(POP_LOG_TOPIC, 0)
-            replay_from = min([*self._records, *self._writing.values(), end])
+            for queue in self._table.queues.values():
+                self._table.commit(queue)
+            replay_from = self._table.replay_point()
             if replay_from > self._log_committed:
                 self.store.commit_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0, replay_from)
                 self._log_committed = replay_from
-
-    def _commit_queue(self, queue: _Queue) -> None:
-        point = queue.commit_point()
-        if point > queue.committed:
-            self.store.commit_offset(queue.group, queue.store_topic, queue.queue_id, point)
-            queue.committed = point
-
-    # --- state helpers (under _lock) ---------------------------------------------------------
-    def _queue(self, group: str, topic: str, topic_type: int, queue_id: int) -> _Queue:
-        key = (group, topic, topic_type, queue_id)
-        queue = self._queues.get(key)
-        if queue is not None:
-            return queue
-        store = self.store
-        store_topic = topic if topic_type == NORMAL_TOPIC else retry_topic(group, topic)
-        committed = store.query_offset(group, store_topic, queue_id)
-        cursor = committed
-        if cursor < 0:
-            # a retry topic is the group's own: all of it is for the group
-            if topic_type == RETRY_TOPIC or self._new_group_start == "min":
-                cursor = store.min_offset_in_queue(store_topic, queue_id)
-            else:
-                cursor = store.max_offset_in_queue(store_topic, queue_id)
-        queue = self._queues[key] = _Queue(group, topic, topic_type, queue_id, store_topic, cursor, committed)
-        self._commit_queue(queue)
-        return queue
-
-    def _hold(self, entry: _Entry, record: int) -> None:
-        """``entry`` is held by the IN_FLIGHT record at log offset ``record`` from now on."""
-        self._release_record(entry)
-        entry.record = record
-        self._records[record] = self._records.get(record, 0) + 1
-
-    def _release_record(self, entry: _Entry) -> None:
-        old = entry.record
-        if old >= 0:
-            left = self._records[old] - 1
-            if left:
-                self._records[old] = left
-            else:
-                del self._records[old]
-        entry.record = -1
-
-    def _remove(self, entry: _Entry) -> None:
-        if entry.gone:
-            return
-        self._release_record(entry)
-        del entry.queue.in_flight[entry.offset]
-        entry.gone = True
-        entry.resolving = False
-        self._in_flight -= 1
-
-    def _schedule(self, entry: _Entry) -> None:
-        if entry.fifo or entry.gone:
-            return
-        heap = self._heap
-        heapq.heappush(heap, (entry.deadline_ms, next(self._heap_seq), entry))
-        if len(heap) > 2 * self._in_flight + 1024:  # stale items of acked or changed entries
-            self._heap = [item for item in heap if not item[2].gone and item[0] == item[2].deadline_ms]
-            heapq.heapify(self._heap)
-
-    def _begin_write(self) -> int:
-        write_id = next(self._write_ids)
-        self._writing[write_id] = self.store.max_offset_in_queue(POP_LOG_TOPIC, 0)
-        return write_id
-
-    def _end_write(self, write_id: int) -> None:
-        del self._writing[write_id]
 
     # --- store access --------------------------------------------------------------------------
     def _put(self, msgs: list[Message], what: str) -> list[PutMessageResult]:
@@ -737,7 +741,7 @@ class PopService:
             raise StoreWriteError(f"the store did not take the {what}: {bad.status.value}", bad.status)
         return results
 
-    def _resolved_record(self, group: str, topic: str, entries: Sequence[_Entry]) -> Message:
+    def _resolved_record(self, group: str, topic: str, entries: Sequence[InFlight]) -> Message:
         body = pop_log.encode(
             LogKind.RESOLVED,
             group,
@@ -769,10 +773,9 @@ class PopService:
     def _replay(self) -> None:
         """Rebuild the in-flight table from the pop log, from its committed replay point."""
         store = self.store
-        offset = max(0, store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0))
-        self._log_committed = offset
+        self._log_committed = store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0)
+        offset = max(0, self._log_committed)
         end = store.max_offset_in_queue(POP_LOG_TOPIC, 0)
-        entries: dict[tuple[_Key, int], _Entry] = {}
         records = 0
         while offset < end:
             batch = store.read_batch(POP_LOG_TOPIC, 0, offset, _REPLAY_BATCH)
@@ -786,38 +789,11 @@ class PopService:
                     )
                     continue
                 records += 1
-                self._apply(record, log_offset, entries)
+                self._table.apply(record, log_offset)
             offset = max(batch.next_offset, offset + 1) if not len(batch) else batch.next_offset
-        for queue in self._queues.values():
-            queue.in_flight = dict(sorted(queue.in_flight.items()))
-        for entry in entries.values():
-            self._schedule(entry)
+        self._table.finish_replay()
         if records:
-            log.info("pop log replayed: %d records, %d messages in flight", records, self._in_flight)
-
-    def _apply(
-        self, record: pop_log.PopLogRecord, log_offset: int, entries: dict[tuple[_Key, int], _Entry]
-    ) -> None:
-        group, topic = record.group, record.topic
-        for e in record.in_flight:
-            queue = self._queue(group, topic, e.topic_type, e.queue_id)
-            queue.cursor = max(queue.cursor, e.offset + 1)
-            key = ((group, topic, e.topic_type, e.queue_id), e.offset)
-            entry = entries.get(key)
-            if entry is None:
-                entry = entries[key] = _Entry(
-                    queue, e.offset, e.commitlog_offset, 0, 0, 0, 0, record.fifo, writing=False
-                )
-                queue.in_flight[e.offset] = entry
-                self._in_flight += 1
-            entry.retrieve_ms, entry.deadline_ms, entry.attempt = e.retrieve_ms, e.deadline_ms, e.attempt
-            entry.max_attempts, entry.fifo = record.max_attempts, record.fifo
-            self._hold(entry, log_offset)
-        for r in record.resolved:
-            key = ((group, topic, r.topic_type, r.queue_id), r.offset)
-            gone = entries.pop(key, None)
-            if gone is not None:
-                self._remove(gone)
+            log.info("pop log replayed: %d records, %d messages in flight", records, self._table.count)
 
 
 class _ReviveLoop(BackgroundService):
@@ -829,29 +805,10 @@ class _ReviveLoop(BackgroundService):
         try:
             while self._pop.revive_expired() > 0:
                 pass
+            self._pop.relog_oldest()
         except StoreWriteError as exc:
-            log.warning("redelivery of expired messages failed, retried next round: %s", exc)
+            log.warning("pop state write failed, retried next round: %s", exc)
         self._pop.commit_progress()
-
-
-def _copy(msg: MessageExt, topic: str, reconsume_times: int) -> Message:
-    """``msg`` to be stored again in ``topic`` (queue 0): body, tags, keys, properties and born
-    fields kept; the same UNIQ_KEY, so clients see the same message id."""
-    props = {k: v for k, v in msg.properties.items() if k not in RESERVED_PROPERTIES}
-    return Message(
-        topic,
-        msg.body,
-        tags=msg.tags,
-        keys=msg.keys,
-        properties=props,
-        queue_id=0,
-        flag=msg.flag,
-        uniq_key=msg.uniq_key,
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-        sys_flag=msg.sys_flag & (SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS),
-        reconsume_times=reconsume_times,
-    )
 
 
 def _decode(receipt_handle: str) -> ReceiptHandle:

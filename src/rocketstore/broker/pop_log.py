@@ -9,16 +9,18 @@ big-endian::
     0   u8    version, 1
     1   u8    kind: 1 IN_FLIGHT (these messages are handed out and invisible until their deadline;
               a later IN_FLIGHT record of the same message replaces it), 2 RESOLVED (these messages
-              are done: acked, re-put into the retry topic, or dead-lettered)
-    2   u8    flags: bit 0 FIFO (an expired message comes back in place, not through the retry topic)
+              are done: acked, re-put into the retry topic, or dead-lettered), 3 POSITION (the
+              group starts reading these queues, which it never read before, at these offsets)
+    2   u8    reserved, 0
     3   u16   max attempts (IN_FLIGHT; 0 in RESOLVED)
     5   u16   length G of the consumer group, then G bytes UTF-8
         u16   length T of the topic, then T bytes UTF-8
         u32   entry count N, then N entries:
-              IN_FLIGHT  u8 topic type (0 topic, 1 retry topic), i32 queue id, i64 queue offset,
-                         i64 commitlog offset, i64 retrieve time ms, i64 deadline ms, i32 attempt
-                         (41 bytes)
-              RESOLVED   u8 topic type, i32 queue id, i64 queue offset (13 bytes)
+              IN_FLIGHT  u8 topic type (0 topic, 1 retry topic), u8 flags (bit 0 FIFO: when it
+                         expires it comes back in place, not through the retry topic), i32 queue id,
+                         i64 queue offset, i64 commitlog offset, i64 retrieve time ms,
+                         i64 deadline ms, i32 attempt (42 bytes)
+              RESOLVED, POSITION   u8 topic type, i32 queue id, i64 queue offset (13 bytes)
 
 A message is named by (group, topic, topic type, queue id, queue offset).
 """
@@ -41,8 +43,8 @@ _HEAD: Final = struct.Struct(">BBBH")
 assert _HEAD.size == 5
 _U16: Final = struct.Struct(">H")
 _U32: Final = struct.Struct(">I")
-_IN_FLIGHT: Final = struct.Struct(">Biqqqqi")
-assert _IN_FLIGHT.size == 41
+_IN_FLIGHT: Final = struct.Struct(">BBiqqqqi")
+assert _IN_FLIGHT.size == 42
 _RESOLVED: Final = struct.Struct(">Biq")
 assert _RESOLVED.size == 13
 
@@ -50,11 +52,13 @@ assert _RESOLVED.size == 13
 class LogKind(enum.IntEnum):
     IN_FLIGHT = 1
     RESOLVED = 2
+    POSITION = 3
 
 
 @dataclass(frozen=True, slots=True)
 class InFlightEntry:
     topic_type: int
+    flags: int
     queue_id: int
     offset: int
     commitlog_offset: int
@@ -75,10 +79,9 @@ class PopLogRecord:
     kind: LogKind
     group: str
     topic: str
-    fifo: bool
     max_attempts: int
     in_flight: tuple[InFlightEntry, ...] = ()
-    resolved: tuple[ResolvedEntry, ...] = ()
+    resolved: tuple[ResolvedEntry, ...] = ()  # RESOLVED: the messages; POSITION: the queues' offsets
 
 
 def encode(
@@ -87,15 +90,15 @@ def encode(
     topic: str,
     entries: Sequence[tuple[int, ...]],
     *,
-    fifo: bool = False,
     max_attempts: int = 0,
 ) -> bytes:
-    """A record's body; ``entries`` are the fields of InFlightEntry or ResolvedEntry, in order."""
+    """A record's body; ``entries`` are the fields of InFlightEntry (IN_FLIGHT) or ResolvedEntry
+    (RESOLVED, POSITION), in order."""
     entry = _IN_FLIGHT if kind is LogKind.IN_FLIGHT else _RESOLVED
     g, t = group.encode(), topic.encode()
     return b"".join(
         (
-            _HEAD.pack(VERSION, kind, FLAG_FIFO if fifo else 0, max_attempts),
+            _HEAD.pack(VERSION, kind, 0, max_attempts),
             _U16.pack(len(g)),
             g,
             _U16.pack(len(t)),
@@ -111,10 +114,10 @@ def decode(body: bytes | memoryview) -> PopLogRecord:
     view = memoryview(body)
     if len(view) < _HEAD.size:
         raise CorruptDataError(f"pop log record of {len(view)} bytes is shorter than its header", offset=0)
-    version, kind, flags, max_attempts = _HEAD.unpack_from(view, 0)
+    version, kind, _, max_attempts = _HEAD.unpack_from(view, 0)
     if version != VERSION:
         raise CorruptDataError(f"pop log record version {version}, want {VERSION}", offset=0)
-    if kind not in (LogKind.IN_FLIGHT, LogKind.RESOLVED):
+    if kind not in LogKind.__members__.values():
         raise CorruptDataError(f"pop log record kind {kind} is unknown", offset=1)
     pos = _HEAD.size
     names = []
@@ -147,10 +150,7 @@ def decode(body: bytes | memoryview) -> PopLogRecord:
             LogKind.IN_FLIGHT,
             group,
             topic,
-            bool(flags & FLAG_FIFO),
             max_attempts,
             in_flight=tuple(InFlightEntry(*f) for f in fields),
         )
-    return PopLogRecord(
-        LogKind.RESOLVED, group, topic, False, 0, resolved=tuple(ResolvedEntry(*f) for f in fields)
-    )
+    return PopLogRecord(LogKind(kind), group, topic, 0, resolved=tuple(ResolvedEntry(*f) for f in fields))

@@ -36,6 +36,11 @@ _FIELDS: Final = (
     "commitLogOffset",
 )
 _BROKER_NAME: Final = re.compile(r"[A-Za-z0-9_.:-]{1,127}")
+# a well-formed handle in one match; anything else takes the field-by-field path that names the fault
+_WELL_FORMED: Final = re.compile(
+    r"([0-9]{1,18}) ([0-9]{1,18}) ([0-9]{1,18}) ([0-9]{1,9}) ([01]) ([A-Za-z0-9_.:-]{1,127}) "
+    r"([0-9]{1,9}) ([0-9]{1,18}) ([0-9]{1,18})"
+)
 _INT64_MAX: Final = (1 << 63) - 1
 _INT32_MAX: Final = (1 << 31) - 1
 
@@ -63,6 +68,27 @@ class ReceiptHandle:
         """The handle ``text`` stands for; InvalidReceiptHandleError naming the first bad field."""
         if not isinstance(text, str):
             raise InvalidReceiptHandleError(text, f"a receipt handle is a str, not {type(text).__name__}")
+        match = _WELL_FORMED.fullmatch(text)
+        if match is not None:
+            start, retrieve, invisible, revive_qid, topic_type, broker, queue_id, offset, phys = (
+                match.groups()
+            )
+            if int(start) <= int(offset):
+                return cls(
+                    int(start),
+                    int(retrieve),
+                    int(invisible),
+                    int(revive_qid),
+                    int(topic_type),
+                    broker,
+                    int(queue_id),
+                    int(offset),
+                    int(phys),
+                )
+        return cls._decode_fields(text)
+
+    @classmethod
+    def _decode_fields(cls, text: str) -> ReceiptHandle:
         parts = text.split(" ")
         if len(parts) != len(_FIELDS):
             raise InvalidReceiptHandleError(
