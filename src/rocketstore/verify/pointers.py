@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec.commitlog_record import DecodedRecord, decode_record
-from rocketstore.codec.commitlog_scan import store_timestamps
+from rocketstore.codec.commitlog_scan import record_fields, store_timestamps
 from rocketstore.codec.java_hash import index_key_hash, tags_code
 from rocketstore.codec.properties import decode_properties
 from rocketstore.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
@@ -343,7 +343,7 @@ def _misplaced(view: memoryview, seg: Segment, starts: I64, rel: int, where: int
     k = int(np.searchsorted(starts, rel)) - 1
     if k >= 0:
         before = int(starts[k])
-        total = decode_record(view, before).total_size
+        total = int(record_fields(view, starts[k : k + 1])["total_size"][0])
         if rel < before + total:
             return (
                 f"commitlog offset {phy} is inside the record at {seg.start + before} ({total} bytes), "

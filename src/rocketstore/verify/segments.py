@@ -48,6 +48,9 @@ _LIVE_RETRIES: Final = 4  # looks again at the tail of a segment a writer may be
 
 @dataclass
 class Segment:
+    """One commitlog segment file and what its scan found (filled in by ``check_segment``; a
+    Spark task sends it back to the driver for ``finish_commitlog``)."""
+
     start: int
     path: Path
     rel: str
