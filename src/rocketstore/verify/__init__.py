@@ -57,7 +57,8 @@ import os
 
 from rocketstore.config import StoreConfig
 from rocketstore.storage.paths import StoreLayout
-from rocketstore.verify.index_files import IndexCover, index_cover, new_index_refs, read_index_files
+from rocketstore.verify.index_files import IndexCover as IndexCover  # importable here, as before the split
+from rocketstore.verify.index_files import index_cover, new_index_refs, read_index_files
 from rocketstore.verify.metadata import check_checkpoint, check_config_dir, geometry
 from rocketstore.verify.pointers import PointerCheck
 from rocketstore.verify.queues import Queues, new_queue_refs, read_consume_queues
@@ -72,7 +73,7 @@ from rocketstore.verify.report import (
 )
 from rocketstore.verify.segments import check_commitlog
 
-__all__ = ["DAMAGE_KINDS", "MAX_DAMAGE_PER_FILE", "Damage", "IndexCover", "VerifyReport", "verify_store"]
+__all__ = ["DAMAGE_KINDS", "MAX_DAMAGE_PER_FILE", "Damage", "VerifyReport", "verify_store"]
 
 
 def verify_store(

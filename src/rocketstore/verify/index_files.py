@@ -45,12 +45,16 @@ __all__ = [
 
 
 def new_index_refs() -> Refs:
+    """The columns gathered per index entry: commitlog offset, keyHash, file number, byte
+    position in the file."""
     return Refs(phy=np.int64, key_hash=np.int32, file=np.int32, pos=np.int64)
 
 
 def read_index_files(
     paths: StoreLayout, cfg: StoreConfig, names: list[str], refs: Refs, damage: DamageLog, tick: Progress
 ) -> int:
+    """Check each index file on its own and gather its entries as refs (``names`` gets the name
+    of each file read, by number); returns how many entries were checked."""
     files = find_index_files(paths, damage)
     checked = 0
     tick("index", 0, len(files))

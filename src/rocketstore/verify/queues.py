@@ -56,6 +56,8 @@ class Queues:
 
 
 def new_queue_refs() -> Refs:
+    """The columns gathered per consume-queue entry: commitlog offset, size, tagsCode, queue
+    offset, queue number, file number, byte position in the file."""
     return Refs(
         phy=np.int64, size=np.int64, tags=np.int64, qo=np.int64, queue=np.int32, file=np.int32, pos=np.int64
     )
