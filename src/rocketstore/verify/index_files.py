@@ -28,9 +28,9 @@ from rocketstore.codec import index_layout
 from rocketstore.codec.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
 from rocketstore.config import StoreConfig
 from rocketstore.storage.file_view import mapped_readonly
-from rocketstore.storage.paths import StoreLayout, is_index_name
+from rocketstore.storage.paths import StoreLayout, is_index_name, is_leftover_name
 from rocketstore.store_lock import lock_holder
-from rocketstore.verify.listing import TRANSIENT_SUFFIXES, list_entries, store_relative, wrong_kind
+from rocketstore.verify.listing import list_entries, store_relative, wrong_kind
 from rocketstore.verify.refs import I32, I64, Refs
 from rocketstore.verify.report import DamageLog, Progress
 
@@ -70,7 +70,7 @@ def find_index_files(paths: StoreLayout, damage: DamageLog) -> list[Path]:
     """The index files, oldest first; anything else in ``index/`` is reported."""
     files: list[Path] = []
     for e in list_entries(paths, paths.index, damage):
-        if e.name.endswith(TRANSIENT_SUFFIXES):
+        if is_leftover_name(e.name):
             continue
         if not is_index_name(e.name):
             damage.add(

@@ -4,15 +4,18 @@ there (a stray name, a link, a file where a directory belongs) is damage, never 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
 
 from rocketstore.errors import StorePathError
-from rocketstore.storage.paths import StoreEntry, StoreLayout, is_segment_name, list_store_dir
+from rocketstore.storage.paths import (
+    StoreEntry,
+    StoreLayout,
+    is_leftover_name,
+    is_segment_name,
+    list_store_dir,
+)
 from rocketstore.verify.report import DamageLog
 
-__all__ = ["TRANSIENT_SUFFIXES", "list_entries", "named_files", "store_relative", "wrong_kind"]
-
-TRANSIENT_SUFFIXES: Final = (".creating", ".tmp")  # a writer's files being created: not part of the store
+__all__ = ["list_entries", "named_files", "store_relative", "wrong_kind"]
 
 
 def list_entries(paths: StoreLayout, directory: Path, damage: DamageLog) -> list[StoreEntry]:
@@ -37,7 +40,7 @@ def named_files(
     named: list[tuple[int, Path]] = []
     strays: list[Path] = []
     for e in list_entries(paths, directory, damage):
-        if e.name.endswith(TRANSIENT_SUFFIXES):
+        if is_leftover_name(e.name):
             continue
         if not is_segment_name(e.name):
             strays.append(e.path)
