@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketstore.codec import commitlog_record as cl
-from rocketstore.codec.commitlog_scan import scan_extent
+from rocketstore.codec.commitlog_scan import record_header, record_layout, scan_extent
 from rocketstore.codec.crc import CRC_TABLES, crc32
 
 HOSTS = (b"\x7f\x00\x00\x01", b"\xfe\x80" + bytes(13) + b"\x01")
@@ -103,3 +103,40 @@ def test_random_garbage_always_terminates() -> None:
 def test_crc_kernel_is_zlib_crc32(data: bytes, lead: int) -> None:
     buf = np.frombuffer(bytes(lead) + data, dtype=np.uint8)
     assert crc32(buf, lead, len(data), CRC_TABLES) == zlib.crc32(data)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_record_header_and_layout_read_what_decode_record_reads(seed: int) -> None:
+    """The compiled field readers verify's kernels use, on records with either host width, a
+    ROLLBACK flag, and queue ids and offsets that need every byte of their fields."""
+    rng = random.Random(seed)
+    born, store = rng.choice(HOSTS), rng.choice(HOSTS)
+    sys_flag = (
+        (cl.SYSFLAG_BORNHOST_V6 if len(born) == 16 else 0)
+        | (cl.SYSFLAG_STOREHOST_V6 if len(store) == 16 else 0)
+        | rng.choice((cl.TX_NOT, cl.TX_ROLLBACK))
+    )
+    lead = rng.randint(0, 64)
+    rec = cl.encode_message(
+        body=rng.randbytes(rng.randint(0, 300)),
+        topic=b"Topic" * rng.randint(1, 20),
+        properties=b"TAGS\x01a\x02KEYS\x01k1 k2",
+        queue_id=rng.randint(0, (1 << 31) - 1),
+        flag=0,
+        sys_flag=sys_flag,
+        born_timestamp=1,
+        born_addr=born,
+        born_port=1,
+        store_addr=store,
+        store_port=2,
+        store_timestamp=rng.randint(0, 1 << 50),
+        queue_offset=rng.randint(0, (1 << 63) - 1),
+    )
+    buf = bytes(lead) + bytes(rec)
+    d = cl.decode_record(buf, lead)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    assert record_header(u8, lead) == (d.total_size, d.queue_id, d.queue_offset, d.sys_flag)
+    topic_at, topic_len, props_at, props_len, store_ts = record_layout(u8, lead)
+    assert buf[topic_at : topic_at + topic_len].decode() == d.topic
+    assert buf[props_at : props_at + props_len].decode() == d.properties
+    assert store_ts == d.store_timestamp

@@ -30,6 +30,7 @@ from rocketstore.prepare import (
     MAX_QUEUE_ID,
     MessageColumns,
     MessageEncoder,
+    PreparedBatch,
     check_messages,
     column_length,
     tag_column,
@@ -120,10 +121,13 @@ class MessageWriter:
         """``MessageStore.put_message`` on an open, writable store."""
         topic = getattr(msg, "topic", None)
         topics = self._topics
-        config = topics.get(topic) if type(topic) is str else None
-        if config is None or not config.perm & PERM_WRITE:
+        topic_config = topics.get(topic) if type(topic) is str else None
+        if topic_config is None or not topic_config.perm & PERM_WRITE:
+            # a new topic is created there, an unwritable one refused, and what is not a Message
+            # or not a topic name is named by its checks
             return self.put_messages((msg,))[0]
-        # the common case, with put_messages' steps for one message of a known topic
+        # the common case, a known writable topic: put_messages' steps for one message, without
+        # building a batch
         queue_id = msg.queue_id
         if queue_id is None:
             props = msg.properties
@@ -166,24 +170,7 @@ class MessageWriter:
             log.error("put failed, could not create or write a commitlog segment: %s", exc)
             return [PutMessageResult(PutStatus.CREATE_MAPPED_FILE_FAILED) for _ in msgs]
         if batch is not None:
-            topics = batch.topics
-            results = list(
-                map(
-                    _result,
-                    zip(
-                        repeat(_PUT_OK),
-                        repeat(topics[0])
-                        if len(topics) == 1
-                        else [topics[t] for t in batch.topic_ids.tolist()],
-                        batch.queue_ids.tolist(),
-                        phys.tolist(),
-                        queue_offsets.tolist(),
-                        repeat(now),
-                        batch.lengths.tolist(),
-                        repeat(self._commitlog.id_prefix),
-                    ),
-                )
-            )
+            results = self._batch_results(batch, phys, queue_offsets, now)
             self._stats.count_put(len(results), int(batch.lengths.sum()))
         else:
             self._stats.count_put(len(results), sum(r.wrote_bytes for r in results))
@@ -194,6 +181,32 @@ class MessageWriter:
             if status is not _PUT_OK:
                 return [r._replace(status=status) for r in results]
         return results
+
+    def _batch_results(
+        self,
+        batch: PreparedBatch,
+        phys: npt.NDArray[np.int64],
+        queue_offsets: npt.NDArray[np.int64],
+        now: int,
+    ) -> list[PutMessageResult]:
+        """One PUT_OK result per message of an appended batch, built column by column (a batch
+        can hold thousands of messages: no Python call per message but the tuple's own)."""
+        topics = batch.topics
+        return list(
+            map(
+                _result,
+                zip(
+                    repeat(_PUT_OK),
+                    repeat(topics[0]) if len(topics) == 1 else [topics[t] for t in batch.topic_ids.tolist()],
+                    batch.queue_ids.tolist(),
+                    phys.tolist(),
+                    queue_offsets.tolist(),
+                    repeat(now),
+                    batch.lengths.tolist(),
+                    repeat(self._commitlog.id_prefix),
+                ),
+            )
+        )
 
     def put_batch(
         self,
@@ -244,6 +257,7 @@ class MessageWriter:
             return self._unstored(PutStatus.CREATE_MAPPED_FILE_FAILED, topic, qids, batch.uniq_keys)
         self._stats.count_put(n, int(batch.lengths.sum()))
         self._wake_dispatcher()
+        # put_batch takes no properties, so no message can say WAIT=false: no _needs_flush_wait
         status = self._make_durable(int(phys[-1] + batch.lengths[-1])) if self._durability_work else _PUT_OK
         return PutBatchResult(
             status,
@@ -347,7 +361,7 @@ class MessageWriter:
             or self._commitlog.begin_time_in_lock
             or self._cleaner.disk_full
         ):
-            return None  # the usual answer, without the checks' own calls
+            return None  # the common case decided by attribute reads alone, before the calls below
         unavailable = self._unavailable_reason()
         if unavailable is not None:
             log.warning("put refused: %s", unavailable)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
@@ -71,10 +72,11 @@ class MessageReader:
         if offset == max_offset:
             return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
         if offset > max_offset:
-            nxt = min_offset if min_offset == 0 else max_offset
-            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, nxt, min_offset, max_offset)
-        tag_filter = _parse_tags(tags)
-        entries = cq.entries(offset, max(_MAX_FILTER_BYTES // 20, max_msgs))
+            next_offset = min_offset if min_offset == 0 else max_offset
+            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_offset, max_offset)
+        # tagsCode first (from the entry, no record read), then the tags themselves (a hash collision)
+        filter_codes, filter_names = _parse_tags(tags) or (None, None)
+        entries = cq.entries(offset, max(_MAX_FILTER_BYTES // CQ_ENTRY_SIZE, max_msgs))
         if entries is None:
             return GetMessageResult(
                 GetStatus.OFFSET_FOUND_NULL, cq.next_segment_offset(offset), min_offset, max_offset
@@ -84,6 +86,8 @@ class MessageReader:
         total = 0
         max_bytes = self.config.max_transfer_bytes_on_message_in_memory
         max_count = min(max_msgs, self.config.max_transfer_count_on_message_in_memory)
+        # entries below this commitlog offset point into a segment found reclaimed: stepped over
+        # without looking each one up, as RocketMQ moves on to the next segment
         skip_below = -1
         message_at = self._commitlog.message_at
         n = len(entries)
@@ -93,7 +97,7 @@ class MessageReader:
         sizes: list[int] = []
         codes: list[int] = []
         full = False
-        if tag_filter is None:
+        if filter_codes is None:
             # the plain read: the entries that fit, checked and their bodies found in one pass
             head = entries[:max_count]
             sizes_head = head["size"].astype(np.int64)
@@ -122,7 +126,7 @@ class MessageReader:
                 if messages and (len(messages) >= max_count or total + size > max_bytes):
                     full = True
                     break
-                if tag_filter is not None and code not in tag_filter[0]:
+                if filter_codes is not None and code not in filter_codes:
                     i += 1
                     continue
                 msg = message_at(phy, size, code)
@@ -132,7 +136,7 @@ class MessageReader:
                     skip_below = self._commitlog.files.next_segment_start(phy)
                     i += 1
                     continue
-                if tag_filter is not None and msg.tags not in tag_filter[1]:
+                if filter_names is not None and msg.tags not in filter_names:
                     i += 1
                     continue
                 messages.append(msg)
@@ -152,7 +156,7 @@ class MessageReader:
         start = max(offset, cq.min_offset) if cq is not None else offset
         entries = cq.entries(start, max_count) if cq is not None and start < cq.max_offset else None
         if entries is None:
-            nxt = cq.next_segment_offset(start) if cq is not None and start < cq.max_offset else start
+            next_offset = cq.next_segment_offset(start) if cq is not None and start < cq.max_offset else start
             return MessageBatch(
                 topic,
                 queue_id,
@@ -164,7 +168,7 @@ class MessageReader:
                 empty,
                 bytearray(),
                 np.zeros(1, dtype=np.int64),
-                nxt,
+                next_offset,
             )
         phys = entries["offset"].astype(np.int64)
         sizes = entries["size"].astype(np.int64)
@@ -173,7 +177,7 @@ class MessageReader:
         n, born, stored, body, body_offsets = self._commitlog.gather(phys, sizes, bodies)
         queue_offsets = np.arange(start, start + n, dtype=np.int64)
         self._stats.count_get(n)
-        nxt = start + n if n else start + 1  # a first message whose record is gone is stepped over
+        next_offset = start + n if n else start + 1  # a first message whose record is gone is stepped over
         return MessageBatch(
             topic,
             queue_id,
@@ -185,7 +189,7 @@ class MessageReader:
             stored,
             body,
             body_offsets,
-            nxt,
+            next_offset,
         )
 
     # --- lookups ---------------------------------------------------------------------------
@@ -235,6 +239,8 @@ class MessageReader:
 
 
 def _parse_tags(tags: str | Iterable[str] | None) -> tuple[frozenset[int], frozenset[str]] | None:
+    """A subscription's tags ("TagA || TagB", or the names): (their tagsCodes, their names), or
+    None when every message matches (no tags, "*")."""
     if tags is None:
         return None
     if isinstance(tags, str):

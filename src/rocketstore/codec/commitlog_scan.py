@@ -40,6 +40,7 @@ __all__ = [
     "next_record_start",
     "range_starts",
     "record_fields",
+    "record_header",
     "record_layout",
     "scan_extent",
     "store_timestamps",
@@ -50,6 +51,8 @@ Buffer = bytes | bytearray | memoryview
 
 _BODY_LEN_POS_BASE: Final = 68  # BODYLENGTH is at 68 + born host length + store host length
 _MAGIC = struct.Struct(">i")
+_QUEUEID_AT: Final = 12
+_QUEUEOFFSET_AT: Final = 20
 _PHYSICALOFFSET_AT: Final = 28
 _SYSFLAG_AT: Final = 36
 _BORNHOST_AT: Final = 48
@@ -231,6 +234,17 @@ def find_record_start(u8: npt.NDArray[np.uint8], start: int, limit: int, seg_sta
             return q
         q += 1
     return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def record_header(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int, int, int]:
+    """(TOTALSIZE, QUEUEID, QUEUEOFFSET, SYSFLAG) of the well-formed MESSAGE record at ``pos``."""
+    return (
+        read_i32(u8, pos),
+        read_i32(u8, pos + _QUEUEID_AT),
+        read_i64(u8, pos + _QUEUEOFFSET_AT),
+        read_i32(u8, pos + _SYSFLAG_AT),
+    )
 
 
 @numba.njit(cache=True, nogil=True)

@@ -37,7 +37,9 @@ __all__ = [
     "ENTRY",
     "ENTRY_DTYPE",
     "ENTRY_SIZE",
+    "HASH_SLOT_COUNT_AT",
     "HEADER_SIZE",
+    "INDEX_COUNT_AT",
     "SLOT",
     "SLOT_DTYPE",
     "SLOT_SIZE",
@@ -66,6 +68,9 @@ SLOT_DTYPE: Final = np.dtype(">i4")
 SLOT: Final = struct.Struct(">i")  # public for the index writer's hot loop (pack_into a mapping)
 ENTRY: Final = struct.Struct(">iqii")
 assert _HEADER.size == HEADER_SIZE and SLOT.size == SLOT_SIZE and ENTRY.size == ENTRY_SIZE
+HASH_SLOT_COUNT_AT: Final = 32  # where the header's counts sit, for a reader naming a bad one
+INDEX_COUNT_AT: Final = 36
+assert struct.calcsize(">qqqq") == HASH_SLOT_COUNT_AT and INDEX_COUNT_AT + 4 == HEADER_SIZE
 
 
 @dataclass(slots=True)

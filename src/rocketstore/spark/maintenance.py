@@ -9,23 +9,23 @@ verify(spark, store) -> VerifyReport
     - driver: lists the files (stray and misnamed files are reported here) and reads the
       geometry;
     - stage 1, a job per consume queue and one per index file, shared out over a few Spark tasks
-      per core (a Spark task costs more than checking a small file): ``verify._read_queue`` /
-      ``verify._read_index_file`` check the files on their own and return the pointers into the
+      per core (a Spark task costs more than checking a small file): ``verify.queues.read_queue`` /
+      ``verify.index_files.read_index_file`` check the files on their own and return the pointers into the
       commitlog they hold (numpy columns), their damage and their counts;
     - driver: numbers the queues and files in the order ``verify_store`` does, merges the
       pointers and sorts them by commitlog offset (the same stable sort), and broadcasts the
       queue names and file names;
-    - stage 2, a job per commitlog segment, shared out the same way: ``verify._check_segment``
+    - stage 2, a job per commitlog segment, shared out the same way: ``verify.segments.check_segment``
       scans the segment and checks the pointers into it (the driver sends each job only its
       slice of them);
-    - driver: ``verify._finish_commitlog`` (segments ending in zero fill before later data,
+    - driver: ``verify.segments.finish_commitlog`` (segments ending in zero fill before later data,
       pointers no segment covers, the commitlog range) and the checkpoint's size.
 
     Damage is listed up to ``MAX_DAMAGE_PER_FILE`` per file, and which ones are listed depends on
     the order they were found. Every file's damage comes from tasks the driver merges in the
     order ``verify_store`` visits them (the queue or index task first, then the segment tasks in
     log order, then the driver's last checks), and each task hands back, per file, what it listed
-    plus its first unlisted damage and its count (``_DamageLog.per_file`` / ``absorb``): the merged
+    plus its first unlisted damage and its count (``DamageLog.per_file`` / ``absorb``): the merged
     report is ``verify_store``'s, field by field. Tasks open every file read-only; only paths,
     offsets, pointer columns, damage lists and counts travel between driver and tasks.
 
@@ -129,30 +129,25 @@ from rocketstore.storage.paths import (
     store_dir_exists,
 )
 from rocketstore.store_lock import StoreLock
-from rocketstore.verify import (
-    Damage,
+from rocketstore.verify.index_files import (
     IndexCover,
-    VerifyReport,
-    _check_checkpoint,
-    _check_config_dir,
-    _check_missing_segment,
-    _check_segment,
-    _commitlog_segments,
-    _DamageLog,
-    _find_index_files,
-    _find_queues,
-    _finish_commitlog,
-    _geometry,
-    _index_refs,
-    _PointerCheck,
-    _queue_refs,
-    _Queues,
-    _read_index_file,
-    _read_queue,
-    _Refs,
-    _rel,
-    _Segment,
+    find_index_files,
     index_cover,
+    new_index_refs,
+    read_index_file,
+)
+from rocketstore.verify.listing import store_relative
+from rocketstore.verify.metadata import check_checkpoint, check_config_dir, geometry
+from rocketstore.verify.pointers import PointerCheck
+from rocketstore.verify.queues import Queues, find_queues, new_queue_refs, read_queue
+from rocketstore.verify.refs import Refs
+from rocketstore.verify.report import Damage, DamageLog, VerifyReport
+from rocketstore.verify.segments import (
+    Segment,
+    check_missing_segment,
+    check_segment,
+    commitlog_segments,
+    finish_commitlog,
 )
 
 if TYPE_CHECKING:
@@ -206,7 +201,7 @@ class _Meta:
 
 @dataclass(frozen=True)
 class _SegmentJob:
-    seg: _Segment
+    seg: Segment
     seg_size: int
     check_crc: bool
     being_written: bool
@@ -221,18 +216,18 @@ def verify(
     module docstring): the same report. Changes nothing."""
     paths = StoreLayout(store)
     paths.require_store()
-    cfg = _geometry(paths, config)
+    cfg = geometry(paths, config)
     sc = spark.sparkContext
-    damage = _DamageLog()
-    found = _find_queues(paths, damage)
-    index_paths = _find_index_files(paths, damage)
+    damage = DamageLog()
+    found = find_queues(paths, damage)
+    index_paths = find_index_files(paths, damage)
     cover = index_cover(paths, cfg, damage)  # before the entries: a writer updates headers last
 
     jobs = [_ReadJob("queue", queue_dir, tuple(files)) for _, _, queue_dir, files in found]
     jobs += [_ReadJob("index", p) for p in index_paths]
     results: list[_ReadResult] = _run(sc, jobs, partial(_read_task, str(paths.root), cfg))
-    queues = _Queues()
-    queue_refs, index_refs = _queue_refs(), _index_refs()
+    queues = Queues()
+    queue_refs, index_refs = new_queue_refs(), new_index_refs()
     index_names: list[str] = []
     queue_entries = index_entries = 0
     for job, res in zip(jobs, results):
@@ -257,11 +252,11 @@ def verify(
     cover = cover.quieting(damage)
 
     seg_size = cfg.commitlog_segment_size
-    segments = _commitlog_segments(paths, cfg, damage)
+    segments = commitlog_segments(paths, cfg, damage)
     meta = sc.broadcast(_Meta(queues.topics, queues.queue_ids, queues.files, index_names, cover))
     seg_jobs = []
     for i, seg in enumerate(segments):
-        _check_missing_segment(paths, segments, i, seg_size, damage)
+        check_missing_segment(paths, segments, i, seg_size, damage)
         seg_jobs.append(
             _SegmentJob(
                 seg,
@@ -272,16 +267,16 @@ def verify(
                 _slice(index_refs, seg.start, seg_size),
             )
         )
-    scanned: list[tuple[_Segment, PerFile]] = _run(sc, seg_jobs, partial(_segment_task, meta))
+    scanned: list[tuple[Segment, PerFile]] = _run(sc, seg_jobs, partial(_segment_task, meta))
     meta.destroy()
-    checker = _PointerCheck(queues, queue_refs, index_names, index_refs, damage)
+    checker = PointerCheck(queues, queue_refs, index_names, index_refs, damage)
     for i, (seg, part) in enumerate(scanned):
         damage.absorb(part)
         segments[i] = seg
         checker.skip(seg.start, seg.start + seg_size)  # the segment's task checked these
-    records, commitlog_range = _finish_commitlog(segments, seg_size, check_crc, checker, damage)
-    _check_checkpoint(paths, damage)
-    _check_config_dir(paths, damage)
+    records, commitlog_range = finish_commitlog(segments, seg_size, check_crc, checker, damage)
+    check_checkpoint(paths, damage)
+    check_config_dir(paths, damage)
     return VerifyReport(damage.result(), records, queue_entries, index_entries, commitlog_range)
 
 
@@ -294,7 +289,7 @@ def _run(sc: Any, jobs: list[Any], task: Any) -> list[Any]:
     return rdd.map(task).collect()
 
 
-def _slice(refs: _Refs, start: int, size: int) -> Columns:
+def _slice(refs: Refs, start: int, size: int) -> Columns:
     span = refs.span(start, start + size)
     return {name: col[span] for name, col in refs.cols.items()}
 
@@ -302,33 +297,33 @@ def _slice(refs: _Refs, start: int, size: int) -> Columns:
 def _read_task(root: str, cfg: StoreConfig, job: _ReadJob) -> _ReadResult:
     """Stage 1 of verify, on an executor: one queue's files or one index file."""
     paths = StoreLayout(root)
-    damage = _DamageLog()
+    damage = DamageLog()
     names: list[str] = []
     if job.kind == "queue":
-        refs = _queue_refs()
-        queues = _Queues()
-        checked = _read_queue(paths, cfg, job.path, list(job.files), 0, queues, refs, damage)
+        refs = new_queue_refs()
+        queues = Queues()
+        checked = read_queue(paths, cfg, job.path, list(job.files), 0, queues, refs, damage)
         names = queues.files
     else:
-        refs = _index_refs()
+        refs = new_index_refs()
         checked = 0
         with contextlib.suppress(FileNotFoundError):  # reclaimed while we looked
-            checked = _read_index_file(job.path, _rel(paths, job.path), cfg, names, refs, damage)
+            checked = read_index_file(job.path, store_relative(paths, job.path), cfg, names, refs, damage)
     refs.seal()
     return _ReadResult(checked, names, refs.cols, damage.per_file())
 
 
-def _segment_task(meta: Any, job: _SegmentJob) -> tuple[_Segment, PerFile]:
+def _segment_task(meta: Any, job: _SegmentJob) -> tuple[Segment, PerFile]:
     """Stage 2 of verify, on an executor: scan one segment, check the pointers into it."""
     m: _Meta = meta.value  # a Broadcast[_Meta]
-    damage = _DamageLog()
-    queue_refs, index_refs = _queue_refs(), _index_refs()
+    damage = DamageLog()
+    queue_refs, index_refs = new_queue_refs(), new_index_refs()
     for refs, cols in ((queue_refs, job.queue_refs), (index_refs, job.index_refs)):
         refs.cols = cols
         refs.done = np.zeros(len(cols["phy"]), dtype=bool)
-    queues = _Queues(m.topics, m.queue_ids, m.queue_files)
-    checker = _PointerCheck(queues, queue_refs, m.index_files, index_refs, damage, m.index_cover)
-    _check_segment(job.seg, job.seg_size, job.check_crc, checker, damage, being_written=job.being_written)
+    queues = Queues(m.topics, m.queue_ids, m.queue_files)
+    checker = PointerCheck(queues, queue_refs, m.index_files, index_refs, damage, m.index_cover)
+    check_segment(job.seg, job.seg_size, job.check_crc, checker, damage, being_written=job.being_written)
     return job.seg, damage.per_file()
 
 

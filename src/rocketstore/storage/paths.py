@@ -43,6 +43,7 @@ __all__ = [
     "fsync_directory",
     "index_file_name",
     "is_index_name",
+    "is_leftover_name",
     "is_segment_name",
     "list_store_dir",
     "looks_like_store",
@@ -101,6 +102,12 @@ def offset_from_name(name: str) -> int:
 def is_index_name(name: str) -> bool:
     """Exactly 17 ASCII digits (``yyyyMMddHHmmssSSS``)."""
     return len(name) == _INDEX_NAME_DIGITS and _ascii_digits(name)
+
+
+def is_leftover_name(name: str) -> bool:
+    """A file a creation or replacement in progress (or interrupted by a crash) stands under until
+    it is renamed into place: not part of the store."""
+    return name.endswith(_LEFTOVER_SUFFIXES)
 
 
 def parse_queue_id(text: str) -> int | None:
@@ -246,7 +253,7 @@ def segment_files(directory: Path) -> list[tuple[int, Path]]:
             if not e.is_file:
                 raise StorePathError(e.path, f"{REGULAR_FILE} (a segment)", e.kind)
             found.append((int(e.name), e.path))
-        elif not e.name.endswith(_LEFTOVER_SUFFIXES):
+        elif not is_leftover_name(e.name):
             log.warning("ignoring %s: not a segment name (20 digits, at most 2^63-1)", e.path)
     return found
 
