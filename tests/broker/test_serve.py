@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from rocketstore import MessageStore
+from rocketstore import Message, MessageStore, StoreConfig
 
 from .clients import message, producer, simple_consumer
 
@@ -224,3 +224,58 @@ def test_sigkill_with_messages_in_flight_redelivers_them_and_not_the_acked(
         assert c.receive(16, 30) == []  # nothing acked comes back
     again.proc.send_signal(signal.SIGTERM)
     assert again.proc.wait(60) == 128 + signal.SIGTERM, again.log()
+
+
+def acked(master: MessageStore) -> int:
+    status: Any = master.ha_status()["master"]
+    return int(status["acked_offset"])
+
+
+@pytest.mark.slow
+def test_serve_as_a_slave_replicates_its_master(served: list[Served], tmp_path: Path) -> None:
+    master_cfg = StoreConfig(
+        commitlog_segment_size=1 << 20, consume_queue_entries=1000, ha_listen_port=0, disk_warning_ratio=100
+    )
+    with MessageStore.open(tmp_path / "master", master_cfg) as master:
+        master.put_messages([Message(topic="Rep", body=b"m%d" % i, queue_id=i % 2) for i in range(50)])
+        end = master.max_phy_offset()
+        s = serve(
+            served,
+            tmp_path / "slave",
+            "--create",
+            "--role",
+            "slave",
+            "--master",
+            f"127.0.0.1:{master.ha_port}",
+            settings="mappedFileSizeCommitLog=1048576\n",
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and acked(master) < end:
+            time.sleep(0.1)
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(60) == 128 + signal.SIGTERM, s.log()
+    cfg = StoreConfig(commitlog_segment_size=1 << 20, consume_queue_entries=400000 // 20)
+    with MessageStore.open(tmp_path / "slave", cfg, readonly=True) as slave:
+        assert slave.max_phy_offset() == end
+        got = slave.get_message("g", "Rep", 1, 0, 100)
+        assert [m.body for m in got.messages] == [b"m%d" % i for i in range(1, 50, 2)]
+
+
+def test_serve_refuses_a_slave_without_its_master(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rocketstore.cli",
+            "serve",
+            str(tmp_path / "s"),
+            "--create",
+            "--role",
+            "SLAVE",
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "a SLAVE needs ha_master_address" in result.stderr

@@ -43,6 +43,9 @@ class BrokerConfig:
     long_polling_max_ms: int = 20_000
     invisible_min_ms: int = 10_000
     invisible_max_ms: int = 12 * 3600 * 1000
+    # what a receive asking for auto-renewal without a duration gets (PushConsumers send none),
+    # RocketMQ's proxy default; this broker does not renew it: processing longer than this redelivers
+    auto_renew_invisible_ms: int = 60_000
     max_delivery_ahead_ms: int = 24 * 3600 * 1000
     max_delivery_attempts: int = 17
     # transactions (RocketMQ 5's defaults)

@@ -21,12 +21,12 @@ from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED
 from rocketstore.message import PROPERTY_DELAY, MessageExt
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
-__all__ = ["to_proto_message"]
+__all__ = ["timestamp", "to_proto_message"]
 
 MessageType: Any = definition_pb2.MessageType
 
 
-def _timestamp(ms: int) -> Any:
+def timestamp(ms: int) -> Any:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
@@ -62,9 +62,9 @@ def to_proto_message(
             else definition_pb2.Encoding.IDENTITY
         ),
         message_type=message_type_of(props),
-        born_timestamp=_timestamp(msg.born_timestamp),
+        born_timestamp=timestamp(msg.born_timestamp),
         born_host=props.get(PROPERTY_BORN_HOST) or msg.born_host.rpartition(":")[0],
-        store_timestamp=_timestamp(msg.store_timestamp),
+        store_timestamp=timestamp(msg.store_timestamp),
         store_host=msg.store_host,
         queue_id=msg.queue_id,
         queue_offset=msg.queue_offset,
@@ -80,7 +80,7 @@ def to_proto_message(
         sp.message_group = group
     deliver = props.get(PROPERTY_TIMER_DELIVER_MS)
     if deliver and deliver.isdigit():
-        sp.delivery_timestamp.CopyFrom(_timestamp(int(deliver)))
+        sp.delivery_timestamp.CopyFrom(timestamp(int(deliver)))
     trace = props.get(PROPERTY_TRACE_CONTEXT)
     if trace:
         sp.trace_context = trace

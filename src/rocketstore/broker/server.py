@@ -145,6 +145,8 @@ class Broker:
             address.rsplit(":", 1)[0] + f":{port}",
             " with TLS" if config.tls_cert else "",
         )
+        if self.store.ha_port is not None:
+            log.info("replication (RocketMQ HA) on port %d", self.store.ha_port)
         return port
 
     async def _every(self, interval_ms: int, job: Any) -> None:

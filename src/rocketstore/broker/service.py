@@ -26,7 +26,7 @@ from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.clients import ClientInfo, ClientRegistry
 from rocketstore.broker.config import BrokerConfig
-from rocketstore.broker.convert import to_proto_message
+from rocketstore.broker.convert import timestamp, to_proto_message
 from rocketstore.broker.group_commit import GroupCommit, PutOutcome
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
@@ -492,7 +492,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         if expression.type == pb.FilterType.SQL:
             raise StatusError(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; use tag expressions")
         tags = expression.expression or "*"
-        invisible = self._invisible_ms(request.invisible_duration)
+        if request.auto_renew and not request.HasField("invisible_duration"):
+            invisible = self.config.auto_renew_invisible_ms
+        else:
+            invisible = self._invisible_ms(request.invisible_duration)
         pop = self._pop
         topic_config = self.store.topic_configs().get(topic)
         if topic_config is None and not self.config.auto_create_topic:
@@ -549,6 +552,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 )
             )
         self._metrics.receives.labels(group, topic).inc(len(popped))
+        # RocketMQ ends a stream with messages so: Python's PushConsumer computes its delivery
+        # latency from it and drops the whole batch when it is missing
+        yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))
 
     @_answer(rpc.AckMessageResponse)
     async def AckMessage(self, request: Any, context: Any) -> Any:

@@ -26,6 +26,7 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
+from rocketstore.broker.send import PROPERTY_TRANSACTION
 from rocketstore.broker.status import Code, StatusError
 from rocketstore.codec.commitlog_record import TX_COMMIT
 from rocketstore.codec.message_id import decode_offset_msg_id
@@ -87,8 +88,10 @@ def _op_record(half: MessageExt) -> Message:
     )
 
 
-def _copy(half: MessageExt, topic: str, queue_id: int, **changes: object) -> Message:
-    props = {k: v for k, v in half.properties.items() if k not in RESERVED_PROPERTIES}
+def _copy(
+    half: MessageExt, topic: str, queue_id: int, *, drop: frozenset[str] = frozenset(), **changes: object
+) -> Message:
+    props = {k: v for k, v in half.properties.items() if k not in RESERVED_PROPERTIES and k not in drop}
     msg = Message(
         topic=topic,
         body=half.body,
@@ -176,6 +179,9 @@ class TransactionLog:
                     half,
                     props[PROPERTY_REAL_TOPIC],
                     int(props.get(PROPERTY_REAL_QUEUE_ID, "0")),
+                    # a committed message is an ordinary one: RocketMQ clears TRAN_MSG on it too
+                    # (EndTransactionProcessor), so readers do not take it for a half
+                    drop=frozenset({PROPERTY_TRANSACTION}),
                     sys_flag=(half.sys_flag & 0x3) | TX_COMMIT,
                     prepared_transaction_offset=half.physical_offset,
                 )

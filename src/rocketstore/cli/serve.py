@@ -36,6 +36,13 @@ __all__ = ["serve_command"]
 @click.option(
     "--advertise", metavar="HOST:PORT", help="The address clients are told to use (default: --listen)."
 )
+@click.option(
+    "--role",
+    type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"], case_sensitive=False),
+    help="Replication role (brokerRole); a SLAVE takes its master's bytes and refuses clients' writes.",
+)
+@click.option("--ha-port", type=click.IntRange(0, 65535), help="Serve replication (RocketMQ's HA) on PORT.")
+@click.option("--master", "master_address", metavar="HOST:PORT", help="A SLAVE's master HA address.")
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -49,6 +56,9 @@ def serve_command(
     acl_file: str | None,
     metrics_address: str | None,
     advertise: str | None,
+    role: str | None,
+    ha_port: int | None,
+    master_address: str | None,
 ) -> int:
     """Serve STORE_DIR to RocketMQ 5 clients (gRPC) until SIGTERM or Ctrl-C, then close it cleanly.
 
@@ -87,5 +97,14 @@ def serve_command(
         )
     else:
         cfg = base
+    replication: dict[str, object] = {}
+    if role is not None:
+        replication["broker_role"] = role.upper()
+    if ha_port is not None:
+        replication["ha_listen_port"] = ha_port
+    if master_address is not None:
+        replication["ha_master_address"] = master_address
+    if replication:
+        cfg = cfg.replace(**replication)
     configure_logging(as_json)
     return serve(store_dir, broker, cfg, metrics_address=metrics_address)
