@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench crash fuzz clean java
+.PHONY: run test lint bench crash fuzz clean java node
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,10 +21,20 @@ java:
 		( $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless ) >/dev/null 2>&1 \
 			|| echo "could not install Java: the Spark tests cannot run here"; }
 
+# The official Node.js client for tests/broker/test_node.py, pinned by its package-lock.json; the
+# test skips, saying why, on a machine without npm.
+NODE_CLIENT := tests/broker/node/node_modules/.package-lock.json
+$(NODE_CLIENT): tests/broker/node/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix tests/broker/node --no-audit --no-fund --silent && touch $@; \
+	else echo "npm not found: the Node.js client test will skip"; fi
+
+node: $(NODE_CLIENT)
+
 run: $(STAMP) java
 	$(PY) -m rocketstore.demo ./store
 
-test: $(STAMP) java
+test: $(STAMP) java node
 	$(PY) -m ruff check src tests benchmarks fuzz
 	$(PY) -m mypy
 	$(PY) -m pytest

@@ -1,7 +1,7 @@
 """The official Node.js client (rocketmq-client-nodejs) against the broker: normal, FIFO and delay
-sends received and acked by its SimpleConsumer. Skipped, with the reason, where `node` or the
-package is missing (install it with `npm install rocketmq-client-nodejs` in a directory named by
-ROCKETSTORE_NODE_MODULES, or anywhere node resolves it from)."""
+sends received and acked by its SimpleConsumer. `make test` installs the client (`make node`: npm ci in
+tests/broker/node, pinned by its package-lock.json); skipped, with the reason, where `node` or the
+package is missing (or set ROCKETSTORE_NODE_MODULES to a node_modules directory that has it)."""
 
 from __future__ import annotations
 
