@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
-from rocketstore.broker.send import PROPERTY_TRANSACTION
+from rocketstore.broker.send import PROPERTY_CHECK_IMMUNITY, PROPERTY_TRANSACTION
 from rocketstore.broker.status import Code, StatusError
 from rocketstore.codec.commitlog_record import TX_COMMIT
 from rocketstore.codec.message_id import decode_offset_msg_id
@@ -51,7 +51,6 @@ CHECK_MAX_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
 TRANS_GROUP: Final = "CID_SYS_RMQ_TRANS"
 OP_TAG: Final = "d"
 PROPERTY_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
-_PROPERTY_IMMUNITY: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 
 
 def transaction_id(result: PutMessageResult) -> str:
@@ -227,7 +226,7 @@ class TransactionLog:
                 prefix_resolved = False
                 if qo in self._pending:
                     continue
-                immunity = half.properties.get(_PROPERTY_IMMUNITY, "")
+                immunity = half.properties.get(PROPERTY_CHECK_IMMUNITY, "")
                 wait = int(immunity) * 1000 if immunity.isdigit() else self._timeout_ms
                 if now_ms - half.store_timestamp < wait:
                     continue
