@@ -73,6 +73,15 @@ def test_a_new_group_starts_at_the_queue_ends_and_gets_what_is_sent_after_its_fi
     assert pop.receive("g", "T", "*", 32, INVISIBLE) == []  # invisible now
 
 
+def test_a_group_that_asked_before_the_topic_existed_gets_its_first_messages(
+    store: MessageStore, pop: PopService
+) -> None:
+    assert pop.receive("g", "T", "*", 32, INVISIBLE) == []  # no topic T yet
+    put(store, [f"m{i}" for i in range(8)])
+    assert bodies(pop.receive("g", "T", "*", 32, INVISIBLE)) == [f"m{i}" for i in range(8)]
+    assert pop.receive("late", "T", "*", 32, INVISIBLE) == []  # a group new to existing queues: at their ends
+
+
 def test_new_group_start_min_reads_what_is_stored(store: MessageStore, clock: ManualClock) -> None:
     put(store, ["a", "b"])
     pop = PopService(store, clock=clock, new_group_start="min")

@@ -55,7 +55,7 @@ def push_receive(group: str, topic: str) -> Any:
         filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
         batch_size=32,
         auto_renew=True,
-        long_polling_timeout=duration_pb2.Duration(seconds=1),
+        long_polling_timeout=duration_pb2.Duration(seconds=5),
     )
 
 

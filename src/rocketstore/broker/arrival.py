@@ -46,10 +46,16 @@ class ArrivalSignal:
         event, self._event = self._event, asyncio.Event()
         event.set()
 
-    async def wait(self, timeout: float) -> bool:
-        """True when messages arrived within ``timeout`` seconds."""
+    def mark(self) -> asyncio.Event:
+        """Taken before looking for messages: ``wait(timeout, mark)`` then returns at once when
+        some arrived after the look began (else an arrival between the look and the wait is lost)."""
+        return self._event
+
+    async def wait(self, timeout: float, since: asyncio.Event | None = None) -> bool:
+        """True when messages arrived within ``timeout`` seconds (or since ``since`` was taken)."""
+        event = self._event if since is None else since
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
+            await asyncio.wait_for(event.wait(), timeout)
         except asyncio.TimeoutError:
             return False
         return True

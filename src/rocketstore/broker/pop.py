@@ -83,6 +83,7 @@ POP_LOG_TOPIC: Final = "rmq_sys_ROCKETSTORE_POP_LOG"
 POP_LOG_GROUP: Final = "CID_RMQ_SYS_ROCKETSTORE_POP"
 _REPLAY_BATCH: Final = 1024
 _TOPIC_CACHE_S: Final = 1.0
+_BEFORE_TOPIC_MAX: Final = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,9 @@ class PopService:
         self._changed = threading.Condition(self._lock)  # an entry's write finished
         self._table = InFlightTable(store, POP_LOG_TOPIC, new_group_start)
         self._turns: dict[tuple[str, str], int] = {}
+        # groups that asked for a topic before it had queues: they start at its first message,
+        # since everything in it came after they began (bounded: a cap, oldest forgotten first)
+        self._before_topic: dict[tuple[str, str], None] = {}
         self._log_committed = -1
         self._topics: dict[str, tuple[float, int]] = {}  # topic -> (looked at, queue count)
         self._known_topics: set[str] = set()
@@ -196,6 +200,10 @@ class PopService:
                 raise StoreConfigError(f"{name} must be a positive int, not {value!r}")
         queue_count = self._queue_count(topic)
         if queue_count == 0:
+            with self._lock:
+                self._before_topic[(group, topic)] = None
+                if len(self._before_topic) > _BEFORE_TOPIC_MAX:
+                    del self._before_topic[next(iter(self._before_topic))]
             return []
         now = self._clock.now_ms()
         deadline = now + invisible_ms
@@ -208,10 +216,16 @@ class PopService:
             turn = self._turns.get((group, topic), 0)
             self._turns[(group, topic)] = turn + 1
             turn %= len(targets)
+            early = (group, topic) in self._before_topic
             for topic_type, queue_id in targets[turn:] + targets[:turn]:
                 if len(popped) >= budget:
                     break
-                queue = self._table.queue(group, topic, topic_type, queue_id, fresh=fresh)
+                start = (
+                    self.store.min_offset_in_queue(topic, queue_id)
+                    if early and topic_type == NORMAL_TOPIC
+                    else None
+                )
+                queue = self._table.queue(group, topic, topic_type, queue_id, fresh=fresh, start=start)
                 if queue.fifo_entries and not self._take_expired(
                     queue, now, deadline, max_attempts, popped, to_dlq
                 ):
@@ -220,6 +234,10 @@ class PopService:
                     queue, expression, budget - len(popped), now, deadline, max_attempts, fifo, popped
                 )
                 self._table.commit(queue)  # its cursor may have moved past messages the filter skipped
+            if early and all(
+                (group, topic, NORMAL_TOPIC, q) in self._table.queues for q in range(queue_count)
+            ):
+                del self._before_topic[(group, topic)]  # every queue has its start now
             write_id = self._table.begin_write() if popped or to_dlq or fresh else -1
         if write_id < 0:
             return []

@@ -516,6 +516,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         try:
             deadline = time.monotonic() + poll_s
             while True:
+                arrived = self._arrival.mark()
                 popped = await self._run(
                     functools.partial(
                         pop.receive,
@@ -534,7 +535,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 if left <= 0:
                     yield rpc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
                     return
-                await self._arrival.wait(min(left, _RECHECK_S))
+                await self._arrival.wait(min(left, _RECHECK_S), arrived)
         finally:
             self._streams -= 1
         yield rpc.ReceiveMessageResponse(status=status(Code.OK))
