@@ -27,12 +27,33 @@ from rocketstore.storage.paths import (
     list_store_dir,
 )
 
-__all__ = ["IndexFile", "IndexService"]
+__all__ = ["IndexFile", "IndexService", "batch_key_hashes", "new_index_path"]
 
 log = logging.getLogger(__name__)
 _INT_MAX = 0x7FFFFFFF
 _SLOT = layout.SLOT
 _ENTRY = layout.ENTRY
+
+
+def batch_key_hashes(
+    batch: DispatchBatch, first: int = 0
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The index hashes of the keys of records ``first`` onwards of ``batch``, in the order
+    they are put (``topic#UNIQ_KEY``, then ``topic#k`` for each key in KEYS): (hashes, record
+    of each)."""
+    return index_key_hashes(
+        [f"{t}#" for t in batch.topics], batch.topic_ids, first, batch.uniq_keys, batch.keys
+    )
+
+
+def new_index_path(directory: Path, ms: int, after: str | None) -> Path:
+    """Where a new index file created at clock time ``ms`` goes: named by that time, a
+    millisecond later while the name is taken or not after ``after`` (the newest file's name)."""
+    path = directory / index_file_name(ms)
+    while os.path.lexists(path) or (after is not None and path.name <= after):
+        ms += 1
+        path = directory / index_file_name(ms)
+    return path
 
 
 class IndexFile:
@@ -313,11 +334,7 @@ class IndexService:
         end_ts = last.header.end_timestamp if last else 0
         if last is not None:
             last.flush()  # a full file is final: make it durable before moving on
-        ms = self._clock.now_ms()
-        path = self.directory / index_file_name(ms)
-        while os.path.lexists(path) or (last is not None and path.name <= last.name):
-            ms += 1
-            path = self.directory / index_file_name(ms)
+        path = new_index_path(self.directory, self._clock.now_ms(), last.name if last else None)
         f = IndexFile(
             path,
             self.hash_slots,
@@ -337,10 +354,7 @@ class IndexService:
         if not (batch.uniq_keys.any() or batch.keys.any()):
             return
         phys = batch.physical_offsets
-        first = int(np.searchsorted(phys, self.indexed_through, side="right"))
-        hashes, rows = index_key_hashes(
-            [f"{t}#" for t in batch.topics], batch.topic_ids, first, batch.uniq_keys, batch.keys
-        )
+        hashes, rows = batch_key_hashes(batch, int(np.searchsorted(phys, self.indexed_through, side="right")))
         self._insert(hashes, phys[rows], batch.store_timestamps[rows])
 
     def build(self, requests: Iterable[DispatchRequest]) -> None:

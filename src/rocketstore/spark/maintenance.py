@@ -40,17 +40,22 @@ rebuild(spark, store, config=None) -> dict[str, int]
       of the valid data (``scan_extent``, CRC checked as recovery does) are read in columns
       (``record_fields``, ``property_spans``: compiled passes, no Python object per record)
       into a ``DispatchBatch``, with the rules of ``dispatch_request_from_record`` (tagsCode
-      hashed once per distinct tag, delivery time in SCHEDULE_TOPIC_XXXX, KEYS and UNIQ_KEY),
-      and kept in the executors' memory; the driver gets each segment's extent and decides where
-      the log ends, as recovery and dispatch do: at the first segment that does not end in a
-      BLANK record;
-    - stage 2, a shuffle: records up to the log's end are keyed by queue, leaving out PREPARED and
-      ROLLBACK records as dispatch does; a task per group of queues writes each queue with
-      ``ConsumeQueue.put_columns`` (``put`` when a queue does not start at 0 or has holes), in
-      commitlog order, which is queue order; one more key gathers the keyed records of every
-      segment, and its task feeds them, in commitlog order and in runs that fit the open index
-      file, to ``IndexService.build_batch``, the writer dispatch uses. The writers own the file
-      formats: nothing here packs a byte;
+      hashed once per distinct tag, delivery time in SCHEDULE_TOPIC_XXXX, KEYS and UNIQ_KEY);
+      the task hashes the keys for the index there and then (``index.batch_key_hashes``, one
+      compiled pass) and saves two parts in ``.rebuild/parts/``: the queue entries grouped by
+      queue (leaving out PREPARED and ROLLBACK records, as dispatch does) and the index keys.
+      The driver gets each segment's extent and decides where the log ends, as recovery and
+      dispatch do: at the first segment that does not end in a BLANK record;
+    - stage 2, a job per consume queue and one per index file, shared out by size over a few
+      Spark tasks per core: a queue's job reads its rows of every segment's part up to the log's
+      end, in commitlog order, which is queue order, and writes them with
+      ``ConsumeQueue.put_columns`` (``put`` when a queue does not start at 0 or has holes); an
+      index file's job writes its ``index_max_entries - 1`` keys (the driver cuts the key parts
+      into files and names each file, see below) with ``IndexFile.put_keys``, the writer
+      dispatch uses, the header begun from the end of the file before it, as ``IndexService``
+      begins it. The writers own the file formats: nothing here packs a byte. Nothing large
+      travels through Spark: the parts go from stage 1 to stage 2 through the staging directory
+      (the executors see the store anyway), and only their row counts through the driver;
     - driver: the staged files are synced, then ``consumequeue/`` and ``index/`` are swapped in,
       each in one atomic step (Linux's ``renameat2(RENAME_EXCHANGE)``; elsewhere two renames),
       the old ones kept until both new ones are in place (a failed swap puts the first one
@@ -62,7 +67,9 @@ rebuild(spark, store, config=None) -> dict[str, int]
     in the same order. Each queue's entries come from the same records, with the same dispatch
     information, in commitlog order, as dispatch feeds them; how dispatch splits them into
     rounds does not change the bytes (a queue entry is 20 bytes at its offset's place; the index
-    writer's bytes are those of one putKey per key, whatever the rounds: tests/test_index_compat).
+    writer's bytes are those of one putKey per key, whatever the rounds: tests/test_index_compat),
+    and neither does writing each index file on its own: a file's bytes depend only on its keys
+    and on the last key of the file before it, which the driver hands it.
 
     A crash in the middle: before the swaps the store is untouched (the next rebuild deletes the
     staging directory); between them it has the new queues and the old index, which open as
@@ -72,9 +79,9 @@ rebuild(spark, store, config=None) -> dict[str, int]
     worst make the next open re-dispatch more than it needs to.
 
     Index file names. The store names an index file by the wall-clock time it creates it, so no
-    rebuild can reproduce names from the past. Here the file is named (through the same
-    ``IndexService._writable_file``, via the clock it asks) by the store time of the first record
-    whose keys it holds, one millisecond later while that name is not after the previous one's.
+    rebuild can reproduce names from the past. Here the file is named (by ``new_index_path``,
+    the rule ``IndexService`` names new files by) by the store time of the first record whose
+    keys it holds, one millisecond later while that name is not after the previous one's.
     That is exactly the name the store gives when its clock reads a record's store time while
     dispatching it (a ``ManualClock`` held still between putting and dispatching), which is how
     the tests compare names; against a store written in real time the names differ by the
@@ -95,9 +102,8 @@ import logging
 import os
 import shutil
 import sys
-import zlib
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -117,7 +123,7 @@ from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError, RocketStoreError, StoreLockedError
 from rocketstore.geometry import survey_geometry
-from rocketstore.index import IndexService
+from rocketstore.index import IndexFile, batch_key_hashes, new_index_path
 from rocketstore.message import PROPERTY_DELAY, SCHEDULE_TOPIC, schedule_tags_code
 from rocketstore.spark.columns import text_column
 from rocketstore.storage.file_view import mapped_readonly
@@ -161,7 +167,6 @@ log = logging.getLogger(__name__)
 _TASKS_PER_CORE: Final = 2
 STAGING_DIR: Final = ".rebuild"  # in the store root, beside consumequeue/ and index/
 I64 = npt.NDArray[np.int64]
-_NONE: Final = np.zeros(0, dtype=np.int64)
 Columns = dict[str, npt.NDArray[Any]]
 PerFile = dict[str, tuple[list[Damage], int]]
 
@@ -330,7 +335,8 @@ def _segment_task(meta: Any, job: _SegmentJob) -> tuple[Segment, PerFile]:
 # === rebuild ==================================================================================
 @dataclass(frozen=True)
 class _Parsed:
-    """One segment's records as dispatch columns (stage 1 of rebuild, kept on the executors)."""
+    """What stage 1 of rebuild tells the driver about one segment; its columns are in the
+    staging directory's ``parts/`` (see ``_parse_task``)."""
 
     start: int  # the segment's commitlog offset
     records: int
@@ -338,16 +344,35 @@ class _Parsed:
     closed: bool  # the records end in a BLANK record: the log goes on in the next segment
     last_store_timestamp: int  # of the last record, 0 when none
     reason: str | None  # why the records end early, when they do (damage)
-    cols: DispatchBatch = field(default_factory=lambda: _dispatch_columns(memoryview(b""), _NONE, 0, ()))
-
-    def summary(self) -> _Parsed:
-        return _Parsed(
-            self.start, self.records, self.end, self.closed, self.last_store_timestamp, self.reason
-        )
+    queues: tuple[tuple[str, int, int, int], ...] = ()  # (topic, queue id, rows [lo, hi) of the queue part)
+    keys: int = 0  # rows of the key part
 
 
-_Key = tuple[str, str, int]  # shuffle keys: ("queue", topic, queue id), or _INDEX_KEY
-_INDEX_KEY: Final = ("index", "", 0)
+@dataclass(frozen=True)
+class _QueueJob:
+    """Stage 2 of rebuild: one consume queue, from its rows in each segment's queue part."""
+
+    topic: str
+    queue_id: int
+    parts: tuple[tuple[int, int, int], ...]  # (segment start, first row, end row), in log order
+
+    @property
+    def weight(self) -> int:
+        return sum(hi - lo for _, lo, hi in self.parts)
+
+
+@dataclass(frozen=True)
+class _IndexJob:
+    """Stage 2 of rebuild: one index file, from its rows of the segments' key parts."""
+
+    name: str
+    end_phy_offset: int  # the previous file's last entry (0 for the first file): the new file's header
+    end_timestamp: int
+    parts: tuple[tuple[int, int, int], ...]
+
+    @property
+    def weight(self) -> int:
+        return sum(hi - lo for _, lo, hi in self.parts)
 
 
 def rebuild(spark: SparkSession, store: str, config: StoreConfig | None = None) -> dict[str, int]:
@@ -399,23 +424,17 @@ def _rebuild_into(spark: SparkSession, paths: StoreLayout, cfg: StoreConfig, sta
             f"the commitlog of {str(paths.root)!r} is not a run of contiguous {seg_size}-byte segments "
             "(see `rocketstore verify`): the store would not open, nothing to rebuild from"
         )
+    parts = staging / "parts"
+    make_store_dir(parts, cfg.dir_mode)
     parse = partial(
-        _parse_task, str(paths.commitlog), seg_size, cfg.check_crc_on_recover, cfg.delay_levels_ms
+        _parse_task, str(paths.commitlog), str(parts), seg_size, cfg.check_crc_on_recover, cfg.delay_levels_ms
     )
-    slices = max(1, min(len(starts), _TASKS_PER_CORE * max(1, sc.defaultParallelism)))
-    parsed: RDD[_Parsed] = sc.parallelize(starts, slices).map(parse)
-    parsed.cache()
-    try:
-        log_end, used, records, last_ts = _log_end(parsed.map(_Parsed.summary).collect(), paths)
-        groups = max(1, min(len(starts) * 4, sc.defaultParallelism * 2))
-        written: list[tuple[str, int, int]] = (
-            parsed.flatMap(partial(_keyed, log_end))
-            .groupByKey(groups, partitionFunc=_partition)
-            .map(partial(_write_task, str(staging), cfg))
-            .collect()
-        )
-    finally:
-        parsed.unpersist()
+    parsed: list[_Parsed] = _run(sc, starts, parse)
+    log_end, used, records, last_ts = _log_end(parsed, paths)
+    jobs: list[_QueueJob | _IndexJob] = [*_index_jobs(parts, staging / "index", cfg, parsed[:used])]
+    jobs += _queue_jobs(parsed[:used])
+    written: list[tuple[str, int, int]] = _run_weighted(sc, jobs, partial(_write_task, str(staging), cfg))
+    shutil.rmtree(parts)
     queues = [w for w in written if w[0] == "queue"]
     index = [w for w in written if w[0] == "index"]
     for d in (staging / "consumequeue", staging / "index", staging):
@@ -426,11 +445,28 @@ def _rebuild_into(spark: SparkSession, paths: StoreLayout, cfg: StoreConfig, sta
         "queues": len(queues),
         "queue_entries": sum(w[1] for w in queues),
         "queue_files": sum(w[2] for w in queues),
-        "index_files": sum(w[2] for w in index),
+        "index_files": len(index),
         "index_entries": sum(w[1] for w in index),
         "log_end": log_end,
         "last_store_timestamp": last_ts,
     }
+
+
+def _run_weighted(sc: Any, jobs: Sequence[_QueueJob | _IndexJob], task: Any) -> list[Any]:
+    """``task(job)`` for every job, on a few Spark tasks per core, the jobs shared out by weight
+    (heaviest first, each to the lightest task so far) so no core waits long for another."""
+    if not jobs:
+        return []
+    bins: list[list[Any]] = [
+        [] for _ in range(min(len(jobs), _TASKS_PER_CORE * max(1, sc.defaultParallelism)))
+    ]
+    load = [0] * len(bins)
+    for job in sorted(jobs, key=lambda j: -j.weight):
+        k = load.index(min(load))
+        bins[k].append(job)
+        load[k] += job.weight
+    rdd: RDD[list[Any]] = sc.parallelize(bins, len(bins))
+    return rdd.flatMap(lambda jobs: [task(job) for job in jobs]).collect()
 
 
 def _log_end(parsed: list[_Parsed], paths: StoreLayout) -> tuple[int, int, int, int]:
@@ -463,17 +499,45 @@ def _log_end(parsed: list[_Parsed], paths: StoreLayout) -> tuple[int, int, int, 
 
 
 def _parse_task(
-    commitlog: str, seg_size: int, check_crc: bool, levels: tuple[int, ...], start: int
+    commitlog: str, parts: str, seg_size: int, check_crc: bool, levels: tuple[int, ...], start: int
 ) -> _Parsed:
-    """Stage 1 of rebuild, on an executor: one segment's valid records as dispatch columns, read
-    in columns (one compiled pass for the header fields, one for the properties) with no
-    Python object per record. ``scan_extent`` has checked every record up to the end of the
-    valid data, so each of them decodes, as ``decode_record`` would have it."""
+    """Stage 1 of rebuild, on an executor: one segment's valid records read in columns (one
+    compiled pass for the header fields, one for the properties, one for the key hashes), with
+    no Python object per record, into two parts in ``parts/`` for the stage-2 tasks to slice:
+
+    - ``START-queue.npy``: (physical offset, size, queue offset, tagsCode) of the records that
+      get a queue entry (all but PREPARED and ROLLBACK, as in dispatch), grouped by queue, each
+      queue's rows in commitlog order; ``_Parsed.queues`` says which rows are which queue's;
+    - ``START-keys.npy``: (index hash, physical offset, store time) of every key, in the order
+      the index puts them.
+
+    ``scan_extent`` has checked every record up to the end of the valid data, so each of them
+    decodes, as ``decode_record`` would have it."""
     with mapped_readonly(Path(commitlog) / f"{start:020d}") as view:
         ext = scan_extent(view, 0, min(len(view), seg_size), check_crc=check_crc)
         positions = message_starts(view, 0, ext.position)[0]
         batch = _dispatch_columns(view, positions, start, levels)
     n = len(batch)
+    tx = batch.sys_flags & SYSFLAG_TX_MASK
+    queued = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))  # dispatch gives these no entry
+    group = batch.topic_ids[queued] << 32 | (batch.queue_ids[queued] & 0xFFFFFFFF)
+    order = np.argsort(group, kind="stable")  # each queue's records stay in commitlog order
+    rows = queued[order]
+    bounds = [0, *(np.flatnonzero(np.diff(group[order])) + 1).tolist(), len(rows)] if len(rows) else [0]
+    queues = tuple(
+        (batch.topics[int(batch.topic_ids[rows[lo]])], int(batch.queue_ids[rows[lo]]), lo, hi)
+        for lo, hi in itertools.pairwise(bounds)
+    )
+    cols = (batch.physical_offsets, batch.sizes, batch.queue_offsets, batch.tags_codes)
+    np.save(Path(parts) / f"{start:020d}-queue.npy", np.stack([c[rows] for c in cols]))
+    keys = 0
+    if batch.keys.any() or batch.uniq_keys.any():
+        hashes, owner = batch_key_hashes(batch)
+        keys = len(hashes)
+        np.save(
+            Path(parts) / f"{start:020d}-keys.npy",
+            np.stack([hashes, batch.physical_offsets[owner], batch.store_timestamps[owner]]),
+        )
     return _Parsed(
         start,
         n,
@@ -481,8 +545,56 @@ def _parse_task(
         ext.stop == "blank",
         int(batch.store_timestamps[-1]) if n else 0,
         ext.error.reason if ext.error is not None else None,
-        batch,
+        queues,
+        keys,
     )
+
+
+def _part(parts: Path, start: int, kind: str) -> npt.NDArray[np.int64]:
+    """A segment's queue or key part, mapped: a stage-2 task reads only its rows."""
+    part: npt.NDArray[np.int64] = np.load(parts / f"{start:020d}-{kind}.npy", mmap_mode="r")
+    return part
+
+
+def _rows_of(parts: Path, kind: str, slices: Iterable[tuple[int, int, int]]) -> npt.NDArray[np.int64]:
+    return np.concatenate([_part(parts, start, kind)[:, lo:hi] for start, lo, hi in slices], axis=1)
+
+
+def _queue_jobs(parsed: list[_Parsed]) -> list[_QueueJob]:
+    runs: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+    for p in parsed:
+        for topic, queue_id, lo, hi in p.queues:
+            runs.setdefault((topic, queue_id), []).append((p.start, lo, hi))
+    return [_QueueJob(topic, queue_id, tuple(parts)) for (topic, queue_id), parts in runs.items()]
+
+
+def _index_jobs(parts: Path, index_dir: Path, cfg: StoreConfig, parsed: list[_Parsed]) -> Iterator[_IndexJob]:
+    """The index files dispatch would write for these keys, each to be written on its own: a
+    file holds ``index_max_entries - 1`` keys, in order; it is named (``new_index_path``) by the
+    store time of its first key, as dispatch names it when its clock reads the store time of
+    the record being indexed (see the module docstring), and its header starts from the end of
+    the file before it, as ``IndexService`` creates it."""
+    per_file = cfg.index_max_entries - 1
+    firsts = np.cumsum([0, *(p.keys for p in parsed)])
+    total = int(firsts[-1])
+
+    def key(i: int) -> tuple[int, int]:  # (physical offset, store time) of key i
+        k = int(np.searchsorted(firsts, i, side="right")) - 1
+        part = _part(parts, parsed[k].start, "keys")
+        return int(part[1, i - firsts[k]]), int(part[2, i - firsts[k]])
+
+    name: str | None = None
+    end_phy = end_ts = 0
+    for first in range(0, total, per_file):
+        last = min(first + per_file, total)
+        slices = tuple(
+            (p.start, max(0, first - int(lo)), min(p.keys, last - int(lo)))
+            for p, lo, hi in zip(parsed, firsts, firsts[1:])
+            if lo < last and hi > first
+        )
+        name = new_index_path(index_dir, key(first)[1], name).name
+        yield _IndexJob(name, end_phy, end_ts, slices)
+        end_phy, end_ts = key(last - 1)
 
 
 _WANTED_PROPERTIES = ("TAGS", "KEYS", "UNIQ_KEY", PROPERTY_DELAY)
@@ -548,141 +660,32 @@ def _texts(view: memoryview, props: PropertySpans, entry: I64) -> TextColumn:
     return TextColumn(data.to_pybytes()[base : int(starts[-1])] if data is not None else b"", starts - base)
 
 
-def _keyed(log_end: int, p: _Parsed) -> Iterator[tuple[_Key, tuple[int, Any]]]:
-    """A segment's records before ``log_end``, per queue they go to, and those with keys for the index."""
-    b = p.cols
-    n = int(np.searchsorted(b.physical_offsets, log_end)) if p.records else 0
-    tx = b.sys_flags[:n] & SYSFLAG_TX_MASK
-    queued = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))  # dispatch gives these no entry
-    group = b.topic_ids[queued] << 32 | (b.queue_ids[queued] & 0xFFFFFFFF)
-    order = np.argsort(group, kind="stable")  # each queue's records stay in commitlog order
-    rows, group = queued[order], group[order]
-    cuts = np.flatnonzero(np.diff(group)) + 1
-    for run in np.split(rows, cuts) if len(rows) else []:
-        first = int(run[0])
-        key = ("queue", b.topics[int(b.topic_ids[first])], int(b.queue_ids[first]))
-        yield (
-            key,
-            (
-                p.start,
-                {
-                    "phy": b.physical_offsets[run],
-                    "size": b.sizes[run],
-                    "queue_offset": b.queue_offsets[run],
-                    "tags": b.tags_codes[run],
-                },
-            ),
-        )
-    if n and (b.keys.any() or b.uniq_keys.any()):
-        head = _rows(b, 0, n)
-        yield (
-            _INDEX_KEY,
-            (
-                p.start,
-                _IndexRows(
-                    head.physical_offsets,
-                    head.store_timestamps,
-                    b.topics,
-                    head.topic_ids,
-                    head.keys,
-                    head.uniq_keys,
-                ),
-            ),
-        )
+def _write_task(staging: str, cfg: StoreConfig, job: _QueueJob | _IndexJob) -> tuple[str, int, int]:
+    """Stage 2 of rebuild, on an executor: one queue or one index file. (kind, entries, files)"""
+    parts = Path(staging) / "parts"
+    if isinstance(job, _IndexJob):
+        return _write_index(Path(staging) / "index", cfg, job, _rows_of(parts, "keys", job.parts))
+    return _write_queue(Path(staging) / "consumequeue", cfg, job, _rows_of(parts, "queue", job.parts))
 
 
-@dataclass(frozen=True)
-class _IndexRows:
-    """The columns of a segment's records the index is built from: all that travels to the
-    index task (a third of a DispatchBatch's bytes)."""
-
-    physical_offsets: I64
-    store_timestamps: I64
-    topics: list[str]
-    topic_ids: I64
-    keys: TextColumn
-    uniq_keys: TextColumn
-
-    def batch(self) -> DispatchBatch:
-        """As the DispatchBatch ``IndexService.build_batch`` takes (the columns it does not read
-        are zeros)."""
-        zeros = np.zeros(len(self.physical_offsets), dtype=np.int64)
-        return DispatchBatch(
-            self.physical_offsets,
-            zeros,
-            self.topics,
-            self.topic_ids,
-            zeros,
-            zeros,
-            zeros,
-            self.store_timestamps,
-            zeros,
-            self.keys,
-            self.uniq_keys,
-        )
-
-
-def _rows(b: DispatchBatch, i: int, j: int) -> DispatchBatch:
-    """Records [i, j) of ``b``."""
-
-    def texts(t: TextColumn) -> TextColumn:
-        lo, hi = int(t.offsets[i]), int(t.offsets[j])
-        return TextColumn(t.data[lo:hi], t.offsets[i : j + 1] - lo)
-
-    return DispatchBatch(
-        b.physical_offsets[i:j],
-        b.sizes[i:j],
-        b.topics,
-        b.topic_ids[i:j],
-        b.queue_ids[i:j],
-        b.queue_offsets[i:j],
-        b.tags_codes[i:j],
-        b.store_timestamps[i:j],
-        b.sys_flags[i:j],
-        texts(b.keys),
-        texts(b.uniq_keys),
-    )
-
-
-def _partition(key: _Key) -> int:
-    """Spreads the shuffle keys over the writing tasks the same way in every process (Python's
-    own string hash differs between processes)."""
-    return zlib.crc32("\0".join(map(str, key)).encode())
-
-
-def _write_task(
-    staging: str, cfg: StoreConfig, group: tuple[_Key, Iterable[tuple[int, Any]]]
+def _write_queue(
+    root: Path, cfg: StoreConfig, job: _QueueJob, cols: npt.NDArray[np.int64]
 ) -> tuple[str, int, int]:
-    """Stage 2 of rebuild, on an executor: one queue, or the index, from every segment's part
-    in commitlog order. (kind, entries written, files written)."""
-    key, parts = group
-    chunks = [payload for _, payload in sorted(parts, key=lambda part: part[0])]
-    if key == _INDEX_KEY:
-        return _write_index(Path(staging) / "index", cfg, chunks)
-    return _write_queue(Path(staging) / "consumequeue", cfg, key, chunks)
-
-
-def _write_queue(root: Path, cfg: StoreConfig, key: _Key, chunks: list[Columns]) -> tuple[str, int, int]:
-    _, topic, queue_id = key
-    cols = {
-        name: np.concatenate([c[name] for c in chunks]) for name in ("phy", "size", "queue_offset", "tags")
-    }
-    qo = cols["queue_offset"]
+    """``cols``: the queue's (physical offset, size, queue offset, tagsCode) rows in log order."""
+    phy, size, qo, tags = cols
     queues = ConsumeQueueSet(root, cfg.consume_queue_entries, file_mode=cfg.file_mode, dir_mode=cfg.dir_mode)
     try:
-        cq = queues.get_or_create(topic, queue_id)  # None (logged) for a name dispatch refuses too
+        cq = queues.get_or_create(job.topic, job.queue_id)  # None (logged) for a name dispatch refuses too
         if cq is None:
             return "skipped", 0, 0
         if qo[0] == 0 and bool(np.all(np.diff(qo) == 1)):
-            written = cq.put_columns(0, cols["phy"], cols["size"], cols["tags"])
+            written = cq.put_columns(0, phy, size, tags)
             assert written
         else:  # after expiry, or holes and repeats: the entry-by-entry rules of dispatch
             cq.put(
                 [
-                    DispatchRequest(phy, size, topic, queue_id, offset, code, 0, 0, None, None)
-                    for phy, size, offset, code in zip(
-                        cols["phy"].tolist(), cols["size"].tolist(), qo.tolist(), cols["tags"].tolist()
-                    )
+                    DispatchRequest(p, n, job.topic, job.queue_id, offset, code, 0, 0, None, None)
+                    for p, n, offset, code in zip(phy.tolist(), size.tolist(), qo.tolist(), tags.tolist())
                 ]
             )
         cq.files.flush_all()
@@ -695,51 +698,27 @@ def _write_queue(root: Path, cfg: StoreConfig, key: _Key, chunks: list[Columns])
     return result
 
 
-class _StoreTimeClock:
-    """The clock the rebuilt index is named by: the store time of the record being indexed."""
-
-    def __init__(self) -> None:
-        self.ms = 0
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def monotonic(self) -> float:
-        return self.ms / 1000.0
-
-
-def _write_index(directory: Path, cfg: StoreConfig, chunks: list[_IndexRows]) -> tuple[str, int, int]:
-    clock = _StoreTimeClock()
-    index = IndexService(
-        directory, cfg.index_hash_slots, cfg.index_max_entries, clock, file_mode=cfg.file_mode
+def _write_index(
+    directory: Path, cfg: StoreConfig, job: _IndexJob, cols: npt.NDArray[np.int64]
+) -> tuple[str, int, int]:
+    """``cols``: the file's (hash, physical offset, store time) rows, in the order they are put."""
+    f = IndexFile(
+        directory / job.name,
+        cfg.index_hash_slots,
+        cfg.index_max_entries,
+        create=True,
+        end_phy_offset=job.end_phy_offset,
+        end_timestamp=job.end_timestamp,
+        mode=cfg.file_mode,
     )
     try:
-        for rows in chunks:
-            _index_in_order(index, clock, rows.batch())
-        index.flush()
-        result = ("index", sum(f.header.index_count - 1 for f in index.files), len(index.files))
+        put = f.put_keys(*np.ascontiguousarray(cols))
+        if put != cols.shape[1]:
+            raise RebuildError(f"index file {job.name} took {put} of its {cols.shape[1]} keys")
+        f.flush()
     finally:
-        index.close()
-    return result
-
-
-def _index_in_order(index: IndexService, clock: _StoreTimeClock, batch: DispatchBatch) -> None:
-    """``index.build_batch`` in runs of records that certainly fit the newest file; a record
-    that may not fit is indexed on its own with the clock at its store time, so a file it opens
-    is named by it (dispatch names a file by the clock when the file is created)."""
-    # keys a record can add, at most: its UNIQ_KEY, and one per space-separated part of KEYS
-    spaces = np.flatnonzero(np.frombuffer(batch.keys.data, dtype=np.uint8) == 32)
-    before = np.searchsorted(spaces, batch.keys.offsets)  # spaces before each record's KEYS
-    most = (batch.uniq_keys.lengths > 0) + np.where(batch.keys.lengths > 0, np.diff(before) + 1, 0)
-    total = np.concatenate([[0], np.cumsum(most)])
-    i, n = 0, len(batch)
-    while i < n:
-        files = index.files
-        room = index.max_entries - files[-1].header.index_count if files else 0
-        j = max(i + 1, int(np.searchsorted(total, total[i] + room, side="right")) - 1)
-        clock.ms = int(batch.store_timestamps[i])
-        index.build_batch(_rows(batch, i, min(j, n)))
-        i = min(j, n)
+        f.close()
+    return "index", put, 1
 
 
 def _swap_in(paths: StoreLayout, staging: Path) -> None:
