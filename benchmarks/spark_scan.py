@@ -34,6 +34,7 @@ least 0.9 x the Parquet scan, and the export at least 0.8 x the speed of ``df.wr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib
 import os
@@ -183,6 +184,7 @@ class Timed:
     name: str
     rows: int
     seconds: list[float]
+    cpu: list[float] = dataclasses.field(default_factory=list)  # CPU seconds of every process, per run
 
     @property
     def best(self) -> float:
@@ -191,6 +193,10 @@ class Timed:
     @property
     def median(self) -> float:
         return statistics.median(self.seconds)
+
+    @property
+    def median_cpu(self) -> float | None:
+        return statistics.median(self.cpu) if self.cpu else None
 
     def rate(self, seconds: float) -> float:
         return self.rows / seconds
@@ -214,13 +220,19 @@ def rounds(scans: dict[str, Any], rows: int, times: int) -> list[Timed]:
     """Each scan timed ``times`` times, round-robin: on a shared machine, a change in load then
     falls on every scan alike, which keeps the ratios fair."""
     seconds: dict[str, list[float]] = {name: [] for name in scans}
+    cpu: dict[str, list[float]] = {name: [] for name in scans}
     for k in range(times):
         for name, df in scans.items():
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), tree_cpu_seconds()
             noop_scan(df)()
             seconds[name].append(time.perf_counter() - start)
-            print(f"  {name} #{k + 1}: {seconds[name][-1]:.2f} s  {rows / seconds[name][-1]:>12,.0f} rows/s")
-    return [Timed(name, rows, secs) for name, secs in seconds.items()]
+            cpu[name].append(tree_cpu_seconds() - cpu_start)
+            print(
+                f"  {name} #{k + 1}: {seconds[name][-1]:.2f} s  {rows / seconds[name][-1]:>12,.0f} rows/s  "
+                f"CPU {cpu[name][-1]:.1f} s  load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    return [Timed(name, rows, seconds[name], cpu[name]) for name in scans]
 
 
 def checked_count(name: str, df: Any, expected: int) -> None:
@@ -264,7 +276,7 @@ def export_job() -> Callable[..., Any] | None:
 
 
 # --- the report -----------------------------------------------------------------------------
-HEADER = ("measurement", "rows", "best s", "median s", "best rows/s", "median rows/s")
+HEADER = ("measurement", "rows", "best s", "median s", "best rows/s", "median rows/s", "median CPU s")
 
 
 def table_cells(timed: list[Timed]) -> list[tuple[str, ...]]:
@@ -276,19 +288,22 @@ def table_cells(timed: list[Timed]) -> list[tuple[str, ...]]:
             f"{t.median:.2f}",
             f"{t.rate(t.best):,.0f}",
             f"{t.rate(t.median):,.0f}",
+            "" if t.median_cpu is None else f"{t.median_cpu:.1f}",
         )
         for t in timed
     ]
 
 
 def ratio_lines(ratios: list[tuple[str, float | None, float | None, float]]) -> list[str]:
+    """The verdict goes by the median: on a shared machine a best run is luck."""
     out = []
     for name, best, median, target in ratios:
-        if best is None or median is None:
+        if median is None:
             out.append(f"{name}: not measured (target >= {target})")
             continue
-        verdict = "meets" if best >= target else "misses"
-        out.append(f"{name}: {best:.2f} best, {median:.2f} median ({verdict} the target >= {target})")
+        verdict = "meets" if median >= target else "misses"
+        head = "" if best is None else f"{best:.2f} best, "
+        out.append(f"{name}: {head}{median:.2f} median ({verdict} the target >= {target})")
     return out
 
 
@@ -459,6 +474,12 @@ def main() -> None:
                 "rocketstore scan (commitlog) / Parquet scan, rows/s",
                 pq_scan.best / rs.best,
                 pq_scan.median / rs.median,
+                SCAN_TARGET,
+            ),
+            (
+                "rocketstore scan (commitlog) / Parquet scan, by CPU seconds (rows per CPU second)",
+                None,
+                pq_scan.median_cpu / rs.median_cpu if pq_scan.median_cpu and rs.median_cpu else None,
                 SCAN_TARGET,
             ),
             (

@@ -300,18 +300,27 @@ def _ipv4_host_keys(u8: npt.NDArray[np.uint8], at: I64) -> I64:
     return out
 
 
+def _ipv4_text(key: int) -> str:
+    """The host whose 8 bytes (address, port as Java's signed int) read as ``key``."""
+    port = key & 0xFFFFFFFF
+    return format_host((key >> 32 & 0xFFFFFFFF).to_bytes(4, "big"), port - (port >> 31 << 32))
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    """``text`` n times, as a string column built in one copy."""
+    data = text.encode()
+    offsets = np.arange(0, len(data) * (n + 1), len(data), dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+
+
 def _hosts(u8: npt.NDArray[np.uint8], at: I64, v6: npt.NDArray[np.bool_]) -> pa.Array:
     """Each host in Java's text form, formatted once per distinct host."""
     if not v6.any():
         keys = _ipv4_host_keys(u8, at)
         if (keys == keys[0]).all():  # one broker, or one producer host: the usual case
-            unique, inverse = keys[:1], np.zeros(len(keys), dtype=np.int64)
-        else:
-            unique, inverse = np.unique(keys, return_inverse=True)
-        texts = [
-            format_host(int(k >> 32 & 0xFFFFFFFF).to_bytes(4, "big"), int(np.int32(k & 0xFFFFFFFF)))
-            for k in unique
-        ]
+            return _repeated(_ipv4_text(int(keys[0])), len(keys))
+        unique, inverse = np.unique(keys, return_inverse=True)
+        texts = [_ipv4_text(int(k)) for k in unique]
         return pa.array(texts, type=pa.string()).take(pa.array(inverse.ravel().astype(np.int64)))
     rows = np.zeros((len(at), 21), dtype=np.uint8)
     rows[:, 20] = v6
