@@ -10,6 +10,7 @@ compared file by file, in order.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import struct
@@ -233,6 +234,38 @@ def test_rebuild_reproduces_the_stores_own_consume_queues_and_index(
     shutil.copytree(written, reference)
     later = T0 + 1000  # nothing is due yet: delayed messages stay where they are
     assert answers(root, CFG, ManualClock(later)) == answers(reference, CFG, ManualClock(later))
+
+
+def test_rebuild_with_segments_that_hold_no_keys(spark: SparkSession, tmp_path: Path) -> None:
+    """Keys, then whole segments of records without any key, then keys again: the index files
+    span the keyless segments as dispatch's do."""
+    cfg = dataclasses.replace(CFG, generate_uniq_key=False)
+    root = tmp_path / "own"
+    clock = ManualClock(T0)
+    with MessageStore.open(root, cfg, clock=clock) as store:
+        for r, with_keys in enumerate((True, False, False, False, True)):
+            msgs = [
+                Message(
+                    topic=("A", "B")[i % 2],
+                    body=bytes([i % 251]) * 1000,
+                    keys=[f"k{r}-{i}"] if with_keys else [],
+                    queue_id=i % 2,
+                )
+                for i in range(300)
+            ]
+            assert all(x.ok for x in store.put_messages(msgs))
+            assert store.wait_dispatched(10)
+            clock.advance(1500)
+    assert len(list((root / "commitlog").iterdir())) >= 5
+    assert len(list((root / "index").iterdir())) >= 3
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    shutil.rmtree(copy / "consumequeue")
+    shutil.rmtree(copy / "index")
+    summary = maintenance.rebuild(spark, str(copy), cfg)
+    assert summary["index_entries"] == 600
+    assert files_under(copy / "consumequeue") == files_under(root / "consumequeue")
+    assert files_under(copy / "index") == files_under(root / "index")
 
 
 def test_rebuild_replaces_damaged_files_and_refuses_an_open_store(

@@ -590,7 +590,7 @@ def _index_jobs(parts: Path, index_dir: Path, cfg: StoreConfig, parsed: list[_Pa
         slices = tuple(
             (p.start, max(0, first - int(lo)), min(p.keys, last - int(lo)))
             for p, lo, hi in zip(parsed, firsts, firsts[1:])
-            if lo < last and hi > first
+            if lo < last and hi > first and p.keys  # (a segment without keys has no key part)
         )
         name = new_index_path(index_dir, key(first)[1], name).name
         yield _IndexJob(name, end_phy, end_ts, slices)
