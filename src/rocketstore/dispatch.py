@@ -120,8 +120,11 @@ class DispatchService(BackgroundService):
         self._notify()  # waiters (wait_dispatched, wait_for_message) see the failure at once
 
     def _notify(self) -> None:
-        # published first: whoever wait_dispatched() releases may tell another process to look
-        if self._on_dispatched is not None:
+        # published first: whoever wait_dispatched() releases may tell another process to look.
+        # Not while re-dispatching what an earlier writer wrote: its queue entries beyond this
+        # pass are intact, and a follower told the new writer's dispatched_to would drop them
+        # until the catch-up ends (its consumers would see every queue shrink, then grow back)
+        if self._on_dispatched is not None and self.reput_offset >= self.catch_up_to:
             self._on_dispatched(self.dispatched_to)
         with self.changed:
             self.changed.notify_all()
