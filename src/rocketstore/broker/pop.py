@@ -2,7 +2,7 @@
 
 A consumer group receives from every queue of a topic and of its retry topic
 ``%RETRY%{group}_{topic}``; what it receives stays invisible to the group for ``invisible_ms`` and
-is then delivered again unless acked. See docs/broker-consumers.md for the rules as users see them.
+is then delivered again unless acked. See docs/broker.md (Consumers) for the rules as users see them.
 
 State, per (group, topic, topic type, queue id): a cursor (the next queue offset to read) and the
 messages handed out and not done yet (in flight), by queue offset. The group's consumer offset of
