@@ -583,6 +583,8 @@ class MessageStore:
         offset: int,
         max_msgs: int = 32,
         tags: str | Iterable[str] | None = None,
+        *,
+        transfer_limits: bool = True,
     ) -> GetMessageResult:
         """Read up to ``max_msgs`` messages of a queue from ``offset`` (RocketMQ's getMessage).
 
@@ -590,7 +592,8 @@ class MessageStore:
         matches when its tagsCode and its real tag both match. As in RocketMQ, one call
         returns at most ``max_transfer_count_on_message_in_memory`` messages and
         ``max_transfer_bytes_on_message_in_memory`` bytes, and reads within one
-        consume-queue segment.
+        consume-queue segment. ``transfer_limits=False`` lifts the first two (they bound what a
+        pull copies onto the network; an in-process reader copies nothing): ``max_msgs`` only.
         """
         self._check_open()
         del group  # accepted for RocketMQ's signature; consumer offsets are kept elsewhere
@@ -600,6 +603,7 @@ class MessageStore:
             _int_arg("offset", offset),
             _int_arg("max_msgs", max_msgs),
             tags,
+            bool(transfer_limits),
         )
 
     def read_batch(
