@@ -31,10 +31,12 @@ from rocketstore.codec.commitlog_scan import (
     message_starts,
     next_record_start,
     store_timestamps,
+    well_formed,
 )
 from rocketstore.codec.host import parse_host
 from rocketstore.config import StoreConfig
-from rocketstore.dispatch_request import DispatchBatch, DispatchRequest, dispatch_request_from_record
+from rocketstore.dispatch_columns import dispatch_batch
+from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError
 from rocketstore.message import MessageExt
 from rocketstore.prepare import PreparedBatch, PreparedMessage
@@ -303,13 +305,13 @@ class CommitLog:
             )
         return _result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, self.id_prefix))
 
-    def append_raw(self, offset: int, data: bytes) -> None:
+    def append_raw(self, offset: int, data: bytes | memoryview) -> None:
         """A replica's append: ``data``, bytes of its master's log from ``offset``, at the end of
         this log (the first segment of an empty log is created at ``offset``, which must then be a
-        segment boundary). The records completed by ``data`` are queued for the dispatcher; one
-        cut by the end of ``data`` waits for the rest. Raises ValueError when ``offset`` does not
-        continue the log or ``data`` does not fit in the segment (the master's segments are of
-        another size); nothing is written then."""
+        segment boundary). The records in it are parsed later, in bulk, by the dispatcher
+        (``take_dispatch_requests``), so the receiving thread only writes. Raises ValueError when
+        ``offset`` does not continue the log or ``data`` does not fit in the segment (the master's
+        segments are of another size); nothing is written then."""
         with self._appending:
             last = self.files.last
             if last is None:
@@ -318,7 +320,6 @@ class CommitLog:
                         f"the first bytes of an empty replica must start a segment; offset {offset} "
                         f"is not a multiple of commitlog_segment_size {self.files.file_size}"
                     )
-                self._replica_parsed_to = offset
             elif offset != self.max_offset:
                 raise ValueError(f"bytes from offset {offset} do not continue the log at {self.max_offset}")
             mf = self.files.last_for_append(offset)
@@ -330,22 +331,30 @@ class CommitLog:
                 )
             if not data:
                 return
+            if self._replica_parsed_to is None:
+                self._replica_parsed_to = offset
             mf.write_at(mf.wrote_position, data)
             mf.wrote_position += len(data)
-            parsed = self._replica_parsed_to if self._replica_parsed_to is not None else offset
-            while parsed < self.max_offset:
-                # up to the segment's end, not the data's: a BLANK whose tail is still to come
-                # moves parsing past the segment (catch_up reads only the bytes received)
-                requests, reached = self.catch_up(
-                    parsed, self.files.next_segment_start(parsed), _every_record
-                )
-                if requests:
-                    self._pending.extend(requests)
-                    mf.last_store_timestamp = max(mf.last_store_timestamp, requests[-1].store_timestamp)
-                if reached <= parsed:
-                    break  # a record cut by the end of data: the next bytes complete it
-                parsed = reached
-            self._replica_parsed_to = parsed
+
+    def _parse_replicated(self, limit: int) -> None:
+        """Queue for the dispatcher the records that ``append_raw`` completed below ``limit``, in
+        one columnar pass per segment (a record cut by the end of the bytes received waits for
+        the rest). Only the dispatcher calls it; appends go on meanwhile."""
+        parsed = self._replica_parsed_to
+        while parsed is not None and parsed < limit:
+            # up to the segment's end, not the data's: a BLANK whose tail is still to come
+            # moves parsing past the segment (catch_up reads only the bytes received)
+            batch, reached = self.catch_up(parsed, self.files.next_segment_start(parsed), _every_record)
+            if batch is not None:
+                mf = self.files.find(parsed)
+                if mf is not None:
+                    mf.last_store_timestamp = max(mf.last_store_timestamp, int(batch.store_timestamps[-1]))
+                with self._lock:
+                    self._pending.append(batch)
+            if reached <= parsed:
+                break  # a record cut by the end of the data: the next bytes complete it
+            parsed = reached
+        self._replica_parsed_to = parsed
 
     def read_raw(self, offset: int, limit: int) -> bytes:
         """At most ``limit`` readable bytes from ``offset`` up to the end of its segment's data
@@ -405,7 +414,10 @@ class CommitLog:
 
     def take_dispatch_requests(self, limit: int | None = None) -> list[DispatchRequest | DispatchBatch]:
         """What was appended since the last call, in log order, ending at or below ``limit``
-        (the readable end of the log: with a transient pool, appended is not yet readable)."""
+        (the readable end of the log: with a transient pool, appended is not yet readable).
+        A replica's records are parsed here, by the dispatcher, from what ``append_raw`` wrote."""
+        if self._replica_parsed_to is not None and limit is not None:
+            self._parse_replicated(limit)
         with self._lock:
             pending = self._pending
             if limit is None or not pending or _end_of(pending[-1]) <= limit:
@@ -546,44 +558,51 @@ class CommitLog:
         start: int,
         end: int,
         needed: Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64]], npt.NDArray[np.bool_]],
-    ) -> tuple[list[DispatchRequest], int]:
+    ) -> tuple[DispatchBatch | None, int]:
         """Dispatch information of the records of one segment from ``start`` (below ``end``)
-        for which ``needed(offsets, store_timestamps)`` is true, and the offset reached. Records
-        not needed are never decoded: re-dispatch after a restart skips what the queues and
-        index hold."""
+        for which ``needed(offsets, store_timestamps)`` is true, read in columns (None when there
+        are none), and the offset reached. Records not needed are never decoded: re-dispatch
+        after a restart skips what the queues and index hold."""
         mf = self.files.find(start)
         if mf is None or start >= end:
-            return [], start
+            return None, start
         base = mf.from_offset
+        buf = mf.buf
         seg_end = min(mf.read_position, end - base)
-        local, stopped, blank = message_starts(mf.buf, start - base, seg_end)
+        local, stopped, blank = message_starts(buf, start - base, seg_end)
         reached = base + mf.size if blank else base + stopped
         if not blank and stopped < seg_end and base + mf.size < end:
             # damage recovery stepped over in an older segment: so does dispatch
-            resume = next_record_start(mf.buf, stopped + 1, seg_end, base)
+            resume = next_record_start(buf, stopped + 1, seg_end, base)
             log.warning(
                 "dispatch steps over commitlog bytes %d..%d: no valid record there", reached, base + resume
             )
             reached = base + resume if resume < seg_end else base + mf.size
-        requests: list[DispatchRequest] = []
-        levels = self.config.delay_levels_ms
-        for pos in local[needed(local + base, store_timestamps(mf.buf, local))].tolist():
-            try:
-                rec = decode_record(mf.buf, pos, seg_end)
-            except CorruptDataError as exc:
-                # its length and magic hold (message_starts walked past it): the next record is intact
-                log.error("dispatch skips the damaged record at commitlog offset %d: %s", base + pos, exc)
-                continue
-            requests.append(dispatch_request_from_record(rec, base, levels))
-        return requests, min(reached, end)
+        sizes = np.diff(local, append=stopped)
+        wanted = needed(local + base, store_timestamps(buf, local))
+        local, sizes = local[wanted], sizes[wanted]
+        intact = well_formed(buf, local, sizes)
+        if not intact.all():
+            for pos in local[~intact].tolist():
+                try:
+                    decode_record(buf, pos, seg_end)
+                except CorruptDataError as exc:
+                    # its length and magic hold (message_starts walked past it): the next record is intact
+                    log.error("dispatch skips the damaged record at commitlog offset %d: %s", base + pos, exc)
+                    continue
+                raise AssertionError(f"well_formed and decode_record disagree about the record at {pos}")
+            local = local[intact]
+        batch = dispatch_batch(buf, local, base, self.config.delay_levels_ms) if len(local) else None
+        return batch, min(reached, end)
 
     def dispatch_requests(self, start: int, end: int | None = None) -> Iterator[DispatchRequest]:
         """Dispatch information re-derived from the bytes of ``[start, end)``, record by record
         (up to the first BLANK-less end of data or damaged record)."""
         stop = self.max_offset if end is None else end
         while start < stop:
-            requests, reached = self.catch_up(start, stop, _every_record)
-            yield from requests
+            batch, reached = self.catch_up(start, stop, _every_record)
+            if batch is not None:
+                yield from batch.requests()
             if reached <= start:
                 return
             start = reached

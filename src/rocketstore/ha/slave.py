@@ -126,11 +126,11 @@ class HASlave:
             ready, _, _ = select.select([sock], [], [], _READ_WAIT)
             now = clock.monotonic()
             if ready:
-                data = sock.recv(1 << 20)
-                if not data:
+                received = sock.recv_into(reader.space())
+                if not received:
                     raise ConnectionError("the master closed the connection")
                 self.last_read = now
-                reader.feed(data)
+                reader.received(received)
                 while reader.header is not None:
                     self._check_header(reader.header[0])
                     frame = reader.take()
