@@ -31,7 +31,6 @@ from rocketstore.codec.commitlog_scan import (
     message_starts,
     next_record_start,
     store_timestamps,
-    well_formed,
 )
 from rocketstore.codec.host import parse_host
 from rocketstore.config import StoreConfig
@@ -580,20 +579,16 @@ class CommitLog:
             reached = base + resume if resume < seg_end else base + mf.size
         sizes = np.diff(local, append=stopped)
         wanted = needed(local + base, store_timestamps(buf, local))
-        local, sizes = local[wanted], sizes[wanted]
-        intact = well_formed(buf, local, sizes)
-        if not intact.all():
-            for pos in local[~intact].tolist():
-                try:
-                    decode_record(buf, pos, seg_end)
-                except CorruptDataError as exc:
-                    # its length and magic hold (message_starts walked past it): the next record is intact
-                    log.error("dispatch skips the damaged record at commitlog offset %d: %s", base + pos, exc)
-                    continue
-                raise AssertionError(f"well_formed and decode_record disagree about the record at {pos}")
-            local = local[intact]
-        batch = dispatch_batch(buf, local, base, self.config.delay_levels_ms) if len(local) else None
-        return batch, min(reached, end)
+        batch, damaged = dispatch_batch(buf, local[wanted], sizes[wanted], base, self.config.delay_levels_ms)
+        for pos in damaged.tolist():
+            try:
+                decode_record(buf, pos, seg_end)
+            except CorruptDataError as exc:
+                # its length and magic hold (message_starts walked past it): the next record is intact
+                log.error("dispatch skips the damaged record at commitlog offset %d: %s", base + pos, exc)
+                continue
+            raise AssertionError(f"dispatch_batch and decode_record disagree about the record at {pos}")
+        return (batch if len(batch) else None), min(reached, end)
 
     def dispatch_requests(self, start: int, end: int | None = None) -> Iterator[DispatchRequest]:
         """Dispatch information re-derived from the bytes of ``[start, end)``, record by record

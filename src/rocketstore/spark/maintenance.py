@@ -335,7 +335,9 @@ class _Parsed:
     closed: bool  # the records end in a BLANK record: the log goes on in the next segment
     last_store_timestamp: int  # of the last record, 0 when none
     reason: str | None  # why the records end early, when they do (damage)
-    cols: DispatchBatch = field(default_factory=lambda: dispatch_batch(memoryview(b""), _NONE, 0, ()))
+    cols: DispatchBatch = field(
+        default_factory=lambda: dispatch_batch(memoryview(b""), _NONE, _NONE, 0, ())[0]
+    )
 
     def summary(self) -> _Parsed:
         return _Parsed(
@@ -469,7 +471,7 @@ def _parse_task(
     with mapped_readonly(Path(commitlog) / f"{start:020d}") as view:
         ext = scan_extent(view, 0, min(len(view), seg_size), check_crc=check_crc)
         positions = message_starts(view, 0, ext.position)[0]
-        batch = dispatch_batch(view, positions, start, levels)
+        batch = dispatch_batch(view, positions, np.diff(positions, append=ext.position), start, levels)[0]
     n = len(batch)
     return _Parsed(
         start,
