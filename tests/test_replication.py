@@ -520,10 +520,16 @@ def _index_contents(store: MessageStore) -> list[bytes]:
     return [p.read_bytes() for p in sorted(store.layout.index.iterdir()) if p.name.isdigit()]
 
 
-def test_slave_queues_and_index_are_byte_identical_to_the_masters(tmp_path: Path) -> None:
+@pytest.mark.parametrize("step", [None, 700, 100])
+def test_slave_queues_and_index_are_byte_identical_to_the_masters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int | None
+) -> None:
     """The slave parses replicated records in bulk: its consume queues (tags codes, delivery
     times of delayed messages, no entry for a PREPARED half) and its index files must hold the
-    bytes the master's own dispatch wrote, across segment rolls and index files."""
+    bytes the master's own dispatch wrote, across segment rolls and index files; whatever the
+    step its dispatcher parses in (100: less than a record)."""
+    if step is not None:
+        monkeypatch.setattr("rocketstore.commitlog._REPLICA_PARSE_STEP", step)
     with MessageStore.open(tmp_path / "m", master_config()) as master:
         put_some(master, 200)  # before the slave: it gets them in its first frames
         with MessageStore.open(tmp_path / "s", slave_config(master)) as slave:

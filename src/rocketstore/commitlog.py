@@ -51,6 +51,9 @@ _PUT_OK = PutStatus.PUT_OK
 # Tuple constructors without the NamedTuple __new__ frame: the batch loop builds two per message.
 _request = partial(tuple.__new__, DispatchRequest)
 _result = partial(tuple.__new__, PutMessageResult)
+# A replica's bytes parsed per dispatcher round at most: queues and index then follow the log
+# in steps of tens of milliseconds instead of a segment's worth at once.
+_REPLICA_PARSE_STEP = 4 << 20
 
 
 @numba.njit(cache=True)
@@ -157,6 +160,7 @@ class CommitLog:
         self.begin_time_in_lock = 0.0  # monotonic time the current append took the lock, 0 when idle
         self._appending = _AppendScope(self)
         self._replica_parsed_to: int | None = None  # append_raw: where the next unparsed record starts
+        self._replica_more = False  # whole records wait past _replica_parsed_to (a replica's)
 
     # --- geometry ------------------------------------------------------------------------
     @property
@@ -335,15 +339,29 @@ class CommitLog:
             mf.write_at(mf.wrote_position, data)
             mf.wrote_position += len(data)
 
+    def prepare_replica(self) -> None:
+        """Load the compiled code a replica's records are parsed with (0.2 s here, more under
+        load), so the first frames do not wait for it while the master writes on."""
+        none = np.zeros(0, dtype=np.int64)
+        dispatch_batch(b"", none, none, 0, self.config.delay_levels_ms)
+
     def _parse_replicated(self, limit: int) -> None:
         """Queue for the dispatcher the records that ``append_raw`` completed below ``limit``, in
-        one columnar pass per segment (a record cut by the end of the bytes received waits for
-        the rest). Only the dispatcher calls it; appends go on meanwhile."""
+        columnar passes of at most ``_REPLICA_PARSE_STEP`` bytes (a record cut by the end of the
+        bytes received waits for the rest). Only the dispatcher calls it; appends go on
+        meanwhile."""
         parsed = self._replica_parsed_to
-        while parsed is not None and parsed < limit:
-            # up to the segment's end, not the data's: a BLANK whose tail is still to come
-            # moves parsing past the segment (catch_up reads only the bytes received)
-            batch, reached = self.catch_up(parsed, self.files.next_segment_start(parsed), _every_record)
+        if parsed is None:
+            return
+        stop = min(limit, parsed + _REPLICA_PARSE_STEP)
+        start = parsed
+        while parsed < stop:
+            # up to the segment's end at most: a BLANK whose tail is still to come moves parsing
+            # past the segment (catch_up reads only the bytes received)
+            segment_end = self.files.next_segment_start(parsed)
+            batch, reached = self.catch_up(parsed, min(segment_end, stop), _every_record)
+            if reached <= parsed == start and stop < min(segment_end, limit):  # a record over a step
+                batch, reached = self.catch_up(parsed, min(segment_end, limit), _every_record)
             if batch is not None:
                 mf = self.files.find(parsed)
                 if mf is not None:
@@ -354,6 +372,8 @@ class CommitLog:
                 break  # a record cut by the end of the data: the next bytes complete it
             parsed = reached
         self._replica_parsed_to = parsed
+        # stopped by the step, not by a cut record: the dispatcher must not count what is left as done
+        self._replica_more = stop < limit and parsed > start
 
     def read_raw(self, offset: int, limit: int) -> bytes:
         """At most ``limit`` readable bytes from ``offset`` up to the end of its segment's data
@@ -432,7 +452,7 @@ class CommitLog:
         """Commitlog offset of the oldest appended record not yet taken by the dispatcher."""
         with self._lock:
             if not self._pending:
-                return None
+                return self._replica_parsed_to if self._replica_more else None
             first = self._pending[0]
             return (
                 int(first.physical_offsets[0]) if isinstance(first, DispatchBatch) else first.physical_offset
@@ -588,7 +608,8 @@ class CommitLog:
                 log.error("dispatch skips the damaged record at commitlog offset %d: %s", base + pos, exc)
                 continue
             raise AssertionError(f"dispatch_batch and decode_record disagree about the record at {pos}")
-        return (batch if len(batch) else None), min(reached, end)
+        # a BLANK ends the segment, wherever ``end`` falls in it
+        return (batch if len(batch) else None), (reached if blank else min(reached, end))
 
     def dispatch_requests(self, start: int, end: int | None = None) -> Iterator[DispatchRequest]:
         """Dispatch information re-derived from the bytes of ``[start, end)``, record by record

@@ -73,6 +73,7 @@ class HASlave:
 
     def _run(self) -> None:
         retry = min(_CONNECT_TIMEOUT, self._config.ha_send_heartbeat_interval / 1000)
+        self._commitlog.prepare_replica()
         while not self._stopping.is_set():
             self.state = "connecting"
             try:
