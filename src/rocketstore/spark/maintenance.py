@@ -38,9 +38,9 @@ rebuild(spark, store, config=None) -> dict[str, int]
       store root (same file system: the swap is a rename);
     - stage 1, a job per segment (a few Spark tasks per core): the records from byte 0 to the end
       of the valid data (``scan_extent``, CRC checked as recovery does) are read in columns
-      (``dispatch_columns.dispatch_batch``: compiled passes, no Python object per record)
-      into a ``DispatchBatch``, with the rules of ``dispatch_request_from_record`` (tagsCode
-      hashed once per distinct tag, delivery time in SCHEDULE_TOPIC_XXXX, KEYS and UNIQ_KEY),
+      (``dispatch_columns.dispatch_batch``: one compiled pass, no Python object per record)
+      into a ``DispatchBatch``, with the rules of the store's own dispatch (tagsCode, delivery
+      time in SCHEDULE_TOPIC_XXXX, KEYS and UNIQ_KEY; a replica's dispatch uses the same pass),
       and kept in the executors' memory; the driver gets each segment's extent and decides where
       the log ends, as recovery and dispatch do: at the first segment that does not end in a
       BLANK record;
