@@ -28,8 +28,9 @@ class DispatchService(BackgroundService):
 
     Records below ``catch_up_to`` (written before this store was opened) are re-parsed from
     the commitlog starting at ``reput_offset``; records appended since come straight from the
-    writer (``CommitLog.take_dispatch_requests``), in log order, so they are not parsed again.
-    PREPARED and ROLLBACK records are indexed but get no consume-queue entry.
+    writer (``CommitLog.take_dispatch_requests``), in log order, so they are not parsed again
+    (a replica's are parsed there, in bulk). PREPARED and ROLLBACK records are indexed but get
+    no consume-queue entry.
 
     ``dispatched_to`` is the commitlog offset below which everything is dispatched; waiters
     on ``changed`` are notified after every round that dispatched something.
@@ -87,9 +88,9 @@ class DispatchService(BackgroundService):
             return ~done
 
         while self.reput_offset < self.catch_up_to:
-            requests, reached = self._commitlog.catch_up(self.reput_offset, self.catch_up_to, needed)
-            if requests:
-                self._dispatch(list(requests))
+            batch, reached = self._commitlog.catch_up(self.reput_offset, self.catch_up_to, needed)
+            if batch is not None:
+                self._dispatch([batch])
             if reached <= self.reput_offset:  # a damaged record (logged): nothing more to follow
                 self.catch_up_to = self.reput_offset
                 break
