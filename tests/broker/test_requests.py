@@ -20,6 +20,7 @@ from rocketmq.grpc_protocol import service_pb2 as rpc
 
 from rocketstore import Message, MessageStore
 from rocketstore.broker import BrokerConfig
+from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.group_commit import GroupCommit
 from rocketstore.broker.server import STATE_FILE, read_state
 from rocketstore.errors import InvalidMessageError
@@ -166,6 +167,25 @@ def test_a_bad_message_in_a_round_fails_only_its_own_send(tmp_path: Path) -> Non
         assert isinstance(bad[0], InvalidMessageError)
         assert store.wait_dispatched(5)
         assert sum(len(store.get_message("g", "T", q, 0).messages) for q in store.topics()["T"]) == 3
+
+
+def test_concurrent_calls_are_coalesced_and_each_caller_gets_its_own_outcome() -> None:
+    calls: list[list[int]] = []
+
+    def run(items: list[int]) -> list[int | BaseException]:
+        calls.append(items)
+        return [ValueError(f"odd {i}") if i % 2 else i * 10 for i in items]
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        rounds: Coalescer[int, int] = Coalescer(run, pool, max_weight=4, rounds=1)
+
+        async def main() -> list[Any]:
+            return await asyncio.gather(*(rounds.submit(i) for i in range(10)), return_exceptions=True)
+
+        outcomes = asyncio.run(main())
+    assert [o for o in outcomes if not isinstance(o, BaseException)] == [0, 20, 40, 60, 80]
+    assert [str(o) for o in outcomes if isinstance(o, ValueError)] == [f"odd {i}" for i in range(1, 10, 2)]
+    assert calls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]  # at most max_weight items a round
 
 
 # --- access keys ----------------------------------------------------------------------------------

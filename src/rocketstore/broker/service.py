@@ -25,6 +25,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.clients import ClientInfo, ClientRegistry
+from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.convert import timestamp, to_proto_message
 from rocketstore.broker.group_commit import GroupCommit, PutOutcome
@@ -145,6 +146,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self._sends = GroupCommit(store, executor, max_batch=config.max_messages_per_send)
         self._system_puts = GroupCommit(
             store, executor, internal=True, max_batch=config.max_messages_per_send
+        )
+        # concurrent AckMessage calls (the clients send one ack per call) share one pop-log write
+        self._acks: Coalescer[tuple[str, str, list[str]], list[InvalidReceiptHandleError | None]] = Coalescer(
+            pop.ack_many, executor, max_weight=1024, weight=lambda request: len(request[2])
         )
         self._streams = 0
         self._round_robin: dict[str, int] = {}
@@ -562,14 +567,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         group = _check_group(request.group.name)
         topic = _check_topic(request.topic.name)
         self._client(context, topic=topic, group=group)
-        pop = self._pop
         entries = []
-        for entry in request.entries:
-            try:
-                await self._run(pop.ack, group, topic, entry.receipt_handle)
+        handles = [entry.receipt_handle for entry in request.entries]
+        outcomes = await self._acks.submit((group, topic, handles)) if handles else []
+        for entry, outcome in zip(request.entries, outcomes):
+            if outcome is None:
                 code, text = Code.OK, ""
-            except InvalidReceiptHandleError as exc:
-                code, text = Code.INVALID_RECEIPT_HANDLE, str(exc)
+            else:
+                code, text = Code.INVALID_RECEIPT_HANDLE, str(outcome)
             self._metrics.acks.labels(group, topic, Code.Name(code)).inc()
             entries.append(
                 rpc.AckMessageResultEntry(
