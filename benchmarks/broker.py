@@ -4,7 +4,8 @@ Workload (issue 16): P client processes (1 and 8 by default), each with a produc
 messages and a SimpleConsumer receiving (32 per call) and acking them, all at once; a run ends
 when every message was acked. The broker runs as its own process (`rocketstore serve`), as
 redis-server does. Reported per row: send and end-to-end (acked) throughput, p50/p99 send
-latency, and CPU seconds per 1000 messages of the broker and of the clients (where the time goes).
+latency, and CPU seconds per 1000 messages of the broker and of the clients (where the time goes);
+the clock and the CPU counts start once every client process is up and connected.
 
 * rocketstore: `rocketstore serve` with ASYNC_FLUSH and with SYNC_FLUSH. Producers use
   ``send_async`` with ``--window`` sends in flight each (the client's only way to have several
@@ -88,7 +89,9 @@ def rocketstore_broker(root: Path, flush: str, profile: str | None) -> Iterator[
         proc.wait(120)
 
 
-def rocketstore_client(port: int, share: int, total: int, window: int, acked: Any, out: Any) -> None:
+def rocketstore_client(
+    port: int, share: int, total: int, window: int, acked: Any, out: Any, ready: Any, go: Any
+) -> None:
     from rocketmq.v5.client import ClientConfiguration, Credentials
     from rocketmq.v5.consumer import SimpleConsumer
     from rocketmq.v5.model import FilterExpression, Message
@@ -99,6 +102,9 @@ def rocketstore_client(port: int, share: int, total: int, window: int, acked: An
     consumer = SimpleConsumer(config, GROUP, {TOPIC: FilterExpression("*")}, 2)
     producer.startup()
     consumer.startup()
+    ready.put(os.getpid())
+    go.wait()
+    cpu0 = sum(os.times()[:2])
     latencies: list[float] = []
     slots = threading.Semaphore(window)
     done = threading.Event()
@@ -140,10 +146,9 @@ def rocketstore_client(port: int, share: int, total: int, window: int, acked: An
         t.start()
     for t in threads:
         t.join()
+    out.put((sent_at[0], sent_at[1], latencies, sum(os.times()[:2]) - cpu0, time.perf_counter()))
     producer.shutdown()
     consumer.shutdown()
-    usage = os.times()
-    out.put((sent_at[0], sent_at[1], latencies, usage.user + usage.system))
 
 
 def warm_group(port: int) -> None:
@@ -162,9 +167,15 @@ def warm_group(port: int) -> None:
 
 
 # --- Redis Streams -----------------------------------------------------------------------------
-def redis_client(port: int, share: int, total: int, window: int, acked: Any, out: Any) -> None:
+def redis_client(
+    port: int, share: int, total: int, window: int, acked: Any, out: Any, ready: Any, go: Any
+) -> None:
     import redis
 
+    redis.Redis(host="127.0.0.1", port=port).ping()
+    ready.put(os.getpid())
+    go.wait()
+    cpu0 = sum(os.times()[:2])
     latencies: list[float] = []
     sent_at = [0.0, 0.0]
 
@@ -200,8 +211,7 @@ def redis_client(port: int, share: int, total: int, window: int, acked: Any, out
         t.start()
     for t in threads:
         t.join()
-    usage = os.times()
-    out.put((sent_at[0], sent_at[1], latencies, usage.user + usage.system))
+    out.put((sent_at[0], sent_at[1], latencies, sum(os.times()[:2]) - cpu0, time.perf_counter()))
 
 
 @contextmanager
@@ -219,22 +229,26 @@ def redis_broker(root: Path, appendfsync: str) -> Iterator[tuple[int, int]]:
 def run(kind: str, port: int, server_pid: int, clients: int, messages: int, window: int) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     acked = ctx.Value("q", 0)
-    out = ctx.Queue()
+    out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     target = rocketstore_client if kind == "rocketstore" else redis_client
     share = messages // clients
     total = share * clients
-    cpu0 = cpu_seconds(server_pid)
-    start = time.perf_counter()
     procs = [
-        ctx.Process(target=target, args=(port, share, total, window, acked, out)) for _ in range(clients)
+        ctx.Process(target=target, args=(port, share, total, window, acked, out, ready, go))
+        for _ in range(clients)
     ]
     for p in procs:
         p.start()
+    for _ in procs:  # client start-up (imports, routes, settings) is not the broker's time
+        ready.get(timeout=300)
+    cpu0 = cpu_seconds(server_pid)
+    start = time.perf_counter()
+    go.set()
     results = [out.get(timeout=1800) for _ in procs]
+    server_cpu = cpu_seconds(server_pid) - cpu0
     for p in procs:
         p.join()
-    elapsed = time.perf_counter() - start
-    server_cpu = cpu_seconds(server_pid) - cpu0
+    elapsed = max(r[4] for r in results) - start  # the last ack, not the clients' shutdown
     send_start = min(r[0] for r in results)
     send_end = max(r[1] for r in results)
     latencies = sorted(x for r in results for x in r[2])
