@@ -519,30 +519,31 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             raise StatusError(Code.TOO_MANY_REQUESTS, f"{self._streams} receives are waiting: the limit")
         self._streams += 1
         try:
-            deadline = time.monotonic() + poll_s
-            while True:
-                arrived = self._arrival.mark()
-                popped = await self._run(
-                    functools.partial(
-                        pop.receive,
-                        group,
-                        topic,
-                        tags,
-                        batch,
-                        invisible,
-                        fifo=fifo,
-                        max_attempts=self.config.max_delivery_attempts,
+            with self._arrival.watching():
+                deadline = time.monotonic() + poll_s
+                while True:
+                    arrived = self._arrival.mark()
+                    popped = await self._run(
+                        functools.partial(
+                            pop.receive,
+                            group,
+                            topic,
+                            tags,
+                            batch,
+                            invisible,
+                            fifo=fifo,
+                            max_attempts=self.config.max_delivery_attempts,
+                        )
                     )
-                )
-                if popped:
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    yield rpc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
-                    return
-                await self._arrival.wait(min(left, _RECHECK_S), arrived)
+                    left = deadline - time.monotonic()
+                    if popped or left <= 0:
+                        break
+                    await self._arrival.wait(min(left, _RECHECK_S), arrived)
         finally:
             self._streams -= 1
+        if not popped:
+            yield rpc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+            return
         yield rpc.ReceiveMessageResponse(status=status(Code.OK))
         for p in popped:
             attempt = int(p.delivery_attempt)
