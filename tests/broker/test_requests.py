@@ -20,6 +20,7 @@ from rocketmq.grpc_protocol import service_pb2 as rpc
 
 from rocketstore import Message, MessageStore
 from rocketstore.broker import BrokerConfig
+from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.group_commit import GroupCommit
 from rocketstore.broker.server import STATE_FILE, read_state
@@ -186,6 +187,24 @@ def test_concurrent_calls_are_coalesced_and_each_caller_gets_its_own_outcome() -
     assert [o for o in outcomes if not isinstance(o, BaseException)] == [0, 20, 40, 60, 80]
     assert [str(o) for o in outcomes if isinstance(o, ValueError)] == [f"odd {i}" for i in range(1, 10, 2)]
     assert calls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]  # at most max_weight items a round
+
+
+def test_an_arrival_wakes_a_receive_watching_for_messages(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", SMALL) as store:
+
+        async def main() -> bool:
+            loop = asyncio.get_running_loop()
+            signal = ArrivalSignal(store.dispatch_events, loop)
+            signal.start()
+            try:
+                with signal.watching():
+                    mark = signal.mark()
+                    await loop.run_in_executor(None, store.put_message, Message("T", b"new"))
+                    return await signal.wait(60, mark)  # False only after 60 s without a wake-up
+            finally:
+                signal.stop()
+
+        assert asyncio.run(main())
 
 
 # --- access keys ----------------------------------------------------------------------------------
