@@ -246,6 +246,7 @@ def test_metrics_and_state_show_sends_and_clients(start_broker: StartBroker, tmp
         metrics_port = broker.metrics.serve("127.0.0.1:0")
         text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
         assert 'rocketstore_broker_sends_total{code="OK",topic="Seen",type="NORMAL"} 1.0' in text
+        assert "rocketstore_broker_put_batches_total 1.0" in text  # the one send's append
         assert "rocketstore_store_commit_log_max_offset" in text
         state = None
         for _ in range(100):

@@ -37,6 +37,7 @@ class Coalescer(Generic[T, R]):
         max_weight: int = 1024,
         rounds: int = 2,
         weight: Callable[[T], int] | None = None,
+        on_round: Callable[[], object] | None = None,
     ) -> None:
         if max_weight <= 0 or rounds <= 0:
             raise ValueError(f"max_weight and rounds must be positive, not {max_weight} and {rounds}")
@@ -45,6 +46,7 @@ class Coalescer(Generic[T, R]):
         self._max_weight = max_weight
         self._rounds = rounds
         self._weight = weight
+        self._on_round = on_round  # after each round, on the loop (a metric)
         self._running = 0
         self._drains: set[asyncio.Task[None]] = set()
         self._queue: deque[tuple[T, asyncio.Future[R]]] = deque()
@@ -94,6 +96,8 @@ class Coalescer(Generic[T, R]):
                 self.batches += 1
                 self.items += len(items)
                 self.total_weight += weight
+                if self._on_round is not None:
+                    self._on_round()
                 for (_, fut), outcome in zip(taken, outcomes):
                     if fut.done():
                         continue  # its caller was cancelled

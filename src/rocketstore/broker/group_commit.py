@@ -10,7 +10,7 @@ only the bad message's sender gets the error.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.errors import InvalidMessageError
@@ -38,11 +38,12 @@ class GroupCommit:
         internal: bool = False,
         max_batch: int = 1024,
         rounds: int = 2,
+        on_batch: Callable[[], object] | None = None,
     ) -> None:
         self._store = store
         self._internal = internal
         self._rounds: Coalescer[Sequence[Message], list[PutOutcome]] = Coalescer(
-            self._put_groups, executor, max_weight=max_batch, rounds=rounds, weight=len
+            self._put_groups, executor, max_weight=max_batch, rounds=rounds, weight=len, on_round=on_batch
         )
 
     @property

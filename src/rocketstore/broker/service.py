@@ -143,7 +143,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self._pop = pop
         self._acl = acl
         self._advertise = advertise
-        self._sends = GroupCommit(store, executor, max_batch=config.max_messages_per_send)
+        self._sends = GroupCommit(
+            store, executor, max_batch=config.max_messages_per_send, on_batch=metrics.batches.inc
+        )
         self._system_puts = GroupCommit(
             store, executor, internal=True, max_batch=config.max_messages_per_send
         )
