@@ -60,6 +60,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def count_acked(acked: Any, finished: Any, n: int, total: int) -> None:
+    """Add ``n`` acks; the one that completes ``total`` records the time of the run's end."""
+    with acked.get_lock():
+        acked.value += n
+        if acked.value >= total and not finished.value:
+            finished.value = time.perf_counter()
+
+
 # --- rocketstore ---------------------------------------------------------------------------------
 @contextmanager
 def rocketstore_broker(root: Path, flush: str, profile: str | None) -> Iterator[tuple[int, int]]:
@@ -90,7 +98,7 @@ def rocketstore_broker(root: Path, flush: str, profile: str | None) -> Iterator[
 
 
 def rocketstore_client(
-    port: int, share: int, total: int, window: int, acked: Any, out: Any, ready: Any, go: Any
+    port: int, share: int, total: int, window: int, acked: Any, finished: Any, out: Any, ready: Any, go: Any
 ) -> None:
     from rocketmq.v5.client import ClientConfiguration, Credentials
     from rocketmq.v5.consumer import SimpleConsumer
@@ -137,8 +145,7 @@ def rocketstore_client(
                 msgs = consumer.receive(32, 30)
                 for _ in acks.map(consumer.ack, msgs):
                     pass
-                with acked.get_lock():
-                    acked.value += len(msgs)
+                count_acked(acked, finished, len(msgs), total)
         done.set()
 
     threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
@@ -146,7 +153,7 @@ def rocketstore_client(
         t.start()
     for t in threads:
         t.join()
-    out.put((sent_at[0], sent_at[1], latencies, sum(os.times()[:2]) - cpu0, time.perf_counter()))
+    out.put((sent_at[0], sent_at[1], latencies, sum(os.times()[:2]) - cpu0))
     producer.shutdown()
     consumer.shutdown()
 
@@ -168,7 +175,7 @@ def warm_group(port: int) -> None:
 
 # --- Redis Streams -----------------------------------------------------------------------------
 def redis_client(
-    port: int, share: int, total: int, window: int, acked: Any, out: Any, ready: Any, go: Any
+    port: int, share: int, total: int, window: int, acked: Any, finished: Any, out: Any, ready: Any, go: Any
 ) -> None:
     import redis
 
@@ -203,15 +210,14 @@ def redis_client(
                 ids = [entry_id for entry_id, _ in entries]
                 if ids:
                     r.xack(TOPIC, GROUP, *ids)
-                    with acked.get_lock():
-                        acked.value += len(ids)
+                    count_acked(acked, finished, len(ids), total)
 
     threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    out.put((sent_at[0], sent_at[1], latencies, sum(os.times()[:2]) - cpu0, time.perf_counter()))
+    out.put((sent_at[0], sent_at[1], latencies, sum(os.times()[:2]) - cpu0))
 
 
 @contextmanager
@@ -228,13 +234,13 @@ def redis_broker(root: Path, appendfsync: str) -> Iterator[tuple[int, int]]:
 # --- one run -------------------------------------------------------------------------------------
 def run(kind: str, port: int, server_pid: int, clients: int, messages: int, window: int) -> dict[str, float]:
     ctx = mp.get_context("spawn")
-    acked = ctx.Value("q", 0)
+    acked, finished = ctx.Value("q", 0), ctx.Value("d", 0.0)
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     target = rocketstore_client if kind == "rocketstore" else redis_client
     share = messages // clients
     total = share * clients
     procs = [
-        ctx.Process(target=target, args=(port, share, total, window, acked, out, ready, go))
+        ctx.Process(target=target, args=(port, share, total, window, acked, finished, out, ready, go))
         for _ in range(clients)
     ]
     for p in procs:
@@ -248,7 +254,8 @@ def run(kind: str, port: int, server_pid: int, clients: int, messages: int, wind
     server_cpu = cpu_seconds(server_pid) - cpu0
     for p in procs:
         p.join()
-    elapsed = max(r[4] for r in results) - start  # the last ack, not the clients' shutdown
+    # the last ack: not the other consumers' last (empty) poll, nor the clients' shutdown
+    elapsed = finished.value - start
     send_start = min(r[0] for r in results)
     send_end = max(r[1] for r in results)
     latencies = sorted(x for r in results for x in r[2])
