@@ -277,6 +277,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--window", type=int, default=32, help="sends in flight per producer")
     parser.add_argument("--only", choices=["rocketstore", "redis"])
+    parser.add_argument(
+        "--flush", nargs="+", choices=["ASYNC_FLUSH", "SYNC_FLUSH"], default=["ASYNC_FLUSH", "SYNC_FLUSH"]
+    )
     parser.add_argument("--profile", help="cProfile the ASYNC_FLUSH broker into this file")
     args = parser.parse_args()
     pairs = [("ASYNC_FLUSH", "everysec"), ("SYNC_FLUSH", "always")]
@@ -284,6 +287,8 @@ def main() -> None:
     print(f"{args.messages} messages of 1 KiB; window {args.window}")
     print(header + f"{'srv cpu s/1k':>14}{'cli cpu s/1k':>14}")
     for flush, appendfsync in pairs:
+        if flush not in args.flush:
+            continue
         systems = []
         if args.only in (None, "rocketstore"):
             systems.append(("rocketstore", f"rocketstore serve {flush}"))
