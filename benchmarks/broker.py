@@ -4,7 +4,8 @@ Workload (issue 16): P client processes (1 and 8 by default), each with a produc
 messages and a SimpleConsumer receiving (32 per call) and acking them, all at once; a run ends
 when every message was acked. The broker runs as its own process (`rocketstore serve`), as
 redis-server does. Reported per row: send and end-to-end (acked) throughput, p50/p99 send
-latency, and CPU seconds per 1000 messages of the broker and of the clients (where the time goes).
+latency, and CPU seconds per 1000 messages of the broker and of the clients (where the time goes);
+the clock and the CPU counts start once every client process is up and connected.
 
 * rocketstore: `rocketstore serve` with ASYNC_FLUSH and with SYNC_FLUSH. Producers use
   ``send_async`` with ``--window`` sends in flight each (the client's only way to have several
@@ -59,6 +60,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def count_acked(acked: Any, finished: Any, n: int, total: int) -> None:
+    """Add ``n`` acks; the one that completes ``total`` records the time of the run's end."""
+    with acked.get_lock():
+        acked.value += n
+        if acked.value >= total and not finished.value:
+            finished.value = time.perf_counter()
+
+
 # --- rocketstore ---------------------------------------------------------------------------------
 @contextmanager
 def rocketstore_broker(root: Path, flush: str, profile: str | None) -> Iterator[tuple[int, int]]:
@@ -88,7 +97,9 @@ def rocketstore_broker(root: Path, flush: str, profile: str | None) -> Iterator[
         proc.wait(120)
 
 
-def rocketstore_client(port: int, share: int, total: int, window: int, acked: Any, out: Any) -> None:
+def rocketstore_client(
+    port: int, share: int, total: int, window: int, acked: Any, finished: Any, out: Any, ready: Any, go: Any
+) -> None:
     from rocketmq.v5.client import ClientConfiguration, Credentials
     from rocketmq.v5.consumer import SimpleConsumer
     from rocketmq.v5.model import FilterExpression, Message
@@ -99,6 +110,9 @@ def rocketstore_client(port: int, share: int, total: int, window: int, acked: An
     consumer = SimpleConsumer(config, GROUP, {TOPIC: FilterExpression("*")}, 2)
     producer.startup()
     consumer.startup()
+    ready.put(os.getpid())
+    go.wait()
+    cpu0 = sum(os.times()[:2])
     latencies: list[float] = []
     slots = threading.Semaphore(window)
     done = threading.Event()
@@ -131,8 +145,7 @@ def rocketstore_client(port: int, share: int, total: int, window: int, acked: An
                 msgs = consumer.receive(32, 30)
                 for _ in acks.map(consumer.ack, msgs):
                     pass
-                with acked.get_lock():
-                    acked.value += len(msgs)
+                count_acked(acked, finished, len(msgs), total)
         done.set()
 
     threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
@@ -140,10 +153,9 @@ def rocketstore_client(port: int, share: int, total: int, window: int, acked: An
         t.start()
     for t in threads:
         t.join()
+    out.put((sent_at[0], sent_at[1], latencies, sum(os.times()[:2]) - cpu0))
     producer.shutdown()
     consumer.shutdown()
-    usage = os.times()
-    out.put((sent_at[0], sent_at[1], latencies, usage.user + usage.system))
 
 
 def warm_group(port: int) -> None:
@@ -162,9 +174,15 @@ def warm_group(port: int) -> None:
 
 
 # --- Redis Streams -----------------------------------------------------------------------------
-def redis_client(port: int, share: int, total: int, window: int, acked: Any, out: Any) -> None:
+def redis_client(
+    port: int, share: int, total: int, window: int, acked: Any, finished: Any, out: Any, ready: Any, go: Any
+) -> None:
     import redis
 
+    redis.Redis(host="127.0.0.1", port=port).ping()
+    ready.put(os.getpid())
+    go.wait()
+    cpu0 = sum(os.times()[:2])
     latencies: list[float] = []
     sent_at = [0.0, 0.0]
 
@@ -192,16 +210,14 @@ def redis_client(port: int, share: int, total: int, window: int, acked: Any, out
                 ids = [entry_id for entry_id, _ in entries]
                 if ids:
                     r.xack(TOPIC, GROUP, *ids)
-                    with acked.get_lock():
-                        acked.value += len(ids)
+                    count_acked(acked, finished, len(ids), total)
 
     threads = [threading.Thread(target=produce), threading.Thread(target=consume)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    usage = os.times()
-    out.put((sent_at[0], sent_at[1], latencies, usage.user + usage.system))
+    out.put((sent_at[0], sent_at[1], latencies, sum(os.times()[:2]) - cpu0))
 
 
 @contextmanager
@@ -218,23 +234,28 @@ def redis_broker(root: Path, appendfsync: str) -> Iterator[tuple[int, int]]:
 # --- one run -------------------------------------------------------------------------------------
 def run(kind: str, port: int, server_pid: int, clients: int, messages: int, window: int) -> dict[str, float]:
     ctx = mp.get_context("spawn")
-    acked = ctx.Value("q", 0)
-    out = ctx.Queue()
+    acked, finished = ctx.Value("q", 0), ctx.Value("d", 0.0)
+    out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     target = rocketstore_client if kind == "rocketstore" else redis_client
     share = messages // clients
     total = share * clients
-    cpu0 = cpu_seconds(server_pid)
-    start = time.perf_counter()
     procs = [
-        ctx.Process(target=target, args=(port, share, total, window, acked, out)) for _ in range(clients)
+        ctx.Process(target=target, args=(port, share, total, window, acked, finished, out, ready, go))
+        for _ in range(clients)
     ]
     for p in procs:
         p.start()
+    for _ in procs:  # client start-up (imports, routes, settings) is not the broker's time
+        ready.get(timeout=300)
+    cpu0 = cpu_seconds(server_pid)
+    start = time.perf_counter()
+    go.set()
     results = [out.get(timeout=1800) for _ in procs]
+    server_cpu = cpu_seconds(server_pid) - cpu0
     for p in procs:
         p.join()
-    elapsed = time.perf_counter() - start
-    server_cpu = cpu_seconds(server_pid) - cpu0
+    # the last ack: not the other consumers' last (empty) poll, nor the clients' shutdown
+    elapsed = finished.value - start
     send_start = min(r[0] for r in results)
     send_end = max(r[1] for r in results)
     latencies = sorted(x for r in results for x in r[2])
@@ -256,6 +277,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--window", type=int, default=32, help="sends in flight per producer")
     parser.add_argument("--only", choices=["rocketstore", "redis"])
+    parser.add_argument(
+        "--flush", nargs="+", choices=["ASYNC_FLUSH", "SYNC_FLUSH"], default=["ASYNC_FLUSH", "SYNC_FLUSH"]
+    )
     parser.add_argument("--profile", help="cProfile the ASYNC_FLUSH broker into this file")
     args = parser.parse_args()
     pairs = [("ASYNC_FLUSH", "everysec"), ("SYNC_FLUSH", "always")]
@@ -263,6 +287,8 @@ def main() -> None:
     print(f"{args.messages} messages of 1 KiB; window {args.window}")
     print(header + f"{'srv cpu s/1k':>14}{'cli cpu s/1k':>14}")
     for flush, appendfsync in pairs:
+        if flush not in args.flush:
+            continue
         systems = []
         if args.only in (None, "rocketstore"):
             systems.append(("rocketstore", f"rocketstore serve {flush}"))

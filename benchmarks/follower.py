@@ -7,16 +7,20 @@ A follower process (``MessageStore.open(readonly=True)``) waits on the probe que
 ``wait_for_message`` and notes when each probe becomes readable. Latency = seen - put returned
 (0 when the follower saw it before the put call returned: dispatch runs beside the caller).
 
+``--consumer`` has the follower read the probes with an asyncio consumer (``open_consumer`` and
+``await apoll``) instead of ``wait_for_message``: the latency of the asyncio form.
+
 ``--split`` also notes when the writer published each dispatch pass (``SignalWriter.publish``
 returned) and when the follower applied each publication, and splits the latency into put ->
 published -> applied -> readable (an instrumented run: it wraps those two methods).
 
-    python benchmarks/follower.py [--seconds S] [--rate R] [--dir DIR] [--split]
+    python benchmarks/follower.py [--seconds S] [--rate R] [--dir DIR] [--split] [--consumer]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing as mp
 import shutil
 import tempfile
@@ -28,6 +32,7 @@ import numpy as np
 
 from rocketstore import Message, MessageStore, StoreConfig, follow
 from rocketstore.codec.dispatch_signal import DispatchSignal
+from rocketstore.consumer import open_consumer
 
 BODY = bytes(100)
 CFG = StoreConfig(commitlog_segment_size=256 << 20)
@@ -135,12 +140,38 @@ def follower(
             seen_ns[i] = time.monotonic_ns()
 
 
+def async_follower(
+    root: str,
+    probes_max: int,
+    seen_ns: SynchronizedArray[int],
+    ready: Synchronized[int],
+    applied: Timeline | None,
+) -> None:
+    if applied is not None:
+        note_applications(applied)
+
+    async def consume() -> None:
+        with open_consumer(root, "bench", "Probe", config=CFG, start="earliest", auto_commit=False) as c:
+            ready.value = 2
+            while True:
+                messages = await c.apoll(64, timeout=5.0)
+                if not messages:
+                    return
+                now = time.monotonic_ns()
+                for m in messages:
+                    if m.queue_id == 0 and 0 < m.queue_offset <= probes_max:
+                        seen_ns[m.queue_offset - 1] = now
+
+    asyncio.run(consume())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rate", type=int, default=100_000, help="messages per second the writer puts")
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--split", action="store_true", help="split the latency at publication and application")
+    ap.add_argument("--consumer", action="store_true", help="the follower is an asyncio consumer")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(dir=args.dir))
     root = str(work / "store")
@@ -159,7 +190,8 @@ def main() -> None:
         w.start()
         while ready.value != 1:
             time.sleep(0.01)
-        f = ctx.Process(target=follower, args=(root, n, seen_ns, ready, applied))
+        read = async_follower if args.consumer else follower
+        f = ctx.Process(target=read, args=(root, n, seen_ns, ready, applied))
         f.start()
         w.join()
         f.join(30)

@@ -486,6 +486,27 @@ def test_ack_batch_acks_many_with_one_record_and_names_bad_handles(
     assert pop.in_flight == 0
 
 
+def test_ack_many_acks_the_requests_of_several_groups_with_one_put(
+    store: MessageStore, pop: PopService
+) -> None:
+    for group in ("g", "h"):
+        pop.receive(group, "T", "*", 32, INVISIBLE)
+    put(store, [f"m{i}" for i in range(3)])
+    g = [p.receipt_handle for p in pop.receive("g", "T", "*", 32, INVISIBLE)]
+    h = [p.receipt_handle for p in pop.receive("h", "T", "*", 32, INVISIBLE)]
+    store.wait_dispatched()
+    records = store.max_offset_in_queue(POP_LOG_TOPIC, 0)
+    outcomes = pop.ack_many(
+        [("g", "T", g[:2]), ("h", "T", h), ("g", "T", [g[0], g[2]]), ("bad name", "T", g)]
+    )
+    assert outcomes[:3] == [[None, None], [None] * 3, [None, None]]
+    assert isinstance(outcomes[3], StoreConfigError)
+    store.wait_dispatched()
+    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == records + 2  # one RESOLVED record per group
+    assert pop.in_flight == 0
+    assert pop.receive("g", "T", "*", 32, INVISIBLE) == []
+
+
 def test_messages_long_in_flight_are_written_again_so_a_restart_replays_little(
     tmp_path: Path, clock: ManualClock
 ) -> None:

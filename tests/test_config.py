@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,16 @@ def test_bad_settings_name_what_is_wrong(tmp_path: Path, text: str, message: str
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(StoreConfigError, match="cannot read"):
         StoreConfig.from_file(tmp_path / "absent.toml")
+
+
+def test_a_fifo_config_file_of_the_store_or_the_broker_is_refused_not_read(tmp_path: Path) -> None:
+    from rocketstore.broker.config import load_settings
+
+    fifo = tmp_path / "serve.toml"
+    os.mkfifo(fifo)  # a read would block until a writer came
+    for load in (StoreConfig.from_file, load_settings):
+        with pytest.raises(StoreConfigError, match="not a regular file"):
+            load(fifo)
 
 
 def test_transient_pool_needs_async_flush() -> None:

@@ -238,6 +238,29 @@ def test_the_writer_publishes_its_dispatch_progress(tmp_path: Path, writer: Live
     assert signal is not None and signal.dispatched_to == end
 
 
+def test_a_writer_reopening_a_crashed_store_publishes_only_once_caught_up(
+    tmp_path: Path, writer: LiveWriter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery re-dispatches a crashed store from its checkpoint, over several segments here: a
+    publication in between would tell followers that only the entries below it are valid, and
+    their consumers would see every queue shrink to there and grow back (read again, out of order)."""
+    root = tmp_path / "s"
+    writer.put("A", 1500)  # several 64 KiB segments
+    writer.kill()
+    published: list[int] = []
+    real_publish = follow.SignalWriter.publish
+
+    def spy(self: follow.SignalWriter, dispatched_to: int) -> None:
+        published.append(dispatched_to)
+        real_publish(self, dispatched_to)
+
+    monkeypatch.setattr(follow.SignalWriter, "publish", spy)
+    with MessageStore.open(root, CFG) as store:
+        assert store.recovery.abnormal and store.recovery.reput_from < store.max_phy_offset() - 65536
+        end = store.max_phy_offset()
+    assert published and min(published) == end, published
+
+
 def test_a_follower_opens_files_read_only(
     tmp_path: Path, writer: LiveWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:

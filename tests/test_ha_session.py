@@ -20,11 +20,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from rocketstore import ManualClock, MessageStore, StoreConfig
 from rocketstore.codec.commitlog_scan import message_starts
-from rocketstore.ha.frames import HEADER_SIZE, FrameReader, encode_header, encode_report, last_report
+from rocketstore.ha.frames import (
+    HEADER_SIZE,
+    MAX_BODY,
+    FrameReader,
+    encode_header,
+    encode_report,
+    last_report,
+)
 from tests.conftest import FIXTURES, copy_fixture
 from tests.test_rocketmq_fixtures import _fields, java_host
 
@@ -314,6 +322,30 @@ def test_frame_reader_sees_the_header_before_the_body() -> None:
     assert reader.take() == (131072, b"hello")
     assert reader.take() == (131077, b"")
     assert reader.take() is None and reader.header is None
+
+
+def test_frame_reader_bodies_stay_valid_as_its_buffer_is_replaced() -> None:
+    """Bodies are views of the receive buffer: a frame larger than the buffer, reads cut
+    anywhere and frames kept across many buffers must all read back as sent."""
+    rng = np.random.default_rng(3)
+    bodies = [rng.bytes(int(n)) for n in rng.integers(0, 300_000, 60)] + [rng.bytes(MAX_BODY)]
+    offsets = np.cumsum([0] + [len(b) for b in bodies])
+    wire = b"".join(encode_header(int(o), len(b)) + b for o, b in zip(offsets, bodies))
+    reader = FrameReader(capacity=100_000)
+    got: list[tuple[int, memoryview]] = []
+    at = 0
+    for cut in rng.integers(1, 200_000, 1000):  # as recv_into would fill the space offered
+        space = reader.space()
+        n = min(int(cut), len(space), len(wire) - at)
+        space[:n] = wire[at : at + n]
+        reader.received(n)
+        at += n
+        while (frame := reader.take()) is not None:
+            got.append(frame)
+        if at == len(wire):
+            break
+    assert at == len(wire) and reader.header is None
+    assert [(o, bytes(b)) for o, b in got] == [(int(o), b) for o, b in zip(offsets, bodies)]
 
 
 def test_frame_reader_rejects_an_impossible_size() -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore import ManualClock, Message, MessageStore, PutStatus, StoreConfig
+from rocketstore.codec.commitlog_record import TX_PREPARED
 from rocketstore.ha.frames import FrameReader, encode_report
 
 WAIT = 30.0
@@ -508,3 +509,53 @@ def test_slave_behind_a_reclaimed_master_stops_and_says_why(tmp_path: Path) -> N
             assert "re-seed" in str(slave_status(slave)["problem"])
             (problem,) = master_status(master)["problems"]  # type: ignore[misc]
             assert problem["problem"] == "request_below_min"
+
+
+def _files_under(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _index_contents(store: MessageStore) -> list[bytes]:
+    """The index files' bytes in order (their names are each store's own clock's)."""
+    return [p.read_bytes() for p in sorted(store.layout.index.iterdir()) if p.name.isdigit()]
+
+
+@pytest.mark.parametrize("step", [None, 700, 100])
+def test_slave_queues_and_index_are_byte_identical_to_the_masters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int | None
+) -> None:
+    """The slave parses replicated records in bulk: its consume queues (tags codes, delivery
+    times of delayed messages, no entry for a PREPARED half) and its index files must hold the
+    bytes the master's own dispatch wrote, across segment rolls and index files; whatever the
+    step its dispatcher parses in (100: less than a record)."""
+    if step is not None:
+        monkeypatch.setattr("rocketstore.commitlog._REPLICA_PARSE_STEP", step)
+    with MessageStore.open(tmp_path / "m", master_config()) as master:
+        put_some(master, 200)  # before the slave: it gets them in its first frames
+        with MessageStore.open(tmp_path / "s", slave_config(master)) as slave:
+            batch = master.put_batch(
+                "TopicB",
+                [b"y" * 200] * 500,
+                queue_ids=[i % 4 for i in range(500)],
+                tags=[f"tag{i % 7}" if i % 5 else None for i in range(500)],
+                keys=[f"b{i} c{i}" if i % 3 else None for i in range(500)],
+            )
+            assert batch.status is PutStatus.PUT_OK
+            later = [
+                Message("TopicC", b"d" * 50, tags="late", keys=[f"d{i}"], delay_level=5 + i % 3, queue_id=0)
+                for i in range(60)
+            ] + [Message("TopicT", b"half", keys=["tx"], sys_flag=TX_PREPARED, queue_id=0) for _ in range(5)]
+            for result in master.put_messages(later):
+                assert result.status is PutStatus.PUT_OK, result.status
+            put_some(master, 200, start=200)
+            wait_until(caught_up(master, slave), "the slave to catch up")
+            assert slave.wait_dispatched(WAIT) and master.wait_dispatched(WAIT)
+            assert master.max_phy_offset() > 3 * SEG  # segment rolls, BLANK records
+            mine, theirs = _files_under(slave.layout.consume_queue), _files_under(master.layout.consume_queue)
+            assert any(name.startswith("SCHEDULE_TOPIC_XXXX") for name in theirs)
+            assert sorted(mine) == sorted(theirs)
+            for name, data in theirs.items():
+                assert mine[name] == data, name
+            index = _index_contents(master)
+            assert len(index) > 1  # the index rolled to another file
+            assert _index_contents(slave) == index

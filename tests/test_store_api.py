@@ -346,6 +346,10 @@ def test_get_respects_configured_count_and_byte_caps(tmp_path: Path) -> None:
         res = store.get_message("g", "C", 0, 0, max_msgs=32)
         assert len(res.messages) == 5
         assert res.next_begin_offset == 5
+        # an in-process reader (the consumer) lifts the caps: max_msgs alone bounds the read
+        res = store.get_message("g", "C", 0, 0, max_msgs=10, transfer_limits=False)
+        assert [m.queue_offset for m in res.messages] == list(range(10))
+        assert res.next_begin_offset == 10
 
     size = 0
     with open_store(tmp_path / "probe") as store:
@@ -358,6 +362,7 @@ def test_get_respects_configured_count_and_byte_caps(tmp_path: Path) -> None:
         res = store.get_message("g", "B", 0, 0, max_msgs=32)
         assert len(res.messages) == 3
         assert res.next_begin_offset == 3
+        assert len(store.get_message("g", "B", 0, 0, max_msgs=32, transfer_limits=False).messages) == 10
     cfg = CFG.replace(max_transfer_bytes_on_message_in_memory=3 * size)
     with open_store(tmp_path / "exact", cfg) as store:
         put_n(store, "B", 10, body_size=200)

@@ -34,7 +34,8 @@ from rocketstore.codec.commitlog_scan import (
 )
 from rocketstore.codec.host import parse_host
 from rocketstore.config import StoreConfig
-from rocketstore.dispatch_request import DispatchBatch, DispatchRequest, dispatch_request_from_record
+from rocketstore.dispatch_columns import dispatch_batch
+from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError
 from rocketstore.message import MessageExt
 from rocketstore.prepare import PreparedBatch, PreparedMessage
@@ -50,6 +51,9 @@ _PUT_OK = PutStatus.PUT_OK
 # Tuple constructors without the NamedTuple __new__ frame: the batch loop builds two per message.
 _request = partial(tuple.__new__, DispatchRequest)
 _result = partial(tuple.__new__, PutMessageResult)
+# A replica's bytes parsed per dispatcher round at most: queues and index then follow the log
+# in steps of tens of milliseconds instead of a segment's worth at once.
+_REPLICA_PARSE_STEP = 4 << 20
 
 
 @numba.njit(cache=True)
@@ -156,6 +160,7 @@ class CommitLog:
         self.begin_time_in_lock = 0.0  # monotonic time the current append took the lock, 0 when idle
         self._appending = _AppendScope(self)
         self._replica_parsed_to: int | None = None  # append_raw: where the next unparsed record starts
+        self._replica_more = False  # whole records wait past _replica_parsed_to (a replica's)
 
     # --- geometry ------------------------------------------------------------------------
     @property
@@ -303,13 +308,13 @@ class CommitLog:
             )
         return _result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, self.id_prefix))
 
-    def append_raw(self, offset: int, data: bytes) -> None:
+    def append_raw(self, offset: int, data: bytes | memoryview) -> None:
         """A replica's append: ``data``, bytes of its master's log from ``offset``, at the end of
         this log (the first segment of an empty log is created at ``offset``, which must then be a
-        segment boundary). The records completed by ``data`` are queued for the dispatcher; one
-        cut by the end of ``data`` waits for the rest. Raises ValueError when ``offset`` does not
-        continue the log or ``data`` does not fit in the segment (the master's segments are of
-        another size); nothing is written then."""
+        segment boundary). The records in it are parsed later, in bulk, by the dispatcher
+        (``take_dispatch_requests``), so the receiving thread only writes. Raises ValueError when
+        ``offset`` does not continue the log or ``data`` does not fit in the segment (the master's
+        segments are of another size); nothing is written then."""
         with self._appending:
             last = self.files.last
             if last is None:
@@ -318,7 +323,6 @@ class CommitLog:
                         f"the first bytes of an empty replica must start a segment; offset {offset} "
                         f"is not a multiple of commitlog_segment_size {self.files.file_size}"
                     )
-                self._replica_parsed_to = offset
             elif offset != self.max_offset:
                 raise ValueError(f"bytes from offset {offset} do not continue the log at {self.max_offset}")
             mf = self.files.last_for_append(offset)
@@ -330,22 +334,46 @@ class CommitLog:
                 )
             if not data:
                 return
+            if self._replica_parsed_to is None:
+                self._replica_parsed_to = offset
             mf.write_at(mf.wrote_position, data)
             mf.wrote_position += len(data)
-            parsed = self._replica_parsed_to if self._replica_parsed_to is not None else offset
-            while parsed < self.max_offset:
-                # up to the segment's end, not the data's: a BLANK whose tail is still to come
-                # moves parsing past the segment (catch_up reads only the bytes received)
-                requests, reached = self.catch_up(
-                    parsed, self.files.next_segment_start(parsed), _every_record
-                )
-                if requests:
-                    self._pending.extend(requests)
-                    mf.last_store_timestamp = max(mf.last_store_timestamp, requests[-1].store_timestamp)
-                if reached <= parsed:
-                    break  # a record cut by the end of data: the next bytes complete it
-                parsed = reached
-            self._replica_parsed_to = parsed
+
+    def prepare_replica(self) -> None:
+        """Load the compiled code a replica's records are parsed with (0.2 s here, more under
+        load), so the first frames do not wait for it while the master writes on."""
+        none = np.zeros(0, dtype=np.int64)
+        dispatch_batch(b"", none, none, 0, self.config.delay_levels_ms)
+
+    def _parse_replicated(self, limit: int) -> None:
+        """Queue for the dispatcher the records that ``append_raw`` completed below ``limit``, in
+        columnar passes of at most ``_REPLICA_PARSE_STEP`` bytes (a record cut by the end of the
+        bytes received waits for the rest). Only the dispatcher calls it; appends go on
+        meanwhile."""
+        parsed = self._replica_parsed_to
+        if parsed is None:
+            return
+        stop = min(limit, parsed + _REPLICA_PARSE_STEP)
+        start = parsed
+        while parsed < stop:
+            # up to the segment's end at most: a BLANK whose tail is still to come moves parsing
+            # past the segment (catch_up reads only the bytes received)
+            segment_end = self.files.next_segment_start(parsed)
+            batch, reached = self.catch_up(parsed, min(segment_end, stop), _every_record)
+            if reached <= parsed == start and stop < min(segment_end, limit):  # a record over a step
+                batch, reached = self.catch_up(parsed, min(segment_end, limit), _every_record)
+            if batch is not None:
+                mf = self.files.find(parsed)
+                if mf is not None:
+                    mf.last_store_timestamp = max(mf.last_store_timestamp, int(batch.store_timestamps[-1]))
+                with self._lock:
+                    self._pending.append(batch)
+            if reached <= parsed:
+                break  # a record cut by the end of the data: the next bytes complete it
+            parsed = reached
+        self._replica_parsed_to = parsed
+        # stopped by the step, not by a cut record: the dispatcher must not count what is left as done
+        self._replica_more = stop < limit and parsed > start
 
     def read_raw(self, offset: int, limit: int) -> bytes:
         """At most ``limit`` readable bytes from ``offset`` up to the end of its segment's data
@@ -405,7 +433,10 @@ class CommitLog:
 
     def take_dispatch_requests(self, limit: int | None = None) -> list[DispatchRequest | DispatchBatch]:
         """What was appended since the last call, in log order, ending at or below ``limit``
-        (the readable end of the log: with a transient pool, appended is not yet readable)."""
+        (the readable end of the log: with a transient pool, appended is not yet readable).
+        A replica's records are parsed here, by the dispatcher, from what ``append_raw`` wrote."""
+        if self._replica_parsed_to is not None and limit is not None:
+            self._parse_replicated(limit)
         with self._lock:
             pending = self._pending
             if limit is None or not pending or _end_of(pending[-1]) <= limit:
@@ -421,7 +452,7 @@ class CommitLog:
         """Commitlog offset of the oldest appended record not yet taken by the dispatcher."""
         with self._lock:
             if not self._pending:
-                return None
+                return self._replica_parsed_to if self._replica_more else None
             first = self._pending[0]
             return (
                 int(first.physical_offsets[0]) if isinstance(first, DispatchBatch) else first.physical_offset
@@ -546,44 +577,48 @@ class CommitLog:
         start: int,
         end: int,
         needed: Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64]], npt.NDArray[np.bool_]],
-    ) -> tuple[list[DispatchRequest], int]:
+    ) -> tuple[DispatchBatch | None, int]:
         """Dispatch information of the records of one segment from ``start`` (below ``end``)
-        for which ``needed(offsets, store_timestamps)`` is true, and the offset reached. Records
-        not needed are never decoded: re-dispatch after a restart skips what the queues and
-        index hold."""
+        for which ``needed(offsets, store_timestamps)`` is true, read in columns (None when there
+        are none), and the offset reached. Records not needed are never decoded: re-dispatch
+        after a restart skips what the queues and index hold."""
         mf = self.files.find(start)
         if mf is None or start >= end:
-            return [], start
+            return None, start
         base = mf.from_offset
+        buf = mf.buf
         seg_end = min(mf.read_position, end - base)
-        local, stopped, blank = message_starts(mf.buf, start - base, seg_end)
+        local, stopped, blank = message_starts(buf, start - base, seg_end)
         reached = base + mf.size if blank else base + stopped
         if not blank and stopped < seg_end and base + mf.size < end:
             # damage recovery stepped over in an older segment: so does dispatch
-            resume = next_record_start(mf.buf, stopped + 1, seg_end, base)
+            resume = next_record_start(buf, stopped + 1, seg_end, base)
             log.warning(
                 "dispatch steps over commitlog bytes %d..%d: no valid record there", reached, base + resume
             )
             reached = base + resume if resume < seg_end else base + mf.size
-        requests: list[DispatchRequest] = []
-        levels = self.config.delay_levels_ms
-        for pos in local[needed(local + base, store_timestamps(mf.buf, local))].tolist():
+        sizes = np.diff(local, append=stopped)
+        wanted = needed(local + base, store_timestamps(buf, local))
+        batch, damaged = dispatch_batch(buf, local[wanted], sizes[wanted], base, self.config.delay_levels_ms)
+        for pos in damaged.tolist():
             try:
-                rec = decode_record(mf.buf, pos, seg_end)
+                decode_record(buf, pos, seg_end)
             except CorruptDataError as exc:
                 # its length and magic hold (message_starts walked past it): the next record is intact
                 log.error("dispatch skips the damaged record at commitlog offset %d: %s", base + pos, exc)
                 continue
-            requests.append(dispatch_request_from_record(rec, base, levels))
-        return requests, min(reached, end)
+            raise AssertionError(f"dispatch_batch and decode_record disagree about the record at {pos}")
+        # a BLANK ends the segment, wherever ``end`` falls in it
+        return (batch if len(batch) else None), (reached if blank else min(reached, end))
 
     def dispatch_requests(self, start: int, end: int | None = None) -> Iterator[DispatchRequest]:
         """Dispatch information re-derived from the bytes of ``[start, end)``, record by record
         (up to the first BLANK-less end of data or damaged record)."""
         stop = self.max_offset if end is None else end
         while start < stop:
-            requests, reached = self.catch_up(start, stop, _every_record)
-            yield from requests
+            batch, reached = self.catch_up(start, stop, _every_record)
+            if batch is not None:
+                yield from batch.requests()
             if reached <= start:
                 return
             start = reached

@@ -317,35 +317,42 @@ class StoreConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> StoreConfig:
         """Load a ``.toml`` file, or a Java ``.properties`` file (``key=value`` lines)."""
-        p = Path(path)
-        if p.exists() and not p.is_file():  # a FIFO would block the read
-            raise StoreConfigError(f"config file {str(p)!r} is not a regular file")
+        return cls.from_mapping(read_settings_file(path))
+
+
+def read_settings_file(path: str | Path) -> dict[str, Any]:
+    """The settings of a ``.toml`` file (its tables as nested dicts), or of a Java
+    ``.properties`` file such as RocketMQ's ``broker.conf`` (``key=value`` lines, all values
+    strings), for ``from_mapping``; an unreadable or malformed file is a ``StoreConfigError``."""
+    p = Path(path)
+    if p.exists() and not p.is_file():  # a FIFO would block the read
+        raise StoreConfigError(f"config file {str(p)!r} is not a regular file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise StoreConfigError(f"cannot read config file {str(p)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise StoreConfigError(f"config file {str(p)!r} is not UTF-8 text: {exc.reason}") from None
+    if p.suffix == ".toml":
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
         try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise StoreConfigError(f"cannot read config file {str(p)!r}: {exc.strerror}") from None
-        except UnicodeDecodeError as exc:
-            raise StoreConfigError(f"config file {str(p)!r} is not UTF-8 text: {exc.reason}") from None
-        if p.suffix == ".toml":
-            if sys.version_info >= (3, 11):
-                import tomllib
-            else:  # pragma: no cover
-                import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
-            try:
-                data = tomllib.loads(text)
-            except tomllib.TOMLDecodeError as exc:
-                raise StoreConfigError(f"{p}: {exc}") from None
-            return cls.from_mapping(data)
-        values: dict[str, str] = {}
-        for lineno, line in enumerate(text.splitlines(), 1):
-            line = line.strip()
-            if not line or line[0] in "#!":
-                continue
-            key, sep, value = line.partition("=")
-            if not sep:
-                raise StoreConfigError(f"{p}:{lineno}: expected key=value, got {line!r}")
-            values[key.strip()] = value.strip()
-        return cls.from_mapping(values)
+            data: dict[str, Any] = tomllib.loads(text)
+            return data
+        except tomllib.TOMLDecodeError as exc:
+            raise StoreConfigError(f"{p}: {exc}") from None
+    values: dict[str, Any] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise StoreConfigError(f"{p}:{lineno}: expected key=value, got {line!r}")
+        values[key.strip()] = value.strip()
+    return values
 
 
 def _with_suggestion(key: str, known: list[str]) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK
 from rocketstore.codec.consume_queue_entry import (
     CQ_ENTRY_SIZE,
     PRE_BLANK_ENTRY,
@@ -546,23 +547,33 @@ class ConsumeQueueSet:
                 cq.put(group)
 
     def put_batch(self, batch: DispatchBatch) -> None:
-        """Append a batch's entries: encoded in one pass, grouped by queue, one write per queue."""
-        queue_keys = (batch.topic_ids << 17) | batch.queue_ids
-        order = np.argsort(queue_keys, kind="stable")
+        """Append a batch's entries: encoded in one pass, grouped by queue, one write per queue.
+        PREPARED and ROLLBACK records get none."""
+        queue_keys = (batch.topic_ids << 32) | (batch.queue_ids & 0xFFFFFFFF)
+        tx = batch.sys_flags & SYSFLAG_TX_MASK
+        unqueued = (tx == TX_PREPARED) | (tx == TX_ROLLBACK)
+        if unqueued.any():
+            queued = np.flatnonzero(~unqueued)
+            order = queued[np.argsort(queue_keys[queued], kind="stable")]
+        else:
+            order = np.argsort(queue_keys, kind="stable")
+        if not len(order):
+            return
         ordered = queue_keys[order]
         phys, sizes = batch.physical_offsets[order], batch.sizes[order]
         ends = (phys + sizes).tolist()
         entries = memoryview(encode_entries(phys, sizes, batch.tags_codes[order]))
         first_offsets = batch.queue_offsets[order]
         bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(order)]
+        requests: list[DispatchRequest] | None = None
         for start, end in itertools.pairwise(bounds):
-            key = int(ordered[start])
-            cq = self.get_or_create(batch.topics[key >> 17], key & 0x1FFFF)
+            first = int(order[start])
+            cq = self.get_or_create(batch.topics[int(batch.topic_ids[first])], int(batch.queue_ids[first]))
             if cq is None:
                 continue
             piece = entries[start * CQ_ENTRY_SIZE : end * CQ_ENTRY_SIZE]
             if not cq._put_encoded(int(first_offsets[start]), piece, ends[start], ends[end - 1]):
-                requests = batch.requests()
+                requests = batch.requests() if requests is None else requests
                 cq.put([requests[i] for i in order[start:end].tolist()])
 
     def close(self) -> None:

@@ -28,8 +28,9 @@ class DispatchService(BackgroundService):
 
     Records below ``catch_up_to`` (written before this store was opened) are re-parsed from
     the commitlog starting at ``reput_offset``; records appended since come straight from the
-    writer (``CommitLog.take_dispatch_requests``), in log order, so they are not parsed again.
-    PREPARED and ROLLBACK records are indexed but get no consume-queue entry.
+    writer (``CommitLog.take_dispatch_requests``), in log order, so they are not parsed again
+    (a replica's are parsed there, in bulk). PREPARED and ROLLBACK records are indexed but get
+    no consume-queue entry.
 
     ``dispatched_to`` is the commitlog offset below which everything is dispatched; waiters
     on ``changed`` are notified after every round that dispatched something.
@@ -87,9 +88,9 @@ class DispatchService(BackgroundService):
             return ~done
 
         while self.reput_offset < self.catch_up_to:
-            requests, reached = self._commitlog.catch_up(self.reput_offset, self.catch_up_to, needed)
-            if requests:
-                self._dispatch(list(requests))
+            batch, reached = self._commitlog.catch_up(self.reput_offset, self.catch_up_to, needed)
+            if batch is not None:
+                self._dispatch([batch])
             if reached <= self.reput_offset:  # a damaged record (logged): nothing more to follow
                 self.catch_up_to = self.reput_offset
                 break
@@ -120,8 +121,11 @@ class DispatchService(BackgroundService):
         self._notify()  # waiters (wait_dispatched, wait_for_message) see the failure at once
 
     def _notify(self) -> None:
-        # published first: whoever wait_dispatched() releases may tell another process to look
-        if self._on_dispatched is not None:
+        # published first: whoever wait_dispatched() releases may tell another process to look.
+        # Not while re-dispatching what an earlier writer wrote: its queue entries beyond this
+        # pass are intact, and a follower told the new writer's dispatched_to would drop them
+        # until the catch-up ends (its consumers would see every queue shrink, then grow back)
+        if self._on_dispatched is not None and self.reput_offset >= self.catch_up_to:
             self._on_dispatched(self.dispatched_to)
         with self.changed:
             self.changed.notify_all()

@@ -9,13 +9,9 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from rocketstore.codec.commitlog_record import DecodedRecord
-from rocketstore.codec.java_hash import tags_code
-from rocketstore.codec.properties import decode_properties
 from rocketstore.codec.text_column import TextColumn
-from rocketstore.message import PROPERTY_DELAY, SCHEDULE_TOPIC, schedule_tags_code
 
-__all__ = ["DispatchBatch", "DispatchRequest", "dispatch_request_from_record"]
+__all__ = ["DispatchBatch", "DispatchRequest"]
 
 
 class DispatchRequest(NamedTuple):
@@ -33,10 +29,11 @@ class DispatchRequest(NamedTuple):
 
 @dataclass(slots=True)
 class DispatchBatch:
-    """Dispatch information of a batch appended in one piece, as columns (all queued records:
-    no transactions, no delay). Record i is of topic ``topics[topic_ids[i]]``; ``keys`` and
-    ``uniq_keys`` hold its KEYS text and UNIQ_KEY (empty: none). Consume queues take it per
-    queue in bulk, the index per batch."""
+    """Dispatch information of consecutive records, as columns: a batch appended in one piece,
+    or records parsed in bulk (``dispatch_columns``: a replica's, recovery's). Record i is of
+    topic ``topics[topic_ids[i]]``; ``keys`` and ``uniq_keys`` hold its KEYS text and UNIQ_KEY
+    (empty: none). Consume queues take it per queue in bulk (PREPARED and ROLLBACK records get
+    no entry), the index per batch."""
 
     physical_offsets: npt.NDArray[np.int64]
     sizes: npt.NDArray[np.int64]
@@ -103,26 +100,3 @@ class DispatchBatch:
                 self.uniq_keys.to_list(),
             )
         ]
-
-
-def dispatch_request_from_record(
-    rec: DecodedRecord, segment_start: int, delay_levels_ms: tuple[int, ...]
-) -> DispatchRequest:
-    """Re-derive a record's dispatch information from its bytes (recovery, foreign stores)."""
-    props = decode_properties(rec.properties)
-    if rec.topic == SCHEDULE_TOPIC and PROPERTY_DELAY in props:
-        code = schedule_tags_code(props[PROPERTY_DELAY], rec.store_timestamp, delay_levels_ms)
-    else:
-        code = tags_code(props.get("TAGS"))
-    return DispatchRequest(
-        segment_start + rec.position,
-        rec.total_size,
-        rec.topic,
-        rec.queue_id,
-        rec.queue_offset,
-        code,
-        rec.store_timestamp,
-        rec.sys_flag,
-        props.get("KEYS"),
-        props.get("UNIQ_KEY"),
-    )

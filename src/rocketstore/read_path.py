@@ -51,15 +51,27 @@ class MessageReader:
 
     # --- reading through queues ----------------------------------------------------------
     def get_message(
-        self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: str | Iterable[str] | None
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        tags: str | Iterable[str] | None,
+        transfer_limits: bool = True,
     ) -> GetMessageResult:
         """``MessageStore.get_message``, counted in the statistics."""
-        result = self._get_message(topic, queue_id, offset, max_msgs, tags)
+        result = self._get_message(topic, queue_id, offset, max_msgs, tags, transfer_limits)
         self._stats.count_get(len(result.messages))  # every call that finds nothing is a miss
         return result
 
     def _get_message(
-        self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: str | Iterable[str] | None
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        tags: str | Iterable[str] | None,
+        transfer_limits: bool,
     ) -> GetMessageResult:
         cq = self._queues.get(topic, queue_id)
         if cq is None:
@@ -84,8 +96,11 @@ class MessageReader:
         status = GetStatus.NO_MATCHED_MESSAGE
         messages: list[MessageExt] = []
         total = 0
-        max_bytes = self.config.max_transfer_bytes_on_message_in_memory
-        max_count = min(max_msgs, self.config.max_transfer_count_on_message_in_memory)
+        if transfer_limits:
+            max_bytes = self.config.max_transfer_bytes_on_message_in_memory
+            max_count = min(max_msgs, self.config.max_transfer_count_on_message_in_memory)
+        else:  # nothing is copied to build the result: only the count bounds it
+            max_bytes, max_count = 1 << 62, max_msgs
         # entries below this commitlog offset point into a segment found reclaimed: stepped over
         # without looking each one up, as RocketMQ moves on to the next segment
         skip_below = -1

@@ -172,6 +172,7 @@ class MessageStore:
         self._writer: MessageWriter | None = None  # made by _start, with the writing services
         self._services: list[BackgroundService] = []
         self._dispatcher: DispatchService | None = None
+        self._writer_events: WriterEvents | None = None  # one, so waiters can share it (async_wake)
         self._committer: CommitService | None = None
         self._delayed_delivery = delayed_delivery
         self.recovery: RecoveryReport | None = None
@@ -274,6 +275,7 @@ class MessageStore:
         for cq in self._queues:
             table[(cq.topic, cq.queue_id)] = cq.max_offset
         self._dispatcher = dispatcher
+        self._writer_events = WriterEvents(lambda: dispatcher.dispatched_to, dispatcher.changed)
         # Delivery resumes only now: every queue is complete, so copies delivered before a
         # crash can be recognised (see schedule.py).
         scheduler = self._scheduler
@@ -564,10 +566,9 @@ class MessageStore:
         """What consumers wait on: changes whenever dispatch makes messages visible."""
         if self._follower is not None:
             return self._follower
-        dispatcher = self._dispatcher
-        if dispatcher is None:
+        if self._dispatcher is None or self._writer_events is None:
             raise StoreClosedError(f"store {str(self.layout.root)!r} is not open")
-        return WriterEvents(lambda: dispatcher.dispatched_to, dispatcher.changed)
+        return self._writer_events
 
     @property
     def dispatch_behind_bytes(self) -> int:
@@ -582,6 +583,8 @@ class MessageStore:
         offset: int,
         max_msgs: int = 32,
         tags: str | Iterable[str] | None = None,
+        *,
+        transfer_limits: bool = True,
     ) -> GetMessageResult:
         """Read up to ``max_msgs`` messages of a queue from ``offset`` (RocketMQ's getMessage).
 
@@ -589,7 +592,8 @@ class MessageStore:
         matches when its tagsCode and its real tag both match. As in RocketMQ, one call
         returns at most ``max_transfer_count_on_message_in_memory`` messages and
         ``max_transfer_bytes_on_message_in_memory`` bytes, and reads within one
-        consume-queue segment.
+        consume-queue segment. ``transfer_limits=False`` lifts the first two (they bound what a
+        pull copies onto the network; an in-process reader copies nothing): ``max_msgs`` only.
         """
         self._check_open()
         del group  # accepted for RocketMQ's signature; consumer offsets are kept elsewhere
@@ -599,6 +603,7 @@ class MessageStore:
             _int_arg("offset", offset),
             _int_arg("max_msgs", max_msgs),
             tags,
+            bool(transfer_limits),
         )
 
     def read_batch(

@@ -20,6 +20,8 @@ from rocketmq.grpc_protocol import service_pb2 as rpc
 
 from rocketstore import Message, MessageStore
 from rocketstore.broker import BrokerConfig
+from rocketstore.broker.arrival import ArrivalSignal
+from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.group_commit import GroupCommit
 from rocketstore.broker.server import STATE_FILE, read_state
 from rocketstore.errors import InvalidMessageError
@@ -168,6 +170,43 @@ def test_a_bad_message_in_a_round_fails_only_its_own_send(tmp_path: Path) -> Non
         assert sum(len(store.get_message("g", "T", q, 0).messages) for q in store.topics()["T"]) == 3
 
 
+def test_concurrent_calls_are_coalesced_and_each_caller_gets_its_own_outcome() -> None:
+    calls: list[list[int]] = []
+
+    def run(items: list[int]) -> list[int | BaseException]:
+        calls.append(items)
+        return [ValueError(f"odd {i}") if i % 2 else i * 10 for i in items]
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        rounds: Coalescer[int, int] = Coalescer(run, pool, max_weight=4, rounds=1)
+
+        async def main() -> list[Any]:
+            return await asyncio.gather(*(rounds.submit(i) for i in range(10)), return_exceptions=True)
+
+        outcomes = asyncio.run(main())
+    assert [o for o in outcomes if not isinstance(o, BaseException)] == [0, 20, 40, 60, 80]
+    assert [str(o) for o in outcomes if isinstance(o, ValueError)] == [f"odd {i}" for i in range(1, 10, 2)]
+    assert calls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]  # at most max_weight items a round
+
+
+def test_an_arrival_wakes_a_receive_watching_for_messages(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", SMALL) as store:
+
+        async def main() -> bool:
+            loop = asyncio.get_running_loop()
+            signal = ArrivalSignal(store.dispatch_events, loop)
+            signal.start()
+            try:
+                with signal.watching():
+                    mark = signal.mark()
+                    await loop.run_in_executor(None, store.put_message, Message("T", b"new"))
+                    return await signal.wait(60, mark)  # False only after 60 s without a wake-up
+            finally:
+                signal.stop()
+
+        assert asyncio.run(main())
+
+
 # --- access keys ----------------------------------------------------------------------------------
 def signed(ak: str, sk: str, date: str = "20250101T000000Z") -> tuple[tuple[str, str], ...]:
     signature = hmac.new(sk.encode(), date.encode(), hashlib.sha1).hexdigest()
@@ -207,6 +246,7 @@ def test_metrics_and_state_show_sends_and_clients(start_broker: StartBroker, tmp
         metrics_port = broker.metrics.serve("127.0.0.1:0")
         text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
         assert 'rocketstore_broker_sends_total{code="OK",topic="Seen",type="NORMAL"} 1.0' in text
+        assert "rocketstore_broker_put_batches_total 1.0" in text  # the one send's append
         assert "rocketstore_store_commit_log_max_offset" in text
         state = None
         for _ in range(100):

@@ -1,12 +1,15 @@
 """Wakes long polls when messages arrive: one thread waits on the store's dispatch signal
 (``MessageStore.dispatch_events``) and wakes the event loop's waiters with
-``call_soon_threadsafe``, so a waiting receive costs no polling (issue item 5)."""
+``call_soon_threadsafe``, so a waiting receive costs no polling (issue item 5). The loop is woken
+only while some receive is looking for messages (``watching``): under load, when consumers find
+messages at once, dispatch rounds cost no hand-off to the loop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import threading
+from collections.abc import Iterator
 
 from rocketstore.follow import DispatchEvents
 
@@ -16,14 +19,15 @@ __all__ = ["ArrivalSignal"]
 class ArrivalSignal:
     """``await wait(timeout)`` returns when dispatch made new messages visible, or on timeout.
 
-    Thread safety: ``wait`` on the loop's thread; the watcher thread only calls
-    ``call_soon_threadsafe``.
+    Thread safety: ``watching``, ``mark`` and ``wait`` on the loop's thread; the watcher thread
+    only reads the count of watchers and calls ``call_soon_threadsafe``.
     """
 
     def __init__(self, events: DispatchEvents, loop: asyncio.AbstractEventLoop) -> None:
         self._events = events
         self._loop = loop
         self._event = asyncio.Event()
+        self._watchers = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="broker-arrival", daemon=True)
 
@@ -39,12 +43,24 @@ class ArrivalSignal:
         while not self._stop.is_set():
             if self._events.wait(position, 0.5):
                 position = self._events.position()
-                with contextlib.suppress(RuntimeError):  # the loop closed first
-                    self._loop.call_soon_threadsafe(self._fire)
+                # no watcher: whoever starts watching after this read looks after these
+                # messages became visible, so it finds them without a wake-up
+                if self._watchers:
+                    with contextlib.suppress(RuntimeError):  # the loop closed first
+                        self._loop.call_soon_threadsafe(self._fire)
 
     def _fire(self) -> None:
         event, self._event = self._event, asyncio.Event()
         event.set()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Around every look for messages and wait for them: arrivals wake the loop only then."""
+        self._watchers += 1
+        try:
+            yield
+        finally:
+            self._watchers -= 1
 
     def mark(self) -> asyncio.Event:
         """Taken before looking for messages: ``wait(timeout, mark)`` then returns at once when

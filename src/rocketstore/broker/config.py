@@ -10,12 +10,11 @@ that belong to the store (``StoreConfig``) are left to it.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocketstore.config import StoreConfig
+from rocketstore.config import StoreConfig, read_settings_file
 from rocketstore.errors import StoreConfigError
 
 __all__ = ["BrokerConfig", "load_settings"]
@@ -101,35 +100,10 @@ def load_settings(path: str | Path) -> tuple[StoreConfig, BrokerConfig]:
     """The store's and the broker's settings from one file (``rocketstore serve --config``): a
     ``.toml`` file (the broker's keys at the top or under ``[broker]``) or a ``.properties`` /
     ``broker.conf`` file. A key neither of them knows is refused (by ``StoreConfig``)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StoreConfigError(f"cannot read config file {str(p)!r}: {exc}") from None
-    values: dict[str, object] = {}
-    broker_table: dict[str, object] = {}
-    if p.suffix == ".toml":
-        if sys.version_info >= (3, 11):
-            import tomllib
-        else:  # pragma: no cover
-            import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
-        try:
-            values = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise StoreConfigError(f"{p}: {exc}") from None
-        table = values.pop("broker", {})
-        if not isinstance(table, dict):
-            raise StoreConfigError(f"{p}: [broker] must be a table")
-        broker_table = table
-    else:
-        for lineno, line in enumerate(text.splitlines(), 1):
-            line = line.strip()
-            if not line or line[0] in "#!":
-                continue
-            key, sep, value = line.partition("=")
-            if not sep:
-                raise StoreConfigError(f"{p}:{lineno}: expected key=value, got {line!r}")
-            values[key.strip()] = value.strip()
+    values = read_settings_file(path)
+    broker_table = values.pop("broker", {}) if Path(path).suffix == ".toml" else {}
+    if not isinstance(broker_table, dict):
+        raise StoreConfigError(f"{path}: [broker] must be a table")
     own = {f.name for f in dataclasses.fields(BrokerConfig)}
     broker = BrokerConfig.from_mapping({**values, **broker_table})
     store = StoreConfig.from_mapping({k: v for k, v in values.items() if k not in own})

@@ -2,7 +2,7 @@
 
 A consumer group receives from every queue of a topic and of its retry topic
 ``%RETRY%{group}_{topic}``; what it receives stays invisible to the group for ``invisible_ms`` and
-is then delivered again unless acked. See docs/broker-consumers.md for the rules as users see them.
+is then delivered again unless acked. See docs/broker.md (Consumers) for the rules as users see them.
 
 State, per (group, topic, topic type, queue id): a cursor (the next queue offset to read) and the
 messages handed out and not done yet (in flight), by queue offset. The group's consumer offset of
@@ -450,30 +450,52 @@ class PopService:
     ) -> list[InvalidReceiptHandleError | None]:
         """``ack`` of many handles with one pop-log write; per handle None (acked, or not in flight)
         or the error it was refused with. StoreWriteError when the write fails (nothing acked)."""
-        outcomes: list[InvalidReceiptHandleError | None] = []
+        (outcome,) = self.ack_many([(group, topic, receipt_handles)])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def ack_many(
+        self, requests: Sequence[tuple[str, str, Sequence[str]]]
+    ) -> list[list[InvalidReceiptHandleError | None] | Exception]:
+        """``ack_batch`` of several (group, topic, handles) requests with one pop-log write (the
+        broker's concurrent AckMessage calls); per request its outcomes, or the error that refused
+        it as a whole (a bad group or topic name). StoreWriteError when the write fails (nothing
+        acked)."""
+        out: list[list[InvalidReceiptHandleError | None] | Exception] = []
         entries: list[InFlight] = []
-        seen: set[tuple[int, int, int]] = set()
+        seen: set[tuple[str, str, int, int, int]] = set()
         try:
-            for text in receipt_handles:
+            for group, topic, receipt_handles in requests:
                 try:
-                    handle = _decode(text)
-                    where = (handle.topic_type, handle.queue_id, handle.offset)
-                    entry = None
-                    if where not in seen:  # a second claim of a message claimed here would wait for itself
-                        seen.add(where)
-                        entry = self._claim(group, topic, text, must_be_in_flight=False, handle=handle)
-                except InvalidReceiptHandleError as exc:
-                    outcomes.append(exc)
+                    _check_names(group, topic)
+                except StoreConfigError as exc:
+                    out.append(exc)
                     continue
-                outcomes.append(None)
-                if entry is not None:
-                    entries.append(entry)
+                outcomes: list[InvalidReceiptHandleError | None] = []
+                for text in receipt_handles:
+                    try:
+                        handle = _decode(text)
+                        where = (group, topic, handle.topic_type, handle.queue_id, handle.offset)
+                        entry = None
+                        if (
+                            where not in seen
+                        ):  # a second claim of a message claimed here would wait for itself
+                            seen.add(where)
+                            entry = self._claim(group, topic, text, must_be_in_flight=False, handle=handle)
+                    except InvalidReceiptHandleError as exc:
+                        outcomes.append(exc)
+                        continue
+                    outcomes.append(None)
+                    if entry is not None:
+                        entries.append(entry)
+                out.append(outcomes)
         except BaseException:
             self._unclaim(entries)
             raise
         if entries:
             self._resolve(entries)
-        return outcomes
+        return out
 
     def forward_to_dlq(self, group: str, topic: str, receipt_handle: str) -> None:
         """Move the message to ``%DLQ%{group}`` now (a PushConsumer out of attempts); a no-op for a

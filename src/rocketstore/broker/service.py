@@ -25,6 +25,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.clients import ClientInfo, ClientRegistry
+from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.convert import timestamp, to_proto_message
 from rocketstore.broker.group_commit import GroupCommit, PutOutcome
@@ -142,9 +143,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self._pop = pop
         self._acl = acl
         self._advertise = advertise
-        self._sends = GroupCommit(store, executor, max_batch=config.max_messages_per_send)
+        self._sends = GroupCommit(
+            store, executor, max_batch=config.max_messages_per_send, on_batch=metrics.batches.inc
+        )
         self._system_puts = GroupCommit(
             store, executor, internal=True, max_batch=config.max_messages_per_send
+        )
+        # concurrent AckMessage calls (the clients send one ack per call) share one pop-log write
+        self._acks: Coalescer[tuple[str, str, list[str]], list[InvalidReceiptHandleError | None]] = Coalescer(
+            pop.ack_many, executor, max_weight=1024, weight=lambda request: len(request[2])
         )
         self._streams = 0
         self._round_robin: dict[str, int] = {}
@@ -514,30 +521,31 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             raise StatusError(Code.TOO_MANY_REQUESTS, f"{self._streams} receives are waiting: the limit")
         self._streams += 1
         try:
-            deadline = time.monotonic() + poll_s
-            while True:
-                arrived = self._arrival.mark()
-                popped = await self._run(
-                    functools.partial(
-                        pop.receive,
-                        group,
-                        topic,
-                        tags,
-                        batch,
-                        invisible,
-                        fifo=fifo,
-                        max_attempts=self.config.max_delivery_attempts,
+            with self._arrival.watching():
+                deadline = time.monotonic() + poll_s
+                while True:
+                    arrived = self._arrival.mark()
+                    popped = await self._run(
+                        functools.partial(
+                            pop.receive,
+                            group,
+                            topic,
+                            tags,
+                            batch,
+                            invisible,
+                            fifo=fifo,
+                            max_attempts=self.config.max_delivery_attempts,
+                        )
                     )
-                )
-                if popped:
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    yield rpc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
-                    return
-                await self._arrival.wait(min(left, _RECHECK_S), arrived)
+                    left = deadline - time.monotonic()
+                    if popped or left <= 0:
+                        break
+                    await self._arrival.wait(min(left, _RECHECK_S), arrived)
         finally:
             self._streams -= 1
+        if not popped:
+            yield rpc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+            return
         yield rpc.ReceiveMessageResponse(status=status(Code.OK))
         for p in popped:
             attempt = int(p.delivery_attempt)
@@ -562,14 +570,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         group = _check_group(request.group.name)
         topic = _check_topic(request.topic.name)
         self._client(context, topic=topic, group=group)
-        pop = self._pop
         entries = []
-        for entry in request.entries:
-            try:
-                await self._run(pop.ack, group, topic, entry.receipt_handle)
+        handles = [entry.receipt_handle for entry in request.entries]
+        outcomes = await self._acks.submit((group, topic, handles)) if handles else []
+        for entry, outcome in zip(request.entries, outcomes):
+            if outcome is None:
                 code, text = Code.OK, ""
-            except InvalidReceiptHandleError as exc:
-                code, text = Code.INVALID_RECEIPT_HANDLE, str(exc)
+            else:
+                code, text = Code.INVALID_RECEIPT_HANDLE, str(outcome)
             self._metrics.acks.labels(group, topic, Code.Name(code)).inc()
             entries.append(
                 rpc.AckMessageResultEntry(

@@ -41,6 +41,7 @@ __all__ = [
     "range_starts",
     "record_fields",
     "record_header",
+    "record_is_well_formed",
     "record_layout",
     "scan_extent",
     "store_timestamps",
@@ -491,6 +492,19 @@ def range_starts(
 
 
 @numba.njit(cache=True, nogil=True)
+def record_is_well_formed(
+    u8: npt.NDArray[np.uint8], p: int, size: int, tables: npt.NDArray[np.uint32]
+) -> bool:
+    """``well_formed`` of one record, for compiled callers."""
+    if p < 0 or size < 40 or p + size > len(u8) or read_i32(u8, p) != size:
+        return False
+    magic = read_i32(u8, p + 4)
+    if magic != MESSAGE_MAGIC_V1 and magic != MESSAGE_MAGIC_V2:
+        return False
+    return _message_is_valid(u8, p, size, magic == MESSAGE_MAGIC_V2, False, tables)
+
+
+@numba.njit(cache=True, nogil=True)
 def _well_formed(
     u8: npt.NDArray[np.uint8],
     positions: npt.NDArray[np.int64],
@@ -498,16 +512,8 @@ def _well_formed(
     tables: npt.NDArray[np.uint32],
 ) -> npt.NDArray[np.bool_]:
     out = np.zeros(len(positions), dtype=np.bool_)
-    limit = len(u8)
     for i in range(len(positions)):
-        p = positions[i]
-        size = sizes[i]
-        if p < 0 or size < 40 or p + size > limit or read_i32(u8, p) != size:
-            continue
-        magic = read_i32(u8, p + 4)
-        if magic != MESSAGE_MAGIC_V1 and magic != MESSAGE_MAGIC_V2:
-            continue
-        out[i] = _message_is_valid(u8, p, size, magic == MESSAGE_MAGIC_V2, False, tables)
+        out[i] = record_is_well_formed(u8, positions[i], sizes[i], tables)
     return out
 
 

@@ -67,36 +67,71 @@ def last_report(buf: bytearray) -> int | None:
     return int(value)
 
 
-class FrameReader:
-    """Splits the master's byte stream into frames. ``feed`` bytes as they arrive; ``header``
-    is the pending frame's (offset, size) as soon as its 12 bytes are in (the slave checks the
-    offset before the body arrives); ``take`` returns a whole frame's body when complete."""
+# A receive buffer: a frame of the largest body fits, with room for the next reads.
+_CAPACITY = 8 * 1024 * 1024
+_MIN_FREE = 64 * 1024  # the least a receive is offered
 
-    def __init__(self) -> None:
-        self._buf = bytearray()
+
+class FrameReader:
+    """Splits the master's byte stream into frames. Bytes arrive with ``feed``, or straight from
+    the socket into ``space()`` followed by ``received(n)`` (no copy); ``header`` is the pending
+    frame's (offset, size) as soon as its 12 bytes are in (the slave checks the offset before the
+    body arrives); ``take`` returns a whole frame's body when complete.
+
+    A body is a view of the receive buffer, not a copy. It stays valid: bytes are only ever
+    written past what was received, and a full buffer is replaced (the rest copied into a new
+    one), never reused.
+    """
+
+    def __init__(self, capacity: int = _CAPACITY) -> None:
+        self._capacity = capacity
+        self._buf = memoryview(bytearray(capacity))
+        self._start = 0  # the first byte not yet taken
+        self._end = 0  # the end of what was received
         self.header: tuple[int, int] | None = None
 
-    def feed(self, data: bytes | bytearray | memoryview) -> None:
-        self._buf += data
+    def space(self) -> memoryview:
+        """Where the next bytes received go (at least 64 KiB, and the rest of the pending frame
+        if it is larger); pass the count to ``received``."""
+        pending = self._end - self._start
+        frame = HEADER_SIZE + (self.header[1] if self.header is not None else 0)
+        wanted = max(_MIN_FREE, frame - pending)
+        if len(self._buf) - self._end < wanted:
+            fresh = memoryview(bytearray(max(self._capacity, 2 * (pending + wanted))))
+            fresh[:pending] = self._buf[self._start : self._end]
+            self._buf, self._start, self._end = fresh, 0, pending
+        return self._buf[self._end :]
+
+    def received(self, n: int) -> None:
+        """``n`` bytes were written at the start of ``space()``."""
+        self._end += n
         self._parse_header()
 
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            space = self.space()
+            n = min(len(space), len(view))
+            space[:n] = view[:n]
+            self.received(n)
+            view = view[n:]
+
     def _parse_header(self) -> None:
-        if self.header is None and len(self._buf) >= HEADER_SIZE:
-            offset, size = HEADER.unpack_from(self._buf, 0)
+        if self.header is None and self._end - self._start >= HEADER_SIZE:
+            offset, size = HEADER.unpack_from(self._buf, self._start)
             if size < 0 or size > MAX_BODY:
                 raise ValueError(f"frame at offset {offset} declares a body of {size} bytes")
             self.header = (int(offset), int(size))
 
-    def take(self) -> tuple[int, bytes] | None:
+    def take(self) -> tuple[int, memoryview] | None:
         """The next complete frame (offset, body), or None until its last byte has arrived."""
         if self.header is None:
             return None
         offset, size = self.header
-        end = HEADER_SIZE + size
-        if len(self._buf) < end:
+        body_at = self._start + HEADER_SIZE
+        if self._end < body_at + size:
             return None
-        body = bytes(self._buf[HEADER_SIZE:end])
-        del self._buf[:end]
+        self._start = body_at + size
         self.header = None
         self._parse_header()
-        return offset, body
+        return offset, self._buf[body_at : body_at + size]

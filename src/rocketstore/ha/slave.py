@@ -73,6 +73,7 @@ class HASlave:
 
     def _run(self) -> None:
         retry = min(_CONNECT_TIMEOUT, self._config.ha_send_heartbeat_interval / 1000)
+        self._commitlog.prepare_replica()
         while not self._stopping.is_set():
             self.state = "connecting"
             try:
@@ -126,11 +127,11 @@ class HASlave:
             ready, _, _ = select.select([sock], [], [], _READ_WAIT)
             now = clock.monotonic()
             if ready:
-                data = sock.recv(1 << 20)
-                if not data:
+                received = sock.recv_into(reader.space())
+                if not received:
                     raise ConnectionError("the master closed the connection")
                 self.last_read = now
-                reader.feed(data)
+                reader.received(received)
                 while reader.header is not None:
                     self._check_header(reader.header[0])
                     frame = reader.take()

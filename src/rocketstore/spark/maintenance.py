@@ -38,9 +38,9 @@ rebuild(spark, store, config=None) -> dict[str, int]
       store root (same file system: the swap is a rename);
     - stage 1, a job per segment (a few Spark tasks per core): the records from byte 0 to the end
       of the valid data (``scan_extent``, CRC checked as recovery does) are read in columns
-      (``record_fields``, ``property_spans``: compiled passes, no Python object per record)
-      into a ``DispatchBatch``, with the rules of ``dispatch_request_from_record`` (tagsCode
-      hashed once per distinct tag, delivery time in SCHEDULE_TOPIC_XXXX, KEYS and UNIQ_KEY);
+      (``dispatch_columns.dispatch_batch``: one compiled pass, no Python object per record)
+      into a ``DispatchBatch``, with the rules of the store's own dispatch (tagsCode, delivery
+      time in SCHEDULE_TOPIC_XXXX, KEYS and UNIQ_KEY; a replica's dispatch uses the same pass);
       the task hashes the keys for the index there and then (``index.batch_key_hashes``, one
       compiled pass) and saves two parts in ``.rebuild/parts/``: the queue entries grouped by
       queue (leaving out PREPARED and ROLLBACK records, as dispatch does) and the index keys.
@@ -114,18 +114,14 @@ import numpy.typing as npt
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.codec.checkpoint import Checkpoint
 from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK
-from rocketstore.codec.commitlog_scan import message_starts, record_fields, scan_extent
-from rocketstore.codec.java_hash import tags_code
-from rocketstore.codec.properties import PropertySpans, property_spans
-from rocketstore.codec.text_column import TextColumn
+from rocketstore.codec.commitlog_scan import message_starts, scan_extent
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
-from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
+from rocketstore.dispatch_columns import dispatch_batch
+from rocketstore.dispatch_request import DispatchRequest
 from rocketstore.errors import CorruptDataError, RocketStoreError, StoreLockedError
 from rocketstore.geometry import survey_geometry
 from rocketstore.index import IndexFile, batch_key_hashes, new_index_path
-from rocketstore.message import PROPERTY_DELAY, SCHEDULE_TOPIC, schedule_tags_code
-from rocketstore.spark.columns import text_column
 from rocketstore.storage.file_view import mapped_readonly
 from rocketstore.storage.paths import (
     StoreLayout,
@@ -516,7 +512,7 @@ def _parse_task(
     with mapped_readonly(Path(commitlog) / f"{start:020d}") as view:
         ext = scan_extent(view, 0, min(len(view), seg_size), check_crc=check_crc)
         positions = message_starts(view, 0, ext.position)[0]
-        batch = _dispatch_columns(view, positions, start, levels)
+        batch = dispatch_batch(view, positions, np.diff(positions, append=ext.position), start, levels)[0]
     n = len(batch)
     tx = batch.sys_flags & SYSFLAG_TX_MASK
     queued = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))  # dispatch gives these no entry
@@ -595,69 +591,6 @@ def _index_jobs(parts: Path, index_dir: Path, cfg: StoreConfig, parsed: list[_Pa
         name = new_index_path(index_dir, key(first)[1], name).name
         yield _IndexJob(name, end_phy, end_ts, slices)
         end_phy, end_ts = key(last - 1)
-
-
-_WANTED_PROPERTIES = ("TAGS", "KEYS", "UNIQ_KEY", PROPERTY_DELAY)
-
-
-def _dispatch_columns(
-    view: memoryview, positions: I64, seg_start: int, levels: tuple[int, ...]
-) -> DispatchBatch:
-    """``dispatch_request_from_record`` of the well-formed records at ``positions``, as columns
-    (the byte-for-byte tests against the store's own dispatch keep the two the same):
-    tagsCode hashed once per distinct tag (a SCHEDULE_TOPIC_XXXX record with a delay level gets
-    its delivery time), KEYS and UNIQ_KEY as text columns; text that is not UTF-8 is read with
-    U+FFFD for the bad bytes, as ``decode_record`` reads it."""
-    f = record_fields(view, positions)
-    props = property_spans(view, f["properties_at"], f["properties_len"], _WANTED_PROPERTIES)
-    topic_codes = text_column(view, f["topic_at"], f["topic_len"]).dictionary_encode()
-    topics: list[str] = topic_codes.dictionary.to_pylist()
-    topic_ids = topic_codes.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    ts = f["store_timestamp"]
-    tag_entry, key_entry, uniq_entry, delay_entry = props.wanted
-    tag_codes = np.zeros(len(positions), dtype=np.int64)
-    tagged = np.flatnonzero(tag_entry >= 0)
-    if len(tagged):
-        tags = text_column(view, props.value_at[tag_entry[tagged]], props.value_len[tag_entry[tagged]])
-        distinct = tags.dictionary_encode()
-        codes = np.array([tags_code(t) for t in distinct.dictionary.to_pylist()], dtype=np.int64)
-        tag_codes[tagged] = codes[distinct.indices.to_numpy(zero_copy_only=False)]
-    if SCHEDULE_TOPIC in topics:
-        delayed = np.flatnonzero((topic_ids == topics.index(SCHEDULE_TOPIC)) & (delay_entry >= 0))
-        if len(delayed):
-            entries = delay_entry[delayed]
-            delays = text_column(view, props.value_at[entries], props.value_len[entries]).to_pylist()
-            for row, delay, stamp in zip(delayed.tolist(), delays, ts[delayed].tolist()):
-                tag_codes[row] = schedule_tags_code(delay, stamp, levels)
-    return DispatchBatch(
-        physical_offsets=seg_start + positions,  # where the record is, whatever its header says
-        sizes=f["total_size"],
-        topics=topics,
-        topic_ids=topic_ids,
-        queue_ids=f["queue_id"],
-        queue_offsets=f["queue_offset"],
-        tags_codes=tag_codes,
-        store_timestamps=ts,
-        sys_flags=f["sys_flag"],
-        keys=_texts(view, props, key_entry),
-        uniq_keys=_texts(view, props, uniq_entry),
-    )
-
-
-def _texts(view: memoryview, props: PropertySpans, entry: I64) -> TextColumn:
-    """The value of property entry ``entry[i]`` of each record as a text column (absent: -1)."""
-    present = entry >= 0
-    at = np.where(present, props.value_at[np.maximum(entry, 0)], 0) if len(props.value_at) else entry * 0
-    length = (
-        np.where(present, props.value_len[np.maximum(entry, 0)], 0) if len(props.value_len) else entry * 0
-    )
-    text = text_column(view, at, length)
-    _, offsets, data = text.buffers()
-    starts = np.frombuffer(offsets, dtype=np.int32)[text.offset : text.offset + len(text) + 1].astype(
-        np.int64
-    )
-    base = int(starts[0])
-    return TextColumn(data.to_pybytes()[base : int(starts[-1])] if data is not None else b"", starts - base)
 
 
 def _write_task(staging: str, cfg: StoreConfig, job: _QueueJob | _IndexJob) -> tuple[str, int, int]:
