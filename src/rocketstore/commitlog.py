@@ -607,7 +607,13 @@ class CommitLog:
                 # its length and magic hold (message_starts walked past it): the next record is intact
                 log.error("dispatch skips the damaged record at commitlog offset %d: %s", base + pos, exc)
                 continue
-            raise AssertionError(f"dispatch_batch and decode_record disagree about the record at {pos}")
+            # the columnar pass refused a record the decoder takes: a disagreement between the two
+            # readers, reported rather than stopping dispatch for the whole store
+            log.error(
+                "dispatch skips the record at commitlog offset %d: the columnar parser refused it, "
+                "the record decoder did not (please report this store)",
+                base + pos,
+            )
         # a BLANK ends the segment, wherever ``end`` falls in it
         return (batch if len(batch) else None), (reached if blank else min(reached, end))
 
