@@ -25,6 +25,7 @@ import numpy.typing as npt
 from rocketstore.codec.commitlog_scan import Buffer, record_header, record_is_well_formed, record_layout
 from rocketstore.codec.crc import CRC_TABLES
 from rocketstore.codec.java_hash import java_hash_utf8, signed32, tags_code
+from rocketstore.codec.properties import same_bytes
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.dispatch_request import DispatchBatch
 from rocketstore.message import (
@@ -46,14 +47,6 @@ _NAME_OFFSETS: Final = np.cumsum([0, *(len(w) for w in _WANTED)]).astype(np.int6
 # rows of the table _columns returns
 _QUEUE_ID, _QUEUE_OFFSET, _SYS_FLAG, _STORE_TS, _TOTAL, _TOPIC, _TAGS_CODE = range(7)
 _VALUE_AT = 7  # then the value start of each wanted name (-1: absent), then its length
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _same(u8: npt.NDArray[np.uint8], a: int, b: int, n: int) -> bool:
-    for j in range(n):  # noqa: SIM110 (numba compiles the loop, not a generator)
-        if u8[a + j] != u8[b + j]:
-            return False
-    return True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -89,12 +82,12 @@ def _columns(
         out[2, i] = sys_flag
         out[3, i] = store_ts
         out[4, i] = total
-        if last >= 0 and topic_len[last] == t_len and _same(u8, topic_at[last], t_at, t_len):
+        if last >= 0 and topic_len[last] == t_len and same_bytes(u8, topic_at[last], t_at, t_len):
             topic = last
         else:
             topic = -1
             for d in range(distinct):
-                if topic_len[d] == t_len and _same(u8, topic_at[d], t_at, t_len):
+                if topic_len[d] == t_len and same_bytes(u8, topic_at[d], t_at, t_len):
                     topic = d
                     break
             if topic < 0:

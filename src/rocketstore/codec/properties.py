@@ -111,8 +111,9 @@ def property_span(
     return found_start, found_end
 
 
-@numba.njit(cache=True, nogil=True)
-def _same(u8: npt.NDArray[np.uint8], a: int, b: int, n: int) -> bool:
+@numba.njit(cache=True, nogil=True, inline="always")
+def same_bytes(u8: npt.NDArray[np.uint8], a: int, b: int, n: int) -> bool:
+    """Whether the ``n`` bytes of ``u8`` at ``a`` and at ``b`` are equal (compiled code's memcmp)."""
     for j in range(n):  # noqa: SIM110 (numba compiles the loop, not a generator)
         if u8[a + j] != u8[b + j]:
             return False
@@ -157,7 +158,7 @@ def _property_spans(
                 klen = sep - p
                 slot = e
                 for q in range(first, e):
-                    if k_len[q] == klen and _same(u8, k_at[q], p, klen):
+                    if k_len[q] == klen and same_bytes(u8, k_at[q], p, klen):
                         slot = q
                         break
                 k_at[slot] = p
