@@ -19,6 +19,11 @@ from rocketstore import Message, MessageStore, StoreConfig
 
 
 def _serve(root: str, config: StoreConfig, conn: Connection) -> None:
+    # how full the test machine's disk is must not reclaim what the test reads (this process has
+    # no half-full stand-in: see conftest.half_full_disk)
+    config = config.replace(
+        disk_max_used_space_ratio=100, disk_clean_forcibly_ratio=100, disk_warning_ratio=100
+    )
     store = MessageStore.open(root, config)
     conn.send(("open", store.max_phy_offset()))
     counters: dict[str, int] = {}

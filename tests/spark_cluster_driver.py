@@ -100,6 +100,12 @@ def main(master: str, store: str, out_dir: str, result_path: str) -> None:
             for r in kafka.select("topic", "queue_id", "queue_offset").collect()
         )
 
+        # the executors' stores must not reclaim or refuse what the test writes, however full the
+        # test machine's disk is (they have no half-full stand-in: see conftest.half_full_disk)
+        sink_config = Path(out_dir) / "sink.toml"
+        sink_config.write_text(
+            "disk_max_used_space_ratio = 100\ndisk_clean_forcibly_ratio = 100\ndisk_warning_ratio = 100\n"
+        )
         checkpoint = str(Path(out_dir) / "checkpoint")
         for _ in range(2):  # the second run of the query finds nothing new
             (
@@ -109,6 +115,7 @@ def main(master: str, store: str, out_dir: str, result_path: str) -> None:
                 .load(store)
                 .select("topic", "body", "tags", "keys")
                 .writeStream.format("rocketstore")
+                .option("config", str(sink_config))
                 .option("checkpointLocation", checkpoint)
                 .trigger(availableNow=True)
                 .start(str(Path(out_dir) / "stream"))
@@ -123,6 +130,7 @@ def main(master: str, store: str, out_dir: str, result_path: str) -> None:
             .select("topic", "body", "tags", "keys")
             .write.format("rocketstore")
             .mode("append")
+            .option("config", str(sink_config))
             .save(str(Path(out_dir) / "batch"))
         )
     finally:

@@ -85,12 +85,19 @@ def test_a_restarted_query_stores_each_row_once(spark: SparkSession, tmp_path: P
         lines = [json.dumps({"topic": "S", "body": f"m{i:03d}"}) for i in range(first, first + n)]
         (inbox / name).write_text("\n".join(lines))
 
+    # the tasks' stores must not reclaim or refuse what the test writes, however full the disk is
+    sink_config = tmp_path / "sink.toml"
+    sink_config.write_text(
+        "disk_max_used_space_ratio = 100\ndisk_clean_forcibly_ratio = 100\ndisk_warning_ratio = 100\n"
+    )
+
     def run() -> None:
         (
             spark.readStream.schema("topic string, body string")
             .option("maxFilesPerTrigger", 1)
             .json(str(inbox))
             .writeStream.format("rocketstore")
+            .option("config", str(sink_config))
             .option("checkpointLocation", str(ckpt))
             .trigger(availableNow=True)
             .start(str(root))
