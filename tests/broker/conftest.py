@@ -16,7 +16,12 @@ from rocketstore.broker import Broker, BrokerConfig
 StartBroker = Callable[..., tuple[Broker, MessageStore, int]]
 
 # small files: these tests write little, and the machine's disk is shared
-SMALL = StoreConfig(commitlog_segment_size=8 << 20, consume_queue_entries=20_000)
+SMALL = StoreConfig(
+    commitlog_segment_size=8 << 20,
+    consume_queue_entries=20_000,
+    index_hash_slots=4096,
+    index_max_entries=16_384,
+)
 
 
 @pytest.fixture

@@ -46,7 +46,19 @@ class _Commit(TransactionChecker):  # type: ignore[misc]
 def oracle_listing(store_dir: Path, out: Path) -> tuple[dict[tuple[str, int], int], list[dict[str, Any]]]:
     """RocketMQ's reading: max offset per (topic, queue), and every message (topic, queue, sysflag, props)."""
     run = subprocess.run(
-        [ORACLE, "read", str(store_dir), "--out", str(out)], capture_output=True, timeout=300
+        [
+            ORACLE,
+            "read",
+            str(store_dir),
+            "--hashSlots",
+            str(SMALL.index_hash_slots),
+            "--indexNum",
+            str(SMALL.index_max_entries),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
     text = out.read_text()
