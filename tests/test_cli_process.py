@@ -136,7 +136,10 @@ def test_sigterm_closes_the_store_cleanly_in_a_library_process(tmp_path: Path) -
         "with exit_on_sigterm(), MessageStore.open(sys.argv[1], CFG) as store:\n"
         "    store.put_message(Message('T', b'x', queue_id=0))\n"
         "    print('open', flush=True)\n"
-        "    time.sleep(120)\n"
+        # short sleeps: a signal that lands between the print and the sleep call is run by Python
+        # only when the sleep returns (CPython checks for signals after it, not before)
+        "    for _ in range(1200):\n"
+        "        time.sleep(0.1)\n"
     )
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + str(Path(SRC).parent)}
     proc = subprocess.Popen(
