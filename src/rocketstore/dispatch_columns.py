@@ -25,7 +25,7 @@ import numpy.typing as npt
 from rocketstore.codec.commitlog_scan import Buffer, record_header, record_is_well_formed, record_layout
 from rocketstore.codec.crc import CRC_TABLES
 from rocketstore.codec.java_hash import java_hash_utf8, signed32, tags_code
-from rocketstore.codec.properties import same_bytes
+from rocketstore.codec.properties import property_entry, same_bytes, wanted_name
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.dispatch_request import DispatchBatch
 from rocketstore.message import (
@@ -101,25 +101,13 @@ def _columns(
             out[7 + j, i] = -1
         q = props_at
         end = props_at + props_len
-        while q < end:  # entries split on 0x02, name and value on the first 0x01
-            stop = q
-            while stop < end and u8[stop] != 2:
-                stop += 1
-            sep = q
-            while sep < stop and u8[sep] != 1:
-                sep += 1
+        while q < end:
+            sep, stop = property_entry(u8, q, end)
             if q < sep < stop - 1:  # a name and a value: the last of a name wins
-                for j in range(n_wanted):
-                    a = name_offsets[j]
-                    if sep - q == name_offsets[j + 1] - a:
-                        same = True
-                        for m in range(sep - q):
-                            if u8[q + m] != names[a + m]:
-                                same = False
-                                break
-                        if same:
-                            out[7 + j, i] = sep + 1
-                            out[7 + n_wanted + j, i] = stop - sep - 1
+                j = wanted_name(u8, q, sep - q, names, name_offsets)
+                if j >= 0:
+                    out[7 + j, i] = sep + 1
+                    out[7 + n_wanted + j, i] = stop - sep - 1
             q = stop + 1
         tags_at = out[7, i]
         if tags_at >= 0:

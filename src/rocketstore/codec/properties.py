@@ -75,7 +75,7 @@ class PropertySpans:
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _entry(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[int, int]:
+def property_entry(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[int, int]:
     """The entry starting at ``p``: (where its first 0x01 is, or its end; where it ends, at the
     next 0x02 or ``end``). It holds a property when ``p < sep < stop - 1``: a name and a value."""
     stop = p
@@ -98,7 +98,7 @@ def property_span(
     found_start, found_end = -1, -1
     p = start
     while p < end:
-        sep, stop = _entry(u8, p, end)
+        sep, stop = property_entry(u8, p, end)
         if p < sep < stop - 1 and sep - p == len(name):
             same = True
             for j in range(len(name)):
@@ -109,6 +109,29 @@ def property_span(
                 found_start, found_end = sep + 1, stop
         p = stop + 1
     return found_start, found_end
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def wanted_name(
+    u8: npt.NDArray[np.uint8],
+    p: int,
+    n: int,
+    names: npt.NDArray[np.uint8],
+    name_offsets: npt.NDArray[np.int64],
+) -> int:
+    """Which of ``names`` (one byte string, cut at ``name_offsets``) the ``n`` bytes of ``u8`` at
+    ``p`` are, or -1."""
+    for j in range(len(name_offsets) - 1):
+        a = name_offsets[j]
+        if n == name_offsets[j + 1] - a:
+            same = True
+            for m in range(n):
+                if u8[p + m] != names[a + m]:
+                    same = False
+                    break
+            if same:
+                return j
+    return -1
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -153,7 +176,7 @@ def _property_spans(
         p = at[i]
         end = p + length[i]
         while p < end:
-            sep, stop = _entry(u8, p, end)
+            sep, stop = property_entry(u8, p, end)
             if p < sep < stop - 1:  # a separator, a name and a value: dict semantics (last wins)
                 klen = sep - p
                 slot = e
@@ -166,16 +189,9 @@ def _property_spans(
                 v_at[slot] = sep + 1
                 v_len[slot] = stop - sep - 1
                 if slot == e:
-                    for j in range(n_wanted):
-                        a = name_offsets[j]
-                        if klen == name_offsets[j + 1] - a:
-                            same = True
-                            for m in range(klen):
-                                if u8[p + m] != names[a + m]:
-                                    same = False
-                                    break
-                            if same:
-                                wanted[j, i] = e
+                    j = wanted_name(u8, p, klen, names, name_offsets)
+                    if j >= 0:
+                        wanted[j, i] = e
                     e += 1
             p = stop + 1
     offsets[n] = e
