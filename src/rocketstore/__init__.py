@@ -1,11 +1,4 @@
 """rocketstore: a durable message store, byte-compatible with Apache RocketMQ 4.9 store directories."""
-# ruff: noqa: E402 (numpy is imported first, on purpose: see below)
-
-from rocketstore.service import import_leaving_signals
-
-# first, before anything imports numpy: its BLAS thread pool must not take a SIGTERM meant for a
-# main thread that sleeps (see service._PROCESS_SIGNALS)
-import_leaving_signals("numpy")
 
 from rocketstore.cleanup import ReclaimReport
 from rocketstore.clock import Clock, ManualClock, SystemClock

@@ -8,56 +8,16 @@ exception is kept in ``failure``, handed to ``on_failure``, and the service stop
 
 from __future__ import annotations
 
-import importlib
 import logging
-import signal
 import threading
 from collections.abc import Callable
 
-__all__ = ["BackgroundService", "FailureHandler", "import_leaving_signals", "leaving_signals", "start_thread"]
+__all__ = ["BackgroundService", "FailureHandler"]
 
 log = logging.getLogger(__name__)
 
 
 FailureHandler = Callable[["BackgroundService", BaseException], None]
-
-# Signals a process is asked to end by: the kernel hands a process signal to any thread that does
-# not block it, and Python runs its handler only in the main thread, once that thread looks. A
-# main thread in time.sleep() learns of a SIGTERM the kernel gave to a store's thread only when
-# the sleep ends (a SIGTERM to a library process using exit_on_sigterm went unanswered for the
-# whole sleep); blocked here, the kernel gives them to the main thread, which wakes at once.
-_PROCESS_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT}
-
-
-def import_leaving_signals(module: str) -> None:
-    """Import ``module`` with the process's signals blocked in this thread, so the native threads
-    it starts (numpy's BLAS pool) inherit that mask and leave the signals to the main thread."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        importlib.import_module(module)
-        return
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _PROCESS_SIGNALS)
-    try:
-        importlib.import_module(module)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
-def leaving_signals(target: Callable[[], object]) -> Callable[[], None]:
-    """``target`` as a thread's body that leaves the process's signals to the main thread."""
-
-    def run() -> None:
-        if hasattr(signal, "pthread_sigmask"):
-            signal.pthread_sigmask(signal.SIG_BLOCK, _PROCESS_SIGNALS)
-        target()
-
-    return run
-
-
-def start_thread(target: Callable[[], object], name: str) -> threading.Thread:
-    """Start a daemon thread running ``target`` (see ``leaving_signals``)."""
-    thread = threading.Thread(target=leaving_signals(target), name=name, daemon=True)
-    thread.start()
-    return thread
 
 
 class BackgroundService:
@@ -84,7 +44,8 @@ class BackgroundService:
     def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError(f"{self.name} already started")
-        self._thread = start_thread(self._loop, f"rocketstore-{self.name}")
+        self._thread = threading.Thread(target=self._loop, name=f"rocketstore-{self.name}", daemon=True)
+        self._thread.start()
 
     def wakeup(self) -> None:
         # called on every put for the dispatcher: skip the event's lock when a round is due anyway

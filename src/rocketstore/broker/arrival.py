@@ -12,7 +12,6 @@ import threading
 from collections.abc import Iterator
 
 from rocketstore.follow import DispatchEvents
-from rocketstore.service import leaving_signals
 
 __all__ = ["ArrivalSignal"]
 
@@ -30,9 +29,7 @@ class ArrivalSignal:
         self._event = asyncio.Event()
         self._watchers = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=leaving_signals(self._watch), name="broker-arrival", daemon=True
-        )
+        self._thread = threading.Thread(target=self._watch, name="broker-arrival", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

@@ -30,7 +30,6 @@ from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
 from rocketstore.broker.service import MessagingService
-from rocketstore.service import leaving_signals
 from rocketstore.storage.paths import atomic_write
 from rocketstore.store import MessageStore
 
@@ -217,7 +216,7 @@ class Broker:
             loop.run_forever()
             loop.close()
 
-        self._thread = threading.Thread(target=leaving_signals(run), name="broker-loop", daemon=True)
+        self._thread = threading.Thread(target=run, name="broker-loop", daemon=True)
         self._thread.start()
         try:
             return asyncio.run_coroutine_threadsafe(self.start(metrics_address), loop).result()

@@ -19,7 +19,6 @@ import weakref
 from dataclasses import dataclass
 
 from rocketstore.follow import DispatchEvents
-from rocketstore.service import leaving_signals
 
 __all__ = ["AsyncWake", "wake_of"]
 
@@ -62,9 +61,7 @@ class AsyncWake:
             self._waiters.add(waiter)
             self._changed.notify()
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=leaving_signals(self._run), name="rocketstore-async-wake", daemon=True
-                )
+                self._thread = threading.Thread(target=self._run, name="rocketstore-async-wake", daemon=True)
                 self._thread.start()
         try:
             await asyncio.wait((waiter.future,), timeout=max(0.0, timeout))

@@ -20,7 +20,6 @@ from rocketstore.clock import Clock
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.ha.frames import encode_header, last_report
-from rocketstore.service import leaving_signals
 
 __all__ = ["HAMaster", "SlaveConnection"]
 
@@ -52,12 +51,8 @@ class SlaveConnection:
         self._last_write = self.last_read  # RocketMQ's heartbeat clock starts at accept
         self._closed = threading.Event()
         self._threads = [
-            threading.Thread(
-                target=leaving_signals(self._read_loop), name=f"rocketstore-ha-read-{address}", daemon=True
-            ),
-            threading.Thread(
-                target=leaving_signals(self._write_loop), name=f"rocketstore-ha-write-{address}", daemon=True
-            ),
+            threading.Thread(target=self._read_loop, name=f"rocketstore-ha-read-{address}", daemon=True),
+            threading.Thread(target=self._write_loop, name=f"rocketstore-ha-write-{address}", daemon=True),
         ]
 
     @property
@@ -212,9 +207,7 @@ class HAMaster:
         self._connections: list[SlaveConnection] = []
         self.problems: list[dict[str, object]] = []
         self._stopping = threading.Event()
-        self._thread = threading.Thread(
-            target=leaving_signals(self._accept_loop), name="rocketstore-ha-accept", daemon=True
-        )
+        self._thread = threading.Thread(target=self._accept_loop, name="rocketstore-ha-accept", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

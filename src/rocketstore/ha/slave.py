@@ -19,7 +19,6 @@ from rocketstore.clock import Clock
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.ha.frames import FrameReader, encode_report
-from rocketstore.service import leaving_signals
 
 __all__ = ["HASlave"]
 
@@ -61,9 +60,7 @@ class HASlave:
         self.last_read: float | None = None
         self.connects = 0
         self._stopping = threading.Event()
-        self._thread = threading.Thread(
-            target=leaving_signals(self._run), name="rocketstore-ha-slave", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name="rocketstore-ha-slave", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
