@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK
 from rocketstore.codec.consume_queue_entry import (
     CQ_ENTRY_SIZE,
     PRE_BLANK_ENTRY,
@@ -549,32 +548,23 @@ class ConsumeQueueSet:
     def put_batch(self, batch: DispatchBatch) -> None:
         """Append a batch's entries: encoded in one pass, grouped by queue, one write per queue.
         PREPARED and ROLLBACK records get none."""
-        queue_keys = (batch.topic_ids << 32) | (batch.queue_ids & 0xFFFFFFFF)
-        tx = batch.sys_flags & SYSFLAG_TX_MASK
-        unqueued = (tx == TX_PREPARED) | (tx == TX_ROLLBACK)
-        if unqueued.any():
-            queued = np.flatnonzero(~unqueued)
-            order = queued[np.argsort(queue_keys[queued], kind="stable")]
-        else:
-            order = np.argsort(queue_keys, kind="stable")
-        if not len(order):
+        rows, bounds = batch.queue_runs()
+        if not len(rows):
             return
-        ordered = queue_keys[order]
-        phys, sizes = batch.physical_offsets[order], batch.sizes[order]
+        phys, sizes = batch.physical_offsets[rows], batch.sizes[rows]
         ends = (phys + sizes).tolist()
-        entries = memoryview(encode_entries(phys, sizes, batch.tags_codes[order]))
-        first_offsets = batch.queue_offsets[order]
-        bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(order)]
+        entries = memoryview(encode_entries(phys, sizes, batch.tags_codes[rows]))
+        first_offsets = batch.queue_offsets[rows]
         requests: list[DispatchRequest] | None = None
         for start, end in itertools.pairwise(bounds):
-            first = int(order[start])
+            first = int(rows[start])
             cq = self.get_or_create(batch.topics[int(batch.topic_ids[first])], int(batch.queue_ids[first]))
             if cq is None:
                 continue
             piece = entries[start * CQ_ENTRY_SIZE : end * CQ_ENTRY_SIZE]
             if not cq._put_encoded(int(first_offsets[start]), piece, ends[start], ends[end - 1]):
                 requests = batch.requests() if requests is None else requests
-                cq.put([requests[i] for i in order[start:end].tolist()])
+                cq.put([requests[i] for i in rows[start:end].tolist()])
 
     def close(self) -> None:
         for cq in self._queues.values():

@@ -9,10 +9,9 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK
 from rocketstore.commitlog import CommitLog
 from rocketstore.consume_queue import ConsumeQueueSet
-from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
+from rocketstore.dispatch_request import DispatchBatch, DispatchRequest, gets_queue_entry
 from rocketstore.index import IndexService
 from rocketstore.service import BackgroundService
 
@@ -143,9 +142,7 @@ class DispatchService(BackgroundService):
             return
         if self._index is not None:  # index first: a queued record is an indexed one
             self._index.build(requests)
-        self._queues.put(
-            [r for r in requests if r.sys_flag & SYSFLAG_TX_MASK not in (TX_PREPARED, TX_ROLLBACK)]
-        )
+        self._queues.put([r for r in requests if gets_queue_entry(r.sys_flag)])
         last = requests[-1]
         self._advance(last.physical_offset + last.size, last.store_timestamp)
 

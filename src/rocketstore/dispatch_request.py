@@ -4,14 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK
 from rocketstore.codec.text_column import TextColumn
 
-__all__ = ["DispatchBatch", "DispatchRequest"]
+__all__ = ["DispatchBatch", "DispatchRequest", "gets_queue_entry"]
+
+
+@overload
+def gets_queue_entry(sys_flags: int) -> bool: ...
+@overload
+def gets_queue_entry(sys_flags: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]: ...
+def gets_queue_entry(sys_flags: Any) -> Any:
+    """Whether a record (or each of a column of them) gets a consume-queue entry: all but the
+    PREPARED and ROLLBACK records of transactions, as RocketMQ's dispatch."""
+    tx = sys_flags & SYSFLAG_TX_MASK
+    return (tx != TX_PREPARED) & (tx != TX_ROLLBACK)
 
 
 class DispatchRequest(NamedTuple):
@@ -81,6 +93,21 @@ class DispatchBatch:
             TextColumn.concat([b.keys for b in batches]),
             TextColumn.concat([b.uniq_keys for b in batches]),
         )
+
+    def queue_runs(self) -> tuple[npt.NDArray[np.int64], list[int]]:
+        """The records that get a consume-queue entry, grouped by queue (each queue's in log
+        order): their row numbers, and where each queue's run of them starts and ends
+        (``rows[bounds[k]:bounds[k + 1]]`` are one queue's)."""
+        keys = (self.topic_ids << 32) | (self.queue_ids & 0xFFFFFFFF)
+        queued = gets_queue_entry(self.sys_flags)
+        if queued.all():  # the usual batch: no transaction halves to leave out
+            rows = np.argsort(keys, kind="stable")
+        else:
+            kept = np.flatnonzero(queued)
+            rows = kept[np.argsort(keys[kept], kind="stable")]
+        ordered = keys[rows]
+        runs = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+        return rows, [0, *runs.tolist(), len(rows)] if len(rows) else [0]
 
     def requests(self) -> list[DispatchRequest]:
         """The same information one request per record."""

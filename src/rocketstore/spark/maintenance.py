@@ -113,7 +113,6 @@ import numpy.typing as npt
 
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.codec.checkpoint import Checkpoint
-from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK
 from rocketstore.codec.commitlog_scan import message_starts, scan_extent
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
@@ -514,12 +513,7 @@ def _parse_task(
         positions = message_starts(view, 0, ext.position)[0]
         batch = dispatch_batch(view, positions, np.diff(positions, append=ext.position), start, levels)[0]
     n = len(batch)
-    tx = batch.sys_flags & SYSFLAG_TX_MASK
-    queued = np.flatnonzero((tx != TX_PREPARED) & (tx != TX_ROLLBACK))  # dispatch gives these no entry
-    group = batch.topic_ids[queued] << 32 | (batch.queue_ids[queued] & 0xFFFFFFFF)
-    order = np.argsort(group, kind="stable")  # each queue's records stay in commitlog order
-    rows = queued[order]
-    bounds = [0, *(np.flatnonzero(np.diff(group[order])) + 1).tolist(), len(rows)] if len(rows) else [0]
+    rows, bounds = batch.queue_runs()  # the rows dispatch gives an entry, by queue, in log order
     queues = tuple(
         (batch.topics[int(batch.topic_ids[rows[lo]])], int(batch.queue_ids[rows[lo]]), lo, hi)
         for lo, hi in itertools.pairwise(bounds)
