@@ -566,7 +566,7 @@ class MessageStore:
         """What consumers wait on: changes whenever dispatch makes messages visible."""
         if self._follower is not None:
             return self._follower
-        if self._dispatcher is None or self._writer_events is None:
+        if self._writer_events is None:  # set with the dispatcher
             raise StoreClosedError(f"store {str(self.layout.root)!r} is not open")
         return self._writer_events
 

@@ -478,9 +478,8 @@ class PopService:
                         handle = _decode(text)
                         where = (group, topic, handle.topic_type, handle.queue_id, handle.offset)
                         entry = None
-                        if (
-                            where not in seen
-                        ):  # a second claim of a message claimed here would wait for itself
+                        # a second claim of a message claimed here would wait for itself
+                        if where not in seen:
                             seen.add(where)
                             entry = self._claim(group, topic, text, must_be_in_flight=False, handle=handle)
                     except InvalidReceiptHandleError as exc:
