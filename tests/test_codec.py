@@ -1431,3 +1431,16 @@ def test_fixture_matches_rocketmq_listing() -> None:
             saw_non_ascii_tag |= not props.get("TAGS", "").isascii()
         saw_v6 |= bool(rec.sys_flag & 0x30)
     assert saw_v6 and saw_non_ascii_tag
+
+
+def test_property_spans_answers_every_wanted_name_even_one_wanted_twice() -> None:
+    from rocketstore.codec.properties import property_spans
+
+    raw = b"KEYS\x01k1\x02TAGS\x01a\x02TAGS\x01b"
+    one = np.array([0], dtype=np.int64)
+    spans = property_spans(raw, one, np.array([len(raw)], dtype=np.int64), ["TAGS", "KEYS", "TAGS", "WAIT"])
+    values = [
+        raw[int(spans.value_at[e]) : int(spans.value_at[e] + spans.value_len[e])] if e >= 0 else None
+        for e in spans.wanted[:, 0].tolist()
+    ]
+    assert values == [b"b", b"k1", b"b", None]  # the last TAGS wins, for both askers

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from rocketstore.codec.commitlog_scan import Buffer, record_header, record_is_well_formed, record_layout
 from rocketstore.codec.crc import CRC_TABLES
 from rocketstore.codec.java_hash import java_hash_utf8, signed32, tags_code
-from rocketstore.codec.properties import property_entry, same_bytes, wanted_name
+from rocketstore.codec.properties import is_name, property_entry, same_bytes
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.dispatch_request import DispatchBatch
 from rocketstore.message import (
@@ -104,10 +104,10 @@ def _columns(
         while q < end:
             sep, stop = property_entry(u8, q, end)
             if q < sep < stop - 1:  # a name and a value: the last of a name wins
-                j = wanted_name(u8, q, sep - q, names, name_offsets)
-                if j >= 0:
-                    out[7 + j, i] = sep + 1
-                    out[7 + n_wanted + j, i] = stop - sep - 1
+                for j in range(n_wanted):
+                    if is_name(u8, q, sep - q, names, name_offsets, j):
+                        out[7 + j, i] = sep + 1
+                        out[7 + n_wanted + j, i] = stop - sep - 1
             q = stop + 1
         tags_at = out[7, i]
         if tags_at >= 0:

@@ -112,26 +112,23 @@ def property_span(
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def wanted_name(
+def is_name(
     u8: npt.NDArray[np.uint8],
     p: int,
     n: int,
     names: npt.NDArray[np.uint8],
     name_offsets: npt.NDArray[np.int64],
-) -> int:
-    """Which of ``names`` (one byte string, cut at ``name_offsets``) the ``n`` bytes of ``u8`` at
-    ``p`` are, or -1."""
-    for j in range(len(name_offsets) - 1):
-        a = name_offsets[j]
-        if n == name_offsets[j + 1] - a:
-            same = True
-            for m in range(n):
-                if u8[p + m] != names[a + m]:
-                    same = False
-                    break
-            if same:
-                return j
-    return -1
+    j: int,
+) -> bool:
+    """Whether the ``n`` bytes of ``u8`` at ``p`` are name ``j`` of ``names`` (one byte string,
+    cut at ``name_offsets``)."""
+    a = name_offsets[j]
+    if n != name_offsets[j + 1] - a:
+        return False
+    for m in range(n):  # noqa: SIM110 (numba compiles the loop, not a generator)
+        if u8[p + m] != names[a + m]:
+            return False
+    return True
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -189,9 +186,9 @@ def _property_spans(
                 v_at[slot] = sep + 1
                 v_len[slot] = stop - sep - 1
                 if slot == e:
-                    j = wanted_name(u8, p, klen, names, name_offsets)
-                    if j >= 0:
-                        wanted[j, i] = e
+                    for j in range(n_wanted):  # every j: a name may be wanted twice
+                        if is_name(u8, p, klen, names, name_offsets, j):
+                            wanted[j, i] = e
                     e += 1
             p = stop + 1
     offsets[n] = e
