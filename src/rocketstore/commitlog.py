@@ -448,6 +448,11 @@ class CommitLog:
             self._pending = pending[n:]
             return pending[:n]
 
+    @property
+    def replica_backlog(self) -> bool:
+        """Whether a replica's received records wait to be parsed past the step just taken."""
+        return self._replica_more
+
     def first_pending_offset(self) -> int | None:
         """Commitlog offset of the oldest appended record not yet taken by the dispatcher."""
         with self._lock:

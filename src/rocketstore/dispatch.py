@@ -33,7 +33,14 @@ class DispatchService(BackgroundService):
 
     ``dispatched_to`` is the commitlog offset below which everything is dispatched; waiters
     on ``changed`` are notified after every round that dispatched something.
+
+    A round runs when whatever made bytes readable wakes it (a put, the transient pool's
+    committer, a replica's receiving thread) and otherwise every ``FALLBACK_INTERVAL`` seconds:
+    polling every millisecond, as RocketMQ's ReputMessageService does, cost an idle store 5 % of
+    a core.
     """
+
+    FALLBACK_INTERVAL = 0.1
 
     def __init__(
         self,
@@ -46,7 +53,7 @@ class DispatchService(BackgroundService):
         on_failure: Callable[[BackgroundService, BaseException], None] | None = None,
         on_dispatched: Callable[[int], None] | None = None,
     ) -> None:
-        super().__init__("dispatch", interval=0.001, on_failure=on_failure)
+        super().__init__("dispatch", interval=self.FALLBACK_INTERVAL, on_failure=on_failure)
         self._on_dispatched = on_dispatched  # told dispatched_to after each pass (follow.py)
         self._commitlog = commitlog
         self._queues = queues
@@ -65,6 +72,8 @@ class DispatchService(BackgroundService):
         requests = self._commitlog.take_dispatch_requests(snapshot)
         if requests:
             self._dispatch(requests)
+        if self._commitlog.replica_backlog:
+            self.wakeup()  # a replica's bytes are parsed a step a round: the next step at once
         waiting = self._commitlog.first_pending_offset()
         if snapshot > self.dispatched_to and (waiting is None or waiting >= snapshot):
             self.dispatched_to = max(snapshot, self.reput_offset)

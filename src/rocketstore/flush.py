@@ -72,7 +72,8 @@ class CommitService(BackgroundService):
     """The transient pool's committer (RocketMQ's CommitRealTimeService): every
     ``commit_interval`` ms, or when woken by puts, copies appended bytes from the pooled write
     buffers into the segment files once ``commit_least_pages`` pages are waiting (all of them
-    every ``commit_thorough_interval`` ms), then wakes the flusher."""
+    every ``commit_thorough_interval`` ms), then wakes the flusher, and the dispatcher: what
+    was committed has just become readable."""
 
     def __init__(
         self,
@@ -80,18 +81,21 @@ class CommitService(BackgroundService):
         config: StoreConfig,
         clock: Clock,
         flusher: BackgroundService,
+        dispatcher: BackgroundService,
         on_failure: FailureHandler | None = None,
     ) -> None:
         super().__init__("commit", config.commit_interval / 1000, on_failure)
         self._commitlog = commitlog
         self._least_pages = config.commit_least_pages
         self._flusher = flusher
+        self._dispatcher = dispatcher
         self._thorough = _ThoroughTimer(clock, config.commit_thorough_interval)
 
     def run_once(self) -> None:
         thorough = self._thorough.due(force=self._stopping.is_set())
         if self._commitlog.files.commit(0 if thorough else self._least_pages):
             self._flusher.wakeup()
+            self._dispatcher.wakeup()
 
 
 class ConsumeQueueFlushService(BackgroundService):

@@ -304,7 +304,12 @@ class MessageStore:
             )
         if self._pool is not None:
             self._committer = CommitService(
-                self._commitlog, self.config, self._clock, commit_flusher, on_failure=self._service_failed
+                self._commitlog,
+                self.config,
+                self._clock,
+                commit_flusher,
+                dispatcher,
+                on_failure=self._service_failed,
             )
         self._writer = MessageWriter(
             self._commitlog,
@@ -358,7 +363,8 @@ class MessageStore:
             if self._writer is not None:
                 self._writer.ha_master = self._ha_master  # a SYNC_MASTER's puts wait for its slaves
         if self._is_slave:
-            self._ha_slave = HASlave(self._commitlog, config, self._clock)
+            assert self._dispatcher is not None
+            self._ha_slave = HASlave(self._commitlog, config, self._clock, self._dispatcher.wakeup)
             self._ha_slave.start()
 
     def _service_failed(self, service: BackgroundService, exc: BaseException) -> None:

@@ -14,6 +14,7 @@ import logging
 import select
 import socket
 import threading
+from collections.abc import Callable
 
 from rocketstore.clock import Clock
 from rocketstore.commitlog import CommitLog
@@ -46,8 +47,11 @@ class HASlave:
     Thread safety: one thread runs the loop and alone writes to the commitlog.
     """
 
-    def __init__(self, commitlog: CommitLog, config: StoreConfig, clock: Clock) -> None:
+    def __init__(
+        self, commitlog: CommitLog, config: StoreConfig, clock: Clock, on_appended: Callable[[], None]
+    ) -> None:
         self._commitlog = commitlog
+        self._on_appended = on_appended  # the dispatcher's wakeup: it parses what arrived
         self._config = config
         self._clock = clock
         address = config.ha_master_address
@@ -139,6 +143,7 @@ class HASlave:
                         break
                     offset, body = frame
                     commitlog.append_raw(offset, body)
+                    self._on_appended()
                     self.master_offset = offset + len(body)
                     if commitlog.max_offset > reported:  # as RocketMQ: a report per frame that adds
                         reported, last_report = self._report(sock, commitlog.max_offset)
