@@ -39,6 +39,7 @@ __all__ = [
     "message_starts",
     "next_record_start",
     "range_starts",
+    "read_record_fields",
     "record_fields",
     "record_header",
     "record_is_well_formed",
@@ -362,34 +363,64 @@ RECORD_FIELDS: Final = (
 )
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def read_record_fields(
+    u8: npt.NDArray[np.uint8], p: int
+) -> tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int]:
+    """The ``RECORD_FIELDS`` of the well-formed MESSAGE record at ``p``, in that order: one
+    record's row of ``record_fields``, for compiled callers."""
+    store_ts_at, body_len_at = _field_positions(u8, p)
+    topic_at, topic_len, props_at, props_len, store_ts = record_layout(u8, p)
+    after_hosts = body_len_at - 12  # RECONSUMETIMES
+    return (
+        read_i32(u8, p),
+        read_i32(u8, p + 8),
+        read_i32(u8, p + _QUEUEID_AT),
+        read_i32(u8, p + 16),
+        read_i64(u8, p + _QUEUEOFFSET_AT),
+        read_i64(u8, p + _PHYSICALOFFSET_AT),
+        read_i32(u8, p + _SYSFLAG_AT),
+        read_i64(u8, p + 40),
+        p + _BORNHOST_AT,
+        store_ts,
+        store_ts_at + 8,  # STOREHOST
+        read_i32(u8, after_hosts),
+        read_i64(u8, after_hosts + 4),
+        body_len_at + 4,
+        read_i32(u8, body_len_at),
+        topic_at,
+        topic_len,
+        props_at,
+        props_len,
+    )
+
+
 @numba.njit(cache=True, nogil=True)
 def _record_fields(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     n = len(starts)
     out = np.empty((19, n), dtype=np.int64)
     for i in range(n):
-        p = starts[i]
-        store_ts_at, body_len_at = _field_positions(u8, p)
-        topic_at, topic_len, props_at, props_len, store_ts = record_layout(u8, p)
-        after_hosts = body_len_at - 12  # RECONSUMETIMES
-        out[0, i] = read_i32(u8, p)
-        out[1, i] = read_i32(u8, p + 8)
-        out[2, i] = read_i32(u8, p + 12)
-        out[3, i] = read_i32(u8, p + 16)
-        out[4, i] = read_i64(u8, p + 20)
-        out[5, i] = read_i64(u8, p + 28)
-        out[6, i] = read_i32(u8, p + _SYSFLAG_AT)
-        out[7, i] = read_i64(u8, p + 40)
-        out[8, i] = p + _BORNHOST_AT
-        out[9, i] = store_ts
-        out[10, i] = store_ts_at + 8  # STOREHOST
-        out[11, i] = read_i32(u8, after_hosts)
-        out[12, i] = read_i64(u8, after_hosts + 4)
-        out[13, i] = body_len_at + 4
-        out[14, i] = read_i32(u8, body_len_at)
-        out[15, i] = topic_at
-        out[16, i] = topic_len
-        out[17, i] = props_at
-        out[18, i] = props_len
+        (
+            out[0, i],
+            out[1, i],
+            out[2, i],
+            out[3, i],
+            out[4, i],
+            out[5, i],
+            out[6, i],
+            out[7, i],
+            out[8, i],
+            out[9, i],
+            out[10, i],
+            out[11, i],
+            out[12, i],
+            out[13, i],
+            out[14, i],
+            out[15, i],
+            out[16, i],
+            out[17, i],
+            out[18, i],
+        ) = read_record_fields(u8, starts[i])
     return out
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "encode_properties",
     "property_span",
     "property_spans",
+    "split_properties",
     "validate_property",
 ]
 
@@ -140,6 +141,49 @@ def same_bytes(u8: npt.NDArray[np.uint8], a: int, b: int, n: int) -> bool:
     return True
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def split_properties(
+    u8: npt.NDArray[np.uint8],
+    p: int,
+    end: int,
+    k_at: npt.NDArray[np.int64],
+    k_len: npt.NDArray[np.int64],
+    v_at: npt.NDArray[np.int64],
+    v_len: npt.NDArray[np.int64],
+    e: int,
+    names: npt.NDArray[np.uint8],
+    name_offsets: npt.NDArray[np.int64],
+    wanted: npt.NDArray[np.int64],
+    i: int,
+) -> int:
+    """Split the properties of record ``i`` at ``u8[p:end]`` as ``decode_properties`` does, on
+    bytes: each distinct name's last entry goes to the entry arrays (name and value spans) from
+    slot ``e`` on, in first-seen order; ``wanted[j, i]`` becomes the slot of wanted name ``j``
+    (``names`` cut at ``name_offsets``). The arrays need room for ``(end - p) // 3 + 1`` more
+    entries (an entry takes at least ``a\\x01b``). Returns the next free slot."""
+    first = e
+    while p < end:
+        sep, stop = property_entry(u8, p, end)
+        if p < sep < stop - 1:  # a separator, a name and a value: dict semantics (last wins)
+            klen = sep - p
+            slot = e
+            for q in range(first, e):
+                if k_len[q] == klen and same_bytes(u8, k_at[q], p, klen):
+                    slot = q
+                    break
+            k_at[slot] = p
+            k_len[slot] = klen
+            v_at[slot] = sep + 1
+            v_len[slot] = stop - sep - 1
+            if slot == e:
+                for j in range(len(name_offsets) - 1):  # every j: a name may be wanted twice
+                    if is_name(u8, p, klen, names, name_offsets, j):
+                        wanted[j, i] = e
+                e += 1
+        p = stop + 1
+    return e
+
+
 @numba.njit(cache=True, nogil=True)
 def _property_spans(
     u8: npt.NDArray[np.uint8],
@@ -164,33 +208,13 @@ def _property_spans(
     k_len = np.empty(cap, dtype=np.int64)
     v_at = np.empty(cap, dtype=np.int64)
     v_len = np.empty(cap, dtype=np.int64)
-    n_wanted = len(name_offsets) - 1
-    wanted = np.full((n_wanted, n), -1, dtype=np.int64)
+    wanted = np.full((len(name_offsets) - 1, n), -1, dtype=np.int64)
     e = 0
     for i in range(n):
         offsets[i] = e
-        first = e
-        p = at[i]
-        end = p + length[i]
-        while p < end:
-            sep, stop = property_entry(u8, p, end)
-            if p < sep < stop - 1:  # a separator, a name and a value: dict semantics (last wins)
-                klen = sep - p
-                slot = e
-                for q in range(first, e):
-                    if k_len[q] == klen and same_bytes(u8, k_at[q], p, klen):
-                        slot = q
-                        break
-                k_at[slot] = p
-                k_len[slot] = klen
-                v_at[slot] = sep + 1
-                v_len[slot] = stop - sep - 1
-                if slot == e:
-                    for j in range(n_wanted):  # every j: a name may be wanted twice
-                        if is_name(u8, p, klen, names, name_offsets, j):
-                            wanted[j, i] = e
-                    e += 1
-            p = stop + 1
+        e = split_properties(
+            u8, at[i], at[i] + length[i], k_at, k_len, v_at, v_len, e, names, name_offsets, wanted, i
+        )
     offsets[n] = e
     return offsets, k_at[:e].copy(), k_len[:e].copy(), v_at[:e].copy(), v_len[:e].copy(), wanted
 
