@@ -1,10 +1,14 @@
 """Commitlog records -> Arrow record batches with the data source's schema, no Python object per row.
 
-One compiled pass reads every header field of the records (``codec.commitlog_scan.record_fields``),
-another splits their properties (``codec.properties.property_spans``); strings and bodies are
-gathered into Arrow's (offsets, data) layout by a third. What stays in Python is per batch,
-plus one formatting per *distinct* host (hosts repeat) and per record only when a record
-carries an IPv6 store host or text that is not valid UTF-8 (both rare).
+One compiled pass over a batch's records (``_build``) writes Arrow's buffers directly: each
+record's header fields (``codec.commitlog_scan.read_record_fields``) go to their columns in
+their final types (int32, int64, timestamps in microseconds), its properties are split
+(``codec.properties.split_properties``), and its topic, property names and values, TAGS,
+UNIQ_KEY, keys (KEYS split on spaces), body and offsetMsgId are copied or written to the end of
+their columns while the record is in the CPU's caches. Python then wraps the buffers
+(``pa.Array.from_buffers``, no copy). What stays in Python is per batch, plus one formatting
+per *distinct* IPv4 host (hosts repeat), and per record only when a batch holds an IPv6 host
+or text that is not valid UTF-8 (both rare: those columns are then built by slower code).
 
 The schema (``source.spark_schema``, ``arrow_schema`` here; the names are a public interface)::
 
@@ -21,19 +25,22 @@ asked for.
 from __future__ import annotations
 
 from functools import cache
-from typing import Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import numba
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from rocketstore.codec.big_endian import read_i64
 from rocketstore.codec.commitlog_record import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
-from rocketstore.codec.commitlog_scan import Buffer, record_fields
+from rocketstore.codec.commitlog_scan import Buffer, read_record_fields, record_fields
 from rocketstore.codec.host import format_host
 from rocketstore.codec.message_id import encode_offset_msg_id
-from rocketstore.codec.properties import property_spans
+from rocketstore.codec.properties import split_properties
 
 __all__ = [
     "COLUMNS",
@@ -77,7 +84,9 @@ _TIMESTAMP = pa.timestamp("us", tz="UTC")
 HEADERS = pa.list_(
     pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 )
-_WANTED = ("TAGS", "KEYS", "UNIQ_KEY")
+# the properties with a column of their own, in the order of _Layout.wanted and .nulls
+_WANTED_NAMES = np.frombuffer(b"TAGSKEYSUNIQ_KEY", dtype=np.uint8)
+_WANTED_OFFSETS = np.array([0, 4, 8, 16], dtype=np.int64)
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 
 
@@ -140,164 +149,466 @@ def records_to_batch(
     n = len(starts)
     if n == 0:
         return empty_batch(body_as)
-    f = record_fields(buf, starts)
+    starts = starts.astype(np.int64, copy=False)
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
-        props = property_spans(buf, f["properties_at"], f["properties_len"], _WANTED)
-        keys_at, keys_len = props.value_at, props.value_len
-        topic = _strings(u8, f["topic_at"], f["topic_len"])
-        names = _strings(u8, props.name_at, props.name_len)
-        values = _strings(u8, props.value_at, props.value_len)
-        properties = pa.MapArray.from_arrays(pa.array(props.entry_offsets.astype(np.int32)), names, values)
-        tags = _pick(values, props.wanted[0])
-        uniq_key = _pick(values, props.wanted[2])
-        keys = _split_keys(u8, keys_at, keys_len, props.wanted[1])
-        sys_flag = f["sys_flag"]
-        born_host = _hosts(u8, f["born_host_at"], (sys_flag & SYSFLAG_BORNHOST_V6) != 0)
-        store_v6 = (sys_flag & SYSFLAG_STOREHOST_V6) != 0
-        store_host = _hosts(u8, f["store_host_at"], store_v6)
-        msg_id = _msg_ids(u8, f["store_host_at"], store_v6, f["physical_offset"])
-        if not include_body:
-            body = pa.nulls(n, type=pa.string() if body_as == "string" else pa.binary())
-        elif body_as == "string":
-            body = _strings(u8, f["body_at"], f["body_len"])
+        out = _Built(*_build(u8, starts, _WANTED_NAMES, _WANTED_OFFSETS, include_body, _HEX_DIGITS))
+        if out.too_big:
+            raise ValueError(_TOO_BIG)
+        born_v6, store_v6 = bool(out.v6[0].any()), bool(out.v6[1].any())
+        if born_v6 or store_v6:  # rare: formatted from each record's bytes
+            f = record_fields(buf, starts)
+            born_host = _hosts(u8, f["born_host_at"], out.v6[0]) if born_v6 else _ipv4_hosts(out.host_keys[0])
+            store_host = (
+                _hosts(u8, f["store_host_at"], out.v6[1]) if store_v6 else _ipv4_hosts(out.host_keys[1])
+            )
+            msg_id = (
+                _msg_ids(u8, f["store_host_at"], out.v6[1], f["physical_offset"])
+                if store_v6
+                else _fixed_text(out.msg_ids, 32)
+            )
         else:
-            data, offsets = _gather_spans(u8, f["body_at"], f["body_len"])
-            body = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+            born_host = _ipv4_hosts(out.host_keys[0])
+            store_host = _ipv4_hosts(out.host_keys[1])
+            msg_id = _fixed_text(out.msg_ids, 32)
     finally:
         del u8
+    i32, i64, nulls = out.i32, out.i64, out.nulls.tolist()
+    entries = pa.StructArray.from_arrays(
+        [_text(out.name_offsets, out.names), _text(out.value_offsets, out.values)],
+        fields=[_PROPERTIES_MAP.key_field, _PROPERTIES_MAP.item_field],
+    )
+    properties = pa.Array.from_buffers(
+        _PROPERTIES_MAP, n, [None, pa.py_buffer(out.entry_offsets)], null_count=0, children=[entries]
+    )
+    keys = pa.Array.from_buffers(
+        _KEYS_LIST,
+        n,
+        [pa.py_buffer(out.keys_valid) if nulls[1] else None, pa.py_buffer(out.keys_list)],
+        null_count=nulls[1],
+        children=[_text(out.key_offsets, out.keys)],
+    )
+    body_type = pa.string() if body_as == "string" else pa.binary()
+    if not include_body:
+        body = pa.nulls(n, type=body_type)
+    elif body_as == "string":
+        body = _text(out.body_offsets, out.bodies)
+    else:
+        body = pa.Array.from_buffers(
+            body_type, n, [None, pa.py_buffer(out.body_offsets), pa.py_buffer(out.bodies)], null_count=0
+        )
     arrays = [
-        topic,
-        pa.array(f["queue_id"].astype(np.int32)),
-        pa.array(f["queue_offset"] if queue_offsets is None else queue_offsets.astype(np.int64)),
-        pa.array(f["physical_offset"]),
+        _text(out.topic_offsets, out.topics),
+        _fixed(pa.int32(), i32[0]),
+        _fixed(pa.int64(), i64[0] if queue_offsets is None else queue_offsets.astype(np.int64)),
+        _fixed(pa.int64(), i64[1]),
         msg_id,
-        uniq_key,
+        _text(out.uniq_offsets, out.uniq, out.uniq_valid, nulls[2]),
         keys,
-        tags,
+        _text(out.tag_offsets, out.tags, out.tags_valid, nulls[0]),
         properties,
         body,
-        pa.array(f["body_crc"].astype(np.int32)),
-        pa.array(f["flag"].astype(np.int32)),
-        pa.array(sys_flag.astype(np.int32)),
-        pa.array(f["born_timestamp"] * 1000, type=_TIMESTAMP),
+        _fixed(pa.int32(), i32[1]),
+        _fixed(pa.int32(), i32[2]),
+        _fixed(pa.int32(), i32[3]),
+        _fixed(_TIMESTAMP, i64[2]),
         born_host,
-        pa.array(f["store_timestamp"] * 1000, type=_TIMESTAMP),
+        _fixed(_TIMESTAMP, i64[3]),
         store_host,
-        pa.array(f["reconsume_times"].astype(np.int32)),
-        pa.array(f["prepared_transaction_offset"]),
+        _fixed(pa.int32(), i32[4]),
+        _fixed(pa.int64(), i64[4]),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(body_as))
 
 
+class _Built(NamedTuple):
+    """A batch's columns as Arrow buffers (``_build``); ``*_valid`` are validity bitmaps."""
+
+    too_big: bool  # a column would hold 2 GiB or more: nothing else is filled in
+    i32: npt.NDArray[np.int32]  # queue_id, body_crc, flag, sys_flag, reconsume_times
+    i64: I64  # queue_offset, physical_offset, born and store timestamps (us), prepared offset
+    host_keys: I64  # born and store host: the 8 bytes of an IPv4 host as one integer
+    v6: npt.NDArray[np.bool_]  # born and store host are IPv6
+    nulls: I64  # records without TAGS, KEYS, UNIQ_KEY
+    topics: npt.NDArray[np.uint8]
+    topic_offsets: npt.NDArray[np.int32]
+    entry_offsets: npt.NDArray[np.int32]  # each record's first property
+    names: npt.NDArray[np.uint8]
+    name_offsets: npt.NDArray[np.int32]
+    values: npt.NDArray[np.uint8]
+    value_offsets: npt.NDArray[np.int32]
+    tags: npt.NDArray[np.uint8]
+    tag_offsets: npt.NDArray[np.int32]
+    tags_valid: npt.NDArray[np.uint8]
+    uniq: npt.NDArray[np.uint8]
+    uniq_offsets: npt.NDArray[np.int32]
+    uniq_valid: npt.NDArray[np.uint8]
+    keys_list: npt.NDArray[np.int32]  # each record's first key
+    keys_valid: npt.NDArray[np.uint8]
+    keys: npt.NDArray[np.uint8]
+    key_offsets: npt.NDArray[np.int32]
+    bodies: npt.NDArray[np.uint8]
+    body_offsets: npt.NDArray[np.int32]
+    msg_ids: npt.NDArray[np.uint8]  # 32 hex digits a record (IPv4 store hosts)
+
+
+_LIMIT: Final = 2**31  # Arrow's string and binary offsets are int32
+_TOO_BIG: Final = "an Arrow batch holds under 2 GiB of strings or bodies; read fewer records at a time"
+
+
 @numba.njit(cache=True, nogil=True)
-def _gather_kernel(
-    u8: npt.NDArray[np.uint8], at: I64, length: I64
-) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int32]]:
-    n = len(at)
-    offsets = np.empty(n + 1, dtype=np.int32)
-    total = 0
-    for i in range(n):
-        offsets[i] = total
-        total += length[i]
-    offsets[n] = total
-    out = np.empty(total, dtype=np.uint8)
-    for i in range(n):
-        out[offsets[i] : offsets[i] + length[i]] = u8[at[i] : at[i] + length[i]]
-    return out, offsets
+def _grown(a: npt.NDArray[Any], used: int, need: int) -> npt.NDArray[Any]:
+    """A copy of the first ``used`` items of ``a`` with room for ``need`` (at least twice the
+    size: growing costs a copy of each item about once)."""
+    out = np.empty(max(need, 2 * len(a)), dtype=a.dtype)
+    out[:used] = a[:used]
+    return out
 
 
-def _gather_spans(
-    u8: npt.NDArray[np.uint8], at: I64, length: I64
-) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int32]]:
-    if int(length.sum()) >= 2**31:
-        raise ValueError(
-            "an Arrow batch holds under 2 GiB of strings or bodies; read fewer records at a time"
+def _memcpy_typer(
+    typingctx: Any,
+    dst: types.Array,
+    dst_at: types.Integer,
+    src: types.Array,
+    src_at: types.Integer,
+    n: types.Integer,
+) -> tuple[Any, Any]:
+    """``dst[dst_at:dst_at + n] = src[src_at:src_at + n]`` as one C ``memcpy`` (uint8 arrays that
+    do not overlap). Numba compiles a slice assignment, or a loop, to a byte loop: 3 to 10 times
+    slower on the short strings of a batch."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        d, d_at, s, s_at, size = args
+        dst_data = context.make_array(signature.args[0])(context, builder, d).data
+        src_data = context.make_array(signature.args[2])(context, builder, s).data
+        to, frm = builder.gep(dst_data, [d_at]), builder.gep(src_data, [s_at])
+        cgutils.raw_memcpy(builder, to, frm, size, 1)  # type: ignore[no-untyped-call]
+        return context.get_dummy_value()
+
+    return types.void(dst, dst_at, src, src_at, n), codegen
+
+
+_memcpy: Any = intrinsic(_memcpy_typer)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put(out: npt.NDArray[np.uint8], o: int, u8: npt.NDArray[np.uint8], a: int, n: int) -> int:
+    """Copy ``u8[a:a + n]`` to ``out[o:]``; where it ends in ``out``."""
+    _memcpy(out, o, u8, a, n)
+    return o + n
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _next_key(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[int, int]:
+    """The next key of a KEYS value from ``p`` (keys are split on spaces, ``MessageExt.keys``):
+    (its start, its end), equal when only spaces are left."""
+    while p < end and u8[p] == 32:
+        p += 1
+    q = p
+    while q < end and u8[q] != 32:
+        q += 1
+    return p, q
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _put_msg_id(
+    out: npt.NDArray[np.uint8],
+    o: int,
+    u8: npt.NDArray[np.uint8],
+    store_at: int,
+    physical: int,
+    digits: npt.NDArray[np.uint8],
+) -> None:
+    """The offsetMsgId of a record with an IPv4 store host: 32 upper-case hex digits of the
+    store address and port (8 bytes) and the physical offset."""
+    for k in range(8):
+        b = u8[store_at + k]
+        out[o + 2 * k] = digits[b >> 4]
+        out[o + 2 * k + 1] = digits[b & 15]
+    for k in range(16):
+        out[o + 31 - k] = digits[physical & 15]
+        physical >>= 4
+
+
+@numba.njit(cache=True, nogil=True)
+def _build(
+    u8: npt.NDArray[np.uint8],
+    starts: I64,
+    wanted_names: npt.NDArray[np.uint8],
+    wanted_offsets: I64,
+    with_body: bool,
+    digits: npt.NDArray[np.uint8],
+) -> _Built:
+    """Every column of the records at ``starts`` in one pass over them: each record's header
+    fields (``codec.commitlog_scan.read_record_fields``) go to their columns in their final
+    types, its properties are split (``codec.properties.split_properties``) and its strings and
+    body copied to the end of their columns' data while the record is in the CPU's caches. The
+    data buffers grow as they fill (their sizes are not known before the pass)."""
+    n = len(starts)
+    i32 = np.empty((5, n), dtype=np.int32)
+    i64 = np.empty((5, n), dtype=np.int64)
+    host_keys = np.zeros((2, n), dtype=np.int64)
+    v6 = np.zeros((2, n), dtype=np.bool_)
+    nulls = np.zeros(3, dtype=np.int64)
+    found = np.empty((len(wanted_offsets) - 1, 1), dtype=np.int64)  # the wanted names' entries
+    topic_offsets = np.empty(n + 1, dtype=np.int32)
+    entry_offsets = np.empty(n + 1, dtype=np.int32)
+    tag_offsets = np.empty(n + 1, dtype=np.int32)
+    uniq_offsets = np.empty(n + 1, dtype=np.int32)
+    keys_list = np.empty(n + 1, dtype=np.int32)
+    body_offsets = np.zeros(n + 1, dtype=np.int32)
+    tags_valid = np.zeros((n + 7) // 8, dtype=np.uint8)
+    uniq_valid = np.zeros((n + 7) // 8, dtype=np.uint8)
+    keys_valid = np.zeros((n + 7) // 8, dtype=np.uint8)
+    msg_ids = np.empty(32 * n, dtype=np.uint8)
+    k_at = np.empty(64, dtype=np.int64)  # where one record's property names and values lie
+    k_len = np.empty(64, dtype=np.int64)
+    v_at = np.empty(64, dtype=np.int64)
+    v_len = np.empty(64, dtype=np.int64)
+    name_offsets = np.empty(4 * n + 1, dtype=np.int32)
+    value_offsets = np.empty(4 * n + 1, dtype=np.int32)
+    key_offsets = np.empty(2 * n + 1, dtype=np.int32)
+    topics = np.empty(16 * n, dtype=np.uint8)
+    names = np.empty(32 * n, dtype=np.uint8)
+    values = np.empty(64 * n, dtype=np.uint8)
+    tags = np.empty(8 * n, dtype=np.uint8)
+    uniq = np.empty(32 * n, dtype=np.uint8)
+    keys = np.empty(16 * n, dtype=np.uint8)
+    bodies = np.empty(128 * n if with_body else 0, dtype=np.uint8)
+    # bytes used of each data buffer; entries and keys so far
+    t_o = n_o = v_o = g_o = u_o = k_o = b_o = 0
+    e = nk = 0
+    too_big = False
+    for i in range(n):
+        (
+            _,
+            body_crc,
+            queue_id,
+            flag,
+            queue_offset,
+            physical_offset,
+            sys_flag,
+            born_ts,
+            born_at,
+            store_ts,
+            store_at,
+            reconsume,
+            prepared,
+            body_at,
+            body_len,
+            topic_at,
+            topic_len,
+            props_at,
+            props_len,
+        ) = read_record_fields(u8, starts[i])
+        i32[0, i] = queue_id
+        i32[1, i] = body_crc
+        i32[2, i] = flag
+        i32[3, i] = sys_flag
+        i32[4, i] = reconsume
+        i64[0, i] = queue_offset
+        i64[1, i] = physical_offset
+        i64[2, i] = born_ts * 1000
+        i64[3, i] = store_ts * 1000
+        i64[4, i] = prepared
+        if sys_flag & SYSFLAG_BORNHOST_V6:
+            v6[0, i] = True
+        else:
+            host_keys[0, i] = read_i64(u8, born_at)
+        if sys_flag & SYSFLAG_STOREHOST_V6:
+            v6[1, i] = True  # its msg id is made in Python
+        else:
+            host_keys[1, i] = read_i64(u8, store_at)
+            _put_msg_id(msg_ids, 32 * i, u8, store_at, physical_offset, digits)
+        topic_offsets[i] = t_o
+        if t_o + topic_len > len(topics):
+            topics = _grown(topics, t_o, t_o + topic_len)
+        t_o = _put(topics, t_o, u8, topic_at, topic_len)
+        if with_body:
+            body_offsets[i] = b_o
+            if b_o + body_len > len(bodies):
+                bodies = _grown(bodies, b_o, b_o + body_len)
+            b_o = _put(bodies, b_o, u8, body_at, body_len)
+        room = props_len // 3 + 1  # split_properties' bound
+        if room > len(k_at):  # the spans of one record's entries: the scratch starts afresh
+            k_at = np.empty(2 * room, dtype=np.int64)
+            k_len = np.empty(2 * room, dtype=np.int64)
+            v_at = np.empty(2 * room, dtype=np.int64)
+            v_len = np.empty(2 * room, dtype=np.int64)
+        if e + room + 1 > len(name_offsets):
+            name_offsets = _grown(name_offsets, e, e + room + 1)
+            value_offsets = _grown(value_offsets, e, e + room + 1)
+        if n_o + props_len > len(names):
+            names = _grown(names, n_o, n_o + props_len)
+        if v_o + props_len > len(values):
+            values = _grown(values, v_o, v_o + props_len)
+        entry_offsets[i] = e
+        found[:, 0] = -1
+        count = split_properties(
+            u8,
+            props_at,
+            props_at + props_len,
+            k_at,
+            k_len,
+            v_at,
+            v_len,
+            0,
+            wanted_names,
+            wanted_offsets,
+            found,
+            0,
         )
-    return _gather_kernel(u8, at, length)
+        for q in range(count):
+            name_offsets[e] = n_o
+            n_o = _put(names, n_o, u8, k_at[q], k_len[q])
+            value_offsets[e] = v_o
+            v_o = _put(values, v_o, u8, v_at[q], v_len[q])
+            e += 1
+        bit = np.uint8(1 << (i & 7))
+        tag_offsets[i] = g_o
+        w = found[0, 0]
+        if w < 0:
+            nulls[0] += 1
+        else:
+            tags_valid[i >> 3] |= bit
+            if g_o + v_len[w] > len(tags):
+                tags = _grown(tags, g_o, g_o + v_len[w])
+            g_o = _put(tags, g_o, u8, v_at[w], v_len[w])
+        keys_list[i] = nk
+        w = found[1, 0]
+        if w < 0:
+            nulls[1] += 1
+        else:
+            keys_valid[i >> 3] |= bit
+            if k_o + v_len[w] > len(keys):
+                keys = _grown(keys, k_o, k_o + v_len[w])
+            if nk + v_len[w] // 2 + 2 > len(key_offsets):
+                key_offsets = _grown(key_offsets, nk, nk + v_len[w] // 2 + 2)
+            p = v_at[w]
+            end = p + v_len[w]
+            while p < end:
+                p, q = _next_key(u8, p, end)
+                if q > p:
+                    key_offsets[nk] = k_o
+                    k_o = _put(keys, k_o, u8, p, q - p)
+                    nk += 1
+                p = q
+        uniq_offsets[i] = u_o
+        w = found[2, 0]
+        if w < 0:
+            nulls[2] += 1
+        else:
+            uniq_valid[i >> 3] |= bit
+            if u_o + v_len[w] > len(uniq):
+                uniq = _grown(uniq, u_o, u_o + v_len[w])
+            u_o = _put(uniq, u_o, u8, v_at[w], v_len[w])
+        if max(t_o, n_o, v_o, g_o, u_o, k_o, b_o) >= _LIMIT:  # past by one record at most
+            too_big = True
+            break
+    topic_offsets[n] = t_o
+    entry_offsets[n] = e
+    name_offsets[e] = n_o
+    value_offsets[e] = v_o
+    tag_offsets[n] = g_o
+    uniq_offsets[n] = u_o
+    keys_list[n] = nk
+    key_offsets[nk] = k_o
+    body_offsets[n] = b_o
+    return _Built(
+        too_big,
+        i32,
+        i64,
+        host_keys,
+        v6,
+        nulls,
+        topics[:t_o],
+        topic_offsets,
+        entry_offsets,
+        names[:n_o],
+        name_offsets[: e + 1],
+        values[:v_o],
+        value_offsets[: e + 1],
+        tags[:g_o],
+        tag_offsets,
+        tags_valid,
+        uniq[:u_o],
+        uniq_offsets,
+        uniq_valid,
+        keys_list,
+        keys_valid,
+        keys[:k_o],
+        key_offsets[: nk + 1],
+        bodies[:b_o],
+        body_offsets,
+        msg_ids,
+    )
 
 
-def _strings(u8: npt.NDArray[np.uint8], at: I64, length: I64) -> pa.Array:
-    """The UTF-8 text at each span; like Java (and ``decode_record``), bytes that are not valid
-    UTF-8 become U+FFFD."""
-    data, offsets = _gather_spans(u8, at, length)
-    arr = pa.Array.from_buffers(pa.string(), len(at), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+@numba.njit(cache=True, nogil=True)
+def _gather(
+    u8: npt.NDArray[np.uint8], at: I64, length: I64, total: int
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int32]]:
+    """The spans back to back (``total`` bytes), and their offsets."""
+    data = np.empty(total, dtype=np.uint8)
+    offsets = np.empty(len(at) + 1, dtype=np.int32)
+    o = 0
+    for i in range(len(at)):
+        offsets[i] = o
+        o = _put(data, o, u8, at[i], length[i])
+    offsets[len(at)] = o
+    return data, offsets
+
+
+def _fixed(type_: pa.DataType, values: npt.NDArray[Any]) -> pa.Array:
+    """A fixed-width column on ``values``' memory (already in the type's width)."""
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)], null_count=0)
+
+
+def _fixed_text(data: npt.NDArray[np.uint8], width: int) -> pa.Array:
+    """Texts of ``width`` bytes each, back to back in ``data``."""
+    n = len(data) // width
+    offsets = np.arange(0, width * n + 1, width, dtype=np.int32)
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=0
+    )
+
+
+def _text(
+    offsets: npt.NDArray[np.int32],
+    data: npt.NDArray[np.uint8],
+    valid: npt.NDArray[np.uint8] | None = None,
+    nulls: int = 0,
+) -> pa.Array:
+    """The string column of Arrow's buffers (``valid``: the validity bitmap when ``nulls`` > 0);
+    like Java (and ``decode_record``), bytes that are not valid UTF-8 become U+FFFD."""
+    n = len(offsets) - 1
+    bitmap = pa.py_buffer(valid) if nulls and valid is not None else None
+    arr = pa.Array.from_buffers(
+        pa.string(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=int(nulls)
+    )
     if not len(data) or data.max() < 0x80:
         return arr  # ASCII is valid UTF-8
     try:
         arr.validate(full=True)
     except pa.ArrowInvalid:
         raw = data.tobytes()
-        arr = pa.array(
-            [raw[offsets[i] : offsets[i + 1]].decode("utf-8", "replace") for i in range(len(at))],
-            type=pa.string(),
-        )
+        bounds = offsets.tolist()
+        texts = [raw[bounds[i] : bounds[i + 1]].decode("utf-8", "replace") for i in range(n)]
+        arr = pa.array(texts, type=pa.string(), mask=None if bitmap is None else arr.is_null())
     return arr
 
 
 def text_column(buf: Buffer, at: I64, length: I64) -> pa.Array:
     """The UTF-8 text at each span of ``buf`` as a string column (topics, for filtering)."""
+    total = int(length.sum())
+    if total >= _LIMIT:
+        raise ValueError(_TOO_BIG)
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
-        return _strings(u8, at, length)
+        data, offsets = _gather(u8, at, length, total)
     finally:
         del u8
-
-
-def _pick(values: pa.Array, entry: I64) -> pa.Array:
-    """values[entry[i]], null where entry[i] is -1."""
-    return values.take(pa.array(entry, mask=entry < 0))
-
-
-@numba.njit(cache=True, nogil=True)
-def _split_keys_kernel(
-    u8: npt.NDArray[np.uint8], at: I64, length: I64, entry: I64
-) -> tuple[npt.NDArray[np.int32], I64, I64]:
-    """KEYS split on spaces, empty keys dropped (``MessageExt.keys``): list offsets per record and
-    each key's span."""
-    n = len(entry)
-    cap = 0
-    for i in range(n):
-        if entry[i] >= 0:
-            cap += length[entry[i]] // 2 + 1
-    offsets = np.empty(n + 1, dtype=np.int32)
-    k_at = np.empty(cap, dtype=np.int64)
-    k_len = np.empty(cap, dtype=np.int64)
-    k = 0
-    for i in range(n):
-        offsets[i] = k
-        e = entry[i]
-        if e < 0:
-            continue
-        p = at[e]
-        end = p + length[e]
-        while p < end:
-            q = p
-            while q < end and u8[q] != 32:
-                q += 1
-            if q > p:
-                k_at[k] = p
-                k_len[k] = q - p
-                k += 1
-            p = q + 1
-    offsets[n] = k
-    return offsets, k_at[:k].copy(), k_len[:k].copy()
-
-
-def _split_keys(u8: npt.NDArray[np.uint8], at: I64, length: I64, entry: I64) -> pa.Array:
-    offsets, k_at, k_len = _split_keys_kernel(u8, at, length, entry)
-    keys = _strings(u8, k_at, k_len)
-    mask = pa.array(entry < 0)
-    return pa.ListArray.from_arrays(pa.array(offsets), keys, type=_KEYS_LIST, mask=mask)
-
-
-@numba.njit(cache=True, nogil=True)
-def _ipv4_host_keys(u8: npt.NDArray[np.uint8], at: I64) -> I64:
-    """Address and port of each IPv4 host as one integer (the 8 bytes, big-endian)."""
-    out = np.empty(len(at), dtype=np.int64)
-    for i in range(len(at)):
-        out[i] = read_i64(u8, at[i])
-    return out
+    return _text(offsets, data)
 
 
 def _ipv4_text(key: int) -> str:
@@ -313,15 +624,18 @@ def _repeated(text: str, n: int) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
 
 
+def _ipv4_hosts(keys: I64) -> pa.Array:
+    """Each IPv4 host (its 8 bytes as one integer) in Java's text form, formatted once per
+    distinct host."""
+    if (keys == keys[0]).all():  # one broker, or one producer host: the usual case
+        return _repeated(_ipv4_text(int(keys[0])), len(keys))
+    unique, inverse = np.unique(keys, return_inverse=True)
+    texts = [_ipv4_text(int(k)) for k in unique]
+    return pa.array(texts, type=pa.string()).take(pa.array(inverse.ravel().astype(np.int64)))
+
+
 def _hosts(u8: npt.NDArray[np.uint8], at: I64, v6: npt.NDArray[np.bool_]) -> pa.Array:
-    """Each host in Java's text form, formatted once per distinct host."""
-    if not v6.any():
-        keys = _ipv4_host_keys(u8, at)
-        if (keys == keys[0]).all():  # one broker, or one producer host: the usual case
-            return _repeated(_ipv4_text(int(keys[0])), len(keys))
-        unique, inverse = np.unique(keys, return_inverse=True)
-        texts = [_ipv4_text(int(k)) for k in unique]
-        return pa.array(texts, type=pa.string()).take(pa.array(inverse.ravel().astype(np.int64)))
+    """Each host, IPv4 or IPv6, in Java's text form, formatted once per distinct host."""
     rows = np.zeros((len(at), 21), dtype=np.uint8)
     rows[:, 20] = v6
     for width, sel in ((8, ~v6), (20, v6)):
@@ -340,41 +654,16 @@ def _hosts(u8: npt.NDArray[np.uint8], at: I64, v6: npt.NDArray[np.bool_]) -> pa.
 
 
 def _msg_ids(u8: npt.NDArray[np.uint8], store_at: I64, v6: npt.NDArray[np.bool_], physical: I64) -> pa.Array:
-    """offsetMsgId: store host and physical offset in upper-case hex."""
-    n = len(store_at)
-    if v6.any():
-        return pa.array(
-            [
-                encode_offset_msg_id(
-                    bytes(u8[a : a + (16 if s6 else 4)]),
-                    int.from_bytes(
-                        bytes(u8[a + (16 if s6 else 4) : a + (20 if s6 else 8)]), "big", signed=True
-                    ),
-                    int(p),
-                )
-                for a, s6, p in zip(store_at.tolist(), v6.tolist(), physical.tolist())
-            ],
-            type=pa.string(),
-        )
-    hexed = _ipv4_msg_ids(u8, store_at, physical, _HEX_DIGITS)
-    offsets = np.arange(0, 32 * n + 1, 32, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(hexed)])
-
-
-@numba.njit(cache=True, nogil=True)
-def _ipv4_msg_ids(
-    u8: npt.NDArray[np.uint8], store_at: I64, physical: I64, digits: npt.NDArray[np.uint8]
-) -> npt.NDArray[np.uint8]:
-    """32 upper-case hex digits a record: store address and port (8 bytes), physical offset."""
-    out = np.empty(32 * len(store_at), dtype=np.uint8)
-    for i in range(len(store_at)):
-        o = 32 * i
-        for k in range(8):
-            b = u8[store_at[i] + k]
-            out[o + 2 * k] = digits[b >> 4]
-            out[o + 2 * k + 1] = digits[b & 15]
-        p = physical[i]
-        for k in range(16):
-            out[o + 31 - k] = digits[p & 15]
-            p >>= 4
-    return out
+    """offsetMsgId (store host and physical offset in upper-case hex) of records some of which
+    have an IPv6 store host."""
+    return pa.array(
+        [
+            encode_offset_msg_id(
+                bytes(u8[a : a + (16 if s6 else 4)]),
+                int.from_bytes(bytes(u8[a + (16 if s6 else 4) : a + (20 if s6 else 8)]), "big", signed=True),
+                int(p),
+            )
+            for a, s6, p in zip(store_at.tolist(), v6.tolist(), physical.tolist())
+        ],
+        type=pa.string(),
+    )
