@@ -22,6 +22,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.byte_copy import copy_bytes
 from rocketstore.codec.commitlog_scan import Buffer, record_header, record_is_well_formed, record_layout
 from rocketstore.codec.crc import CRC_TABLES
 from rocketstore.codec.java_hash import java_hash_utf8, signed32, tags_code
@@ -130,7 +131,7 @@ def _gather(u8: npt.NDArray[np.uint8], at: I64, length: I64) -> tuple[npt.NDArra
     for i in range(n):
         a = at[i]
         if a >= 0:
-            data[offsets[i] : offsets[i + 1]] = u8[a : a + length[i]]  # a slice copy is a memcpy
+            copy_bytes(data, offsets[i], u8, a, length[i])
     return data, offsets
 
 

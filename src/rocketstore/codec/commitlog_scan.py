@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec.big_endian import read_i32, read_i64
+from rocketstore.codec.byte_copy import copy_bytes
 from rocketstore.codec.commitlog_record import (
     BLANK_MAGIC,
     MESSAGE_MAGIC_V1,
@@ -310,8 +311,7 @@ def _copy_bodies(
     for i in range(len(body_at)):
         a = body_at[i]
         n = body_len[i]
-        out[q : q + n] = u8[a : a + n]  # a slice copy is a memcpy: 3x a byte loop
-        q += n
+        q = copy_bytes(out, q, u8, a, n)
 
 
 def gather_records(

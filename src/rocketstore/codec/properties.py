@@ -14,6 +14,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.byte_copy import copy_bytes
 from rocketstore.codec.text_column import TextColumn
 
 __all__ = [
@@ -276,12 +277,9 @@ def _put_entry(
     start: int,
     end: int,
 ) -> int:
-    out[q : q + len(name)] = name
-    q += len(name)
+    q = copy_bytes(out, q, name, 0, len(name))
     out[q] = 1
-    q += 1
-    out[q : q + end - start] = src[start:end]
-    q += end - start
+    q = copy_bytes(out, q + 1, src, start, end - start)
     out[q] = 2
     return q + 1
 

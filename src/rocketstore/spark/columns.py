@@ -31,11 +31,9 @@ import numba
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from rocketstore.codec.big_endian import read_i64
+from rocketstore.codec.byte_copy import copy_bytes
 from rocketstore.codec.commitlog_record import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from rocketstore.codec.commitlog_scan import Buffer, read_record_fields, record_fields
 from rocketstore.codec.host import format_host
@@ -265,39 +263,6 @@ def _grown(a: npt.NDArray[Any], used: int, need: int) -> npt.NDArray[Any]:
     return out
 
 
-def _memcpy_typer(
-    typingctx: Any,
-    dst: types.Array,
-    dst_at: types.Integer,
-    src: types.Array,
-    src_at: types.Integer,
-    n: types.Integer,
-) -> tuple[Any, Any]:
-    """``dst[dst_at:dst_at + n] = src[src_at:src_at + n]`` as one C ``memcpy`` (uint8 arrays that
-    do not overlap). Numba compiles a slice assignment, or a loop, to a byte loop: 3 to 10 times
-    slower on the short strings of a batch."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        d, d_at, s, s_at, size = args
-        dst_data = context.make_array(signature.args[0])(context, builder, d).data
-        src_data = context.make_array(signature.args[2])(context, builder, s).data
-        to, frm = builder.gep(dst_data, [d_at]), builder.gep(src_data, [s_at])
-        cgutils.raw_memcpy(builder, to, frm, size, 1)  # type: ignore[no-untyped-call]
-        return context.get_dummy_value()
-
-    return types.void(dst, dst_at, src, src_at, n), codegen
-
-
-_memcpy: Any = intrinsic(_memcpy_typer)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _put(out: npt.NDArray[np.uint8], o: int, u8: npt.NDArray[np.uint8], a: int, n: int) -> int:
-    """Copy ``u8[a:a + n]`` to ``out[o:]``; where it ends in ``out``."""
-    _memcpy(out, o, u8, a, n)
-    return o + n
-
-
 @numba.njit(cache=True, nogil=True, inline="always")
 def _next_key(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[int, int]:
     """The next key of a KEYS value from ``p`` (keys are split on spaces, ``MessageExt.keys``):
@@ -423,12 +388,12 @@ def _build(
         topic_offsets[i] = t_o
         if t_o + topic_len > len(topics):
             topics = _grown(topics, t_o, t_o + topic_len)
-        t_o = _put(topics, t_o, u8, topic_at, topic_len)
+        t_o = copy_bytes(topics, t_o, u8, topic_at, topic_len)
         if with_body:
             body_offsets[i] = b_o
             if b_o + body_len > len(bodies):
                 bodies = _grown(bodies, b_o, b_o + body_len)
-            b_o = _put(bodies, b_o, u8, body_at, body_len)
+            b_o = copy_bytes(bodies, b_o, u8, body_at, body_len)
         room = props_len // 3 + 1  # split_properties' bound
         if room > len(k_at):  # the spans of one record's entries: the scratch starts afresh
             k_at = np.empty(2 * room, dtype=np.int64)
@@ -460,9 +425,9 @@ def _build(
         )
         for q in range(count):
             name_offsets[e] = n_o
-            n_o = _put(names, n_o, u8, k_at[q], k_len[q])
+            n_o = copy_bytes(names, n_o, u8, k_at[q], k_len[q])
             value_offsets[e] = v_o
-            v_o = _put(values, v_o, u8, v_at[q], v_len[q])
+            v_o = copy_bytes(values, v_o, u8, v_at[q], v_len[q])
             e += 1
         bit = np.uint8(1 << (i & 7))
         tag_offsets[i] = g_o
@@ -473,7 +438,7 @@ def _build(
             tags_valid[i >> 3] |= bit
             if g_o + v_len[w] > len(tags):
                 tags = _grown(tags, g_o, g_o + v_len[w])
-            g_o = _put(tags, g_o, u8, v_at[w], v_len[w])
+            g_o = copy_bytes(tags, g_o, u8, v_at[w], v_len[w])
         keys_list[i] = nk
         w = found[1, 0]
         if w < 0:
@@ -490,7 +455,7 @@ def _build(
                 p, q = _next_key(u8, p, end)
                 if q > p:
                     key_offsets[nk] = k_o
-                    k_o = _put(keys, k_o, u8, p, q - p)
+                    k_o = copy_bytes(keys, k_o, u8, p, q - p)
                     nk += 1
                 p = q
         uniq_offsets[i] = u_o
@@ -501,7 +466,7 @@ def _build(
             uniq_valid[i >> 3] |= bit
             if u_o + v_len[w] > len(uniq):
                 uniq = _grown(uniq, u_o, u_o + v_len[w])
-            u_o = _put(uniq, u_o, u8, v_at[w], v_len[w])
+            u_o = copy_bytes(uniq, u_o, u8, v_at[w], v_len[w])
         if max(t_o, n_o, v_o, g_o, u_o, k_o, b_o) >= _LIMIT:  # past by one record at most
             too_big = True
             break
@@ -554,7 +519,7 @@ def _gather(
     o = 0
     for i in range(len(at)):
         offsets[i] = o
-        o = _put(data, o, u8, at[i], length[i])
+        o = copy_bytes(data, o, u8, at[i], length[i])
     offsets[len(at)] = o
     return data, offsets
 

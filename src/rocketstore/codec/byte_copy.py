@@ -1,0 +1,56 @@
+"""Byte runs copied inside compiled loops as one C ``memcpy``.
+
+Numba compiles a slice assignment between uint8 arrays (``out[q:q + n] = src[a:a + n]``) to a
+byte loop, not to ``memcpy``: measured on this project's kernels, 21 against 4 ns for 20 bytes,
+72 against 13 ns for 100 and 510 against 160 ns for 1 KiB. Every kernel that moves bodies,
+topics or property text between buffers copies through ``copy_bytes``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+__all__ = ["copy_bytes"]
+
+
+def _memcpy_typer(
+    typingctx: Any,
+    dst: types.Array,
+    dst_at: types.Integer,
+    src: types.Array,
+    src_at: types.Integer,
+    n: types.Integer,
+) -> tuple[Any, Any]:
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        d, d_at, s, s_at, size = args
+        dst_data = context.make_array(signature.args[0])(context, builder, d).data
+        src_data = context.make_array(signature.args[2])(context, builder, s).data
+        to, frm = builder.gep(dst_data, [d_at]), builder.gep(src_data, [s_at])
+        cgutils.raw_memcpy(builder, to, frm, size, 1)  # type: ignore[no-untyped-call]
+        return context.get_dummy_value()
+
+    return types.void(dst, dst_at, src, src_at, n), codegen
+
+
+_memcpy: Any = intrinsic(_memcpy_typer)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def copy_bytes(
+    dst: npt.NDArray[np.uint8], dst_at: int, src: npt.NDArray[np.uint8], src_at: int, n: int
+) -> int:
+    """``dst[dst_at:dst_at + n] = src[src_at:src_at + n]`` (contiguous uint8 arrays that do not
+    overlap); returns ``dst_at + n``, where the next run goes. A run outside either array raises
+    ValueError, as the slice assignment did: lengths read from a damaged file never make it read
+    or write beyond the arrays."""
+    if n < 0 or src_at < 0 or dst_at < 0 or src_at + n > len(src) or dst_at + n > len(dst):
+        raise ValueError("copy_bytes: a run of bytes outside its array")
+    _memcpy(dst, dst_at, src, src_at, n)
+    return dst_at + n
