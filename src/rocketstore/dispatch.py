@@ -113,12 +113,14 @@ class DispatchService(BackgroundService):
         batches: list[DispatchBatch] = []
         for item in items:
             if isinstance(item, DispatchBatch):
-                self._dispatch_requests(run)
-                run = []
+                if run:
+                    self._dispatch_requests(run)
+                    run = []
                 batches.append(item)
             else:
-                self._dispatch_batches(batches)
-                batches = []
+                if batches:
+                    self._dispatch_batches(batches)
+                    batches = []
                 run.append(item)
         self._dispatch_batches(batches)
         self._dispatch_requests(run)
