@@ -431,37 +431,35 @@ class CommitLog:
         if count:
             files[count - 1].rewind(wrote)
 
-    def take_dispatch_requests(self, limit: int | None = None) -> list[DispatchRequest | DispatchBatch]:
+    def take_dispatch_requests(self, limit: int) -> tuple[list[DispatchRequest | DispatchBatch], int | None]:
         """What was appended since the last call, in log order, ending at or below ``limit``
-        (the readable end of the log: with a transient pool, appended is not yet readable).
-        A replica's records are parsed here, by the dispatcher, from what ``append_raw`` wrote."""
-        if self._replica_parsed_to is not None and limit is not None:
+        (the readable end of the log: with a transient pool, appended is not yet readable), and
+        the commitlog offset of the oldest record still waiting (None when none): one taking of
+        the append lock a dispatch round. A replica's records are parsed here, by the
+        dispatcher, from what ``append_raw`` wrote."""
+        if self._replica_parsed_to is not None:
             self._parse_replicated(limit)
         with self._lock:
             pending = self._pending
-            if limit is None or not pending or _end_of(pending[-1]) <= limit:
+            n = len(pending)
+            if n and _end_of(pending[-1]) > limit:
+                n = 0
+                while _end_of(pending[n]) <= limit:
+                    n += 1
+                self._pending = pending[n:]
+            else:
                 self._pending = []
-                return pending
-            n = 0
-            while n < len(pending) and _end_of(pending[n]) <= limit:
-                n += 1
-            self._pending = pending[n:]
-            return pending[:n]
+        if n == len(pending):
+            return pending, self._replica_parsed_to if self._replica_more else None
+        first = pending[n]
+        if isinstance(first, DispatchBatch):
+            return pending[:n], int(first.physical_offsets[0])
+        return pending[:n], first.physical_offset
 
     @property
     def replica_backlog(self) -> bool:
         """Whether a replica's received records wait to be parsed past the step just taken."""
         return self._replica_more
-
-    def first_pending_offset(self) -> int | None:
-        """Commitlog offset of the oldest appended record not yet taken by the dispatcher."""
-        with self._lock:
-            if not self._pending:
-                return self._replica_parsed_to if self._replica_more else None
-            first = self._pending[0]
-            return (
-                int(first.physical_offsets[0]) if isinstance(first, DispatchBatch) else first.physical_offset
-            )
 
     # --- reading -------------------------------------------------------------------------
     def message_at(

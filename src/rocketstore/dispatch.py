@@ -69,12 +69,11 @@ class DispatchService(BackgroundService):
         if self.reput_offset < self.catch_up_to:
             self._catch_up()
         snapshot = self._commitlog.max_offset
-        requests = self._commitlog.take_dispatch_requests(snapshot)
+        requests, waiting = self._commitlog.take_dispatch_requests(snapshot)
         if requests:
             self._dispatch(requests)
         if self._commitlog.replica_backlog:
             self.wakeup()  # a replica's bytes are parsed a step a round: the next step at once
-        waiting = self._commitlog.first_pending_offset()
         if snapshot > self.dispatched_to and (waiting is None or waiting >= snapshot):
             self.dispatched_to = max(snapshot, self.reput_offset)
             self._notify()
