@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from rocketstore import ManualClock, Message, MessageStore, StoreConfig
@@ -97,6 +98,11 @@ def test_an_exhausted_pool_falls_back_to_the_mapping(tmp_path: Path) -> None:
         results = store.put_messages(workload())
         assert all(r.ok for r in results)
         assert len(store._commitlog.files.files) > 3
+        end = results[-1].physical_offset + results[-1].wrote_bytes
+        deadline = time.monotonic() + 30
+        while store.max_phy_offset() < end:  # the pooled segment's tail: readable once committed
+            assert time.monotonic() < deadline, "the committer did not commit within 30 s"
+            time.sleep(0.005)
         assert store.wait_dispatched(5)
         for r in results[::37]:
             got = store.look_message_by_offset(r.physical_offset)
@@ -118,3 +124,32 @@ def test_warm_touches_and_syncs_a_fresh_segment(tmp_path: Path) -> None:
     assert isinstance(locked, bool)
     assert bytes(mf.buf[:16]) == bytes(16)  # touching does not change content
     mf.close()
+
+
+def test_a_rolled_segments_uncommitted_tail_is_not_readable_yet(tmp_path: Path) -> None:
+    """Appends roll on to the next segment before the committer reached the tail of the one
+    before: the log is readable, and dispatched, up to that tail's committed end only, so every
+    message a consume queue lists can be read (before, the queue listed the tail's records and
+    reading them answered MESSAGE_WAS_REMOVING until the next commit)."""
+    cfg = pool_config(
+        commit_interval=3_600_000, commit_least_pages=10_000, commit_thorough_interval=3_600_000
+    )
+    with MessageStore.open(tmp_path / "s", cfg) as store:
+        results = []
+        while not results or results[-1].physical_offset < GEOMETRY["commitlog_segment_size"]:
+            results.append(store.put_message(Message(topic="T", body=b"x" * 1000, queue_id=0)))
+            assert results[-1].ok
+        assert store.max_phy_offset() == 0  # nothing committed: nothing readable
+        assert store.wait_dispatched(5)
+        assert store.max_offset_in_queue("T", 0) == 0
+        assert store._committer is not None
+        store._committer._thorough._interval_ms = 0  # the next round commits everything
+        store._committer.run_once()
+        assert store.max_phy_offset() == results[-1].physical_offset + results[-1].wrote_bytes
+        assert store.wait_dispatched(5)
+        seen = []
+        while len(seen) < len(results):  # a get stops at the end of a consume-queue segment
+            got = store.get_message("g", "T", 0, len(seen), max_msgs=len(results), transfer_limits=False)
+            assert got.messages, got.status
+            seen += [m.physical_offset for m in got.messages]
+        assert seen == [r.physical_offset for r in results]

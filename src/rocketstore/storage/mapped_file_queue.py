@@ -59,6 +59,9 @@ class MappedFileQueue:
         # The writer appends segments and the cleaner removes them: each replaces the list under
         # this lock, so neither loses the other's change. Readers never take it.
         self._files_lock = threading.Lock()
+        # segments appended to through a transient pool's write buffer, oldest first, until
+        # committed whole (the committer drops them; see max_offset)
+        self._pooled: list[MappedFile] = []
 
     # --- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -107,6 +110,13 @@ class MappedFileQueue:
 
     @property
     def max_offset(self) -> int:
+        """Where the readable bytes of the log end. A transient pool's appended bytes become
+        readable when committed, segment after segment: when appends rolled on to the next
+        segment before the committer reached a segment's tail, the log is readable up to that
+        segment's committed end only (RocketMQ's reput reads the bytes and stops there too)."""
+        for mf in self._pooled:
+            if mf.write_buffer is not None:
+                return mf.from_offset + mf.read_position
         files = self.files
         return files[-1].from_offset + files[-1].read_position if files else 0
 
@@ -141,6 +151,8 @@ class MappedFileQueue:
         mf.keep_fd = self.keep_fds
         with self._files_lock:
             self.files = [*self.files, mf]
+        if mf.write_buffer is not None:
+            self._pooled = [*self._pooled, mf]
         return mf
 
     def truncate(self, offset: int) -> int:
@@ -172,6 +184,7 @@ class MappedFileQueue:
                 mf.destroy()
         with self._files_lock:
             self.files = keep
+        self._pooled = [mf for mf in self._pooled if mf in keep]
         self.flushed_where = min(self.flushed_where, offset)
         return dropped
 
@@ -236,6 +249,8 @@ class MappedFileQueue:
             moved |= mf.committed_position > before
             if mf.committed_position < mf.size:
                 break
+        if self._pooled and self._pooled[0].write_buffer is None:
+            self._pooled = [mf for mf in self._pooled if mf.write_buffer is not None]
         return moved
 
     def flush_all(self) -> None:
@@ -247,3 +262,4 @@ class MappedFileQueue:
         for mf in self.files:
             mf.close()
         self.files = []
+        self._pooled = []
