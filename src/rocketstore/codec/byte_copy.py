@@ -20,6 +20,10 @@ from numba.extending import intrinsic
 __all__ = ["copy_bytes"]
 
 
+def _byte_array(t: Any) -> bool:
+    return isinstance(t, types.Array) and t.dtype == types.uint8 and t.ndim == 1 and t.layout == "C"
+
+
 def _memcpy_typer(
     typingctx: Any,
     dst: types.Array,
@@ -27,7 +31,11 @@ def _memcpy_typer(
     src: types.Array,
     src_at: types.Integer,
     n: types.Integer,
-) -> tuple[Any, Any]:
+) -> tuple[Any, Any] | None:
+    # a raw memcpy is right only for contiguous bytes: anything else does not compile
+    if not (_byte_array(dst) and dst.mutable and _byte_array(src)):
+        return None
+
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         d, d_at, s, s_at, size = args
         dst_data = context.make_array(signature.args[0])(context, builder, d).data
@@ -46,10 +54,11 @@ _memcpy: Any = intrinsic(_memcpy_typer)
 def copy_bytes(
     dst: npt.NDArray[np.uint8], dst_at: int, src: npt.NDArray[np.uint8], src_at: int, n: int
 ) -> int:
-    """``dst[dst_at:dst_at + n] = src[src_at:src_at + n]`` (contiguous uint8 arrays that do not
-    overlap); returns ``dst_at + n``, where the next run goes. A run outside either array raises
-    ValueError, as the slice assignment did: lengths read from a damaged file never make it read
-    or write beyond the arrays."""
+    """``dst[dst_at:dst_at + n] = src[src_at:src_at + n]`` for contiguous 1-D uint8 arrays that
+    do not overlap (other arrays, strided views and a read-only destination do not compile);
+    returns ``dst_at + n``, where the next run goes. A run outside either array raises
+    ValueError, as the slice assignment did: lengths read from a damaged file never make it
+    read or write beyond the arrays."""
     if n < 0 or src_at < 0 or dst_at < 0 or src_at + n > len(src) or dst_at + n > len(dst):
         raise ValueError("copy_bytes: a run of bytes outside its array")
     _memcpy(dst, dst_at, src, src_at, n)
