@@ -533,7 +533,8 @@ class MessageStore:
     # --- dispatch progress ---------------------------------------------------------------
     def wait_dispatched(self, timeout: float | None = None) -> bool:
         """Block until everything appended so far is visible to readers; False on timeout. With
-        a transient store pool, appended means committed (the committer's interval)."""
+        a transient store pool: everything committed so far (a put becomes readable at the
+        committer's next round)."""
         self._check_open()
         dispatcher = self._dispatcher
         if dispatcher is None:
