@@ -31,6 +31,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rocketstore.codec.big_endian import read_i64
 from rocketstore.codec.byte_copy import copy_bytes
@@ -172,13 +173,18 @@ def records_to_batch(
     finally:
         del u8
     i32, i64, nulls = out.i32, out.i64, out.nulls.tolist()
-    entries = pa.StructArray.from_arrays(
-        [_text(out.name_offsets, out.names), _text(out.value_offsets, out.values)],
-        fields=[_PROPERTIES_MAP.key_field, _PROPERTIES_MAP.item_field],
-    )
-    properties = pa.Array.from_buffers(
-        _PROPERTIES_MAP, n, [None, pa.py_buffer(out.entry_offsets)], null_count=0, children=[entries]
-    )
+    names = _text(out.name_offsets, out.names)
+    if len(out.names) and out.names.max() >= 0x80 and pc.any(pc.match_substring(names, "\ufffd")).as_py():
+        # rare: names that differ only in bytes that are not UTF-8 decode alike
+        properties = _decoded_properties(out.entry_offsets, names, _text(out.value_offsets, out.values))
+    else:
+        entries = pa.StructArray.from_arrays(
+            [names, _text(out.value_offsets, out.values)],
+            fields=[_PROPERTIES_MAP.key_field, _PROPERTIES_MAP.item_field],
+        )
+        properties = pa.Array.from_buffers(
+            _PROPERTIES_MAP, n, [None, pa.py_buffer(out.entry_offsets)], null_count=0, children=[entries]
+        )
     keys = pa.Array.from_buffers(
         _KEYS_LIST,
         n,
@@ -561,6 +567,18 @@ def _text(
         texts = [raw[bounds[i] : bounds[i + 1]].decode("utf-8", "replace") for i in range(n)]
         arr = pa.array(texts, type=pa.string(), mask=None if bitmap is None else arr.is_null())
     return arr
+
+
+def _decoded_properties(entry_offsets: npt.NDArray[np.int32], names: pa.Array, values: pa.Array) -> pa.Array:
+    """The properties map with each record's entries merged by decoded name, as
+    ``decode_properties`` reads the decoded text: a name's first place, its last value."""
+    bounds = entry_offsets.tolist()
+    name_list, value_list = names.to_pylist(), values.to_pylist()
+    merged = [
+        dict(zip(name_list[bounds[i] : bounds[i + 1]], value_list[bounds[i] : bounds[i + 1]]))
+        for i in range(len(bounds) - 1)
+    ]
+    return pa.array([list(m.items()) for m in merged], type=_PROPERTIES_MAP)
 
 
 def text_column(buf: Buffer, at: I64, length: I64) -> pa.Array:
