@@ -270,6 +270,17 @@ def _grown(a: npt.NDArray[Any], used: int, need: int) -> npt.NDArray[Any]:
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _append(
+    data: npt.NDArray[np.uint8], used: int, u8: npt.NDArray[np.uint8], at: int, n: int
+) -> tuple[npt.NDArray[np.uint8], int]:
+    """``u8[at:at + n]`` after the ``used`` bytes of ``data``, grown first when it lacks room:
+    the buffer (the same or its grown copy) and how much of it is used now."""
+    if used + n > len(data):
+        data = _grown(data, used, used + n)
+    return data, copy_bytes(data, used, u8, at, n)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _next_key(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[int, int]:
     """The next key of a KEYS value from ``p`` (keys are split on spaces, ``MessageExt.keys``):
     (its start, its end), equal when only spaces are left."""
@@ -392,14 +403,10 @@ def _build(
             host_keys[1, i] = read_i64(u8, store_at)
             _put_msg_id(msg_ids, 32 * i, u8, store_at, physical_offset, digits)
         topic_offsets[i] = t_o
-        if t_o + topic_len > len(topics):
-            topics = _grown(topics, t_o, t_o + topic_len)
-        t_o = copy_bytes(topics, t_o, u8, topic_at, topic_len)
+        topics, t_o = _append(topics, t_o, u8, topic_at, topic_len)
         if with_body:
             body_offsets[i] = b_o
-            if b_o + body_len > len(bodies):
-                bodies = _grown(bodies, b_o, b_o + body_len)
-            b_o = copy_bytes(bodies, b_o, u8, body_at, body_len)
+            bodies, b_o = _append(bodies, b_o, u8, body_at, body_len)
         room = props_len // 3 + 1  # split_properties' bound
         if room > len(k_at):  # the spans of one record's entries: the scratch starts afresh
             k_at = np.empty(2 * room, dtype=np.int64)
@@ -442,9 +449,7 @@ def _build(
             nulls[0] += 1
         else:
             tags_valid[i >> 3] |= bit
-            if g_o + v_len[w] > len(tags):
-                tags = _grown(tags, g_o, g_o + v_len[w])
-            g_o = copy_bytes(tags, g_o, u8, v_at[w], v_len[w])
+            tags, g_o = _append(tags, g_o, u8, v_at[w], v_len[w])
         keys_list[i] = nk
         w = found[1, 0]
         if w < 0:
@@ -470,9 +475,7 @@ def _build(
             nulls[2] += 1
         else:
             uniq_valid[i >> 3] |= bit
-            if u_o + v_len[w] > len(uniq):
-                uniq = _grown(uniq, u_o, u_o + v_len[w])
-            u_o = copy_bytes(uniq, u_o, u8, v_at[w], v_len[w])
+            uniq, u_o = _append(uniq, u_o, u8, v_at[w], v_len[w])
         if max(t_o, n_o, v_o, g_o, u_o, k_o, b_o) >= _LIMIT:  # past by one record at most
             too_big = True
             break
