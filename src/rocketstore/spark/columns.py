@@ -31,7 +31,6 @@ import numba
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rocketstore.codec.big_endian import read_i64
 from rocketstore.codec.byte_copy import copy_bytes
@@ -173,9 +172,8 @@ def records_to_batch(
     finally:
         del u8
     i32, i64, nulls = out.i32, out.i64, out.nulls.tolist()
-    names = _text(out.name_offsets, out.names)
-    if len(out.names) and out.names.max() >= 0x80 and pc.any(pc.match_substring(names, "\ufffd")).as_py():
-        # rare: names that differ only in bytes that are not UTF-8 decode alike
+    names, replaced = _text_replaced(out.name_offsets, out.names)
+    if replaced:  # rare: names that differ only in bytes that are not UTF-8 decode alike
         properties = _decoded_properties(out.entry_offsets, names, _text(out.value_offsets, out.values))
     else:
         entries = pa.StructArray.from_arrays(
@@ -555,21 +553,32 @@ def _text(
 ) -> pa.Array:
     """The string column of Arrow's buffers (``valid``: the validity bitmap when ``nulls`` > 0);
     like Java (and ``decode_record``), bytes that are not valid UTF-8 become U+FFFD."""
+    return _text_replaced(offsets, data, valid, nulls)[0]
+
+
+def _text_replaced(
+    offsets: npt.NDArray[np.int32],
+    data: npt.NDArray[np.uint8],
+    valid: npt.NDArray[np.uint8] | None = None,
+    nulls: int = 0,
+) -> tuple[pa.Array, bool]:
+    """``_text``, and whether some bytes were not UTF-8 (and became U+FFFD)."""
     n = len(offsets) - 1
     bitmap = pa.py_buffer(valid) if nulls and valid is not None else None
     arr = pa.Array.from_buffers(
         pa.string(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=int(nulls)
     )
     if not len(data) or data.max() < 0x80:
-        return arr  # ASCII is valid UTF-8
+        return arr, False  # ASCII is valid UTF-8
     try:
         arr.validate(full=True)
     except pa.ArrowInvalid:
         raw = data.tobytes()
         bounds = offsets.tolist()
         texts = [raw[bounds[i] : bounds[i + 1]].decode("utf-8", "replace") for i in range(n)]
-        arr = pa.array(texts, type=pa.string(), mask=None if bitmap is None else arr.is_null())
-    return arr
+        mask = None if bitmap is None else arr.is_null()
+        return pa.array(texts, type=pa.string(), mask=mask), True
+    return arr, False
 
 
 def _decoded_properties(entry_offsets: npt.NDArray[np.int32], names: pa.Array, values: pa.Array) -> pa.Array:
