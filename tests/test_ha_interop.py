@@ -76,8 +76,8 @@ def test_rocketstore_slave_of_a_rocketmq_master(tmp_path: Path) -> None:
             _line(master, "final")
             master.wait(WAIT)
             for path in sorted((tmp_path / "s" / "commitlog").iterdir()):
-                start = int(path.name)
-                if path.name.isdigit() and start < end:
+                if path.name.isdigit() and int(path.name) < end:
+                    start = int(path.name)
                     n = min(SEG, end - start)
                     assert (
                         path.read_bytes()[:n] == (tmp_path / "m" / "commitlog" / path.name).read_bytes()[:n]
