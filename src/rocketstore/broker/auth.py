@@ -12,12 +12,17 @@ The file (TOML)::
 The signature is HMAC-SHA1(secret key, the ``x-mq-date-time`` header's bytes) in hex (either
 case); the access key is the ``Credential`` value up to its first ``/`` (BROKER.md §1). Without
 an ACL file every request is allowed and the header is ignored.
+
+Every refusal is logged (WARNING, ``rocketstore.broker.auth``) with the client id, the code and
+why: the official clients show only "failed to fetch topic route", so the server's log is where
+an operator learns which key or permission is wrong.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +32,8 @@ from rocketstore.broker.status import Code, StatusError
 from rocketstore.errors import StoreConfigError
 
 __all__ = ["Account", "Acl"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,20 @@ class Acl:
     def check(
         self, metadata: Mapping[str, str], *, topic: str | None = None, group: str | None = None
     ) -> None:
-        """Raise StatusError (UNAUTHORIZED, FORBIDDEN) unless the signer may use ``topic``/``group``."""
+        """Raise StatusError (UNAUTHORIZED, FORBIDDEN) unless the signer may use ``topic``/``group``;
+        each refusal is logged."""
+        try:
+            self._check(metadata, topic, group)
+        except StatusError as exc:
+            log.warning(
+                "refused a request of client %r: %s: %s",
+                metadata.get("x-mq-client-id", "?"),
+                Code.Name(exc.code),
+                exc.message,
+            )
+            raise
+
+    def _check(self, metadata: Mapping[str, str], topic: str | None, group: str | None) -> None:
         account = self.authenticate(metadata)
         if topic and topic not in account.topics and "*" not in account.topics:
             raise StatusError(
