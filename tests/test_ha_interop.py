@@ -1,7 +1,9 @@
-"""Replication with a live RocketMQ 4.9.8 store, both directions (the oracle of ../shared/tools/oracle).
+"""Replication with a live RocketMQ 4.9.8 store, both directions (RocketMQ's store driver, the oracle).
 
-Runs only when ``ROCKETMQ_ORACLE`` names the oracle's ``run.sh`` (built with its ``build.sh`` from
-fetched mirrors and javac; a fresh clone skips these). Every socket is on loopback; every wait bounded.
+Runs only when ``ROCKETMQ_ORACLE`` names the oracle's ``run.sh`` (RocketMQ 4.9.8's unmodified store
+jars driven by a small Java program; docs/replication.md says how to build or get one; ``.ci/run``
+sets it where CI has one); elsewhere these skip, saying so. Every socket is on loopback; every wait
+bounded; everything written goes to pytest's temp dirs.
 """
 
 from __future__ import annotations
@@ -17,9 +19,14 @@ import pytest
 from rocketstore import Message, MessageStore, PutStatus, StoreConfig
 
 ORACLE = os.environ.get("ROCKETMQ_ORACLE", "")
+SKIP_REASON = (
+    "needs RocketMQ 4.9.8's store driver: set ROCKETMQ_ORACLE to its run.sh (docs/replication.md)"
+    if not ORACLE
+    else f"ROCKETMQ_ORACLE={ORACLE!r} is not a file (it names the store driver's run.sh)"
+)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not Path(ORACLE).is_file(), reason="set ROCKETMQ_ORACLE to the oracle's run.sh"),
+    pytest.mark.skipif(not Path(ORACLE).is_file(), reason=SKIP_REASON),
 ]
 GEOMETRY = StoreConfig(
     commitlog_segment_size=65536, consume_queue_entries=64, index_hash_slots=64, index_max_entries=256
