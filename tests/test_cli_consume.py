@@ -19,6 +19,11 @@ from rocketstore.cli import main
 from rocketstore.consumer.offset_store import read_offsets
 
 CFG = StoreConfig(commitlog_segment_size=65536, consume_queue_entries=40)
+# a test that starts a reader process, then writes, waits for the reader to wait: seen by its
+# inotify descriptor in /proc (Linux's)
+WAITING_IS_VISIBLE = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="sees a reader wait by its inotify fd in /proc"
+)
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -150,6 +155,7 @@ def test_reset_offset_refuses_while_the_group_runs(root: Path, capsys: pytest.Ca
         assert code == 0
 
 
+@WAITING_IS_VISIBLE
 def test_tail_follow_waits_for_a_topic_that_does_not_exist_yet(root: Path) -> None:
     proc = subprocess.Popen(
         [
@@ -169,7 +175,8 @@ def test_tail_follow_waits_for_a_topic_that_does_not_exist_yet(root: Path) -> No
         stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(0.3)  # tail has looked and found no topic Later (not an assertion on time)
+        # tail has looked, found no topic Later, and waits for the writer
+        assert _wait_for(lambda: _waits_on_the_store(proc) or proc.poll() is not None)
         assert proc.poll() is None
         with MessageStore.open(root, CFG) as store:
             store.put_message(Message("Later", b"arrived", queue_id=0))
@@ -217,7 +224,7 @@ def _wait_for(ready: Callable[[], bool], timeout: float = 60) -> bool:
     return True
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sees a reader wait by its inotify fd")
+@WAITING_IS_VISIBLE
 @pytest.mark.parametrize("small", [True, False], ids=["small-geometry", "default-geometry"])
 def test_tail_and_consumers_started_on_an_empty_store_get_every_message_a_later_put_writes(
     tmp_path: Path, small: bool
