@@ -194,9 +194,17 @@ def to_store_message(
         deliver_ms = _timestamp_ms(sp.delivery_timestamp)
         wait = deliver_ms - now_ms
         if wait > max_delivery_ahead_ms:
+            # The official Python client copies Message.delivery_timestamp into the seconds field
+            # while its docstring asks for ms: a time in ms then reads as one 1000 times too far.
+            seconds = int(sp.delivery_timestamp.seconds)
+            hint = (
+                f"; its seconds field {seconds} looks like milliseconds: give the time in seconds"
+                if abs(seconds - now_ms) <= max_delivery_ahead_ms
+                else ""
+            )
             raise StatusError(
                 Code.ILLEGAL_DELIVERY_TIME,
-                f"delivery time {deliver_ms} is {wait} ms ahead: more than {max_delivery_ahead_ms} ms",
+                f"delivery time {deliver_ms} is {wait} ms ahead: more than {max_delivery_ahead_ms} ms{hint}",
             )
         props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
         if wait > 0 and delay_levels_ms:
