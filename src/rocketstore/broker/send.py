@@ -26,12 +26,11 @@ import bisect
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rocketmq.grpc_protocol import definition_pb2
-
 from rocketstore.broker.status import Code, StatusError
 from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED
 from rocketstore.message import TOPIC_PATTERN, Message
 from rocketstore.prepare import SYSTEM_TOPIC_PREFIX
+from rocketstore.protocol import definition_pb2
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
 __all__ = ["PROPERTY_TRANSACTION", "SYSTEM_PROPERTIES", "SentMessage", "delay_level_for", "to_store_message"]

@@ -18,9 +18,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from google.protobuf import duration_pb2
-from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2 as rpc
-from rocketmq.grpc_protocol import service_pb2_grpc
 
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
@@ -42,6 +39,9 @@ from rocketstore.errors import (
 )
 from rocketstore.message import TOPIC_PATTERN
 from rocketstore.prepare import SYSTEM_TOPIC_PREFIX
+from rocketstore.protocol import definition_pb2 as pb
+from rocketstore.protocol import service_pb2 as rpc
+from rocketstore.protocol import service_pb2_grpc
 from rocketstore.results import PutMessageResult, PutStatus
 from rocketstore.store import MessageStore
 from rocketstore.topics import PROPERTY_SHARDING_KEY
