@@ -11,6 +11,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from rocketstore.broker.auth import Account
+
 __all__ = ["ClientInfo", "ClientRegistry"]
 
 log = logging.getLogger("rocketstore.broker.clients")
@@ -29,6 +31,9 @@ class ClientInfo:
     last_seen_ms: int = 0
     # server commands to write on the client's Telemetry stream; None while it has none open
     commands: asyncio.Queue[Any] | None = None
+    # the account that signed the open Telemetry stream (None: no ACL): server commands about a
+    # topic go only to a stream whose account may use it
+    account: Account | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
