@@ -7,6 +7,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -353,6 +354,40 @@ def test_another_groups_handle_is_refused(start_broker: StartBroker, stub_for: S
         metadata=CLIENT,
     )
     assert forwarded.status.code == pb.Code.INVALID_RECEIPT_HANDLE, forwarded
+
+
+# --- item 4: a client that does not read is cut off -----------------------------------------------
+def test_a_client_that_writes_settings_and_never_reads_is_cut_off(
+    start_broker: StartBroker, stub_for: Stub
+) -> None:
+    broker, _, port = start_broker()
+    stub = stub_for(port)
+    # ~1 MB of topic names per command, each echoed in its answer: 40 MB if all were kept
+    big = publishing(*(f"T{i:05d}" + "x" * 120 for i in range(8000)))
+    done = threading.Event()
+
+    def commands() -> Iterator[Any]:
+        for _ in range(40):
+            yield big
+        done.set()
+
+    client_id = "flooder"
+    call = stub.Telemetry(commands(), metadata=(("x-mq-client-id", client_id),), timeout=120)
+
+    def cut_off() -> bool:
+        info = broker.service.clients.get(client_id)
+        return info is not None and getattr(info.commands, "reason", None) is not None
+
+    deadline = time.monotonic() + 120
+    while not (done.is_set() or cut_off()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    answers = 0
+    with pytest.raises(grpc.RpcError) as refused:
+        for _ in call:  # only now does the client read
+            answers += 1
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "not yet read" in (refused.value.details() or "")
+    assert answers < 40
 
 
 # --- item 5: every field is checked before a write ---------------------------------------------------

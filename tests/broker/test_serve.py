@@ -154,6 +154,55 @@ def test_serve_writes_nothing_outside_its_store(served: list[Served], tmp_path: 
     assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
 
 
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads a process's RSS from /proc")
+def test_a_client_flooding_its_telemetry_stream_leaves_the_brokers_memory_flat(
+    served: list[Served], tmp_path: Path
+) -> None:
+    """250 settings commands of ~1 MB, none of the answers read (they echo the topics): the
+    broker's memory grew by 1.6 GB before its per-client bound."""
+    s = serve(served, tmp_path / "store", "--create")
+    big = rpc.TelemetryCommand(
+        settings=pb.Settings(
+            client_type=pb.ClientType.PRODUCER,
+            publishing=pb.Publishing(topics=[pb.Resource(name=f"T{i:05d}" + "x" * 120) for i in range(8000)]),
+        )
+    )
+    channel = grpc.insecure_channel(f"127.0.0.1:{s.port}")
+    stop = threading.Event()
+
+    def commands() -> Iterator[Any]:
+        for _ in range(250):
+            if stop.is_set():
+                return
+            yield big
+
+    try:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        heartbeat = stub.Heartbeat(rpc.HeartbeatRequest(), metadata=(("x-mq-client-id", "flooder"),))
+        assert heartbeat.status.code == pb.Code.OK
+        before = rss_bytes(s.proc.pid)
+        call = stub.Telemetry(commands(), metadata=(("x-mq-client-id", "flooder"),))
+        deadline = time.monotonic() + 120
+        while "telemetry stream of client flooder closed" not in s.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "telemetry stream of client flooder closed" in s.log()
+        grown = rss_bytes(s.proc.pid) - before
+        assert grown < 100 << 20, f"RSS grew by {grown >> 20} MB"
+        stop.set()
+        call.cancel()
+    finally:
+        channel.close()
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(60) == 128 + signal.SIGTERM, s.log()
+
+
 def test_importing_the_broker_leaves_the_official_client_out() -> None:
     code = (
         "import sys, rocketstore.cli, rocketstore.broker, rocketstore.broker.serve, "

@@ -13,9 +13,61 @@ from typing import Any
 
 from rocketstore.broker.auth import Account
 
-__all__ = ["ClientInfo", "ClientRegistry"]
+__all__ = ["ClientInfo", "ClientRegistry", "CommandQueue"]
 
 log = logging.getLogger("rocketstore.broker.clients")
+
+
+class CommandQueue:
+    """What the broker has to write on one client's Telemetry stream (answers to its settings,
+    orphaned-transaction checks), bounded: at most ``max_items`` commands of ``max_bytes`` in
+    all. A client that does not read its stream fills it; the next command then overflows it:
+    what is pending is dropped, and ``get`` answers None, so the stream is closed (``reason``
+    says why). So a client that writes without reading holds no more than the bound."""
+
+    def __init__(self, client_id: str, max_items: int, max_bytes: int) -> None:
+        self._client_id = client_id
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._max_items = max_items
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self.reason: str | None = None
+
+    def offer(self, command: Any) -> bool:
+        """Queue ``command``; False (and the stream to be closed) when it does not fit."""
+        if self.reason is not None:
+            return False
+        size = int(command.ByteSize())
+        if self._queue.qsize() >= self._max_items or self._bytes + size > self._max_bytes:
+            self.close(
+                f"{self._queue.qsize()} commands of {self._bytes} bytes not yet read by the client "
+                f"(the limit: {self._max_items} commands, {self._max_bytes} bytes)"
+            )
+            log.warning("telemetry stream of client %s closed: %s", self._client_id, self.reason)
+            return False
+        self._bytes += size
+        self._queue.put_nowait((command, size))
+        return True
+
+    def close(self, reason: str) -> None:
+        """Drop what is pending and end the stream after the command being written."""
+        if self.reason is not None:
+            return
+        self.reason = reason
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._bytes = 0
+        self._queue.put_nowait(None)
+
+    async def get(self) -> Any:
+        """The next command; None once the stream is to end."""
+        item = await self._queue.get()
+        if item is None:
+            self._queue.put_nowait(None)
+            return None
+        command, size = item
+        self._bytes -= size
+        return command
 
 
 @dataclass
@@ -30,7 +82,7 @@ class ClientInfo:
     first_seen_ms: int = 0
     last_seen_ms: int = 0
     # server commands to write on the client's Telemetry stream; None while it has none open
-    commands: asyncio.Queue[Any] | None = None
+    commands: CommandQueue | None = None
     # the account that signed the open Telemetry stream (None: no ACL): server commands about a
     # topic go only to a stream whose account may use it
     account: Account | None = None

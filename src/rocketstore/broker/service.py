@@ -18,12 +18,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import grpc
 from google.protobuf import duration_pb2
 
 from rocketstore.broker.access import Use, check_group, check_subscription, check_topic
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Account, Acl
-from rocketstore.broker.clients import ClientInfo, ClientRegistry
+from rocketstore.broker.clients import ClientInfo, ClientRegistry, CommandQueue
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.convert import timestamp, to_proto_message
@@ -57,6 +58,11 @@ _MESSAGE_TYPES = (
     pb.MessageType.DELAY,
     pb.MessageType.TRANSACTION,
 )
+# a client's Telemetry commands not yet written to it (see CommandQueue): a client that writes
+# settings without reading the answers is cut off here
+_MAX_PENDING_COMMANDS = 64
+_MAX_PENDING_COMMAND_BYTES = 16 << 20
+_CLIENT_ENDED = "the client ended its stream"
 _TRANSACTION_SOURCES = frozenset(
     (
         pb.TransactionSource.SOURCE_UNSPECIFIED,
@@ -272,18 +278,22 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             yield rpc.TelemetryCommand(status=status(exc.code, exc.message))
             return
         info = caller.info
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        queue = CommandQueue(info.client_id, _MAX_PENDING_COMMANDS, _MAX_PENDING_COMMAND_BYTES)
         info.commands = queue
         info.account = caller.account
 
         async def read() -> None:
             try:
                 async for command in request_iterator:
-                    if command.HasField("settings"):
-                        await queue.put(self._settings(caller, command.settings))
+                    # stop reading once the stream is to close: what the client still sends
+                    # waits in gRPC's flow-control window, not here
+                    if command.HasField("settings") and not queue.offer(
+                        self._settings(caller, command.settings)
+                    ):
+                        return
             except Exception as exc:  # the client went away mid-read
                 log.debug("telemetry of %s ended: %s", info.client_id, exc)
-            await queue.put(None)
+            queue.close(_CLIENT_ENDED)
 
         reader = asyncio.get_running_loop().create_task(read())
         try:
@@ -296,6 +306,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             reader.cancel()
             if info.commands is queue:
                 info.commands = None
+        if queue.reason not in (None, _CLIENT_ENDED):
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"stream closed: {queue.reason}")
 
     def _settings(self, caller: _Caller, settings: Any) -> Any:
         """Record a client's settings and answer RocketMQ's for its kind (BROKER.md §4); settings
@@ -507,15 +519,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             if not producers:
                 continue
             producer = producers[orphan.checks % len(producers)]
-            assert producer.commands is not None
+            commands = producer.commands
+            assert commands is not None
             command = rpc.TelemetryCommand(
                 recover_orphaned_transaction_command=rpc.RecoverOrphanedTransactionCommand(
                     message=to_proto_message(orphan.half, topic=orphan.topic),
                     transaction_id=orphan.transaction_id,
                 )
             )
-            await producer.commands.put(command)
-            txlog.checked(orphan.half)
+            # a check that does not fit closes the stream: the half is checked again later
+            if commands.offer(command):
+                txlog.checked(orphan.half)
 
     @_answer(rpc.RecallMessageResponse)
     async def RecallMessage(self, request: Any, context: Any) -> Any:
