@@ -16,8 +16,10 @@ import pytest
 from google.protobuf import duration_pb2
 
 from rocketstore.broker import BrokerConfig
+from rocketstore.broker.clients import CommandQueue
 from rocketstore.protocol import definition_pb2 as pb
 from rocketstore.protocol import service_pb2 as rpc
+from rocketstore.protocol import service_pb2_grpc
 
 from .conftest import CLIENT, StartBroker
 from .test_requests import Stub, send_request, signed
@@ -361,13 +363,15 @@ def test_a_client_that_writes_settings_and_never_reads_is_cut_off(
     start_broker: StartBroker, stub_for: Stub
 ) -> None:
     broker, _, port = start_broker()
-    stub = stub_for(port)
-    # ~1 MB of topic names per command, each echoed in its answer: 40 MB if all were kept
-    big = publishing(*(f"T{i:05d}" + "x" * 120 for i in range(8000)))
+    # no window growth (BDP probes): what the client does not read stays in the broker
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.http2.bdp_probe", 0)])
+    stub = service_pb2_grpc.MessagingServiceStub(channel)
+    # 128 kB of topic names per command, each echoed in its answer: 25 MB if all were kept
+    big = publishing(*(f"T{i:05d}" + "x" * 120 for i in range(1000)))
     done = threading.Event()
 
     def commands() -> Iterator[Any]:
-        for _ in range(40):
+        for _ in range(200):
             yield big
         done.set()
 
@@ -382,12 +386,56 @@ def test_a_client_that_writes_settings_and_never_reads_is_cut_off(
     while not (done.is_set() or cut_off()) and time.monotonic() < deadline:
         time.sleep(0.05)
     answers = 0
-    with pytest.raises(grpc.RpcError) as refused:
-        for _ in call:  # only now does the client read
-            answers += 1
+    try:
+        with pytest.raises(grpc.RpcError) as refused:
+            for _ in call:  # only now does the client read
+                answers += 1
+    finally:
+        channel.close()
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "not yet read" in (refused.value.details() or "")
-    assert answers < 40
+    assert answers <= 64
+
+
+def test_pending_commands_are_bounded_in_bytes_too() -> None:
+    pending = CommandQueue("c", max_items=100, max_bytes=1000)
+    command = publishing("x" * 100)
+    offered = 0
+    while pending.offer(command):
+        offered += 1
+    assert 0 < offered < 10
+    assert pending.reason is not None and "not yet read" in pending.reason
+    assert not pending.offer(command)  # closed: nothing more is kept
+
+
+def test_settings_naming_too_many_topics_are_refused(start_broker: StartBroker, stub_for: Stub) -> None:
+    _, _, port = start_broker()
+    stream = Telemetry(stub_for(port), CLIENT)
+    try:
+        stream.send(publishing(*(f"T{i}" for i in range(1025))))
+        answer = stream.next()
+        assert answer.status.code == pb.Code.BAD_REQUEST
+        assert "1025 topics" in answer.status.message
+    finally:
+        stream.close()
+
+
+def test_one_connection_brings_a_bounded_number_of_client_ids(
+    start_broker: StartBroker, stub_for: Stub
+) -> None:
+    _, _, port = start_broker()
+    stub = stub_for(port)
+    codes = [
+        stub.Heartbeat(rpc.HeartbeatRequest(), metadata=(("x-mq-client-id", f"id-{i}"),)).status.code
+        for i in range(65)
+    ]
+    assert codes == [pb.Code.OK] * 64 + [pb.Code.TOO_MANY_REQUESTS]
+    gone = stub.NotifyClientTermination(
+        rpc.NotifyClientTerminationRequest(), metadata=(("x-mq-client-id", "id-0"),)
+    )
+    assert gone.status.code == pb.Code.OK
+    again = stub.Heartbeat(rpc.HeartbeatRequest(), metadata=(("x-mq-client-id", "id-64"),))
+    assert again.status.code == pb.Code.OK
 
 
 # --- item 5: every field is checked before a write ---------------------------------------------------

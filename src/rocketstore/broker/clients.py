@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocketstore.broker.auth import Account
+from rocketstore.broker.status import Code, StatusError
 
 __all__ = ["ClientInfo", "ClientRegistry", "CommandQueue"]
 
@@ -104,16 +105,30 @@ class ClientInfo:
 
 class ClientRegistry:
     """client id -> ClientInfo; a client is forgotten on NotifyClientTermination or after
-    ``expire_ms`` without a request (clients heartbeat every 10 s)."""
+    ``expire_ms`` without a request (clients heartbeat every 10 s). One connection (peer) may
+    bring at most ``max_per_peer`` client ids: a client inventing ids is refused
+    (TOO_MANY_REQUESTS) rather than held without bound."""
 
-    def __init__(self, expire_ms: int = 120_000) -> None:
+    def __init__(self, expire_ms: int = 120_000, max_per_peer: int = 64) -> None:
         self._clients: dict[str, ClientInfo] = {}
+        self._per_peer: dict[str, int] = {}
         self._expire_ms = expire_ms
+        self._max_per_peer = max_per_peer
         self.changed = False
 
     def seen(self, client_id: str, peer: str, now_ms: int, metadata: dict[str, str]) -> ClientInfo:
         info = self._clients.get(client_id)
         if info is None:
+            held = self._per_peer.get(peer, 0)
+            if held >= self._max_per_peer:
+                log.warning(
+                    "client %s from %s refused: %d client ids on that connection", client_id, peer, held
+                )
+                raise StatusError(
+                    Code.TOO_MANY_REQUESTS,
+                    f"{held} client ids on this connection already: at most {self._max_per_peer}",
+                )
+            self._per_peer[peer] = held + 1
             info = self._clients[client_id] = ClientInfo(
                 client_id,
                 peer,
@@ -127,7 +142,11 @@ class ClientRegistry:
         return info
 
     def forget(self, client_id: str, reason: str) -> None:
-        if self._clients.pop(client_id, None) is not None:
+        info = self._clients.pop(client_id, None)
+        if info is not None:
+            held = self._per_peer.pop(info.peer) - 1
+            if held:
+                self._per_peer[info.peer] = held
             self.changed = True
             log.info("client gone: %s (%s)", client_id, reason)
 

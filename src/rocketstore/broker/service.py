@@ -63,6 +63,8 @@ _MESSAGE_TYPES = (
 _MAX_PENDING_COMMANDS = 64
 _MAX_PENDING_COMMAND_BYTES = 16 << 20
 _CLIENT_ENDED = "the client ended its stream"
+# topics one client's settings may name (kept per client, for orphaned-transaction checks)
+_MAX_SETTINGS_TOPICS = 1024
 _TRANSACTION_SOURCES = frozenset(
     (
         pb.TransactionSource.SOURCE_UNSPECIFIED,
@@ -366,6 +368,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     @staticmethod
     def _check_settings(account: Account | None, settings: Any) -> None:
         _client_type(settings.client_type)
+        named = len(settings.publishing.topics) + len(settings.subscription.subscriptions)
+        if named > _MAX_SETTINGS_TOPICS:
+            raise StatusError(
+                Code.BAD_REQUEST, f"settings name {named} topics: at most {_MAX_SETTINGS_TOPICS}"
+            )
         if settings.HasField("publishing"):
             for topic in settings.publishing.topics:
                 check_topic(account, topic.name, Use.SEND)
