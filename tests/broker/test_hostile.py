@@ -397,6 +397,48 @@ def test_a_client_that_writes_settings_and_never_reads_is_cut_off(
     assert answers <= 64
 
 
+def test_one_client_has_a_bounded_number_of_waiting_receives(
+    start_broker: StartBroker, stub_for: Stub
+) -> None:
+    broker, _, port = start_broker(BrokerConfig(long_polling_min_ms=120_000, long_polling_max_ms=120_000))
+    stub = stub_for(port)
+
+    def receive_as(client_id: str, timeout: float) -> Any:
+        return stub.ReceiveMessage(
+            rpc.ReceiveMessageRequest(
+                group=pb.Resource(name="G"),
+                message_queue=pb.MessageQueue(topic=pb.Resource(name="T")),
+                batch_size=1,
+                invisible_duration=duration_pb2.Duration(seconds=30),
+            ),
+            metadata=(("x-mq-client-id", client_id),),
+            timeout=timeout,
+        )
+
+    waiting = [receive_as("greedy", 300) for _ in range(64)]
+    try:
+        deadline = time.monotonic() + 120
+        info = None
+        while time.monotonic() < deadline:
+            info = broker.service.clients.get("greedy")
+            if info is not None and info.receiving == 64:
+                break
+            time.sleep(0.05)
+        assert info is not None and info.receiving == 64
+        [refused] = list(receive_as("greedy", 60))
+        assert refused.status.code == pb.Code.TOO_MANY_REQUESTS
+        assert "64 receives of this client" in refused.status.message
+        [other] = list(receive_as("modest", 3))  # another client still gets its (empty) answer
+        assert other.status.code == pb.Code.MESSAGE_NOT_FOUND
+    finally:
+        for call in waiting:
+            call.cancel()
+    deadline = time.monotonic() + 120
+    while info.receiving and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert info.receiving == 0  # cancelled receives leave no count behind
+
+
 def test_pending_commands_are_bounded_in_bytes_too() -> None:
     pending = CommandQueue("c", max_items=100, max_bytes=1000)
     command = publishing("x" * 100)

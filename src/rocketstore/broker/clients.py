@@ -82,6 +82,7 @@ class ClientInfo:
     topics: set[str] = field(default_factory=set)
     first_seen_ms: int = 0
     last_seen_ms: int = 0
+    receiving: int = 0  # its ReceiveMessage calls under way
     # server commands to write on the client's Telemetry stream; None while it has none open
     commands: CommandQueue | None = None
     # the account that signed the open Telemetry stream (None: no ACL): server commands about a

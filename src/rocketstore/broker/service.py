@@ -63,6 +63,8 @@ _MESSAGE_TYPES = (
 _MAX_PENDING_COMMANDS = 64
 _MAX_PENDING_COMMAND_BYTES = 16 << 20
 _CLIENT_ENDED = "the client ended its stream"
+# receives one client may have waiting at once (all clients: max_concurrent_streams)
+_MAX_RECEIVES_PER_CLIENT = 64
 # topics one client's settings may name (kept per client, for orphaned-transaction checks)
 _MAX_SETTINGS_TOPICS = 1024
 _TRANSACTION_SOURCES = frozenset(
@@ -597,7 +599,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             poll_s = max(0.0, min(poll_s, remaining - _DEADLINE_MARGIN_S))
         if self._streams >= self.config.max_concurrent_streams:
             raise StatusError(Code.TOO_MANY_REQUESTS, f"{self._streams} receives are waiting: the limit")
+        info = caller.info
+        if info.receiving >= _MAX_RECEIVES_PER_CLIENT:
+            log.warning(
+                "receive of client %s refused: %d of its receives are waiting", info.client_id, info.receiving
+            )
+            raise StatusError(
+                Code.TOO_MANY_REQUESTS,
+                f"{info.receiving} receives of this client are waiting: at most {_MAX_RECEIVES_PER_CLIENT}",
+            )
         self._streams += 1
+        info.receiving += 1
         try:
             with self._arrival.watching():
                 deadline = time.monotonic() + poll_s
@@ -621,6 +633,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                     await self._arrival.wait(min(left, _RECHECK_S), arrived)
         finally:
             self._streams -= 1
+            info.receiving -= 1
         if not popped:
             yield rpc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
             return
