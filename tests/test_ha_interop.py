@@ -1,9 +1,7 @@
-"""Replication with a live RocketMQ 4.9.8 store, both directions (RocketMQ's store driver, the oracle).
+"""Replication with a live RocketMQ 4.9.8 store, both directions.
 
-Runs only when ``ROCKETMQ_ORACLE`` names the oracle's ``run.sh`` (RocketMQ 4.9.8's unmodified store
-jars driven by a small Java program; docs/replication.md says how to build or get one; ``.ci/run``
-sets it where CI has one); elsewhere these skip, saying so. Every socket is on loopback; every wait
-bounded; everything written goes to pytest's temp dirs.
+Runs only when ``ROCKETMQ_ORACLE`` names a driver of RocketMQ's store (docs/testing.md says what it
+does and how to get RocketMQ 4.9.8; without it these skip). Every socket is on loopback; every wait bounded.
 """
 
 from __future__ import annotations
@@ -20,9 +18,9 @@ from rocketstore import Message, MessageStore, PutStatus, StoreConfig
 
 ORACLE = os.environ.get("ROCKETMQ_ORACLE", "")
 SKIP_REASON = (
-    "needs RocketMQ 4.9.8's store driver: set ROCKETMQ_ORACLE to its run.sh (docs/replication.md)"
+    "set ROCKETMQ_ORACLE to the oracle's run.sh (RocketMQ 4.9.8's store driver: docs/testing.md)"
     if not ORACLE
-    else f"ROCKETMQ_ORACLE={ORACLE!r} is not a file (it names the store driver's run.sh)"
+    else f"ROCKETMQ_ORACLE={ORACLE!r} is not a file: set it to the oracle's run.sh (docs/testing.md)"
 )
 pytestmark = [
     pytest.mark.slow,

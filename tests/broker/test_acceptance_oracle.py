@@ -1,8 +1,7 @@
 """RocketMQ 4.9.8 reads what the broker wrote for the official Python client (issue 16's check).
 
-Runs only when ``ROCKETMQ_ORACLE`` names the oracle's ``run.sh`` (RocketMQ 4.9.8's unmodified store
-jars driven by a small Java program; docs/broker-acceptance.md says how to build or get one;
-``.ci/run`` sets it where CI has one); elsewhere this skips, saying so. The broker serves a
+Runs only when ``ROCKETMQ_ORACLE`` names a driver of RocketMQ's store (docs/testing.md says what it
+does and how to get RocketMQ 4.9.8; without it this skips). The broker serves a
 store for normal, FIFO, delay and transactional sends and a consumer that leaves a message un-acked
 until it is dead-lettered; then RocketMQ's own DefaultMessageStore loads the closed store and its
 listing must hold every topic (retry, DLQ, schedule, transaction half and op topics included) with
@@ -30,9 +29,9 @@ from .conftest import SMALL
 
 ORACLE = os.environ.get("ROCKETMQ_ORACLE", "")
 SKIP_REASON = (
-    "needs RocketMQ 4.9.8's store driver: set ROCKETMQ_ORACLE to its run.sh (docs/broker-acceptance.md)"
+    "set ROCKETMQ_ORACLE to the oracle's run.sh (RocketMQ 4.9.8's store driver: docs/testing.md)"
     if not ORACLE
-    else f"ROCKETMQ_ORACLE={ORACLE!r} is not a file (it names the store driver's run.sh)"
+    else f"ROCKETMQ_ORACLE={ORACLE!r} is not a file: set it to the oracle's run.sh (docs/testing.md)"
 )
 pytestmark = [
     pytest.mark.slow,

@@ -1,5 +1,5 @@
-"""Access keys (issue item 6): the clients' ``MQv2-HMAC-SHA1`` signature, and per-topic and
-per-group permissions from an ACL file.
+"""Access keys: the clients' ``MQv2-HMAC-SHA1`` signature, and the accounts of an ACL file with
+the topics and groups each may use (``access`` checks every name a request gives against them).
 
 The file (TOML)::
 
@@ -13,9 +13,10 @@ The signature is HMAC-SHA1(secret key, the ``x-mq-date-time`` header's bytes) in
 case); the access key is the ``Credential`` value up to its first ``/`` (BROKER.md §1). Without
 an ACL file every request is allowed and the header is ignored.
 
-Every refusal is logged (WARNING, ``rocketstore.broker.auth``) with the client id, the code and
-why: the official clients show only "failed to fetch topic route", so the server's log is where
-an operator learns which key or permission is wrong.
+Every refusal (UNAUTHORIZED, FORBIDDEN) is logged by ``log_refusal`` (WARNING,
+``rocketstore.broker.auth``) with the call, the client and why: the official clients show only
+"failed to fetch topic route", so the server's log is where an operator learns which key or
+permission is wrong.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 from rocketstore.broker.status import Code, StatusError
 from rocketstore.errors import StoreConfigError
 
-__all__ = ["Account", "Acl"]
+__all__ = ["Account", "Acl", "log_refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -98,29 +99,9 @@ class Acl:
             raise StatusError(Code.UNAUTHORIZED, f"the signature of access key {ak!r} does not match")
         return account
 
-    def check(
-        self, metadata: Mapping[str, str], *, topic: str | None = None, group: str | None = None
-    ) -> None:
-        """Raise StatusError (UNAUTHORIZED, FORBIDDEN) unless the signer may use ``topic``/``group``;
-        each refusal is logged."""
-        try:
-            self._check(metadata, topic, group)
-        except StatusError as exc:
-            log.warning(
-                "refused a request of client %r: %s: %s",
-                metadata.get("x-mq-client-id", "?"),
-                Code.Name(exc.code),
-                exc.message,
-            )
-            raise
 
-    def _check(self, metadata: Mapping[str, str], topic: str | None, group: str | None) -> None:
-        account = self.authenticate(metadata)
-        if topic and topic not in account.topics and "*" not in account.topics:
-            raise StatusError(
-                Code.FORBIDDEN, f"access key {account.access_key!r} may not use topic {topic!r}"
-            )
-        if group and group not in account.groups and "*" not in account.groups:
-            raise StatusError(
-                Code.FORBIDDEN, f"access key {account.access_key!r} may not use group {group!r}"
-            )
+def log_refusal(call: str, client: str, exc: StatusError) -> None:
+    """One log line for a request refused for its keys or permissions (other errors are the
+    client's to report)."""
+    if exc.code in (Code.UNAUTHORIZED, Code.FORBIDDEN):
+        log.warning("refused %s of client %s: %s: %s", call, client, Code.Name(exc.code), exc.message)
