@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.config import BrokerConfig
@@ -17,6 +17,9 @@ from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.remoting.producers import ProducerGroups
 from rocketstore.broker.transactions import TransactionLog
 from rocketstore.store import MessageStore
+
+if TYPE_CHECKING:
+    from rocketstore.broker.remoting.server import Connection
 
 __all__ = ["RemotingContext"]
 
@@ -37,6 +40,15 @@ class RemotingContext:
     sends: GroupCommit
     system_puts: GroupCommit
     producers: ProducerGroups = field(default_factory=ProducerGroups)
+    # run by HEART_BEAT with the parsed HeartbeatData, and by UNREGISTER_CLIENT with its header,
+    # after the producer groups are recorded: how other registries (consumers) learn of clients.
+    # A hook's RequestRefused refuses the request.
+    heartbeat_hooks: list[Callable[[dict[str, Any], Connection], Awaitable[None]]] = field(
+        default_factory=list
+    )
+    unregister_hooks: list[Callable[[dict[str, str], Connection], Awaitable[None]]] = field(
+        default_factory=list
+    )
     # processors' own shared state, by name (e.g. the consumer registry)
     extensions: dict[str, Any] = field(default_factory=dict)
 

@@ -3,9 +3,10 @@ which producer groups (and, by the consumer processor, which consumer groups).
 
 The connection remembers the heartbeat's ``clientID``, language and version
 (``conn.attributes``: ``client_id``, ``language``, ``version``); producer groups go to
-``ctx.producers`` (the transaction checks look there). The answer is SUCCESS with version 409
-in every case the body parses: the client keeps that version per broker and refuses SQL92 pulls
-to brokers older than 4.1.
+``ctx.producers`` (the transaction checks look there); then ``ctx.heartbeat_hooks`` /
+``ctx.unregister_hooks`` run (the consumer registry registers one of each). The answer is
+SUCCESS with version 409 in every case the body parses: the client keeps that version per
+broker and refuses SQL92 pulls to brokers older than 4.1.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class HeartbeatProcessor:
             group = producer.get("groupName") if isinstance(producer, dict) else None
             if isinstance(group, str) and group:
                 self.ctx.producers.register(group, client_id, conn, now)
+        for hook in self.ctx.heartbeat_hooks:
+            await hook(data, conn)
         return cmd.response()
 
     async def unregister(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -69,4 +72,6 @@ class HeartbeatProcessor:
         group = ext.get("producerGroup")
         if group:
             self.ctx.producers.unregister(group, client_id)
+        for hook in self.ctx.unregister_hooks:
+            await hook(ext, conn)
         return cmd.response()
