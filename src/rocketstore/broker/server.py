@@ -145,7 +145,7 @@ class Broker:
             await self._start_grpc(config.listen, acl, transactions)
             senders.append(self.service.send_orphan_check)
         if config.remoting is not None:
-            await self._start_remoting(transactions, remoting_socket, namesrv_socket)
+            await self._start_remoting(transactions, acl, remoting_socket, namesrv_socket)
             senders.append(self.remoting.send_orphan_check)
         checker = TransactionChecker(transactions, system_puts, self._executor, senders)
         self._started_ms = int(time.time() * 1000)
@@ -212,6 +212,7 @@ class Broker:
     async def _start_remoting(
         self,
         transactions: TransactionLog,
+        acl: Acl | None,
         remoting_socket: socket.socket | None,
         namesrv_socket: socket.socket | None,
     ) -> None:
@@ -254,7 +255,7 @@ class Broker:
             max_connections=config.max_connections,
             idle_timeout_s=config.idle_timeout_ms / 1000,
         )
-        self._remoting = RemotingEndpoint(ctx, limits)
+        self._remoting = RemotingEndpoint(ctx, limits, acl)
         await self._remoting.start(broker_sock, namesrv_sock)
         self.remoting_port = self._remoting.broker.port if self._remoting.broker else None
         self.namesrv_port = self._remoting.namesrv.port if self._remoting.namesrv else None

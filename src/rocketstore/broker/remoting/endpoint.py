@@ -14,6 +14,8 @@ import logging
 import socket
 from typing import Final, Protocol
 
+from rocketstore.broker.auth import Acl
+from rocketstore.broker.remoting.acl import RemotingAcl
 from rocketstore.broker.remoting.codes import RequestCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
@@ -76,14 +78,20 @@ def handler_table(ctx: RemotingContext, factories: tuple[ProcessorFactory, ...])
 class RemotingEndpoint:
     """Both listeners over one context; ``start`` binds (or takes bound sockets), ``stop`` ends."""
 
-    def __init__(self, ctx: RemotingContext, limits: RemotingLimits) -> None:
+    def __init__(self, ctx: RemotingContext, limits: RemotingLimits, acl: Acl | None = None) -> None:
         self.ctx = ctx
         self.limits = limits
+        self._acl = RemotingAcl(acl) if acl is not None else None
         self.broker: RemotingServer | None = None
         self.namesrv: RemotingServer | None = None
 
     async def start(self, broker_sock: socket.socket, namesrv_sock: socket.socket | None) -> None:
-        broker = RemotingServer(handler_table(self.ctx, BROKER_PROCESSORS), self.limits, "remoting")
+        broker = RemotingServer(
+            handler_table(self.ctx, BROKER_PROCESSORS),
+            self.limits,
+            "remoting",
+            authorize=self._acl.check if self._acl is not None else None,
+        )
         await broker.start(sock=broker_sock)
         self.broker = broker
         if namesrv_sock is not None:

@@ -8,6 +8,8 @@ answers go out in whatever order they finish (the client matches them by opaque)
 
 * A response carries the request's opaque and header encoding; a oneway request (flag bit 1)
   gets none, whatever its handler returns.
+* ``authorize`` (the ACL, ``acl.py``) sees every request with a handler first; its
+  RequestRefused is the answer.
 * A code without a handler: REQUEST_CODE_NOT_SUPPORTED, remark `` request type <code> not
   supported`` (RocketMQ's broker; its name server answers nothing, which costs the client a
   timeout).
@@ -164,10 +166,19 @@ class Connection:
 
 
 class RemotingServer:
-    """Serves ``handlers`` on one address (see the module docstring). ``name`` goes into log lines."""
+    """Serves ``handlers`` on one address (see the module docstring). ``name`` goes into log
+    lines; ``authorize`` (the ACL check) runs before every handler and refuses by raising
+    RequestRefused."""
 
-    def __init__(self, handlers: Mapping[int, Handler], limits: RemotingLimits, name: str) -> None:
+    def __init__(
+        self,
+        handlers: Mapping[int, Handler],
+        limits: RemotingLimits,
+        name: str,
+        authorize: Callable[[RemotingCommand], object] | None = None,
+    ) -> None:
         self._handlers = dict(handlers)
+        self._authorize = authorize
         self.limits = limits
         self.name = name
         self.connections: set[Connection] = set()
@@ -297,6 +308,8 @@ class RemotingServer:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
             )
         try:
+            if self._authorize is not None:
+                self._authorize(cmd)
             return await handler(cmd, conn)
         except RequestRefused as exc:
             return cmd.response(exc.code, exc.remark)
