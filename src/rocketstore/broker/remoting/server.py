@@ -92,6 +92,8 @@ class Connection:
     last_read: float = 0.0
     requests_in_progress: int = 0
     _pending: dict[int, asyncio.Future[RemotingCommand]] = field(default_factory=dict)
+    _out: list[bytes | bytearray | memoryview] = field(default_factory=list)
+    _flush_scheduled: bool = False
     _drain_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -101,14 +103,30 @@ class Connection:
         return f"{host}:{self.peer_port}"
 
     async def send(self, cmd: RemotingCommand) -> None:
-        """Write one command (a response, or a request without waiting for its answer)."""
+        """Write one command (a response, or a request without waiting for its answer). The
+        commands sent in one turn of the loop go out in one write (a group commit answers many
+        sends of a connection at once)."""
         if self.closed:
             return
-        try:
-            self.writer.writelines(encode_command(cmd))
-            if self.writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+        self._out.extend(encode_command(cmd))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        if self.writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            try:
                 async with self._drain_lock:
                     await self.writer.drain()
+            except (ConnectionError, RuntimeError) as exc:
+                log.debug("write to %s failed: %s", self.peer, exc)
+                self.close()
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self.closed or not out:
+            return
+        try:
+            self.writer.writelines(out)
         except (ConnectionError, RuntimeError) as exc:
             log.debug("write to %s failed: %s", self.peer, exc)
             self.close()
