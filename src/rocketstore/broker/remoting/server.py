@@ -36,9 +36,11 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
-from rocketstore.broker.remoting.codes import ResponseCode
+from rocketstore.broker.metrics import BrokerMetrics
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import (
     FLAG_ONEWAY,
     MAX_FRAME_SIZE,
@@ -59,6 +61,15 @@ Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | 
 # write buffer above which a writer waits for the socket (asyncio's default high-water mark)
 _WRITE_HIGH_WATER = 64 * 1024
 _MAX_OPAQUE = 0x7FFFFFFF
+
+
+def _code_name(codes: type[IntEnum], code: int) -> str:
+    """A metric label: the code's name, OTHER for codes RocketMQ does not define (so a client
+    cannot make the label set grow without bound)."""
+    try:
+        return codes(code).name
+    except ValueError:
+        return "OTHER"
 
 
 @dataclass(frozen=True)
@@ -194,9 +205,12 @@ class RemotingServer:
         limits: RemotingLimits,
         name: str,
         authorize: Callable[[RemotingCommand], object] | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self._handlers = dict(handlers)
         self._authorize = authorize
+        self._metrics = metrics
+        self._counted: dict[tuple[int, int], Any] = {}
         self.limits = limits
         self.name = name
         self.connections: set[Connection] = set()
@@ -272,11 +286,13 @@ class RemotingServer:
         conn = Connection(self, writer, str(peer[0]), int(peer[1]), next(self._ids))
         conn.last_read = time.monotonic()
         self.connections.add(conn)
+        self._connections_changed()
         log.debug("%s: connection %d from %s", self.name, conn.id, conn.peer)
         try:
             await self._read(conn, reader)
         finally:
             self.connections.discard(conn)
+            self._connections_changed()
             conn.close()
 
     async def _read(self, conn: Connection, reader: asyncio.StreamReader) -> None:
@@ -316,8 +332,25 @@ class RemotingServer:
             response = await self._answer(conn, cmd)
             if response is not None and not cmd.is_oneway:
                 await conn.send(response)
+            if self._metrics is not None:
+                self._count(cmd.code, response.code if response is not None else -1)
         finally:
             conn.requests_in_progress -= 1
+
+    def _count(self, request: int, response: int) -> None:
+        child = self._counted.get((request, response))
+        if child is None:
+            assert self._metrics is not None
+            child = self._counted[(request, response)] = self._metrics.remoting_requests.labels(
+                self.name,
+                _code_name(RequestCode, request),
+                "NONE" if response < 0 else _code_name(ResponseCode, response),
+            )
+        child.inc()
+
+    def _connections_changed(self) -> None:
+        if self._metrics is not None:
+            self._metrics.remoting_connections.labels(self.name).set(len(self.connections))
 
     async def _answer(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         handler = self._handlers.get(cmd.code)
