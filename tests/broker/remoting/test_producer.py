@@ -335,3 +335,15 @@ def test_end_transaction_that_matches_no_half_is_refused(start_remoting: StartRe
         assert c.call(RequestCode.END_TRANSACTION, {**fields, "producerGroup": "txg"}).code == 0
         again = c.call(RequestCode.END_TRANSACTION, {**fields, "producerGroup": "txg"})
         assert again.code == ResponseCode.SYSTEM_ERROR  # already ended
+
+
+def test_sync_master_without_a_slave_answers_slave_not_available_with_the_offsets(
+    start_remoting: StartRemoting,
+) -> None:
+    r = start_remoting(store_config=SMALL.replace(broker_role="SYNC_MASTER", ha_listen_port=0))
+    with RawClient(r.port) as c:
+        resp = send(c, "Replicated", b"x", queue_id=0)
+        # as RocketMQ answers: stored here, not on a slave; the client parses the header still
+        assert resp.code == ResponseCode.SLAVE_NOT_AVAILABLE
+        assert resp.ext_fields["queueOffset"] == "0" and resp.ext_fields["queueId"] == "0"
+        assert stored(r, resp).body == b"x"
