@@ -156,7 +156,7 @@ class ProducerProcessor:
         """``topic``'s configuration; created from the default topic when it has none and
         RocketMQ would auto-create it (SendMessageProcessor.msgCheck), else TOPIC_NOT_EXIST."""
         store = self.ctx.store
-        config = store.topic_configs().get(topic)
+        config = store.topic_config(topic)
         if config is not None:
             return config
         queues: int | None = None
@@ -166,7 +166,7 @@ class ProducerProcessor:
         elif default_topic == DEFAULT_TOPIC and self.ctx.config.auto_create_topic:
             queues = max(1, min(queue_nums, default_topic_config(self.ctx).write_queues))
         else:
-            default = store.topic_configs().get(default_topic)
+            default = store.topic_config(default_topic)
             if default is not None and default.perm & PERM_INHERIT:
                 queues = max(1, min(queue_nums, default.write_queues))
                 perm = default.perm & ~PERM_INHERIT
@@ -217,7 +217,7 @@ class ProducerProcessor:
                 limit = DEFAULT_MAX_RECONSUME_TIMES
             if header.reconsume_times >= limit:
                 dlq = DLQ_PREFIX + topic[len(RETRY_PREFIX) :]
-                if dlq not in self.ctx.store.topic_configs():
+                if self.ctx.store.topic_config(dlq) is None:
                     await self.ctx.run(
                         lambda: self.ctx.store.create_topic(dlq, 1, perm=PERM_READ | PERM_WRITE)
                     )
