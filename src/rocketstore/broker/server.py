@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from rocketmq.grpc_protocol import service_pb2_grpc
 
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
@@ -38,6 +37,7 @@ from rocketstore.broker.service import MessagingService
 from rocketstore.broker.transaction_check import OrphanSender, TransactionChecker
 from rocketstore.broker.transactions import TransactionLog
 from rocketstore.errors import StoreConfigError
+from rocketstore.protocol import service_pb2_grpc
 from rocketstore.storage.paths import atomic_write
 from rocketstore.store import MessageStore
 
