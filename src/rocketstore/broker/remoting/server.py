@@ -260,8 +260,10 @@ class RemotingServer:
 
     async def _sweep_idle(self) -> None:
         idle = self.limits.idle_timeout_s
+        if idle <= 0:
+            return  # 0: idle connections are kept
         while True:
-            await asyncio.sleep(min(10.0, idle / 4))
+            await asyncio.sleep(min(10.0, max(0.05, idle / 4)))
             now = time.monotonic()
             for conn in list(self.connections):
                 if now - conn.last_read > idle and conn.requests_in_progress == 0:
