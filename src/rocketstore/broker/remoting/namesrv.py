@@ -10,7 +10,9 @@ auto-creation is on, as RocketMQ's broker registers it then.
 
 The KV configuration (PUT/GET/DELETE_KV_CONFIG, GET_KVLIST_BY_NAMESPACE; mqadmin updateTopic
 ``-o`` writes namespace ``ORDER_TOPIC_CONFIG``) is kept in ``config/kvConfig.json`` of the
-store in RocketMQ's shape (``{"configTable": {namespace: {key: value}}}``).
+store in RocketMQ's shape (``{"configTable": {namespace: {key: value}}}``). Routes carry no
+``orderTopicConf`` (RocketMQ's name server adds it only with ``orderMessageEnable``, off by
+default; producers would then pick queues from it instead of from the broker's topic).
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class NameServerProcessor:
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic}",
             )
-        route: dict[str, object] = {
+        route = {
             "brokerDatas": [self.broker_data()],
             "filterServerTable": {},
             "queueDatas": [
@@ -120,9 +122,6 @@ class NameServerProcessor:
                 }
             ],
         }
-        order = self._kv.get("ORDER_TOPIC_CONFIG", {}).get(topic)
-        if order:
-            route["orderTopicConf"] = order
         return cmd.response(body=json_body(route))
 
     async def cluster_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
