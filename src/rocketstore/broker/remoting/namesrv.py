@@ -45,6 +45,9 @@ log = logging.getLogger("rocketstore.broker.remoting")
 DEFAULT_TOPIC: Final = "TBW102"  # RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC
 PERM_INHERIT: Final = 0x1
 KV_CONFIG_FILE: Final = "kvConfig.json"
+# entries the KV configuration keeps (RocketMQ's name server has no bound; its clients write a
+# handful): past it a new key is refused, so requests cannot grow the file without end
+MAX_KV_ENTRIES: Final = 10_000
 
 
 def default_topic_config(ctx: RemotingContext) -> TopicConfig:
@@ -175,6 +178,11 @@ class NameServerProcessor:
         ext = cmd.ext_fields
         namespace, key, value = text(ext, "namespace"), text(ext, "key"), text(ext, "value")
         async with self._kv_update:
+            if key not in self._kv.get(namespace, {}) and sum(map(len, self._kv.values())) >= MAX_KV_ENTRIES:
+                raise RequestRefused(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"the KV configuration holds {MAX_KV_ENTRIES} entries: the limit",
+                )
             table = {ns: dict(entries) for ns, entries in self._kv.items()}
             table.setdefault(namespace, {})[key] = value
             await self.ctx.run(self._save_kv, table)
