@@ -61,7 +61,7 @@ class HeartbeatProcessor:
             log.info("client %s (%s %d) on %s", client_id, cmd.language, cmd.version, conn.peer)
         conn.attributes.update(client_id=client_id, language=cmd.language, version=cmd.version)
         now = int(time.time() * 1000)
-        producers = data.get("producerDataSet") or ()
+        producers = data.get("producerDataSet") or []
         if not isinstance(producers, list) or len(producers) > MAX_PRODUCER_GROUPS:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
