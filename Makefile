@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench crash fuzz clean java node
+.PHONY: run test lint bench crash fuzz clean java jdk node
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,15 @@ java:
 		( $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless ) >/dev/null 2>&1 \
 			|| echo "could not install Java: the Spark tests cannot run here"; }
 
+# The remoting tests (tests/remoting) compile small Java client programs: install a JDK when `javac`
+# is missing, as above (they skip, saying why, without one; or without ROCKETMQ_HOME).
+jdk:
+	@command -v javac >/dev/null 2>&1 || { \
+		echo "javac not found: installing openjdk-17-jdk-headless for the Java client tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+		( $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jdk-headless ) >/dev/null 2>&1 \
+			|| echo "could not install a JDK: the Java client tests cannot run here"; }
+
 # The official Node.js client for tests/broker/test_node.py, pinned by its package-lock.json; the
 # test skips, saying why, on a machine without npm.
 NODE_CLIENT := tests/broker/node/node_modules/.package-lock.json
@@ -34,7 +43,7 @@ node: $(NODE_CLIENT)
 run: $(STAMP) java
 	$(PY) -m rocketstore.demo ./store
 
-test: $(STAMP) java node
+test: $(STAMP) java jdk node
 	$(PY) -m ruff check src tests benchmarks fuzz
 	$(PY) -m mypy
 	$(PY) -m pytest

@@ -87,7 +87,20 @@ def serve(
 ) -> Served:
     conf = store.parent / f"{store.name}.conf"
     conf.write_text(UNLIMITED_DISK + settings)
-    s = Served("serve", str(store), "--listen", "127.0.0.1:0", "--config", str(conf), *extra, env=env)
+    s = Served(
+        "serve",
+        str(store),
+        "--listen",
+        "127.0.0.1:0",
+        "--remoting",
+        "off",
+        "--namesrv",
+        "off",
+        "--config",
+        str(conf),
+        *extra,
+        env=env,
+    )
     running.append(s)
     return s
 
