@@ -1,0 +1,140 @@
+"""Compiled kernels that load numba only when one first runs.
+
+Importing numba costs about half a second, and its compiler as much again before the first kernel
+loads from numba's on-disk cache: a command that runs no kernel (``--version``, ``decode-id``,
+``status`` of a small store) pays none of that. ``@kernel(...)`` takes ``numba.njit``'s options
+and leaves the function as written until it is first called; then numba is imported, and the
+kernel and every kernel it reaches through its module's globals become numba dispatchers (loaded
+from the cache, or compiled into it the first time: see ``rocketstore.warm``).
+
+``small(kernel, items, *args)`` runs a kernel's own Python code instead, with the kernels it calls
+also as Python, while numba is not loaded and the process has done fewer than
+``INTERPRETED_ITEMS`` items that way: a small store opens and reads without the compiler, and a
+process that goes on to do more loads it once the interpreted work adds up to what loading costs.
+It is the same code either way (the kernels use explicit numpy integer types, so Python runs them
+with numba's arithmetic); tests run both and compare.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Final, TypeVar, cast
+
+__all__ = ["INTERPRETED_ITEMS", "intrinsic", "kernel", "loaded", "small"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
+
+# Records (or entries) a process may handle with interpreted kernels before it loads numba: at
+# ~15 us each in Python that is ~60 ms, against ~1 s to import numba and load a kernel.
+INTERPRETED_ITEMS: Final = 4096
+
+_lock = threading.RLock()
+_interpreting = threading.local()
+_budget = [INTERPRETED_ITEMS]
+
+
+class _Lazy:
+    """A numba object (dispatcher, intrinsic) made on first use, and what it replaces."""
+
+    def __init__(self, py_func: Callable[..., Any]) -> None:
+        self.py_func = py_func
+        self._compiled: Any = None
+        functools.update_wrapper(self, py_func)
+
+    def _make(self) -> Any:
+        raise NotImplementedError
+
+    def compiled(self) -> Any:
+        """The numba object; made (with every lazy one its globals name) on first call."""
+        done = self._compiled
+        if done is not None:
+            return done
+        with _lock:
+            if self._compiled is None:
+                self._compiled = self._make()
+                # numba resolves the names a kernel uses in its module's globals when it compiles:
+                # every kernel (or intrinsic) there must be numba's object by then.
+                scope = self.py_func.__globals__
+                for name, value in list(scope.items()):
+                    if isinstance(value, _Lazy):
+                        scope[name] = value.compiled()
+            return self._compiled
+
+    def __reduce__(self) -> tuple[Callable[[str, str], Any], tuple[str, str]]:
+        # pickled by name (into Spark's workers): the worker's own module has it
+        return _by_name, (self.py_func.__module__, self.py_func.__qualname__)
+
+    def __call__(self, *args: Any) -> Any:
+        if getattr(_interpreting, "on", False):
+            return self.py_func(*args)
+        return self.compiled()(*args)
+
+
+class _Kernel(_Lazy):
+    def __init__(self, py_func: Callable[..., Any], options: dict[str, Any]) -> None:
+        super().__init__(py_func)
+        self._options = options
+
+    def _make(self) -> Any:
+        import numba
+
+        return numba.njit(**self._options)(self.py_func)
+
+
+class _Intrinsic(_Lazy):
+    def __init__(self, typer: Callable[..., Any], interpreted: Callable[..., Any]) -> None:
+        super().__init__(interpreted)
+        self._typer = typer
+
+    def _make(self) -> Any:
+        from numba.extending import intrinsic as numba_intrinsic
+
+        return numba_intrinsic(self._typer)
+
+
+def _by_name(module: str, name: str) -> Any:
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+def kernel(**options: Any) -> Callable[[F], F]:
+    """``numba.njit(**options)``, applied when the function is first called."""
+
+    def wrap(fn: F) -> F:
+        return cast(F, _Kernel(fn, options))
+
+    return wrap
+
+
+def intrinsic(typer: Callable[..., Any], interpreted: Callable[..., Any]) -> Any:
+    """``numba.extending.intrinsic(typer)``, made when a kernel using it compiles;
+    ``interpreted`` does the same in Python, for kernels run by ``small``."""
+    return _Intrinsic(typer, interpreted)
+
+
+def loaded() -> bool:
+    """Whether numba is imported in this process."""
+    return "numba" in sys.modules
+
+
+def small(fn: Callable[..., R], items: int, *args: Any) -> R:
+    """``fn(*args)``, as Python while numba is not loaded and the interpreted budget lasts
+    (``items`` is the work this call does: records, entries); compiled otherwise."""
+    if isinstance(fn, _Lazy) and fn._compiled is None and not loaded():
+        with _lock:
+            fits = items <= _budget[0]
+            if fits:
+                _budget[0] -= items
+        if fits:
+            before = getattr(_interpreting, "on", False)
+            _interpreting.on = True
+            try:
+                return cast(R, fn.py_func(*args))
+            finally:
+                _interpreting.on = before
+    return fn(*args)
