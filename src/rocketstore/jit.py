@@ -12,7 +12,7 @@ also as Python, while numba is not loaded and the process has done fewer than
 ``INTERPRETED_ITEMS`` items that way: a small store opens and reads without the compiler, and a
 process that goes on to do more loads it once the interpreted work adds up to what loading costs.
 It is the same code either way (the kernels use explicit numpy integer types, so Python runs them
-with numba's arithmetic); tests run both and compare.
+with numba's arithmetic); tests run both (``interpret``) and compare.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import types
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
-__all__ = ["INTERPRETED_ITEMS", "intrinsic", "kernel", "loaded", "small"]
+__all__ = ["INTERPRETED_ITEMS", "interpret", "interpreted", "intrinsic", "kernel", "loaded", "small"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
@@ -33,8 +34,9 @@ R = TypeVar("R")
 INTERPRETED_ITEMS: Final = 4096
 
 _lock = threading.RLock()
-_interpreting = threading.local()
 _budget = [INTERPRETED_ITEMS]
+_made: dict[int, _Lazy] = {}  # id of numba's object -> the lazy one it was made from
+_as_python: dict[Callable[..., Any], Callable[..., Any]] = {}
 
 
 class _Lazy:
@@ -56,6 +58,7 @@ class _Lazy:
         with _lock:
             if self._compiled is None:
                 self._compiled = self._make()
+                _made[id(self._compiled)] = self
                 # numba resolves the names a kernel uses in its module's globals when it compiles:
                 # every kernel (or intrinsic) there must be numba's object by then.
                 scope = self.py_func.__globals__
@@ -69,8 +72,6 @@ class _Lazy:
         return _by_name, (self.py_func.__module__, self.py_func.__qualname__)
 
     def __call__(self, *args: Any) -> Any:
-        if getattr(_interpreting, "on", False):
-            return self.py_func(*args)
         return self.compiled()(*args)
 
 
@@ -113,7 +114,7 @@ def kernel(**options: Any) -> Callable[[F], F]:
 
 def intrinsic(typer: Callable[..., Any], interpreted: Callable[..., Any]) -> Any:
     """``numba.extending.intrinsic(typer)``, made when a kernel using it compiles;
-    ``interpreted`` does the same in Python, for kernels run by ``small``."""
+    ``interpreted`` does the same in Python, for kernels run as Python."""
     return _Intrinsic(typer, interpreted)
 
 
@@ -122,19 +123,47 @@ def loaded() -> bool:
     return "numba" in sys.modules
 
 
+def interpreted(items: int) -> bool:
+    """Whether work of ``items`` (records, entries) should run as Python: numba is not loaded
+    and the process's interpreted budget has that much left (then it is taken from it)."""
+    if loaded():
+        return False
+    with _lock:
+        if items > _budget[0]:
+            return False
+        _budget[0] -= items
+        return True
+
+
+def _python(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A kernel's Python function, run with every kernel it names also as Python (a copy of its
+    code over a copy of its module's globals, so numba's objects there stay as they are)."""
+    lazy = fn if isinstance(fn, _Lazy) else _made.get(id(fn))
+    if lazy is None:
+        return fn
+    with _lock:
+        done = _as_python.get(lazy.py_func)
+        if done is not None:
+            return done
+        py = lazy.py_func
+        scope = dict(py.__globals__)
+        copy = types.FunctionType(py.__code__, scope, py.__name__, py.__defaults__, py.__closure__)
+        _as_python[py] = copy  # before the names it uses: kernels may call each other
+        for name, value in scope.items():
+            if isinstance(value, _Lazy) or id(value) in _made:
+                scope[name] = _python(value)
+        return copy
+
+
+def interpret(fn: Callable[..., R], *args: Any) -> R:
+    """``fn(*args)`` run as Python, whether or not numba has compiled it."""
+    return cast(R, _python(fn)(*args))
+
+
 def small(fn: Callable[..., R], items: int, *args: Any) -> R:
     """``fn(*args)``, as Python while numba is not loaded and the interpreted budget lasts
     (``items`` is the work this call does: records, entries); compiled otherwise."""
-    if isinstance(fn, _Lazy) and fn._compiled is None and not loaded():
-        with _lock:
-            fits = items <= _budget[0]
-            if fits:
-                _budget[0] -= items
-        if fits:
-            before = getattr(_interpreting, "on", False)
-            _interpreting.on = True
-            try:
-                return cast(R, fn.py_func(*args))
-            finally:
-                _interpreting.on = before
+    not_made = isinstance(fn, _Lazy) and fn._compiled is None
+    if not_made and interpreted(items):
+        return interpret(fn, *args)
     return fn(*args)

@@ -30,34 +30,13 @@ from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
 from rocketstore.broker.service import MessagingService
+from rocketstore.broker.state import STATE_FILE, read_state
 from rocketstore.storage.paths import atomic_write
 from rocketstore.store import MessageStore
 
 __all__ = ["STATE_FILE", "Broker", "read_state"]
 
 log = logging.getLogger("rocketstore.broker")
-
-STATE_FILE = "broker.json"  # in the store directory, while a broker serves it
-
-
-def read_state(store_dir: Path) -> dict[str, Any] | None:
-    """The state a running broker of ``store_dir`` last wrote; None when no broker runs there."""
-    try:
-        state = json.loads((store_dir / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(state, dict):
-        return None
-    pid = state.get("pid")
-    if not isinstance(pid, int):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None  # left by a broker that was killed
-    except PermissionError:
-        pass
-    return state
 
 
 class Broker:

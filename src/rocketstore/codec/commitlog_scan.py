@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import islice
 from typing import Final
 
 import numpy as np
@@ -25,11 +26,12 @@ from rocketstore.codec.commitlog_record import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     ScanStop,
+    SegmentScan,
     decode_record,
 )
 from rocketstore.codec.crc import CRC_TABLES, crc32
 from rocketstore.errors import CorruptDataError
-from rocketstore.jit import kernel
+from rocketstore.jit import interpreted, kernel, small
 
 __all__ = [
     "RECORD_FIELDS",
@@ -64,6 +66,7 @@ _STOP_END_OF_DATA: Final = 0
 _STOP_BLANK: Final = 1
 _STOP_CORRUPT: Final = 2
 _STOPS: Final[tuple[ScanStop, ...]] = ("end_of_data", "blank", "corrupt")
+_WALK_STEP: Final = 256  # records scan_extent walks in Python between looks at the budget
 
 
 @kernel(cache=True, nogil=True, inline="always")
@@ -172,11 +175,21 @@ def scan_extent(buf: Buffer, start: int = 0, end: int | None = None, *, check_cr
     """How far the valid records of one segment reach: the same stop, position and validity
     rules as iterating a ``SegmentScan``, without decoding the records."""
     limit = len(buf) if end is None else min(end, len(buf))
+    # The first records through SegmentScan itself, while the interpreted budget lasts: a small
+    # store opens without loading the compiler; the compiled walk goes on from where it stopped.
+    walk = SegmentScan(buf, start, limit, check_crc=check_crc)
+    walked = iter(walk)
+    records = 0
+    while interpreted(_WALK_STEP):
+        records += sum(1 for _ in islice(walked, _WALK_STEP))
+        if walk.stop is not None:
+            return Extent(walk.position, records, walk.stop, walk.blank_size, walk.error)
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
-        records, pos, stop, blank_size = _scan(u8, start, limit, check_crc, CRC_TABLES)
+        more, pos, stop, blank_size = _scan(u8, walk.position, limit, check_crc, CRC_TABLES)
     finally:
         del u8  # an mmap cannot close while a numpy view of it lives
+    records += more
     if stop != _STOP_CORRUPT:
         return Extent(pos, records, _STOPS[stop], blank_size, None)
     try:
@@ -322,7 +335,8 @@ def gather_records(
     the first, are readable below ``limit``."""
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
-        return _gather(u8, positions.astype(np.int64), sizes.astype(np.int64), limit)
+        # a few records (a consumer's batch) as Python while numba is not loaded: see jit.small
+        return small(_gather, len(positions), u8, positions.astype(np.int64), sizes.astype(np.int64), limit)
     finally:
         del u8
 
