@@ -5,7 +5,9 @@ compute exactly what the compiled ones compute."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -208,3 +210,24 @@ def test_interpreted_kernels_copy_bytes_as_the_intrinsic_does() -> None:
     assert slow.tobytes() == fast.tobytes()
     with pytest.raises(ValueError, match="outside its array"):
         jit.interpret(copy_bytes, slow, 30, src, 0, 50)
+
+
+def test_warm_leaves_every_kernel_in_numbas_cache(tmp_path: Path) -> None:
+    """``python -m rocketstore.warm`` (``make`` runs it after installing) compiles the kernels into
+    numba's cache, saying so; a second run, like any later process, compiles nothing."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-m", "rocketstore.warm"], env=env, capture_output=True, text=True, timeout=1200
+        )
+        for _ in range(2)
+    ]
+    assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr
+    counts = [
+        re.search(r"\((\d+) compiled into numba's cache now, (\d+) loaded from it\)", r.stderr) for r in runs
+    ]
+    assert counts[0] is not None and counts[1] is not None, runs[0].stderr
+    first, second = (tuple(map(int, m.groups())) for m in counts)  # type: ignore[union-attr]
+    assert first[0] >= 20 and first[1] == 0
+    assert second[0] == 0 and second[1] >= 20  # (the kernels others call were compiled with them)
+    assert "preparing the compiled kernels" in runs[0].stderr

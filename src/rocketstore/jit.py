@@ -24,7 +24,16 @@ import types
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
-__all__ = ["INTERPRETED_ITEMS", "interpret", "interpreted", "intrinsic", "kernel", "loaded", "small"]
+__all__ = [
+    "INTERPRETED_ITEMS",
+    "interpret",
+    "interpreted",
+    "intrinsic",
+    "kernel",
+    "kernels",
+    "loaded",
+    "small",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
@@ -37,6 +46,7 @@ _lock = threading.RLock()
 _budget = [INTERPRETED_ITEMS]
 _made: dict[int, _Lazy] = {}  # id of numba's object -> the lazy one it was made from
 _as_python: dict[Callable[..., Any], Callable[..., Any]] = {}
+_kernels: list[_Kernel] = []  # every one defined so far (in modules imported so far)
 
 
 class _Lazy:
@@ -79,6 +89,7 @@ class _Kernel(_Lazy):
     def __init__(self, py_func: Callable[..., Any], options: dict[str, Any]) -> None:
         super().__init__(py_func)
         self._options = options
+        _kernels.append(self)
 
     def _make(self) -> Any:
         import numba
@@ -116,6 +127,12 @@ def intrinsic(typer: Callable[..., Any], interpreted: Callable[..., Any]) -> Any
     """``numba.extending.intrinsic(typer)``, made when a kernel using it compiles;
     ``interpreted`` does the same in Python, for kernels run as Python."""
     return _Intrinsic(typer, interpreted)
+
+
+def kernels() -> list[tuple[str, Any]]:
+    """(module.name, numba's dispatcher or None when not made yet) of every kernel defined in
+    the modules imported so far."""
+    return [(f"{k.py_func.__module__}.{k.py_func.__qualname__}", k._compiled) for k in _kernels]
 
 
 def loaded() -> bool:
