@@ -231,3 +231,23 @@ def test_warm_leaves_every_kernel_in_numbas_cache(tmp_path: Path) -> None:
     assert first[0] >= 20 and first[1] == 0
     assert second[0] == 0 and second[1] >= 20  # (the kernels others call were compiled with them)
     assert "preparing the compiled kernels" in runs[0].stderr
+
+
+def test_a_local_job_over_a_small_store_gets_a_quicker_jvm(small_store: Path, tmp_path: Path) -> None:
+    from rocketstore import spark
+
+    quick = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    two_segments = tmp_path / "store"
+    with MessageStore.open(two_segments, SMALL) as store:
+        store.put_batch("T", [bytes(2000)] * 800)  # ~1.6 MiB: a full 1 MiB segment and part of the next
+        written = store.max_phy_offset()
+    with MessageStore.open(small_store, SMALL, readonly=True) as store:
+        small = store.max_phy_offset()
+    assert spark._commitlog_bytes(two_segments) == written > SMALL.commitlog_segment_size
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(spark, "SMALL_STORE_BYTES", small)
+        assert spark.small_job_conf(small_store, "local[2]") == quick
+        assert spark.small_job_conf(small_store, "spark://host:7077") == {}
+        assert spark.small_job_conf(two_segments, "local[*]") == {}
+        patch.setattr(spark, "SMALL_STORE_BYTES", small - 1)
+        assert spark.small_job_conf(small_store, "local") == {}

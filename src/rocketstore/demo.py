@@ -132,10 +132,10 @@ def _on_spark(root: Path) -> None:
         return
     from pyspark.sql import functions as F
 
-    from rocketstore.spark import session
+    from rocketstore.spark import session, small_job_conf
 
     print("\nthe same store as a Spark DataFrame (spark.read.format('rocketstore')):\n", flush=True)
-    spark = session("local[2]", "rocketstore-demo")
+    spark = session("local[2]", "rocketstore-demo", **small_job_conf(root, "local[2]"))
     spark.sparkContext.setLogLevel("ERROR")
     try:
         df = spark.read.format("rocketstore").option("source", "queues").load(str(root))
