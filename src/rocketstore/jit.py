@@ -38,8 +38,10 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
 
-# Records (or entries) a process may handle with interpreted kernels before it loads numba: at
-# ~15 us each in Python that is ~60 ms, against ~1 s to import numba and load a kernel.
+# Records (or entries) a process may handle as Python before it loads numba: at 15 us (the
+# recovery walk) to 70 us (gathering a read batch) of CPU each that is at most ~0.3 s, against
+# ~1 s to import numba and load a kernel. Kernels with more work per record (the Spark source's
+# column builder: 1.4 ms) always run compiled.
 INTERPRETED_ITEMS: Final = 4096
 
 _lock = threading.RLock()
@@ -54,7 +56,8 @@ class _Lazy:
 
     def __init__(self, py_func: Callable[..., Any]) -> None:
         self.py_func = py_func
-        self._compiled: Any = None
+        self._compiled: Any = None  # published once the globals it needs are numba's too
+        self._making: Any = None
         functools.update_wrapper(self, py_func)
 
     def _make(self) -> Any:
@@ -66,16 +69,20 @@ class _Lazy:
         if done is not None:
             return done
         with _lock:
-            if self._compiled is None:
-                self._compiled = self._make()
-                _made[id(self._compiled)] = self
-                # numba resolves the names a kernel uses in its module's globals when it compiles:
-                # every kernel (or intrinsic) there must be numba's object by then.
-                scope = self.py_func.__globals__
-                for name, value in list(scope.items()):
-                    if isinstance(value, _Lazy):
-                        scope[name] = value.compiled()
-            return self._compiled
+            if self._compiled is not None:
+                return self._compiled
+            if self._making is not None:
+                return self._making  # asked again further down this same call: kernels that call each other
+            made = self._making = self._make()
+            _made[id(made)] = self
+            # numba resolves the names a kernel uses in its module's globals when it compiles:
+            # every kernel (or intrinsic) there must be numba's object before any thread calls it.
+            scope = self.py_func.__globals__
+            for name, value in list(scope.items()):
+                if isinstance(value, _Lazy):
+                    scope[name] = value.compiled()
+            self._compiled = made
+            return made
 
     def __reduce__(self) -> tuple[Callable[[str, str], Any], tuple[str, str]]:
         # pickled by name (into Spark's workers): the worker's own module has it
