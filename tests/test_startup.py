@@ -69,6 +69,15 @@ def test_import_rocketstore_loads_no_compiler() -> None:
     assert loaded == []
 
 
+def test_version_is_the_installed_distributions() -> None:
+    """``rocketstore --version`` prints ``__version__`` (no metadata scan): it must be the
+    version pyproject.toml gives the installed distribution."""
+    from importlib.metadata import version
+
+    _, out = loaded_after(CLI, "--version")
+    assert out.strip() == f"rocketstore {version('rocketstore')}" == f"rocketstore {rocketstore.__version__}"
+
+
 def test_the_names_it_exports_load_on_first_use() -> None:
     loaded, out = loaded_after("import rocketstore; print(rocketstore.StoreConfig().commitlog_segment_size)")
     assert (loaded, out.strip()) == ([], str(StoreConfig().commitlog_segment_size))
