@@ -164,6 +164,8 @@ def test_queries_agree_with_the_library(written: Path, capsys: pytest.CaptureFix
         want = (msg.msg_id, msg.physical_offset, msg.uniq_key)
     code, out, _ = run(capsys, "query-key", str(written), "-t", "Orders", "-k", "k5", "--json")
     assert [(r["msg_id"], r["physical_offset"]) for r in jsonl(out)] == [want[:2]]
+    code, out, err = run(capsys, "query-key", str(written), "-t", "Orders", "-k", "no-such-key")
+    assert code == 3 and out == "" and "no message with key 'no-such-key'" in err  # docs/cli.md: not found
     for args in (
         ["query-id", str(written), want[0]],
         ["query-offset", str(written), str(want[1])],

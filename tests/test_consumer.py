@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import json
 import multiprocessing as mp
+import os
 import threading
 import time
 from multiprocessing.synchronize import Event
@@ -395,3 +396,26 @@ def test_a_group_in_two_processes_gets_every_message_in_queue_order_across_a_wri
             offsets = [o for qq, o, _ in r if qq == q]
             backwards = [(a, b) for a, b in itertools.pairwise(offsets) if b <= a]
             assert not backwards, f"queue {q}: offset after offset, not above it: {backwards[:5]}"
+
+
+def test_group_membership_files_have_the_stores_modes_not_the_umasks(tmp_path: Path) -> None:
+    """docs/store-format.md, "Modes": new files 0600, directories 0700 (a umask of 022 would
+    leave 0644 and 0755)."""
+    root = tmp_path / "s"
+    with MessageStore.open(root, CFG) as writer:
+        fill(writer, 8)
+    old = os.umask(0o022)
+    try:
+        with (
+            MessageStore.open(root, CFG, readonly=True) as follower,
+            follower.consumer("billing", "T", start="earliest") as c,
+        ):
+            assert len(c.poll(8, timeout=30)) == 8
+            group = root / "consumers" / "billing"
+            dirs = [root / "consumers", group, group / "members", group / "queues"]
+            files = [*(group / "members").iterdir(), *(group / "queues").iterdir()]
+            assert len(files) == 5  # this member and its four queue locks
+            assert {oct(p.stat().st_mode & 0o777) for p in dirs} == {"0o700"}
+            assert {oct(p.stat().st_mode & 0o777) for p in files} == {"0o600"}
+    finally:
+        os.umask(old)

@@ -375,3 +375,27 @@ def test_threads_reading_one_follower_while_the_writer_writes(tmp_path: Path, wr
             t.join(60)
     assert errors == []
     assert got == {q: [f"A-{i}" for i in range(q, 804, 4)] for q in range(4)}
+
+
+@pytest.mark.parametrize("made_with", [CFG, StoreConfig()], ids=["made-small", "made-default"])
+def test_a_follower_opened_before_the_first_message_maps_the_writers_files_at_their_size(
+    tmp_path: Path, made_with: StoreConfig
+) -> None:
+    """A store with no segment yet: the follower cannot measure the files. Made small, it takes
+    the geometry recorded when the store was made; made with the defaults and then written small
+    (a writer given a config), it takes the writer's when that one publishes it."""
+    root = tmp_path / "s"
+    MessageStore.open(root, made_with).close()
+    with MessageStore.open(root, readonly=True) as store:
+        writer = LiveWriter(root, CFG)
+        try:
+            assert store.wait_for_message("A", 3, 0, 0.0) is False
+            end = writer.put("A", 1000)  # rolls commitlog and queue segments, fills index files
+            assert end > 2 * CFG.commitlog_segment_size
+            assert store.wait_for_message("A", 3, 249, 60)
+            for q in range(4):
+                assert read_queue(store, "A", q) == [f"A-{i}" for i in range(q, 1000, 4)]
+            for i in (0, 205, 999):
+                assert [m.body for m in store.query_message("A", f"k{i}")] == [f"A-{i}".encode()]
+        finally:
+            writer.close()

@@ -80,7 +80,7 @@ def attempt(root: str, action: str) -> dict[str, Any]:
         "status": ["status", root],
         "verify": ["verify", "--no-crc", root],
         "print": ["print", root, "--no-body"],
-        "query-key": ["query-key", root, "-t", "TopicA", "-k", "k1"],
+        "query-key": ["query-key", root, "-t", "TopicA", "-k", "key-0"],  # in the sample
     }[action]
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

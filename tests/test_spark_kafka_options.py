@@ -5,6 +5,7 @@ queries run through Spark to see the options arrive as Spark passes them."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -220,6 +221,18 @@ def test_unknown_options_fail_with_their_name() -> None:
     RocketStoreDataSource(_options(STARTINGOFFSETS="earliest", maxoffsetspertrigger="5"))  # any case
 
 
+def test_a_topic_option_naming_a_topic_the_store_lacks_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, "rocketstore.spark.source"):
+        reader = RocketStoreReader(_options(subscribe="TopicA,Nope"))
+        RocketStoreReader(_options(topic="TopicA"))
+        RocketStoreStreamReader(_options(assign=json.dumps({"Later": [0]})))
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2, warned
+    assert "option subscribe" in warned[0] and "no topic 'Nope': no rows from it" in warned[0]
+    assert "option assign" in warned[1] and "'Later'" in warned[1] and "once it appears" in warned[1]
+    assert {topic for topic, _, _ in _read(reader)} == {"TopicA"}
+
+
 def test_the_source_reads_the_queues_when_topics_and_queues_are_named() -> None:
     assert RocketStoreReader(_options()).chosen_source() == "commitlog"
     assert RocketStoreReader(_options(topic="TopicA")).chosen_source() == "commitlog"
@@ -253,8 +266,11 @@ def test_kafka_options_through_spark(spark: SparkSession) -> None:
     for r in rows:
         props = by_offset[(r.queue_id, r.queue_offset)]["props"]
         assert {h.key: bytes(h.value).decode() for h in r.headers} == props == r.properties
-    with pytest.raises(Exception, match=r"kafka\.bootstrap\.servers"):
+    with pytest.raises(Exception, match=r"kafka\.bootstrap\.servers") as refused:
         spark.read.format("rocketstore").option("kafka.bootstrap.servers", "x").load(STORE).count()
+    # named on the first line, not under the Python worker's traceback (rocketstore.spark.session)
+    first_line = str(refused.value).splitlines()[0]
+    assert "does not know option kafka.bootstrap.servers" in first_line, str(refused.value)
 
 
 def test_the_session_says_what_to_set_when_workers_cannot_import_the_source(

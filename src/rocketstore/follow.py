@@ -42,11 +42,14 @@ from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE, decode_entries
 from rocketstore.codec.dispatch_signal import (
     SIGNAL_SIZE,
     DispatchSignal,
+    SignalGeometry,
+    decode_geometry,
     decode_signal,
     encode_header,
     encode_progress,
 )
 from rocketstore.commitlog import CommitLog
+from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueue, ConsumeQueueSet
 from rocketstore.errors import RocketStoreError
 from rocketstore.index import IndexFile, IndexService
@@ -56,7 +59,6 @@ from rocketstore.storage.file_watch import FileWatch
 from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import (
-    DEFAULT_FILE_MODE,
     StoreLayout,
     is_index_name,
     list_store_dir,
@@ -85,17 +87,24 @@ class SignalWriter:
     """The writer's side of the signal file: created (or reused, so followers keep their
     mapping) at open with a fresh generation, rewritten after every dispatch pass. Written with
     pwrite, not through a mapping: followers map the same page cache, and a write(2) raises the
-    inotify event their waiters sleep on."""
+    inotify event their waiters sleep on. The header carries the writer's geometry (``config``'s),
+    so a follower that found no files at open maps the ones the writer then makes at their size."""
 
-    def __init__(self, path: Path, mode: int = DEFAULT_FILE_MODE) -> None:
+    def __init__(self, path: Path, config: StoreConfig) -> None:
         self.path = path
+        geometry = SignalGeometry(
+            config.commitlog_segment_size,
+            config.consume_queue_entries,
+            config.index_hash_slots,
+            config.index_max_entries,
+        )
         self.generation = int.from_bytes(os.urandom(8), "little") >> 1
         self._sequence = 0
-        fd = self._fd = open_store_file(path, writable=True, create_mode=mode)
+        fd = self._fd = open_store_file(path, writable=True, create_mode=config.file_mode)
         try:
             if os.fstat(fd).st_size != SIGNAL_SIZE:
                 os.ftruncate(fd, SIGNAL_SIZE)
-            os.pwrite(fd, encode_header(), 0)
+            os.pwrite(fd, encode_header(geometry), 0)
         except BaseException:
             os.close(fd)
             raise
@@ -212,6 +221,8 @@ class StoreFollower(DispatchEvents):
         self._lock = threading.Lock()
         self._raw = b""
         self._generation: int | None = None
+        # the writer's geometry, once its signal file gave it (see ``_adopt_geometry``)
+        self.geometry: SignalGeometry | None = None
         self.dispatched_to = 0
         # bumped whenever queues may have grown; ``resync_from`` (a log offset) when they may have
         # been cut (a new writer generation): queues drop entries past it before extending
@@ -281,6 +292,7 @@ class StoreFollower(DispatchEvents):
 
     def _apply(self, signal: DispatchSignal) -> None:
         end = signal.dispatched_to
+        self._adopt_geometry()
         if signal.generation != self._generation or end < self.dispatched_to:
             if self._generation is not None:
                 log.info("the store's writer reopened it: following from commitlog offset %d", end)
@@ -295,6 +307,21 @@ class StoreFollower(DispatchEvents):
         if self._index is not None:
             self._refresh_index()
         self.version += 1
+
+    def _adopt_geometry(self) -> None:
+        """The writer's geometry for the kinds of file this store had none of at open: a store
+        opened before its first message took the configured sizes (``fit_geometry``), which the
+        writer's files need not have. Kinds with files keep theirs: they were measured."""
+        geometry = decode_geometry(self._signal.raw())
+        if geometry is None or geometry == self.geometry:
+            return
+        self.geometry = geometry
+        files = self._commitlog.files
+        if not files.files:
+            files.file_size = geometry.commitlog_segment_size
+        index = self._index
+        if index is not None and not index.files:
+            index.hash_slots, index.max_entries = geometry.index_hash_slots, geometry.index_max_entries
 
     # --- commitlog --------------------------------------------------------------------------
     def _cut_log(self, end: int) -> None:
@@ -526,9 +553,10 @@ class FollowedQueues(ConsumeQueueSet):
         segments = segment_files(directory)
         if not segments:
             return None
-        cq = ConsumeQueue(
-            topic, queue_id, directory, self.entries_per_file, readonly=True, map_cache=self._map_cache
-        )
+        # a queue first seen now was made by the writer: with its geometry, once it published one
+        geometry = self._follower.geometry
+        entries = geometry.consume_queue_entries if geometry is not None else self.entries_per_file
+        cq = ConsumeQueue(topic, queue_id, directory, entries, readonly=True, map_cache=self._map_cache)
         # the first segment only, nothing of it trusted yet: _follow reads on from there
         first = _map(segments[0][1], cq.files.file_size, self._map_cache)
         first.wrote_position = 0

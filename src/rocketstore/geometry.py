@@ -9,7 +9,10 @@ it: every used slot and every entry's chain link names an entry below the header
 
 ``MessageStore.open`` uses ``fit_geometry``: the geometry settings a config leaves at their
 defaults are taken from the files (so ``StoreConfig()`` opens a store written with any geometry),
-and settings it changes must agree with the files.
+and settings it changes must agree with the files. Kinds of file a store has none of yet take the
+geometry its writer recorded in the dispatch signal file (``codec.dispatch_signal``), so a store
+made with a small geometry keeps it until its first message, and a follower opened before then
+maps the writer's files at their size.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 
 from rocketstore.codec import index_layout as layout
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
+from rocketstore.codec.dispatch_signal import SIGNAL_SIZE, SignalGeometry, decode_geometry
 from rocketstore.config import StoreConfig
 from rocketstore.errors import StoreConfigError, StorePathError
 from rocketstore.storage.paths import (
@@ -104,7 +108,8 @@ def fit_geometry(root: str | os.PathLike[str], config: StoreConfig) -> StoreConf
     leaves at its default (commitlog segment size, consume-queue entries, the index slots and
     entries as a pair) becomes the size the files have. A setting ``config`` changes is kept; if
     the files disagree with it, StoreConfigError names the sizes found and the settings to pass.
-    A directory with no files of a kind (a new store) keeps ``config``'s sizes for them.
+    A directory with no files of a kind (a new store) takes the sizes the store's writer recorded
+    in its signal file where ``config`` leaves them at their defaults, else keeps ``config``'s.
 
     Cheap for a store of any size: file sizes are read from the directory, and an index file's
     contents only when its size is not the one the config's split makes (``index_split`` reads
@@ -116,14 +121,17 @@ def fit_geometry(root: str | os.PathLike[str], config: StoreConfig) -> StoreConf
     changes: dict[str, int] = {}
     wrong: list[str] = []  # each disagreement: the files' sizes, the config's, what to pass
     queue_dirs = _queue_dirs(paths)
+    published = _published_geometry(paths)
     for name, dirs, unit in (
         ("commitlog_segment_size", [paths.commitlog], 1),
         ("consume_queue_entries", queue_dirs, CQ_ENTRY_SIZE),
     ):
         size, example = _usual_file(paths.root, dirs, is_segment_name)
+        given = getattr(config, name)
+        if size is None and published is not None and given == getattr(_DEFAULT, name):
+            changes[name] = getattr(published, name)
         if size is None or size % unit:
             continue  # no files yet, or odd ones: the loaders report those, as with any config
-        given = getattr(config, name)
         if given == getattr(_DEFAULT, name):
             changes[name] = size // unit
         elif given * unit != size:
@@ -136,9 +144,13 @@ def fit_geometry(root: str | os.PathLike[str], config: StoreConfig) -> StoreConf
     )
     # index files of the size the config's split makes are taken to have that split (one size
     # could hold another split, a case no one configures); only other sizes are read to split them
+    split = (config.index_hash_slots, config.index_max_entries)
+    default_split = split == (_DEFAULT.index_hash_slots, _DEFAULT.index_max_entries)
+    if size is None and published is not None and default_split:
+        changes["index_hash_slots"] = published.index_hash_slots
+        changes["index_max_entries"] = published.index_max_entries
     if size is not None and size != config.index_file_size:
-        split = (config.index_hash_slots, config.index_max_entries)
-        if split == (_DEFAULT.index_hash_slots, _DEFAULT.index_max_entries):
+        if default_split:
             changes["index_hash_slots"], changes["index_max_entries"] = _split_of(paths.index, size)
         else:
             try:
@@ -156,6 +168,18 @@ def fit_geometry(root: str | os.PathLike[str], config: StoreConfig) -> StoreConf
             f"{'; '.join(wrong)} (or leave these settings at their defaults to take them from the files)"
         )
     return config.replace(**changes) if changes else config
+
+
+def _published_geometry(paths: StoreLayout) -> SignalGeometry | None:
+    """The geometry the store's (last) writer recorded, None without one."""
+    try:
+        fd = open_store_file(paths.dispatch_signal)
+    except (FileNotFoundError, StorePathError):
+        return None  # no writer yet, or something else stands there: its reader reports that
+    try:
+        return decode_geometry(os.pread(fd, SIGNAL_SIZE, 0))
+    finally:
+        os.close(fd)
 
 
 def _usual_file(root: Path, directories: list[Path], names: Callable[[str], bool]) -> tuple[int | None, str]:

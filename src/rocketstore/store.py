@@ -258,7 +258,7 @@ class MessageStore:
         if self.readonly:
             return
         os.close(open_store_file(self.layout.abort, writable=True, create_mode=self.config.file_mode))
-        signal = self._signal = SignalWriter(self.layout.dispatch_signal, self.config.file_mode)
+        signal = self._signal = SignalWriter(self.layout.dispatch_signal, self.config)
         dispatcher = DispatchService(
             self._commitlog,
             self._queues,

@@ -62,12 +62,14 @@ def push_receive(group: str, topic: str) -> Any:
 def test_a_push_consumer_receive_with_auto_renew_and_no_invisible_duration_is_served(
     start_broker: StartBroker, stub_for: Stub
 ) -> None:
-    _, _, port = start_broker(BrokerConfig(long_polling_min_ms=0))
+    _, store, port = start_broker(BrokerConfig(long_polling_min_ms=0))
     stub = stub_for(port)
     first = list(stub.ReceiveMessage(push_receive("PG", "PT"), metadata=CLIENT, timeout=10))
     assert first[0].status.code == pb.Code.MESSAGE_NOT_FOUND, first[0].status.message
     with producer(port, ("PT",)) as p:
         p.send(message("PT", b"pushed"))
+    # a send is answered once stored; a receive without long polling sees it once dispatched
+    assert store.wait_dispatched(60)
     responses = list(stub.ReceiveMessage(push_receive("PG", "PT"), metadata=CLIENT, timeout=10))
     assert responses[0].status.code == pb.Code.OK, responses[0].status.message
     assert [r.message.body for r in responses[1:] if r.HasField("message")] == [b"pushed"]
@@ -79,7 +81,7 @@ def test_a_push_consumer_receive_with_auto_renew_and_no_invisible_duration_is_se
 def test_a_receive_stream_with_messages_carries_a_delivery_timestamp(
     start_broker: StartBroker, stub_for: Stub
 ) -> None:
-    _, _, port = start_broker(BrokerConfig(long_polling_min_ms=0))
+    _, store, port = start_broker(BrokerConfig(long_polling_min_ms=0))
     stub = stub_for(port)
     request = push_receive("DG", "DT")
     request.auto_renew = False
@@ -87,6 +89,7 @@ def test_a_receive_stream_with_messages_carries_a_delivery_timestamp(
     list(stub.ReceiveMessage(request, metadata=CLIENT, timeout=10))  # the group starts at the end
     with producer(port, ("DT",)) as p:
         p.send(message("DT", b"stamped"))
+    assert store.wait_dispatched(60)  # visible to a receive that does not wait
     before_ms = int(time.time() * 1000) - 1000
     responses = list(stub.ReceiveMessage(request, metadata=CLIENT, timeout=10))
     assert responses[0].status.code == pb.Code.OK

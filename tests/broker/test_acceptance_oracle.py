@@ -28,9 +28,14 @@ from .clients import message, producer, simple_consumer
 from .conftest import SMALL
 
 ORACLE = os.environ.get("ROCKETMQ_ORACLE", "")
+SKIP_REASON = (
+    "set ROCKETMQ_ORACLE to the oracle's run.sh (RocketMQ 4.9.8's store driver: docs/testing.md)"
+    if not ORACLE
+    else f"ROCKETMQ_ORACLE={ORACLE!r} is not a file: set it to the oracle's run.sh (docs/testing.md)"
+)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not Path(ORACLE).is_file(), reason="set ROCKETMQ_ORACLE to the oracle's run.sh"),
+    pytest.mark.skipif(not Path(ORACLE).is_file(), reason=SKIP_REASON),
 ]
 QUEUE = re.compile(r"^queue topic=(\S+) queueId=(\d+) minOffset=(-?\d+) maxOffset=(-?\d+)$")
 MSG = re.compile(

@@ -214,7 +214,9 @@ def signed(ak: str, sk: str, date: str = "20250101T000000Z") -> tuple[tuple[str,
     return (*CLIENT, ("x-mq-date-time", date), ("authorization", auth))
 
 
-def test_access_keys_and_permissions(start_broker: StartBroker, stub_for: Stub, tmp_path: Path) -> None:
+def test_access_keys_and_permissions(
+    start_broker: StartBroker, stub_for: Stub, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     acl = tmp_path / "acl.toml"
     acl.write_text(
         '[[accounts]]\naccess_key = "app"\nsecret_key = "s3cret"\ntopics = ["Allowed"]\ngroups = []\n'
@@ -231,6 +233,13 @@ def test_access_keys_and_permissions(start_broker: StartBroker, stub_for: Stub, 
     other = stub.SendMessage(send_request(topic="Other"), metadata=signed("app", "s3cret"))
     assert other.status.code == pb.Code.FORBIDDEN
     assert "Other" in other.status.message
+    # one line in the server's log per refusal, saying what was refused and why
+    refusals = [r.getMessage() for r in caplog.records if r.name == "rocketstore.broker.auth"]
+    assert len(refusals) == 3, refusals
+    assert all(r.startswith("refused SendMessage of client ") for r in refusals), refusals
+    assert "UNAUTHORIZED" in refusals[0] and "no MQv2-HMAC-SHA1" in refusals[0]
+    assert "UNAUTHORIZED" in refusals[1] and "signature of access key 'app' does not match" in refusals[1]
+    assert "FORBIDDEN" in refusals[2] and "topic 'Other'" in refusals[2]
     # the official client signs with its credentials
     with producer(port, ("Allowed",), ak="app", sk="s3cret") as p:
         p.send(message("Allowed", b"signed"))

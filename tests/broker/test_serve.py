@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -381,3 +382,67 @@ def test_serve_refuses_a_slave_without_its_master(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "a SLAVE needs ha_master_address" in result.stderr
+
+
+def _status(store: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "rocketstore.cli", "status", str(store), "--json"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    shown: dict[str, Any] = json.loads(out)
+    return shown
+
+
+def _until(ready: Any, what: str, timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := ready()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+    return value
+
+
+def test_a_slave_served_before_its_master_logs_its_tries_and_status_shows_its_link(
+    served: list[Served], tmp_path: Path
+) -> None:
+    """Each refused try is logged with the reason and the next try, the pauses growing from a
+    quarter second; once the master listens the slave connects and catches up, and `rocketstore
+    status` on the slave's store shows the serving broker's replication state."""
+    with socket.create_server(("127.0.0.1", 0)) as placeholder:
+        port = int(placeholder.getsockname()[1])
+    s = serve(
+        served,
+        tmp_path / "slave",
+        "--create",
+        "--role",
+        "slave",
+        "--master",
+        f"127.0.0.1:{port}",
+        settings="mappedFileSizeCommitLog=1048576\n",
+    )
+    tries = re.compile(r"HA: cannot connect to master 127\.0\.0\.1:\d+: .*refused.*; next try in ([\d.]+) s")
+    pauses = _until(
+        lambda: [float(p) for p in tries.findall(s.log())][:3] if len(tries.findall(s.log())) >= 3 else None,
+        "three logged tries",
+    )
+    assert pauses == [0.25, 0.5, 1.0], s.log()
+    shown = _until(lambda: _status(tmp_path / "slave")["replication"].get("slave"), "the broker's state")
+    assert shown["state"] in ("connecting", "disconnected") and "refused" in shown["problem"]
+    master_cfg = StoreConfig(commitlog_segment_size=1 << 20, ha_listen_port=port, disk_warning_ratio=100)
+    with MessageStore.open(tmp_path / "master", master_cfg) as master:
+        master.put_messages([Message(topic="Rep", body=b"m%d" % i) for i in range(50)])
+        end = master.max_phy_offset()
+        _until(lambda: acked(master) >= end, "the slave to catch up")
+
+        def caught_up() -> dict[str, Any] | None:
+            replication = _status(tmp_path / "slave")["replication"]
+            link = replication.get("slave") or {}
+            return replication if link.get("state") == "connected" and link.get("behind_bytes") == 0 else None
+
+        replication = _until(caught_up, "status to show the slave connected and caught up")
+        assert replication["role"] == "SLAVE"
+        assert replication["slave"]["master_address"] == f"127.0.0.1:{port}"
+        assert replication["slave"]["master_offset"] == replication["slave"]["slave_offset"] == end

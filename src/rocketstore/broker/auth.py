@@ -12,12 +12,18 @@ The file (TOML)::
 The signature is HMAC-SHA1(secret key, the ``x-mq-date-time`` header's bytes) in hex (either
 case); the access key is the ``Credential`` value up to its first ``/`` (BROKER.md §1). Without
 an ACL file every request is allowed and the header is ignored.
+
+Every refusal (UNAUTHORIZED, FORBIDDEN) is logged by ``log_refusal`` (WARNING,
+``rocketstore.broker.auth``) with the call, the client and why: the official clients show only
+"failed to fetch topic route", so the server's log is where an operator learns which key or
+permission is wrong.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +32,9 @@ from pathlib import Path
 from rocketstore.broker.status import Code, StatusError
 from rocketstore.errors import StoreConfigError
 
-__all__ = ["Account", "Acl"]
+__all__ = ["Account", "Acl", "log_refusal"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -90,3 +98,10 @@ class Acl:
         if not date or not hmac.compare_digest(expected, fields.get("Signature", "").lower()):
             raise StatusError(Code.UNAUTHORIZED, f"the signature of access key {ak!r} does not match")
         return account
+
+
+def log_refusal(call: str, client: str, exc: StatusError) -> None:
+    """One log line for a request refused for its keys or permissions (other errors are the
+    client's to report)."""
+    if exc.code in (Code.UNAUTHORIZED, Code.FORBIDDEN):
+        log.warning("refused %s of client %s: %s: %s", call, client, Code.Name(exc.code), exc.message)

@@ -58,6 +58,7 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started_ms = 0
         self._state_written = False
+        self._replication_written: dict[str, object] | None = None
 
     @property
     def service(self) -> MessagingService:
@@ -144,10 +145,13 @@ class Broker:
             return
         clients = service.clients
         clients.expire(int(time.time() * 1000))
-        if not clients.changed and self._state_written:
+        # the store's replication state lives in this process: `status` shows it from here
+        replication = self.store.ha_status()
+        if not clients.changed and self._state_written and replication == self._replication_written:
             return
         clients.changed = False
         self._state_written = True
+        self._replication_written = replication
         state = {
             "pid": os.getpid(),
             "listen": self.config.listen,
@@ -156,6 +160,7 @@ class Broker:
             "started_ms": self._started_ms,
             "updated_ms": int(time.time() * 1000),
             "clients": service.clients.snapshot(),
+            "replication": replication,
         }
         path = self.store.layout.root / STATE_FILE
         text = json.dumps(state, indent=1)

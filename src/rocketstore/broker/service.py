@@ -23,7 +23,7 @@ from google.protobuf import duration_pb2
 
 from rocketstore.broker.access import Use, check_group, check_subscription, check_topic
 from rocketstore.broker.arrival import ArrivalSignal
-from rocketstore.broker.auth import Account, Acl
+from rocketstore.broker.auth import Account, Acl, log_refusal
 from rocketstore.broker.clients import ClientInfo, ClientRegistry, CommandQueue
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.config import BrokerConfig
@@ -100,6 +100,12 @@ def _peer_host(peer: str) -> str | None:
     return None
 
 
+def _client_of(context: Any) -> str:
+    """The calling client for a log line: its id (as it says) and address."""
+    client_id = next((v for k, v in context.invocation_metadata() if k == "x-mq-client-id"), "?")
+    return f"{client_id} ({context.peer()})"
+
+
 def _answer(
     response: Callable[..., Any],
 ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
@@ -111,6 +117,7 @@ def _answer(
             try:
                 return await handler(self, request, context)
             except StatusError as exc:
+                log_refusal(handler.__name__, _client_of(context), exc)
                 return response(status=status(exc.code, exc.message))
             except StoreWriteError as exc:  # stored but not known durable, or not stored
                 return response(status=status(put_status_code(exc.status), str(exc)))
@@ -279,6 +286,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         try:
             caller = self._client(context)
         except StatusError as exc:
+            log_refusal("Telemetry", _client_of(context), exc)
             yield rpc.TelemetryCommand(status=status(exc.code, exc.message))
             return
         info = caller.info
@@ -561,6 +569,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             async for item in self._receive(request, context):
                 yield item
         except StatusError as exc:
+            log_refusal("ReceiveMessage", _client_of(context), exc)
             yield rpc.ReceiveMessageResponse(status=status(exc.code, exc.message))
         except StoreWriteError as exc:
             yield rpc.ReceiveMessageResponse(status=status(put_status_code(exc.status), str(exc)))

@@ -12,9 +12,9 @@ non-zero exit (see ``EXIT_*``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from itertools import islice
@@ -242,6 +242,10 @@ def _read_queue(
 def status(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
     """Ranges, sizes, disk use, dispatch and flush progress, checkpoint (like brokerStatus)."""
     out = Output(as_json)
+    broker = read_state(store_dir)
+    # the serving broker's replication state (role, link, bytes behind) as it last wrote it
+    # (every few seconds); without a broker, the role --config gives
+    replication = broker.pop("replication", None) if broker else None
     with read_store(ctx, store_dir) as store:
         info = store.runtime_info()
         physic, logics, index = store.checkpoint
@@ -268,10 +272,9 @@ def status(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
             "delayed_pending": info["delayedPending"],
             "recovery_would_cut_bytes": rec.bytes_cut if rec else 0,
             "damage": rec.damage if rec else None,
-            # the role from --config; the live link state is in the process that runs the store
-            "replication": store.ha_status(),
+            "replication": replication or store.ha_status(),
             # the broker serving the store (`rocketstore serve`), if one runs: its clients
-            "broker": read_state(store_dir),
+            "broker": broker,
         }
     out.detail(f"store {store_dir}", fields)
 
@@ -483,7 +486,11 @@ def query_key(
     with read_store(ctx, store_dir) as store:
         _queues(store, topic, None)
         found = islice(store.iter_query_message(topic, key, begin_ms, end_ms), max_num)
-        n = out.rows(_MSG_COLUMNS[:-1], (message_out(out, m, False, "utf-8") for m in found))
+        first = next(found, None)
+        if first is None:
+            raise NotFound(f"no message with key {key!r} in topic {topic!r} in this time range")
+        rows = (message_out(out, m, False, "utf-8") for m in itertools.chain([first], found))
+        n = out.rows(_MSG_COLUMNS[:-1], rows)
     out.note(f"{n} message(s)")
 
 
@@ -842,14 +849,19 @@ def tail(
 ) -> None:
     """Print a queue's (or a topic's queues') newest messages, and with -f new ones as they come.
 
-    The store is reopened read-only at each look: it may be written by another process.
+    The store is opened read-only once and follows the process that writes it: new messages,
+    queues and segments show as the writer publishes them (at most --interval seconds apart
+    where nothing wakes it sooner).
     """
     out = Output(as_json)
     since_ms = time_value(since, "--since")
     positions: dict[tuple[str, int], int] = {}
     left = max_messages
-    while left is None or left > 0:
-        with read_store(ctx, store_dir) as store:
+    first_look = True
+    with read_store(ctx, store_dir) as store:
+        events = store.dispatch_events
+        while left is None or left > 0:
+            seen = events.position()
             try:
                 pairs = _queues(store, topic, queue)
             except click.ClickException:
@@ -863,6 +875,8 @@ def tail(
                         positions[(t, q)] = offset
                     elif since_ms is not None:
                         positions[(t, q)] = store.offset_in_queue_by_time(t, q, since_ms)
+                    elif not first_look:  # a queue that appeared while following: all of it is new
+                        positions[(t, q)] = store.min_offset_in_queue(t, q)
                     else:
                         positions[(t, q)] = max(store.min_offset_in_queue(t, q), hi - lines)
                 for m in islice(_read_queue(store, t, q, positions[(t, q)]), left):
@@ -870,10 +884,11 @@ def tail(
                     positions[(t, q)] = m.queue_offset + 1
                     if left is not None:
                         left -= 1
-        out.flush()
-        if not follow:
-            return
-        time.sleep(interval)
+            out.flush()
+            if not follow:
+                return
+            first_look = False
+            events.wait(seen, interval)
 
 
 @app.command()

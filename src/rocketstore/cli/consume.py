@@ -22,6 +22,8 @@ from rocketstore.cli.common import (
     with_store,
 )
 from rocketstore.cli.output import Output, message_line
+from rocketstore.storage.paths import store_dir_exists
+from rocketstore.times import parse_time
 
 __all__ = ["add_consume_commands"]
 
@@ -131,10 +133,19 @@ def reset_offset(
     rocketstore reset-offset store -g billing -t Orders -q 1 --to 42
     """
     out = Output(as_json)
+    at = _reset_target(to)
     with read_store(ctx, store_dir) as store:
         queues = store.topics().get(topic)
         if not queues:
             raise NotFound(f"no topic {topic!r} in this store")
+        groups = {g for _, g in store.consumer_offsets()}
+        if group not in groups and not store_dir_exists(store.layout.consumers / group):
+            # a misspelt group would otherwise become a new one, silently (as consumer-progress)
+            raise NotFound(
+                f"no consumer group {group!r} in this store (it has offsets of: "
+                f"{', '.join(sorted(groups)) or 'none'}); a new group starts where its consumers' "
+                "--from says"
+            )
         if queue is not None:
             if queue not in queues:
                 raise NotFound(f"no queue {queue} in topic {topic!r}")
@@ -155,11 +166,9 @@ def reset_offset(
                 new = lo
             elif to == "latest":
                 new = hi
-            elif to.isdigit():
+            elif at is None:
                 new = min(max(int(to), lo), hi)
             else:
-                at = time_value(to[1:] if to.startswith("@") else to, "--to")
-                assert at is not None
                 new = store.offset_in_queue_by_time(topic, q, at)
             changes[(topic, group, q)] = new
             rows.append(
@@ -175,6 +184,22 @@ def reset_offset(
 
         commit_offsets(store.layout.config / "consumerOffset.json", changes, forced=changes)
     out.rows(["group", "topic", "queue_id", "old_offset", "new_offset"], rows)
+
+
+def _reset_target(to: str) -> int | None:
+    """The time (epoch ms) ``--to`` names; None for earliest, latest and a queue offset. A bare
+    number is a queue offset here: a time in epoch ms is written ``@EPOCH_MS``."""
+    if to in ("earliest", "latest") or to.isdigit():
+        return None
+    try:
+        return parse_time(to[1:] if to.startswith("@") else to)
+    except ValueError:
+        raise click.BadParameter(
+            f"{to!r} is not earliest, latest, a queue offset (a number) or a time (@EPOCH_MS, "
+            "ISO 8601 such as 2026-11-22T09:00:00 or 2026-11-22T09:00:00+08:00, or "
+            "yyyy-MM-dd#HH:mm:ss:SSS)",
+            param_hint="--to",
+        ) from None
 
 
 @click.command("consumer-progress")

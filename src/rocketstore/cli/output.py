@@ -135,8 +135,8 @@ def _plain(line: Sequence[str], widths: Sequence[int], fit: int | None) -> str:
 
 
 def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
+    if value is None or (isinstance(value, dict | list | tuple) and not value):
+        return "-"  # nothing: a blank would read as a missing column
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items())
     if isinstance(value, list | tuple):

@@ -12,7 +12,14 @@ and poll it to learn that queues grew, without re-reading any queue. 64 bytes, l
                consume queue and the index
     24   8     sequence: bumped at every publication
     32   8     dispatched_to, copy B
-    40   24    zero
+    40   8     the writer's commitlog segment size   \
+    48   4     its consume-queue entries per file      | its geometry, written at open (zero
+    52   4     its index hash slots                    | from a writer that did not record it)
+    56   4     its index max entries                 /
+    60   4     zero
+
+The geometry lets a follower opened on a store with no segments yet map the files the writer
+then creates at their size (``geometry.fit_geometry`` reads it for kinds with no files).
 
 A publication writes bytes 8..40 at once; a reader that finds copy A != copy B caught it half
 written and reads again. The writer publishes only after the pass's queue and index bytes are
@@ -26,7 +33,15 @@ from __future__ import annotations
 import struct
 from typing import Final, NamedTuple
 
-__all__ = ["SIGNAL_SIZE", "DispatchSignal", "decode_signal", "encode_header", "encode_progress"]
+__all__ = [
+    "SIGNAL_SIZE",
+    "DispatchSignal",
+    "SignalGeometry",
+    "decode_geometry",
+    "decode_signal",
+    "encode_header",
+    "encode_progress",
+]
 
 SIGNAL_SIZE: Final = 64
 _MAGIC: Final = b"RSDS"
@@ -34,7 +49,9 @@ _VERSION: Final = 1
 _HEADER = struct.Struct("<4sI")
 _PROGRESS = struct.Struct("<QqQq")  # generation, dispatched_to A, sequence, dispatched_to B
 _PROGRESS_AT: Final = 8
-assert _HEADER.size == 8 and _PROGRESS.size == 32
+_GEOMETRY = struct.Struct("<QIII")  # segment size, queue entries, index slots, index entries
+_GEOMETRY_AT: Final = 40
+assert _HEADER.size == 8 and _PROGRESS.size == 32 and _GEOMETRY_AT + _GEOMETRY.size <= SIGNAL_SIZE
 
 
 class DispatchSignal(NamedTuple):
@@ -43,8 +60,21 @@ class DispatchSignal(NamedTuple):
     sequence: int
 
 
-def encode_header() -> bytes:
-    return _HEADER.pack(_MAGIC, _VERSION) + bytes(SIGNAL_SIZE - _HEADER.size)
+class SignalGeometry(NamedTuple):
+    """The writer's geometry, named as ``StoreConfig``'s settings."""
+
+    commitlog_segment_size: int
+    consume_queue_entries: int
+    index_hash_slots: int
+    index_max_entries: int
+
+
+def encode_header(geometry: SignalGeometry) -> bytes:
+    """The whole file as a writer writes it at open: magic, version, no progress, its geometry."""
+    data = bytearray(SIGNAL_SIZE)
+    _HEADER.pack_into(data, 0, _MAGIC, _VERSION)
+    _GEOMETRY.pack_into(data, _GEOMETRY_AT, *geometry)
+    return bytes(data)
 
 
 def encode_progress(generation: int, dispatched_to: int, sequence: int) -> tuple[int, bytes]:
@@ -61,3 +91,12 @@ def decode_signal(data: bytes) -> DispatchSignal | None:
     if first != second:
         return None
     return DispatchSignal(generation, first, sequence)
+
+
+def decode_geometry(data: bytes) -> SignalGeometry | None:
+    """The writer's geometry in ``data`` (the file's first 64 bytes); None when the file is not a
+    signal file or its writer did not record one."""
+    if len(data) < SIGNAL_SIZE or _HEADER.unpack_from(data) != (_MAGIC, _VERSION):
+        return None
+    geometry = SignalGeometry(*_GEOMETRY.unpack_from(data, _GEOMETRY_AT))
+    return geometry if all(geometry) else None

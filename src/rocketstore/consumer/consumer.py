@@ -147,7 +147,9 @@ class Consumer:
         topics = store.topics()
         self._queues_at_start = {(t, q) for t in self._filters for q in topics.get(t, [])}
         self._unborn: set[str] = set()
-        self._membership = GroupMembership(store.layout.consumers / group)
+        self._membership = GroupMembership(
+            store.layout.consumers / group, file_mode=store.config.file_mode, dir_mode=store.config.dir_mode
+        )
         self._owned: dict[Queue, _Owned] = {}
         self._waiting: dict[Queue, QueueLock] = {}  # allocated to us, lock not free yet
         self._paused: set[tuple[str | None, int | None]] = set()

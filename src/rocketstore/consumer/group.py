@@ -28,6 +28,8 @@ import threading
 from itertools import count
 from pathlib import Path
 
+from rocketstore.storage.paths import DEFAULT_DIR_MODE, DEFAULT_FILE_MODE, make_store_dir
+
 __all__ = ["GroupMembership", "QueueLock", "allocate_averagely"]
 
 log = logging.getLogger(__name__)
@@ -64,16 +66,19 @@ def _try_lock(fd: int) -> bool:
 class GroupMembership:
     """This consumer's membership of its group (see the module docstring)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self, directory: Path, *, file_mode: int = DEFAULT_FILE_MODE, dir_mode: int = DEFAULT_DIR_MODE
+    ) -> None:
         self.directory = directory
+        self._file_mode = file_mode  # the store's (docs/store-format.md, "Modes"), as its other files
         self._members = directory / "members"
-        self._members.mkdir(parents=True, exist_ok=True)
-        (directory / "queues").mkdir(exist_ok=True)
+        make_store_dir(self._members, dir_mode)
+        make_store_dir(directory / "queues", dir_mode)
         with _serial_lock:
             serial = next(_serial)
         self.client_id = f"{socket.gethostname()}@{os.getpid()}@{serial}"
         tmp = self._members / f".{self.client_id}.joining"
-        self._fd: int | None = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._fd: int | None = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, file_mode)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         os.replace(tmp, self._members / self.client_id)
 
@@ -110,7 +115,7 @@ class GroupMembership:
             os.close(fd)
 
     def queue_lock(self, topic: str, queue_id: int) -> QueueLock:
-        return QueueLock(self.directory / "queues" / f"{topic}@{queue_id}")
+        return QueueLock(self.directory / "queues" / f"{topic}@{queue_id}", self._file_mode)
 
     def leave(self) -> None:
         if self._fd is None:
@@ -123,8 +128,9 @@ class GroupMembership:
 class QueueLock:
     """The right to read one queue for the group: ``acquire`` without waiting, ``release``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, mode: int = DEFAULT_FILE_MODE) -> None:
         self.path = path
+        self._mode = mode
         self._fd: int | None = None
 
     @property
@@ -134,7 +140,7 @@ class QueueLock:
     def acquire(self) -> bool:
         if self._fd is not None:
             return True
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, self._mode)
         if not _try_lock(fd):
             os.close(fd)
             return False

@@ -2,10 +2,13 @@
 
 RocketMQ 4.9's HAClient, wire-compatible (see ``frames``), with its bugs left out: the link is
 dropped after ``ha_housekeeping_interval`` with nothing read (4.9 measures from its own last
-report and never notices a silent master); every wait is bounded and a broken link is retried
-after a delay, never in a tight loop (#2476); a master that answers with an offset below this
-log's end (this slave is ahead of it) or above it (it cannot serve this offset) stops the
-replication with the reason in ``status()`` instead of diverging or idling (#3388).
+report and never notices a silent master); every wait is bounded and a broken link or a refused
+connection is retried with a backoff, never in a tight loop (#2476): the first retry within a
+quarter second (a slave started before its master finds it as soon as it listens), doubling to
+RocketMQ's 5 s at most, each failed try logged with its reason and the next try; a master that
+answers with an offset below this log's end (this slave is ahead of it) or above it (it cannot
+serve this offset) stops the replication with the reason in ``status()`` instead of diverging or
+idling (#3388).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ log = logging.getLogger(__name__)
 
 _READ_WAIT = 0.1  # s: the select bound; then reports, housekeeping and stopping are checked
 _CONNECT_TIMEOUT = 5.0  # s, as RocketMQ's slave
-_RECONNECT_DELAY = 1.0  # s: at most this long after a dropped link (RocketMQ: at once)
+_FIRST_RETRY = 0.25  # s: the first retry after a failed try or a dropped link; then doubling
+_MAX_RETRY = 5.0  # s: the longest pause between tries (RocketMQ's HAClient tries every 5 s)
 
 
 class _Stop(Exception):
@@ -67,6 +71,11 @@ class HASlave:
         self._thread = threading.Thread(target=self._run, name="rocketstore-ha-slave", daemon=True)
 
     def start(self) -> None:
+        # the parser's compiled code loads beside the first tries, not before them: a slave
+        # whose master is not up yet says so at once (the dispatcher waits for it, if it must)
+        threading.Thread(
+            target=self._commitlog.prepare_replica, name="rocketstore-ha-warm", daemon=True
+        ).start()
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -76,17 +85,19 @@ class HASlave:
             raise RuntimeError(f"the HA slave did not stop within {timeout} s")
 
     def _run(self) -> None:
-        retry = min(_CONNECT_TIMEOUT, self._config.ha_send_heartbeat_interval / 1000)
-        self._commitlog.prepare_replica()
+        longest = min(_MAX_RETRY, max(_FIRST_RETRY, self._config.ha_send_heartbeat_interval / 1000))
+        pause = _FIRST_RETRY
         while not self._stopping.is_set():
             self.state = "connecting"
             try:
                 sock = socket.create_connection(self.master_address, timeout=_CONNECT_TIMEOUT)
             except OSError as exc:
-                self._disconnected(f"cannot connect to {self._address_text}: {exc}")
-                self._stopping.wait(retry)
+                self._disconnected(f"cannot connect to master {self._address_text}: {exc}", pause)
+                self._stopping.wait(pause)
+                pause = min(2 * pause, longest)
                 continue
             self.connects += 1
+            pause = _FIRST_RETRY
             try:
                 self._session(sock)
             except _Stop as stop:
@@ -94,23 +105,23 @@ class HASlave:
                 log.error("HA: replication from %s stopped: %s", self._address_text, stop)
                 return
             except (OSError, ValueError) as exc:
-                self._disconnected(str(exc))
+                self._disconnected(f"link to master {self._address_text} down: {exc}", pause)
             except Exception as exc:  # a store error: replicating on could only make it worse
                 self.state, self.problem = "failed", f"{type(exc).__name__}: {exc}"
                 log.exception("HA: replication from %s failed and stopped", self._address_text)
                 return
             finally:
                 sock.close()
-            self._stopping.wait(min(_RECONNECT_DELAY, retry))
+            self._stopping.wait(pause)
         self.state = "stopped"
 
     @property
     def _address_text(self) -> str:
         return f"{self.master_address[0]}:{self.master_address[1]}"
 
-    def _disconnected(self, reason: str) -> None:
+    def _disconnected(self, reason: str, pause: float) -> None:
         if not self._stopping.is_set():
-            log.warning("HA: link to master %s down (%s); reconnecting", self._address_text, reason)
+            log.warning("HA: %s; next try in %.2g s", reason, pause)
             self.problem = reason
         self.state = "disconnected"
 

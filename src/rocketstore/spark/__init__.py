@@ -85,7 +85,11 @@ def session(master: str = "local[*]", app_name: str = "rocketstore", **conf: str
     """A SparkSession whose Python workers run this interpreter (so they import this
     rocketstore), unless PYSPARK_PYTHON or ``spark.pyspark.python`` names another one, which is
     then checked (``check_workers_python``); the source is registered. ``conf`` adds Spark
-    settings (dots as given)."""
+    settings (dots as given).
+
+    A Python worker's error is shown as its type and message, without the worker's traceback
+    (``spark.sql.execution.pyspark.udf.hideTraceback.enabled``, which ``conf`` may set to false):
+    a refused option is then named on the error's first line, not at the end of a traceback."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     workers = conf.get("spark.pyspark.python") or os.environ["PYSPARK_PYTHON"]
@@ -99,6 +103,7 @@ def session(master: str = "local[*]", app_name: str = "rocketstore", **conf: str
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "true")
     )
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -179,6 +179,28 @@ def _topic_list(options: Any, name: str) -> frozenset[str] | None:
     return frozenset(t.strip() for t in raw.split(",") if t.strip())
 
 
+def _warn_missing_topics(options: Any, files: StoreFiles, *, streaming: bool) -> None:
+    """Log the topics a topic option names that the store has no queue of: Kafka's source
+    would wait for them silently, and a misspelt name reads as an empty result."""
+    present = {topic for topic, _ in files.queues()}
+    named: dict[str, frozenset[str]] = {
+        name: topics for name in ("subscribe", "topic", "topics") if (topics := _topic_list(options, name))
+    }
+    queues = assigned(options)
+    if queues is not None:
+        named["assign"] = frozenset(t for t, _ in queues)
+    for name, topics in named.items():
+        missing = sorted(topics - present)
+        if missing:
+            log.warning(
+                "option %s: the store at %s has no topic %s: %s",
+                name,
+                files.root,
+                ", ".join(repr(t) for t in missing),
+                "the stream reads it once it appears" if streaming else "no rows from it",
+            )
+
+
 def _bounds(options: Any) -> ScanBounds:
     bounds = ScanBounds()
     given = [n for n in ("subscribe", "subscribePattern", "assign") if _option(options, n) is not None]
@@ -356,6 +378,7 @@ class RocketStoreReader(DataSourceReader):
                 f"option source=commitlog: {'assign' if self.assign is not None else 'per-queue offsets'} "
                 "are read through the consume queues (leave source unset or set source=queues)"
             )
+        _warn_missing_topics(options, self.files, streaming=False)
 
     def chosen_source(self) -> str:
         """The consume queues when the options or filters name queues (topics and queue ids,
@@ -525,6 +548,7 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self.last_trigger = time.monotonic()
         self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
         self.available_now: dict[str, int] | None = None
+        _warn_missing_topics(options, self.files, streaming=True)
 
     def _queues(self) -> dict[str, tuple[int, int]]:
         found = {}
