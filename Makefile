@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,fuzz]'
+	$(PY) -m rocketstore.warm
 	touch $(STAMP)
 
 # Spark (rocketstore.spark, `rocketstore spark`) runs on Java 17+: install a headless JRE when

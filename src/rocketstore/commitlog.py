@@ -10,7 +10,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import NamedTuple
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -37,6 +36,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.dispatch_columns import dispatch_batch
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError
+from rocketstore.jit import kernel
 from rocketstore.message import MessageExt
 from rocketstore.prepare import PreparedBatch, PreparedMessage
 from rocketstore.results import PutMessageResult, PutStatus
@@ -56,7 +56,7 @@ _result = partial(tuple.__new__, PutMessageResult)
 _REPLICA_PARSE_STEP = 4 << 20
 
 
-@numba.njit(cache=True)
+@kernel(cache=True)
 def _queue_ranks(
     queues: npt.NDArray[np.int64], count: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 from typing import Final
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -29,6 +28,7 @@ from rocketstore.codec.java_hash import java_hash_utf8, signed32, tags_code
 from rocketstore.codec.properties import is_name, property_entry, same_bytes
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.dispatch_request import DispatchBatch
+from rocketstore.jit import kernel
 from rocketstore.message import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -50,7 +50,7 @@ _QUEUE_ID, _QUEUE_OFFSET, _SYS_FLAG, _STORE_TS, _TOTAL, _TOPIC, _TAGS_CODE = ran
 _VALUE_AT = 7  # then the value start of each wanted name (-1: absent), then its length
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _columns(
     u8: npt.NDArray[np.uint8],
     positions: I64,
@@ -120,7 +120,7 @@ def _columns(
     return out, valid, slow_tags, topic_at[:distinct].copy(), topic_len[:distinct].copy(), distinct
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _gather(u8: npt.NDArray[np.uint8], at: I64, length: I64) -> tuple[npt.NDArray[np.uint8], I64]:
     """The bytes of each span (absent: ``at`` < 0) back to back, and their offsets."""
     n = len(at)

@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -48,6 +47,7 @@ from rocketstore.codec.properties import encode_plain_properties, encode_propert
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
+from rocketstore.jit import kernel
 from rocketstore.message import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -760,7 +760,7 @@ def _check_keys(keys: TextColumn) -> None:
         raise _bad_row(row, "keys are non-empty strings without spaces")
 
 
-@numba.njit(cache=True)
+@kernel(cache=True)
 def _bad_keys(u8: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> tuple[int, bool]:
     """(first row with a bad KEYS text or -1, whether it holds a separator)."""
     for i in range(len(offsets) - 1):

@@ -13,8 +13,30 @@ In-process use::
 ``serve(path)`` opens the store, serves until SIGTERM or SIGINT, then closes the store cleanly.
 """
 
-from rocketstore.broker.config import BrokerConfig
-from rocketstore.broker.serve import serve
-from rocketstore.broker.server import Broker
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rocketstore.broker.config import BrokerConfig
+    from rocketstore.broker.serve import serve
+    from rocketstore.broker.server import Broker
 
 __all__ = ["Broker", "BrokerConfig", "serve"]
+
+# loaded on first use (PEP 562): `rocketstore status` reads broker.state without gRPC
+_WHERE = {
+    "Broker": "rocketstore.broker.server",
+    "BrokerConfig": "rocketstore.broker.config",
+    "serve": "rocketstore.broker.serve",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rocketstore.broker' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

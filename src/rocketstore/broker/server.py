@@ -34,6 +34,7 @@ from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.endpoint import RemotingEndpoint, bind_listener
 from rocketstore.broker.remoting.server import RemotingLimits
 from rocketstore.broker.service import MessagingService
+from rocketstore.broker.state import STATE_FILE, read_state
 from rocketstore.broker.transaction_check import OrphanSender, TransactionChecker
 from rocketstore.broker.transactions import TransactionLog
 from rocketstore.errors import StoreConfigError
@@ -44,28 +45,6 @@ from rocketstore.store import MessageStore
 __all__ = ["STATE_FILE", "Broker", "advertised_address", "read_state"]
 
 log = logging.getLogger("rocketstore.broker")
-
-STATE_FILE = "broker.json"  # in the store directory, while a broker serves it
-
-
-def read_state(store_dir: Path) -> dict[str, Any] | None:
-    """The state a running broker of ``store_dir`` last wrote; None when no broker runs there."""
-    try:
-        state = json.loads((store_dir / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(state, dict):
-        return None
-    pid = state.get("pid")
-    if not isinstance(pid, int):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None  # left by a broker that was killed
-    except PermissionError:
-        pass
-    return state
 
 
 def advertised_address(config: BrokerConfig, port: int) -> str:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rocketstore.broker.server import read_state
+from rocketstore.broker.state import read_state
 from rocketstore.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -43,20 +43,18 @@ from rocketstore.cli.consume import add_consume_commands
 from rocketstore.cli.output import Output, message_line, message_out
 from rocketstore.cli.serve import serve_command
 from rocketstore.cli.spark import spark_group
-from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
-from rocketstore.codec.host import format_host
-from rocketstore.codec.index_layout import file_size as index_file_size
-from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.config import StoreConfig
 from rocketstore.errors import CorruptDataError, RocketStoreError
-from rocketstore.message import Message, MessageExt
-from rocketstore.results import GetStatus, PutMessageResult
 from rocketstore.shutdown import exit_on_sigterm
 from rocketstore.storage.paths import list_store_dir, looks_like_store
-from rocketstore.store import MessageStore
 from rocketstore.times import format_time
 
+# The store, its codecs and the broker are imported by the commands that use them: `--version`,
+# `--help` and `decode-id` start in a fraction of a second (benchmarks/startup.py).
 if TYPE_CHECKING:
+    from rocketstore.message import MessageExt
+    from rocketstore.results import PutMessageResult
+    from rocketstore.store import MessageStore
     from rocketstore.verify import VerifyReport
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_NOT_FOUND", "EXIT_USAGE", "app", "main"]
@@ -101,17 +99,27 @@ def _run(argv: list[str] | None) -> int:
     return rv if isinstance(rv, int) else 0
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+def _print_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+    # the package's own __version__ (a test keeps it equal to the installed metadata's): looking
+    # the metadata up scans every installed distribution, a tenth of a second
+    if not value or ctx.resilient_parsing:
+        return
+    from rocketstore import __version__
 
-    try:
-        return version("rocketstore")
-    except PackageNotFoundError:
-        return "unknown"
+    click.echo(f"rocketstore {__version__}")
+    ctx.exit()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(_version(), "--version", "-V", prog_name="rocketstore", message="%(prog)s %(version)s")
+@click.option(
+    "--version",
+    "-V",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 @click.option(
     "--config",
     "config_file",
@@ -156,6 +164,8 @@ def _write(ctx: click.Context, root: Path, *, create: bool = False, **changes: A
         )
     else:
         cfg = ctx.find_root().obj
+    from rocketstore.store import MessageStore
+
     with MessageStore.open(root, cfg.replace(**changes) if changes else cfg, delayed_delivery=False) as store:
         yield store
 
@@ -174,6 +184,9 @@ def _not_a_store(root: Path) -> str:
 def reserved_bytes(cfg: StoreConfig, queues: int = 1) -> int:
     """What a new store allocates at its first put: a commitlog segment, a consume-queue file per
     queue written, an index file (if indexing), plus the 4 KiB checkpoint."""
+    from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
+    from rocketstore.codec.index_layout import file_size as index_file_size
+
     index = index_file_size(cfg.index_hash_slots, cfg.index_max_entries) if cfg.message_index_enable else 0
     return cfg.commitlog_segment_size + queues * cfg.consume_queue_entries * CQ_ENTRY_SIZE + index + 4096
 
@@ -200,6 +213,8 @@ def _read_queue(
 ) -> Iterator[MessageExt]:
     """Every message of a queue from ``start`` on, across holes and reclaimed ranges. A damaged
     record is reported on stderr and stepped over: one bad record does not end the listing."""
+    from rocketstore.results import GetStatus
+
     offset = max(start, store.min_offset_in_queue(topic, queue))
     end = store.max_offset_in_queue(topic, queue)
     while offset < end:
@@ -543,6 +558,9 @@ def query_queue(
 @JSON_OPTION
 def decode_id(args: tuple[str, ...], store_opt: Path | None, as_json: bool) -> None:
     """Store host, port and commitlog offset inside an offsetMsgId (no store needed)."""
+    from rocketstore.codec.host import format_host
+    from rocketstore.codec.message_id import decode_offset_msg_id
+
     _, msg_id = _store_then(args, store_opt, "MSG_ID")
     addr, port, offset = decode_offset_msg_id(msg_id)
     Output(as_json).detail(
@@ -745,6 +763,7 @@ def put(
         payloads.append(body_file.read())
     if not payloads and not lines:
         raise click.UsageError("nothing to put: give BODIES, --file or --lines")
+    from rocketstore.message import Message
 
     def message(body: bytes) -> Message:
         return Message(

@@ -7,14 +7,15 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rocketstore.config import StoreConfig
-from rocketstore.geometry import detect_geometry
-from rocketstore.store import MessageStore
 from rocketstore.times import parse_time
+
+if TYPE_CHECKING:  # the store loads with the first command that opens one, not with --help
+    from rocketstore.store import MessageStore
 
 __all__ = [
     "EXIT_ERROR",
@@ -79,11 +80,15 @@ def store_config(ctx: click.Context, root: Path) -> StoreConfig:
         raise click.ClickException(
             f"no such directory: {root} (the store directory is -s DIR, the first argument, or ./store)"
         )
+    from rocketstore.geometry import detect_geometry
+
     return detect_geometry(root, base)
 
 
 @contextlib.contextmanager
 def read_store(ctx: click.Context, root: Path) -> Iterator[MessageStore]:
+    from rocketstore.store import MessageStore
+
     with MessageStore.open(root, store_config(ctx, root), readonly=True) as store:
         yield store
 

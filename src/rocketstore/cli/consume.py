@@ -22,9 +22,6 @@ from rocketstore.cli.common import (
     with_store,
 )
 from rocketstore.cli.output import Output, message_line
-from rocketstore.consumer import open_consumer
-from rocketstore.consumer.group import GroupMembership
-from rocketstore.consumer.offset_store import commit_offsets
 from rocketstore.storage.paths import store_dir_exists
 from rocketstore.times import parse_time
 
@@ -81,6 +78,8 @@ def consume(
     out = Output(as_json)
     start_at: Any = start if start in ("earliest", "latest") else time_value(start, "--from")
     config = store_config(ctx, store_dir)
+    from rocketstore.consumer import open_consumer  # here, not with --help
+
     with open_consumer(
         store_dir, group, {topic: tags}, start=start_at, auto_commit=not no_commit, config=config
     ) as c:
@@ -151,6 +150,8 @@ def reset_offset(
             if queue not in queues:
                 raise NotFound(f"no queue {queue} in topic {topic!r}")
             queues = [queue]
+        from rocketstore.consumer.group import GroupMembership
+
         live = GroupMembership.live_members(store.layout.consumers / group)
         if live and not force:
             raise click.ClickException(
@@ -179,6 +180,8 @@ def reset_offset(
                     "new_offset": new,
                 }
             )
+        from rocketstore.consumer.offset_store import commit_offsets
+
         commit_offsets(store.layout.config / "consumerOffset.json", changes, forced=changes)
     out.rows(["group", "topic", "queue_id", "old_offset", "new_offset"], rows)
 

@@ -16,13 +16,15 @@ import base64
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 
-from rocketstore.message import MessageExt
 from rocketstore.times import format_time
+
+if TYPE_CHECKING:
+    from rocketstore.message import MessageExt
 
 __all__ = ["CHUNK", "Output", "message_line", "message_out", "message_row"]
 

@@ -3,25 +3,26 @@ big-endian, as Java's ByteBuffer writes it). Inlined into the kernels that call 
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import numpy.typing as npt
+
+from rocketstore.jit import kernel
 
 __all__ = ["put_int", "read_i32", "read_i64"]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def read_i32(u8: npt.NDArray[np.uint8], pos: int) -> int:
     v = (np.int64(u8[pos]) << 24) | (np.int64(u8[pos + 1]) << 16) | (np.int64(u8[pos + 2]) << 8) | u8[pos + 3]
     return int(v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def read_i64(u8: npt.NDArray[np.uint8], pos: int) -> int:
     return int((np.int64(read_i32(u8, pos)) << 32) | (np.int64(read_i32(u8, pos + 4)) & 0xFFFFFFFF))
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def put_int(out: npt.NDArray[np.uint8], pos: int, value: int, width: int) -> None:
     """``value``'s low ``width`` bytes at ``out[pos:]``, most significant first."""
     for k in range(width):

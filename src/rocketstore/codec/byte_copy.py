@@ -10,30 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
+
+from rocketstore.jit import intrinsic, kernel
 
 __all__ = ["copy_bytes"]
 
 
-def _byte_array(t: Any) -> bool:
-    return isinstance(t, types.Array) and t.dtype == types.uint8 and t.ndim == 1 and t.layout == "C"
-
-
 def _memcpy_typer(
-    typingctx: Any,
-    dst: types.Array,
-    dst_at: types.Integer,
-    src: types.Array,
-    src_at: types.Integer,
-    n: types.Integer,
+    typingctx: Any, dst: Any, dst_at: Any, src: Any, src_at: Any, n: Any
 ) -> tuple[Any, Any] | None:
+    from numba import types
+    from numba.core import cgutils
+
+    def byte_array(t: Any) -> bool:
+        return isinstance(t, types.Array) and t.dtype == types.uint8 and t.ndim == 1 and t.layout == "C"
+
     # a raw memcpy is right only for contiguous bytes: anything else does not compile
-    if not (_byte_array(dst) and dst.mutable and _byte_array(src)):
+    if not (byte_array(dst) and dst.mutable and byte_array(src)):
         return None
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
@@ -47,10 +42,16 @@ def _memcpy_typer(
     return types.void(dst, dst_at, src, src_at, n), codegen
 
 
-_memcpy: Any = intrinsic(_memcpy_typer)
+def _memcpy_interpreted(
+    dst: npt.NDArray[np.uint8], dst_at: int, src: npt.NDArray[np.uint8], src_at: int, n: int
+) -> None:
+    dst[dst_at : dst_at + n] = src[src_at : src_at + n]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+_memcpy: Any = intrinsic(_memcpy_typer, _memcpy_interpreted)
+
+
+@kernel(cache=True, nogil=True, inline="always")
 def copy_bytes(
     dst: npt.NDArray[np.uint8], dst_at: int, src: npt.NDArray[np.uint8], src_at: int, n: int
 ) -> int:

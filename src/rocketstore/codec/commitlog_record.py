@@ -43,7 +43,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -51,6 +50,7 @@ from rocketstore.codec.big_endian import put_int
 from rocketstore.codec.byte_copy import copy_bytes
 from rocketstore.codec.crc import CRC_TABLES, crc32
 from rocketstore.errors import CorruptDataError
+from rocketstore.jit import kernel
 
 __all__ = [
     "BLANK_MAGIC",
@@ -301,7 +301,7 @@ def encode_batch(
 # (measured, put + dispatch: batches of 4096 1.09-1.25 M msgs/s holding it, 1.29-1.47 M letting
 # it go; batches of 256 about 480 K / 520 K). The batch path's other kernels are a few
 # microseconds long and keep the GIL: getting it back costs more than they would share.
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _encode_records(
     bodies: npt.NDArray[np.uint8],
     body_lengths: npt.NDArray[np.int64],
@@ -391,7 +391,7 @@ def patch_positions_many(
     )
 
 
-@numba.njit(cache=True)
+@kernel(cache=True)
 def _patch_positions(
     blob: npt.NDArray[np.uint8],
     starts: npt.NDArray[np.int64],

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import islice
 from typing import Final
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -26,10 +26,12 @@ from rocketstore.codec.commitlog_record import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     ScanStop,
+    SegmentScan,
     decode_record,
 )
 from rocketstore.codec.crc import CRC_TABLES, crc32
 from rocketstore.errors import CorruptDataError
+from rocketstore.jit import interpreted, kernel, small
 
 __all__ = [
     "RECORD_FIELDS",
@@ -64,15 +66,16 @@ _STOP_END_OF_DATA: Final = 0
 _STOP_BLANK: Final = 1
 _STOP_CORRUPT: Final = 2
 _STOPS: Final[tuple[ScanStop, ...]] = ("end_of_data", "blank", "corrupt")
+_WALK_STEP: Final = 256  # records scan_extent walks in Python between looks at the budget
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def _i16(u8: npt.NDArray[np.uint8], pos: int) -> int:
     v = (np.int64(u8[pos]) << 8) | u8[pos + 1]
     return int(v - 65536 if v >= 32768 else v)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def _field_positions(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int]:
     """Where STORETIMESTAMP and BODYLENGTH sit in the record at ``pos``: both move with the
     host lengths (8 for IPv4, 20 for IPv6) that SYSFLAG announces."""
@@ -82,7 +85,7 @@ def _field_positions(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int]:
     return pos + _BORNHOST_AT + born, pos + _BODY_LEN_POS_BASE + born + store
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _message_is_valid(
     u8: npt.NDArray[np.uint8], pos: int, total: int, v2: bool, check_crc: bool, tables: npt.NDArray[np.uint32]
 ) -> bool:
@@ -114,7 +117,7 @@ def _message_is_valid(
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _scan(
     u8: npt.NDArray[np.uint8], start: int, limit: int, check_crc: bool, tables: npt.NDArray[np.uint32]
 ) -> tuple[int, int, int, int]:
@@ -140,7 +143,7 @@ def _scan(
         pos += total
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _message_starts(u8: npt.NDArray[np.uint8], start: int, limit: int) -> tuple[npt.NDArray[np.int64], int]:
     """Positions of the consecutive MESSAGE records from ``start`` (sizes and magics only)."""
     starts = np.empty(max(0, (limit - start) // 40 + 1), dtype=np.int64)
@@ -172,11 +175,21 @@ def scan_extent(buf: Buffer, start: int = 0, end: int | None = None, *, check_cr
     """How far the valid records of one segment reach: the same stop, position and validity
     rules as iterating a ``SegmentScan``, without decoding the records."""
     limit = len(buf) if end is None else min(end, len(buf))
+    # The first records through SegmentScan itself, while the interpreted budget lasts: a small
+    # store opens without loading the compiler; the compiled walk goes on from where it stopped.
+    walk = SegmentScan(buf, start, limit, check_crc=check_crc)
+    walked = iter(walk)
+    records = 0
+    while interpreted(_WALK_STEP):
+        records += sum(1 for _ in islice(walked, _WALK_STEP))
+        if walk.stop is not None:
+            return Extent(walk.position, records, walk.stop, walk.blank_size, walk.error)
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
-        records, pos, stop, blank_size = _scan(u8, start, limit, check_crc, CRC_TABLES)
+        more, pos, stop, blank_size = _scan(u8, walk.position, limit, check_crc, CRC_TABLES)
     finally:
         del u8  # an mmap cannot close while a numpy view of it lives
+    records += more
     if stop != _STOP_CORRUPT:
         return Extent(pos, records, _STOPS[stop], blank_size, None)
     try:
@@ -211,7 +224,7 @@ def store_timestamps(buf: Buffer, starts: npt.NDArray[np.int64]) -> npt.NDArray[
         del u8
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _store_timestamps(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     out = np.empty(len(starts), dtype=np.int64)
     for i in range(len(starts)):
@@ -220,7 +233,7 @@ def _store_timestamps(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) 
 
 
 # --- field readers for checks over many records (verify) -------------------------------------
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def find_record_start(u8: npt.NDArray[np.uint8], start: int, limit: int, seg_start: int) -> int:
     """The first position from ``start`` that looks like a MESSAGE record of this segment (its magic,
     and a PHYSICALOFFSET naming that very position), or -1: where a scan may pick up again after
@@ -239,7 +252,7 @@ def find_record_start(u8: npt.NDArray[np.uint8], start: int, limit: int, seg_sta
     return -1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def record_header(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int, int, int]:
     """(TOTALSIZE, QUEUEID, QUEUEOFFSET, SYSFLAG) of the well-formed MESSAGE record at ``pos``."""
     return (
@@ -250,7 +263,7 @@ def record_header(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int, int, i
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def record_layout(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int, int, int, int]:
     """(topic start, topic length, properties start, properties length, store timestamp)."""
     store_ts_at, body_len_at = _field_positions(u8, pos)
@@ -268,7 +281,7 @@ def record_layout(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int, int, i
 
 
 # --- columnar reads: many records' fields and bodies without a Python object per record -------
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _gather(
     u8: npt.NDArray[np.uint8], positions: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], limit: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
@@ -299,7 +312,7 @@ def _gather(
     return born, stored, body_at, body_len, n
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _copy_bodies(
     u8: npt.NDArray[np.uint8],
     body_at: npt.NDArray[np.int64],
@@ -322,7 +335,8 @@ def gather_records(
     the first, are readable below ``limit``."""
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
-        return _gather(u8, positions.astype(np.int64), sizes.astype(np.int64), limit)
+        # a few records (a consumer's batch) as Python while numba is not loaded: see jit.small
+        return small(_gather, len(positions), u8, positions.astype(np.int64), sizes.astype(np.int64), limit)
     finally:
         del u8
 
@@ -363,7 +377,7 @@ RECORD_FIELDS: Final = (
 )
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def read_record_fields(
     u8: npt.NDArray[np.uint8], p: int
 ) -> tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int]:
@@ -395,7 +409,7 @@ def read_record_fields(
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _record_fields(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     n = len(starts)
     out = np.empty((19, n), dtype=np.int64)
@@ -435,7 +449,7 @@ def record_fields(buf: Buffer, starts: npt.NDArray[np.int64]) -> dict[str, npt.N
     return dict(zip(RECORD_FIELDS, table))
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _boundary(
     u8: npt.NDArray[np.uint8], at: int, limit: int, seg_start: int, tables: npt.NDArray[np.uint32]
 ) -> int:
@@ -468,7 +482,7 @@ def next_record_start(buf: Buffer, at: int, limit: int, seg_start: int) -> int:
         del u8
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _range_starts(
     u8: npt.NDArray[np.uint8],
     begin: int,
@@ -522,7 +536,7 @@ def range_starts(
     return starts, [(int(a), int(b)) for a, b in damaged.reshape(-1, 2)]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def record_is_well_formed(
     u8: npt.NDArray[np.uint8], p: int, size: int, tables: npt.NDArray[np.uint32]
 ) -> bool:
@@ -535,7 +549,7 @@ def record_is_well_formed(
     return _message_is_valid(u8, p, size, magic == MESSAGE_MAGIC_V2, False, tables)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _well_formed(
     u8: npt.NDArray[np.uint8],
     positions: npt.NDArray[np.int64],

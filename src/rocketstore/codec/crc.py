@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Final
 
-import numba
 import numpy as np
 import numpy.typing as npt
+
+from rocketstore.jit import kernel
 
 __all__ = ["CRC_TABLES", "crc32"]
 
@@ -32,7 +33,7 @@ def _crc_tables() -> npt.NDArray[np.uint32]:
 CRC_TABLES: Final = _crc_tables()
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def crc32(u8: npt.NDArray[np.uint8], start: int, length: int, tables: npt.NDArray[np.uint32]) -> int:
     """zlib.crc32 of ``u8[start:start+length]``, eight bytes a step."""
     c = np.uint32(0xFFFFFFFF)

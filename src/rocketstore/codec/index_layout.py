@@ -26,12 +26,12 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec.big_endian import put_int, read_i32
 from rocketstore.errors import CorruptDataError
+from rocketstore.jit import kernel
 
 __all__ = [
     "ENTRY",
@@ -142,7 +142,7 @@ def decode_entry(
     return kh, phy, diff, prev
 
 
-@numba.njit(cache=True)
+@kernel(cache=True)
 def put_keys(
     buf: npt.NDArray[np.uint8],
     hash_slots: int,

@@ -11,11 +11,11 @@ import operator
 from collections.abc import Sequence
 from functools import lru_cache
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec.text_column import TextColumn
+from rocketstore.jit import kernel
 
 __all__ = [
     "index_hash_of",
@@ -30,9 +30,9 @@ __all__ = [
 _MASK = 0xFFFFFFFF
 _MAX_PRECOMPUTED = 256
 # _POWERS[n] = (31**(n-1), ..., 31, 1) mod 2**32: a hash becomes one C-level dot product.
-_POWERS: list[tuple[int, ...]] = [()]
-for _n in range(1, _MAX_PRECOMPUTED + 1):
-    _POWERS.append(tuple(pow(31, _n - 1 - i, 1 << 32) for i in range(_n)))
+# Each is the tail of the longest (sliced, not computed 33,000 times at import).
+_LONGEST = tuple(pow(31, _MAX_PRECOMPUTED - 1 - i, 1 << 32) for i in range(_MAX_PRECOMPUTED))
+_POWERS: list[tuple[int, ...]] = [_LONGEST[_MAX_PRECOMPUTED - n :] for n in range(_MAX_PRECOMPUTED + 1)]
 
 
 def _code_units(s: str) -> bytes | tuple[int, ...]:
@@ -70,7 +70,7 @@ def index_key_hash(key: str) -> int:
 
 
 # --- compiled forms, for kernels that hash text straight from a mapped record (verify) ----------
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def java_hash_utf8(u8: npt.NDArray[np.uint8], start: int, end: int, h: int) -> tuple[int, bool]:
     """Java's String.hashCode continued from ``h`` (unsigned 32-bit) over the UTF-16 code units of
     the UTF-8 text ``u8[start:end]``; False when the bytes are not strict UTF-8 (the caller then
@@ -114,12 +114,12 @@ def java_hash_utf8(u8: npt.NDArray[np.uint8], start: int, end: int, h: int) -> t
     return h, True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def signed32(h: int) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def index_hash_of(h: int) -> int:
     s = signed32(h)
     return 0 if s == -(1 << 31) else abs(s)
@@ -156,7 +156,7 @@ def index_key_hashes(
     return hashes[:count], rows[:count]
 
 
-@numba.njit(cache=True)
+@kernel(cache=True)
 def _key_hashes(
     starts: npt.NDArray[np.int64],
     prefix_ids: npt.NDArray[np.int64],

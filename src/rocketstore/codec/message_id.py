@@ -27,12 +27,12 @@ import struct
 import threading
 import time
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.errors import CorruptDataError
+from rocketstore.jit import kernel
 
 __all__ = ["UniqKeyGenerator", "decode_offset_msg_id", "encode_offset_msg_id"]
 
@@ -103,7 +103,7 @@ class UniqKeyGenerator:
         return first
 
 
-@numba.njit(cache=True)
+@kernel(cache=True)
 def _uniq_keys(prefix: npt.NDArray[np.uint8], first: int, n: int) -> npt.NDArray[np.uint8]:
     out = np.empty(n * 32, dtype=np.uint8)
     for i in range(n):

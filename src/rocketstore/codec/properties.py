@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec.byte_copy import copy_bytes
 from rocketstore.codec.text_column import TextColumn
+from rocketstore.jit import kernel
 
 __all__ = [
     "NAME_VALUE_SEPARATOR",
@@ -76,7 +76,7 @@ class PropertySpans:
     wanted: npt.NDArray[np.int64]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def property_entry(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[int, int]:
     """The entry starting at ``p``: (where its first 0x01 is, or its end; where it ends, at the
     next 0x02 or ``end``). It holds a property when ``p < sep < stop - 1``: a name and a value."""
@@ -89,7 +89,7 @@ def property_entry(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[int, in
     return sep, stop
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def property_span(
     u8: npt.NDArray[np.uint8], start: int, end: int, name: npt.NDArray[np.uint8]
 ) -> tuple[int, int]:
@@ -113,7 +113,7 @@ def property_span(
     return found_start, found_end
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def is_name(
     u8: npt.NDArray[np.uint8],
     p: int,
@@ -133,7 +133,7 @@ def is_name(
     return True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def same_bytes(u8: npt.NDArray[np.uint8], a: int, b: int, n: int) -> bool:
     """Whether the ``n`` bytes of ``u8`` at ``a`` and at ``b`` are equal (compiled code's memcmp)."""
     for j in range(n):  # noqa: SIM110 (numba compiles the loop, not a generator)
@@ -142,7 +142,7 @@ def same_bytes(u8: npt.NDArray[np.uint8], a: int, b: int, n: int) -> bool:
     return True
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def split_properties(
     u8: npt.NDArray[np.uint8],
     p: int,
@@ -185,7 +185,7 @@ def split_properties(
     return e
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _property_spans(
     u8: npt.NDArray[np.uint8],
     at: npt.NDArray[np.int64],
@@ -268,7 +268,7 @@ def _u8(data: bytes) -> npt.NDArray[np.uint8]:
     return np.frombuffer(data, dtype=np.uint8)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def _put_entry(
     out: npt.NDArray[np.uint8],
     q: int,
@@ -284,7 +284,7 @@ def _put_entry(
     return q + 1
 
 
-@numba.njit(cache=True)
+@kernel(cache=True)
 def _plain_properties(
     keys: npt.NDArray[np.uint8],
     key_offsets: npt.NDArray[np.int64],

@@ -18,9 +18,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["check_workers_python", "register", "session"]
+__all__ = ["SMALL_STORE_BYTES", "check_workers_python", "register", "session", "small_job_conf"]
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+# A local job over a store with at most this much commitlog data is over in seconds: most of its
+# CPU is the driver JVM warming up, half of that HotSpot's optimizing compiler (C2), whose code
+# only pays off in longer runs. Measured on a 1,000-message store (benchmarks/spark_startup.py):
+# the JVM's CPU to start 20 s -> 8.5 s, for session + count + two exports 40 s -> 19 s.
+SMALL_STORE_BYTES = 64 << 20
+_QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def register(spark: SparkSession) -> None:
@@ -30,6 +36,31 @@ def register(spark: SparkSession) -> None:
 
     spark.conf.set(PUSHDOWN_CONF, "true")
     spark.dataSource.register(PushdownDataSource)
+
+
+def small_job_conf(store: str | os.PathLike[str], master: str) -> dict[str, str]:
+    """Spark settings for a job over ``store`` on ``master``, given before the session starts:
+    for a local master and a store with at most ``SMALL_STORE_BYTES`` of commitlog data, a driver
+    JVM without C2 and with the serial collector; nothing otherwise."""
+    if not master.startswith("local") or _commitlog_bytes(store) > SMALL_STORE_BYTES:
+        return {}
+    return {"spark.driver.extraJavaOptions": _QUICK_JVM}
+
+
+def _commitlog_bytes(store: str | os.PathLike[str]) -> int:
+    """Bytes of records in the commitlog: full segments, and the last one up to where its valid
+    records end (segments are allocated whole, so file sizes say nothing)."""
+    from rocketstore.codec.commitlog_scan import scan_extent
+    from rocketstore.geometry import detect_geometry
+    from rocketstore.storage.file_view import mapped_readonly
+    from rocketstore.storage.paths import StoreLayout, segment_files
+
+    segments = segment_files(StoreLayout(store).commitlog)
+    if not segments:
+        return 0
+    size = detect_geometry(store, None, with_index=False).commitlog_segment_size
+    with mapped_readonly(segments[-1][1]) as view:
+        return (len(segments) - 1) * size + scan_extent(view).position
 
 
 def check_workers_python(python: str) -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, Final, Literal, NamedTuple
 
-import numba
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
@@ -39,6 +38,7 @@ from rocketstore.codec.commitlog_scan import Buffer, read_record_fields, record_
 from rocketstore.codec.host import format_host
 from rocketstore.codec.message_id import encode_offset_msg_id
 from rocketstore.codec.properties import split_properties
+from rocketstore.jit import kernel
 
 __all__ = [
     "COLUMNS",
@@ -258,7 +258,7 @@ _LIMIT: Final = 2**31  # Arrow's string and binary offsets are int32
 _TOO_BIG: Final = "an Arrow batch holds under 2 GiB of strings or bodies; read fewer records at a time"
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _grown(a: npt.NDArray[Any], used: int, need: int) -> npt.NDArray[Any]:
     """A copy of the first ``used`` items of ``a`` with room for ``need`` (at least twice the
     size: growing costs a copy of each item about once)."""
@@ -267,7 +267,7 @@ def _grown(a: npt.NDArray[Any], used: int, need: int) -> npt.NDArray[Any]:
     return out
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def _append(
     data: npt.NDArray[np.uint8], used: int, u8: npt.NDArray[np.uint8], at: int, n: int
 ) -> tuple[npt.NDArray[np.uint8], int]:
@@ -278,7 +278,7 @@ def _append(
     return data, copy_bytes(data, used, u8, at, n)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def _next_key(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[int, int]:
     """The next key of a KEYS value from ``p`` (keys are split on spaces, ``MessageExt.keys``):
     (its start, its end), equal when only spaces are left."""
@@ -290,7 +290,7 @@ def _next_key(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[int, int]:
     return p, q
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(cache=True, nogil=True, inline="always")
 def _put_msg_id(
     out: npt.NDArray[np.uint8],
     o: int,
@@ -310,7 +310,7 @@ def _put_msg_id(
         physical >>= 4
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _build(
     u8: npt.NDArray[np.uint8],
     starts: I64,
@@ -516,7 +516,7 @@ def _build(
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _gather(
     u8: npt.NDArray[np.uint8], at: I64, length: I64, total: int
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int32]]:

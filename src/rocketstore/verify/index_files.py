@@ -20,13 +20,13 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec import index_layout
 from rocketstore.codec.checkpoint import CHECKPOINT_FILE_SIZE, decode_checkpoint
 from rocketstore.config import StoreConfig
+from rocketstore.jit import kernel
 from rocketstore.storage.file_view import mapped_readonly
 from rocketstore.storage.paths import StoreLayout, is_index_name, is_leftover_name
 from rocketstore.store_lock import lock_holder
@@ -320,7 +320,7 @@ def _check_chains(
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _walk_chains(
     heads: I64, key_hash: I32, prev: I32, slots: int
 ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Final
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -18,6 +17,7 @@ from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, TX_ROLLBACK
 from rocketstore.codec.commitlog_scan import record_header, record_layout
 from rocketstore.codec.java_hash import index_hash_of, java_hash_utf8, signed32
 from rocketstore.codec.properties import property_span
+from rocketstore.jit import kernel
 from rocketstore.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
 from rocketstore.verify.refs import I64
 
@@ -38,7 +38,7 @@ _KEYS_NAME: Final = np.frombuffer(PROPERTY_KEYS.encode(), dtype=np.uint8)
 _UNIQ_NAME: Final = np.frombuffer(PROPERTY_UNIQ_KEY.encode(), dtype=np.uint8)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def queue_verdicts(
     u8: npt.NDArray[np.uint8],
     pos: I64,
@@ -92,7 +92,7 @@ def queue_verdicts(
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def _grow(a: I64, k: int) -> I64:
     if k < len(a):
         return a
@@ -101,7 +101,7 @@ def _grow(a: I64, k: int) -> I64:
     return b
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(cache=True, nogil=True)
 def record_key_hashes(
     u8: npt.NDArray[np.uint8], pos: I64
 ) -> tuple[I64, I64, npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:

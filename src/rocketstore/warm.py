@@ -1,0 +1,145 @@
+"""Compile the kernels into numba's cache before anyone waits on them.
+
+    python -m rocketstore.warm
+
+numba compiles a kernel the first time it runs with given argument types and keeps the machine
+code in ``__pycache__`` beside its source (``cache=True``); without this, the first put, ``verify``
+or Spark read of a fresh install spends tens of seconds compiling, without a word. ``warm()`` runs
+every kernel's work once on a throwaway store in a temporary directory: puts (single, batch,
+columnar, delayed), dispatch, reads, queries, recovery, ``verify`` and the Spark source's reads
+(without Spark). ``make`` runs it after installing and the demo before it times anything; when
+the cache is already there it loads in about a second. The cache follows the source files: an
+edited module compiles again on its next use (or the next ``warm``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["warm"]
+
+
+def warm(say: Callable[[str], None] = print) -> tuple[int, int]:
+    """Load (or compile) every kernel; returns (compiled now, loaded from the cache)."""
+    import numba  # noqa: F401 - first: with numba loaded every kernel runs compiled (jit.small)
+
+    from rocketstore import jit
+
+    say("rocketstore: preparing the compiled kernels (the first time numba compiles them: about a minute)")
+    started = time.perf_counter()
+    logging.disable(logging.WARNING)  # the damage it makes on purpose is not news
+    try:
+        with tempfile.TemporaryDirectory(prefix="rocketstore-warm-") as tmp:
+            _workload(Path(tmp) / "store")
+    finally:
+        logging.disable(logging.NOTSET)
+    compiled = hits = 0
+    for _, dispatcher in jit.kernels():
+        if dispatcher is not None:
+            compiled += sum(dispatcher.stats.cache_misses.values())
+            hits += sum(dispatcher.stats.cache_hits.values())
+    elapsed = time.perf_counter() - started
+    say(
+        f"rocketstore: kernels ready in {elapsed:.1f} s "
+        f"({compiled} compiled into numba's cache now, {hits} loaded from it)"
+    )
+    return compiled, hits
+
+
+def _workload(root: Path) -> None:
+    from rocketstore.config import StoreConfig
+    from rocketstore.message import Message
+    from rocketstore.store import MessageStore
+    from rocketstore.verify import verify_store
+
+    cfg = StoreConfig(
+        commitlog_segment_size=1 << 20,
+        consume_queue_entries=1000,
+        index_hash_slots=64,
+        index_max_entries=1024,
+    )
+    with MessageStore.open(root, cfg) as store:
+        store.put_messages(
+            [
+                Message("Warm", b"x" * i, tags="a", keys=[f"k{i}", "k"], properties={"p": "v"})
+                for i in range(64)
+            ]
+        )
+        one = store.put_message(Message("Warm", b"one", tags="b", keys=["one"], queue_id=0))
+        store.put_message(Message("Warm", b"later", delay_level=1, queue_id=1))
+        store.put_batch("Warm", [b"c" * 10] * 64, tags="c", keys=[f"c{i}" for i in range(64)])
+        store.put_batch("Warm", [b"d"] * 8, queue_ids=2)
+        store.wait_dispatched()
+        for q in store.topics()["Warm"]:
+            store.get_message("warm", "Warm", q, 0, 32)
+            store.get_message("warm", "Warm", q, 0, 32, "a || c")
+            store.read_batch("Warm", q, 0)
+            store.read_batch("Warm", q, 0, bodies=False)
+        store.query_message("Warm", "k")
+        store.query_by_uniq_key("Warm", "none")
+        store.view_message_by_id(one.msg_id or "")
+    with MessageStore.open(root, cfg, readonly=True):
+        pass  # recovery's scan
+    verify_store(root, cfg)
+    verify_store(root, cfg, check_crc=False)
+    _spark_reads(root)
+    # a restart that lost its queues and index dispatches again from the log, in columns
+    shutil.rmtree(root / "consumequeue")
+    shutil.rmtree(root / "index")
+    with MessageStore.open(root, cfg) as store:
+        store.wait_dispatched()
+        store.offset_in_queue_by_time("Warm", 0, int(time.time() * 1000))
+    # damage: verify and recovery look for where valid records start again
+    second = int.from_bytes((root / "commitlog" / f"{0:020d}").read_bytes()[:4], "big")
+    with open(root / "commitlog" / f"{0:020d}", "r+b") as segment:
+        segment.seek(second + 4)
+        segment.write(b"\0\0\0\0")
+    verify_store(root, cfg)
+    with MessageStore.open(root, cfg, readonly=True):
+        pass
+
+
+def _spark_reads(root: Path) -> None:
+    """The Spark source's column builders, without Spark (they need pyarrow, which PySpark brings)."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return
+    from rocketstore.spark.scan import (
+        ScanBounds,
+        ScanOptions,
+        StoreFiles,
+        plan_commitlog,
+        plan_queues,
+        read_commitlog_range,
+        read_queue_range,
+    )
+
+    files = StoreFiles.at(root)
+    now = int(time.time() * 1000)
+    for bounds in (
+        ScanBounds(),
+        ScanBounds(store_time=(now - 3_600_000, now + 3_600_000), queue_offset=(1, 50)),
+    ):
+        for options in (ScanOptions(bounds=bounds), ScanOptions(body_as="string", bounds=bounds)):
+            for part in plan_commitlog(files, bounds, 2):
+                for _ in read_commitlog_range(part, options):
+                    pass
+            for qpart in plan_queues(files, bounds):
+                for _ in read_queue_range(files, qpart, options):
+                    pass
+
+
+def main() -> int:
+    warm(lambda line: print(line, file=sys.stderr, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
