@@ -358,6 +358,7 @@ class ConsumeQueue:
             mf = self.files.last_for_append(self.files.max_offset)
             mf.referenced = True
             n = min(len(data), mf.free_space)
+            mf.check_intact(mf.wrote_position + n)
             mf.write_at(mf.wrote_position, data[:n])
             mf.wrote_position += n
             data = data[n:]
@@ -384,6 +385,7 @@ class ConsumeQueue:
         pos = logic - mf.from_offset
         if not mf.available or pos + CQ_ENTRY_SIZE > mf.wrote_position:
             return None
+        mf.check_intact(pos + CQ_ENTRY_SIZE)
         return decode_entry(buf, pos)
 
     def entries(self, offset: int, max_count: int) -> npt.NDArray[np.void] | None:
@@ -398,6 +400,7 @@ class ConsumeQueue:
         end = min(mf.wrote_position, pos + max_count * CQ_ENTRY_SIZE)
         if not mf.available or pos >= end:
             return None
+        mf.check_intact(end)
         return decode_entries(buf[pos:end])
 
     def next_segment_offset(self, offset: int) -> int:
