@@ -17,7 +17,7 @@ import pytest
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="SIGBUS on a truncated mapping is Linux's")
 
 _PRELUDE = """
-import os, sys
+import os, sys, time
 from pathlib import Path
 from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.errors import RocketStoreError
@@ -25,11 +25,14 @@ CFG = StoreConfig(commitlog_segment_size=1 << 20, consume_queue_entries=1000)
 root = Path(sys.argv[1])
 
 def fill(store):
-    store.put_messages([Message("T", b"x" * 200, queue_id=0, keys=[f"k{i}"]) for i in range(2000)])
+    store.put_messages([Message("T", b"x" * 200, queue_id=0, keys=[f"k{i}"]) for i in range(1990)])
     assert store.wait_dispatched(60)
 
 def first(directory):
     return directory / sorted(p.name for p in directory.iterdir() if p.name.isdigit())[0]
+
+def newest(directory):
+    return directory / sorted(p.name for p in directory.iterdir() if p.name.isdigit())[-1]
 
 def attempt(what, call):
     try:
@@ -92,3 +95,53 @@ def test_a_follower_reading_a_segment_the_writer_truncated_answers_an_error(tmp_
     assert out[1].startswith("record error CorruptDataError the file is")
     assert out[2].startswith("entry error CorruptDataError the file is 160 bytes")
     assert out[-1] == "closed"
+
+
+def test_the_newest_queue_segment_truncated_under_the_writer_is_rebuilt_at_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """The writer's dispatch finds the queue file it appends to emptied: it stops with the error
+    (store.failure) instead of dying of SIGBUS, puts are refused from then on, and the next
+    open drops the emptied segment, says so, and rebuilds the queue from the commitlog."""
+    root = tmp_path / "s"
+    out = run_child(
+        """
+        with MessageStore.open(root, CFG) as store:
+            fill(store)
+            print("truncated", newest(root / "consumequeue" / "T" / "0").name, flush=True)
+            os.truncate(newest(root / "consumequeue" / "T" / "0"), 0)
+            results = store.put_messages([Message("T", b"y" * 200, queue_id=0) for _ in range(300)])
+            print("puts", sorted({r.status.name for r in results}), flush=True)
+            store.wait_dispatched(60)
+            deadline = time.monotonic() + 60  # the store learns of the failure just after dispatch
+            while store.failure is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            print("failure", type(store.failure).__name__, store.failure, flush=True)
+            attempt("put after", lambda: store.put_message(Message("T", b"z", queue_id=0)).status.name)
+            try:
+                store.close()
+            except RocketStoreError as exc:
+                print("close", type(exc).__name__, flush=True)
+        print("exited")
+        """,
+        root,
+    )
+    assert out[0] == f"truncated {20000:020d}"
+    assert out[2].startswith("failure CorruptDataError the file is 0 bytes")
+    assert out[3:5] == ["put after ok SERVICE_NOT_AVAILABLE", "close CorruptDataError"]
+    assert out[-1] == "exited"
+    from rocketstore import MessageStore, StoreConfig
+    from rocketstore.verify import verify_store
+
+    config = StoreConfig(commitlog_segment_size=1 << 20, consume_queue_entries=1000)
+    with MessageStore.open(root, config) as store:
+        assert store.recovery is not None
+        assert [line.split(" ")[0] for line in store.recovery.rebuilt] == [
+            str(root / "consumequeue" / "T" / "0" / f"{20000:020d}")
+        ]
+        assert store.wait_dispatched(60)
+        stored = int(out[1].count("PUT_OK") > 0) * 300 + 1990
+        assert store.max_offset_in_queue("T", 0) == stored
+        got = store.read_batch("T", 0, 1980, 20)
+        assert len(got) == 20
+    assert verify_store(root, config).clean
