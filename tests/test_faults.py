@@ -647,3 +647,49 @@ def test_real_full_filesystem(small_tmpfs: Path) -> None:
         _check_exactly(again, acked + more)
         del more
     gc.collect()
+
+
+# --- 6. a full disk when a put must write the topic table ---------------------------------------------------
+
+
+def test_enospc_writing_the_topic_table_fails_the_put_with_a_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put to a new topic must write config/topics.json first. On a full disk it raises
+    StoreIOError (ENOSPC, naming the file), stores nothing and creates no topic; puts to known
+    topics go on; once space returns the same put succeeds, and the store reopens clean."""
+    from rocketstore.errors import RocketStoreError, StoreIOError
+    from rocketstore.verify import verify_store
+
+    root = tmp_path / "store"
+    real_write = os.write
+    full = threading.Event()
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        if full.is_set() and os.readlink(f"/proc/self/fd/{fd}").endswith("topics.json.tmp"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    with MessageStore.open(root, CFG) as store:
+        assert store.put_message(Message("Known", b"a", queue_id=0)).status is PutStatus.PUT_OK
+        end = store.max_phy_offset()
+        full.set()
+        for put in (
+            lambda: store.put_message(Message("Fresh", b"b", queue_id=0)),
+            lambda: store.put_messages([Message("Fresh", b"b")]),
+            lambda: store.put_batch("Fresh", [b"b"]),
+        ):
+            with pytest.raises(StoreIOError) as caught:
+                put()
+            assert isinstance(caught.value, RocketStoreError) and caught.value.errno == errno.ENOSPC
+            assert caught.value.path == str(root / "config" / "topics.json")
+        assert "Fresh" not in store.topic_configs() and store.max_phy_offset() == end
+        assert not (root / "config" / "topics.json.tmp").exists()
+        assert store.put_message(Message("Known", b"c", queue_id=0)).status is PutStatus.PUT_OK
+        full.clear()
+        assert store.put_message(Message("Fresh", b"d", queue_id=0)).status is PutStatus.PUT_OK
+    with MessageStore.open(root, CFG) as store:
+        assert "Fresh" in store.topic_configs()
+        assert store.wait_dispatched(10) and store.max_offset_in_queue("Fresh", 0) == 1
+    assert verify_store(root, CFG).clean
