@@ -60,6 +60,7 @@ __all__ = [
     "StorePathError",
     "StoreReadOnlyError",
     "StoreWriteError",
+    "as_store_error",
 ]
 
 
@@ -121,6 +122,17 @@ class StoreIOError(RocketStoreError, OSError):
     def __str__(self) -> str:
         name = errno.errorcode.get(self.errno, str(self.errno)) if self.errno is not None else "?"
         return f"{self.path}: cannot {self.access}: {self.strerror} ({name})"
+
+
+def as_store_error(exc: BaseException, path: str | os.PathLike[str], access: str) -> BaseException:
+    """``exc`` as the store raises it: an OSError that is not already a rocketstore error
+    becomes a StoreIOError (its own file name if it has one, else ``path``); anything else is
+    returned as it is."""
+    if isinstance(exc, OSError) and not isinstance(exc, RocketStoreError):
+        error = StoreIOError(exc.filename if exc.filename is not None else path, access, exc)
+        error.__cause__ = exc
+        return error
+    return exc
 
 
 class StoreLockedError(RocketStoreError):
