@@ -12,6 +12,7 @@ replication with the record's offset and what is wrong, and nothing of it is wri
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
 import socket
@@ -166,7 +167,8 @@ class HASlave:
                         commitlog.append_raw(at, piece)
                     if bad is not None:
                         self._on_appended()
-                        self._report(sock, commitlog.max_offset)
+                        with contextlib.suppress(OSError):  # the ack of the good bytes, if it can go
+                            self._report(sock, commitlog.max_offset)
                         raise bad
                     self._on_appended()
                     self.master_offset = offset + len(body)
