@@ -145,3 +145,23 @@ def test_the_newest_queue_segment_truncated_under_the_writer_is_rebuilt_at_the_n
         got = store.read_batch("T", 0, 1980, 20)
         assert len(got) == 20
     assert verify_store(root, config).clean
+
+
+def test_a_put_into_a_commitlog_segment_truncated_under_the_writer_answers_an_error(tmp_path: Path) -> None:
+    """A small put is copied into the mapping: into a segment cut short under the writer it
+    would die of SIGBUS; it raises CorruptDataError naming the file instead, and nothing is
+    acknowledged that is not there."""
+    out = run_child(
+        """
+        with MessageStore.open(root, CFG) as store:
+            fill(store)
+            end = store.max_phy_offset()
+            os.truncate(first(root / "commitlog"), 4096)  # the one written to (the next is made ahead)
+            attempt("put", lambda: store.put_message(Message("T", b"z", queue_id=0)).status.name)
+            print("end", store.max_phy_offset() == end, flush=True)
+        print("exited")
+        """,
+        tmp_path / "s",
+    )
+    assert out[0].startswith("put error CorruptDataError the file is 4096 bytes, not 1048576")
+    assert out[1:] == ["end True", "exited"]

@@ -363,7 +363,6 @@ class ConsumeQueue:
             mf = self.files.last_for_append(self.files.max_offset)
             mf.referenced = True
             n = min(len(data), mf.free_space)
-            mf.check_intact(mf.wrote_position + n)
             mf.write_at(mf.wrote_position, data[:n])
             mf.wrote_position += n
             data = data[n:]

@@ -256,8 +256,9 @@ class MappedFile:
 
     def _to_file(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         if self.keep_fd and len(data) >= OS_PAGE_SIZE:
-            self._pwrite(pos, data)
+            self._pwrite(pos, data)  # a file cut short under the store grows back: no SIGBUS
         else:
+            self.check_intact(pos + len(data))
             self.buf[pos : pos + len(data)] = data
 
     def _pwrite(self, pos: int, data: bytes | bytearray | memoryview) -> None:
