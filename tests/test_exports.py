@@ -29,6 +29,7 @@ PUBLIC = {
     "StoreClosedError",
     "StoreConfig",
     "StoreConfigError",
+    "StoreIOError",
     "StoreLockedError",
     "StorePathError",
     "StoreReadOnlyError",
@@ -55,6 +56,7 @@ def test_every_error_derives_from_one_base() -> None:
         "StorePathError",
         "NotAStoreError",
         "StoreAccessError",
+        "StoreIOError",
         "StoreReadOnlyError",
     ):
         assert issubclass(getattr(rocketstore, name), rocketstore.RocketStoreError)

@@ -647,3 +647,107 @@ def test_real_full_filesystem(small_tmpfs: Path) -> None:
         _check_exactly(again, acked + more)
         del more
     gc.collect()
+
+
+# --- 6. a full disk when a put must write the topic table ---------------------------------------------------
+
+
+def test_enospc_writing_the_topic_table_fails_the_put_with_a_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put to a new topic must write config/topics.json first. On a full disk it raises
+    StoreIOError (ENOSPC, naming the file), stores nothing and creates no topic; puts to known
+    topics go on; once space returns the same put succeeds, and the store reopens clean."""
+    from rocketstore.errors import RocketStoreError, StoreIOError
+    from rocketstore.verify import verify_store
+
+    root = tmp_path / "store"
+    real_write = os.write
+    full = threading.Event()
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        if full.is_set() and os.readlink(f"/proc/self/fd/{fd}").endswith("topics.json.tmp"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    with MessageStore.open(root, CFG) as store:
+        assert store.put_message(Message("Known", b"a", queue_id=0)).status is PutStatus.PUT_OK
+        end = store.max_phy_offset()
+        full.set()
+        for put in (
+            lambda: store.put_message(Message("Fresh", b"b", queue_id=0)),
+            lambda: store.put_messages([Message("Fresh", b"b")]),
+            lambda: store.put_batch("Fresh", [b"b"]),
+        ):
+            with pytest.raises(StoreIOError) as caught:
+                put()
+            assert isinstance(caught.value, RocketStoreError) and caught.value.errno == errno.ENOSPC
+            assert caught.value.path == str(root / "config" / "topics.json")
+        assert "Fresh" not in store.topic_configs() and store.max_phy_offset() == end
+        assert not (root / "config" / "topics.json.tmp").exists()
+        assert store.put_message(Message("Known", b"c", queue_id=0)).status is PutStatus.PUT_OK
+        full.clear()
+        assert store.put_message(Message("Fresh", b"d", queue_id=0)).status is PutStatus.PUT_OK
+    with MessageStore.open(root, CFG) as store:
+        assert "Fresh" in store.topic_configs()
+        assert store.wait_dispatched(10) and store.max_offset_in_queue("Fresh", 0) == 1
+    assert verify_store(root, CFG).clean
+
+
+# --- 7. errors at open and close are the store's, with errno and path ---------------------------------------
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EMFILE, errno.EIO])
+def test_open_failing_for_the_system_raises_a_store_error_with_errno_and_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """A full disk, too many open files or an I/O error while a store opens (here: opening any
+    file under it) is a StoreIOError naming the errno and the path, not a raw OSError; the
+    store opens once the fault is gone."""
+    from rocketstore.errors import StoreIOError
+
+    root = tmp_path / "store"
+    MessageStore.open(root, CFG).close()
+    real_open = os.open
+
+    def failing_open(path: str | os.PathLike[str], flags: int, mode: int = 0o777, **kw: object) -> int:
+        if str(path).startswith(str(root)) and not os.path.isdir(path):
+            raise OSError(code, os.strerror(code), str(path))
+        return real_open(path, flags, mode, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", failing_open)
+    with pytest.raises(StoreIOError) as caught:
+        MessageStore.open(root, CFG)
+    assert caught.value.errno == code and caught.value.path.startswith(str(root))
+    assert errno.errorcode[code] in str(caught.value)
+    monkeypatch.undo()
+    with MessageStore.open(root, CFG) as store:
+        assert store.put_message(Message("TopicA", b"x", queue_id=0)).status is PutStatus.PUT_OK
+
+
+def test_close_after_a_failed_service_raises_a_store_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flush fails (EIO): close() raises the failure as a StoreIOError (errno, path), not the
+    raw OSError; the store reopens and holds what was acknowledged."""
+    from rocketstore.errors import StoreIOError
+
+    root = tmp_path / "store"
+    store = MessageStore.open(root, CFG.replace(flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    assert store.put_message(Message("TopicA", b"kept", queue_id=0)).status is PutStatus.PUT_OK
+
+    def failing_sync(self: MappedFile) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(MappedFile, "sync", failing_sync)
+    status = store.put_message(Message("TopicA", b"lost?", queue_id=0)).status
+    assert status is not PutStatus.PUT_OK
+    assert _wait_for(lambda: store.failure is not None)
+    with pytest.raises(StoreIOError) as caught:
+        store.close()
+    assert caught.value.errno == errno.EIO and caught.value.path == str(root)
+    monkeypatch.undo()
+    with MessageStore.open(root, CFG) as store:
+        assert store.wait_dispatched(10)
+        assert store.get_message("G", "TopicA", 0, 0, 4).messages[0].body == b"kept"

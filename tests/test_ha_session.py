@@ -80,12 +80,22 @@ def wait_until(condition: Any, what: str) -> None:
         time.sleep(0.01)
 
 
+def whole_records_end(offset: int) -> int:
+    """Where the last whole record of the recorded master's log before ``offset`` ends: what a
+    slave that has taken the bytes up to ``offset`` reports (it acks only whole records)."""
+    seg = offset - offset % SEG
+    segment = (SESSION / "master-store" / "commitlog" / f"{seg:020d}").read_bytes()
+    starts, walked_to, _ = message_starts(segment)
+    return seg + max(int(p) for p in [*starts, walked_to] if p <= offset - seg)
+
+
 class FakeMaster:
     """Plays recorded frames to one slave: each frame is sent once the slave's last report says
-    it holds everything before it (the first one answers the first report)."""
+    it holds every whole record before it (the first one answers the first report)."""
 
-    def __init__(self, frames: list[tuple[int, bytes]]) -> None:
+    def __init__(self, frames: list[tuple[int, bytes]], paced: bool = True) -> None:
         self.frames = frames
+        self.paced = paced  # False: every frame at once after the first report, as a master streams
         self.reports: list[int] = []
         self.server = socket.create_server(("127.0.0.1", 0))
         self.server.settimeout(WAIT)
@@ -102,7 +112,9 @@ class FakeMaster:
             buf = bytearray()
             deadline = time.monotonic() + WAIT
             for i, (offset, body) in enumerate(self.frames):
-                while not self.reports or (self.reports[-1] != offset and i > 0):
+                while not self.reports or (
+                    self.paced and i > 0 and self.reports[-1] != whole_records_end(offset)
+                ):
                     if time.monotonic() > deadline:
                         raise AssertionError(f"slave never reported {offset}: {self.reports}")
                     self._read(conn, buf)
@@ -151,7 +163,10 @@ def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MessageS
 def test_slave_reports_as_the_recorded_slave(replica: tuple[MessageStore, FakeMaster]) -> None:
     _, master = replica
     recorded = [r["offset"] for r in transcript() if r.get("dir") == "s2m"]
-    assert _distinct(master.reports) == _distinct(recorded) == [0, 131072, 150983, 183751, 196608, 201820]
+    assert _distinct(recorded) == [0, 131072, 150983, 183751, 196608, 201820]
+    # RocketMQ's slave acked 183751, the end of a transfer that cuts a record; this one holds a
+    # cut record back until it is whole and checked, and acks where the record starts
+    assert _distinct(master.reports) == [0, 131072, 150983, 183376, 196608, 201820]
 
 
 def _distinct(values: list[int]) -> list[int]:
@@ -370,7 +385,7 @@ def test_slave_dispatches_across_frames_cut_anywhere(tmp_path: Path) -> None:
     blank_at = 131072 + message_starts(segment, 0, SEG)[1]
     cuts = [131072, 140000, blank_at + 8, 196608, 199000, 201820]  # + 8: size and magic in
     frames = [(a, master_log_bytes(a, b - a)) for a, b in itertools.pairwise(cuts)]
-    master = FakeMaster(frames)
+    master = FakeMaster(frames, paced=False)
     config = GEOMETRY.replace(broker_role="SLAVE", ha_master_address=f"127.0.0.1:{master.port}")
     with MessageStore.open(tmp_path / "s", config) as store:
         assert master.done.wait(WAIT) and master.error is None, master.error

@@ -652,6 +652,65 @@ def test_zero_checkpoint_with_abort_scans_from_the_first_segment(
         assert rep.reput_from == 0 or lost == "checkpoint"
 
 
+@pytest.mark.parametrize("abort", [True, False], ids=["abort", "no-abort"])
+def test_checkpoint_truncated_to_zero_bytes_is_rebuilt(
+    pristine: Pristine, tmp_path: Path, abort: bool
+) -> None:
+    """A checkpoint of 0 bytes (truncated, then a crash) is ignored, not refused: its times count
+    as 0 (so after a crash the whole log is scanned), the report says so, the next flush writes
+    it whole again."""
+    root = _copy(pristine, tmp_path)
+    (root / "checkpoint").write_bytes(b"")
+    if abort:
+        (root / "abort").touch()
+    with _recovered(root, pristine, pristine.recs, [], f"cp-empty-{abort}") as store:
+        rep = store.recovery
+        assert rep is not None and rep.abnormal is abort
+        assert len(rep.rebuilt) == 1 and "checkpoint (0 bytes, not 4096)" in rep.rebuilt[0]
+        assert rep.scan_start == 0 or not abort
+    assert (root / "checkpoint").stat().st_size == 4096
+
+
+def _queue_segments(root: Path, topic: str, qid: int) -> list[Path]:
+    return sorted((root / "consumequeue" / topic / str(qid)).iterdir())
+
+
+@pytest.mark.parametrize("damage", ["newest-emptied", "first-emptied", "gap"])
+@pytest.mark.parametrize("abort", [True, False], ids=["abort", "no-abort"])
+def test_damaged_consume_queue_segments_are_rebuilt(
+    pristine: Pristine, tmp_path: Path, damage: str, abort: bool
+) -> None:
+    """A consume-queue segment emptied (truncated to 0), or one after a missing segment (the
+    newest deleted under a writer that then rolled to the next), holds nothing the commitlog
+    does not: open drops it and every later one of its queue, reports them, and re-dispatch
+    writes the queue again, byte for byte."""
+    root = _copy(pristine, tmp_path)
+    topic, qid = QUEUES[0]
+    segments = _queue_segments(root, topic, qid)
+    assert len(segments) == 2
+    want = _queue_bytes(root, topic, qid)
+    size = segments[0].stat().st_size
+    if damage == "newest-emptied":
+        segments[1].write_bytes(b"")
+        dropped = segments[1:]
+    elif damage == "first-emptied":
+        segments[0].write_bytes(b"")
+        dropped = segments
+    else:
+        segments[1].unlink()
+        rolled = segments[1].with_name(f"{int(segments[1].name) + size:020d}")
+        rolled.write_bytes(bytes(size))
+        dropped = [rolled]
+    if abort:
+        (root / "abort").touch()
+    with _recovered(root, pristine, pristine.recs, [], f"cq-{damage}-{abort}") as store:
+        rep = store.recovery
+        assert rep is not None
+        assert [line.split(" ")[0] for line in rep.rebuilt] == [str(p) for p in dropped]
+        assert store.wait_dispatched(10)
+        assert _queue_bytes(root, topic, qid)[: len(want)] == want
+
+
 # --- 5. unclean stop whose abort file is missing -----------------------------------------------------------
 
 

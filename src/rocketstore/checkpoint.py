@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -11,10 +12,11 @@ from rocketstore.codec.checkpoint import (
     decode_checkpoint,
     encode_checkpoint,
 )
-from rocketstore.errors import CorruptDataError
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write, read_store_file
 
 __all__ = ["StoreCheckpoint"]
+
+log = logging.getLogger(__name__)
 
 
 class StoreCheckpoint:
@@ -30,13 +32,20 @@ class StoreCheckpoint:
         self.mode = mode
         self._lock = threading.Lock()
         self.value = Checkpoint()
+        # What was wrong with the file, when it could not be read: then it is ignored (all three
+        # times 0), which makes a recovery after a crash scan the whole log and re-index it, and
+        # the next flush writes it whole again
+        self.damage: str | None = None
         data = read_store_file(path)
         if data is not None:
             if len(data) != CHECKPOINT_FILE_SIZE:
-                raise CorruptDataError(
-                    f"checkpoint is {len(data)} bytes, expected {CHECKPOINT_FILE_SIZE}", path=str(path)
+                self.damage = (
+                    f"{path} ({len(data)} bytes, not {CHECKPOINT_FILE_SIZE}): ignored, its times "
+                    "taken as 0 (a recovery after a crash scans the whole log)"
                 )
-            self.value = decode_checkpoint(data)
+                log.warning("checkpoint %s", self.damage)
+            else:
+                self.value = decode_checkpoint(data)
 
     def update(
         self, *, physic: int | None = None, logics: int | None = None, index: int | None = None

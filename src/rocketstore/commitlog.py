@@ -386,7 +386,10 @@ class CommitLog:
             return b""
         pos = offset - mf.from_offset
         end = min(mf.read_position, pos + limit)
-        return bytes(buf[pos:end]) if end > pos else b""
+        if end <= pos:
+            return b""
+        mf.check_intact(end)
+        return bytes(buf[pos:end])
 
     def _stamp(self) -> int:
         now = self._clock.now_ms()
@@ -476,9 +479,11 @@ class CommitLog:
         if size is None:
             if pos + 4 > mf.read_position:
                 return None
+            mf.check_intact(pos + 4)
             size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
         if size <= 0 or pos + size > mf.read_position:
             return None
+        mf.check_intact(pos + size)
         return MessageExt(
             buf[pos : pos + size],
             0,
@@ -560,7 +565,8 @@ class CommitLog:
         return _SegmentRun(
             buf,
             local,
-            *gather_records(buf, local, sizes[:end], mf.read_position),
+            # records past a truncation are not readable: the caller's message_at says why
+            *gather_records(buf, local, sizes[:end], min(mf.read_position, mf.intact_end())),
             end,
             (mf.path, mf.from_offset),
         )
@@ -591,6 +597,7 @@ class CommitLog:
         base = mf.from_offset
         buf = mf.buf
         seg_end = min(mf.read_position, end - base)
+        mf.check_intact(min(seg_end + 8, mf.size))  # message_starts reads 8 bytes past the records
         local, stopped, blank = message_starts(buf, start - base, seg_end)
         reached = base + mf.size if blank else base + stopped
         if not blank and stopped < seg_end and base + mf.size < end:

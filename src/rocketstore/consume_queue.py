@@ -77,6 +77,7 @@ class ConsumeQueue:
         self.min_logic_offset = 0  # byte position of the first live entry
         # [first, end) queue offsets of invalid entries between valid ones, found by recover
         self.holes: list[tuple[int, int]] = []
+        self.dropped: list[str] = []  # segments load found damaged and dropped, described
 
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic}/{self.queue_id}, {self.min_offset}..{self.max_offset})"
@@ -93,7 +94,11 @@ class ConsumeQueue:
 
     # --- recovery ------------------------------------------------------------------------
     def load(self) -> None:
-        self.files.load()
+        """Open the queue's segments. One emptied or cut short, or after a gap, is dropped with
+        every later one (``dropped`` says which; recovery re-dispatches what they held)."""
+        self.dropped = self.files.load(rebuildable=True)
+        for line in self.dropped:
+            log.warning("%r: consume-queue segment %s dropped; rebuilt from the commitlog", self, line)
         self.min_logic_offset = self.files.min_offset
 
     def recover(self, from_physical: int | None = None) -> int:
@@ -384,6 +389,7 @@ class ConsumeQueue:
         pos = logic - mf.from_offset
         if not mf.available or pos + CQ_ENTRY_SIZE > mf.wrote_position:
             return None
+        mf.check_intact(pos + CQ_ENTRY_SIZE)
         return decode_entry(buf, pos)
 
     def entries(self, offset: int, max_count: int) -> npt.NDArray[np.void] | None:
@@ -398,6 +404,7 @@ class ConsumeQueue:
         end = min(mf.wrote_position, pos + max_count * CQ_ENTRY_SIZE)
         if not mf.available or pos >= end:
             return None
+        mf.check_intact(end)
         return decode_entries(buf[pos:end])
 
     def next_segment_offset(self, offset: int) -> int:

@@ -11,6 +11,11 @@
     │                                of a store's files (also a FileNotFoundError)
     ├── StoreAccessError             the system refuses access to a store path (permissions, a
     │                                read-only file system); carries the path (also a PermissionError)
+    ├── StoreIOError                 the system failed an I/O the store needed on a path: a full disk
+    │                                (ENOSPC, EDQUOT), an I/O error (EIO), too many open files
+    │                                (EMFILE, ENFILE), a file gone under the store (ENOENT) ...;
+    │                                carries ``errno``, ``path`` and what was being done (also an
+    │                                OSError, with ``errno``, ``strerror`` and ``filename``)
     ├── StoreLockedError             another process (or another open in this one) holds the store
     ├── StoreClosedError             the store was used after close()
     ├── StoreReadOnlyError           a write (put, topic change, offset commit, reclaim) on a
@@ -32,6 +37,7 @@ Bad input is rejected before anything is written. Corrupt files are reported wit
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import TYPE_CHECKING
 
@@ -49,10 +55,12 @@ __all__ = [
     "StoreAccessError",
     "StoreClosedError",
     "StoreConfigError",
+    "StoreIOError",
     "StoreLockedError",
     "StorePathError",
     "StoreReadOnlyError",
     "StoreWriteError",
+    "as_store_error",
 ]
 
 
@@ -99,6 +107,32 @@ class StoreAccessError(RocketStoreError, PermissionError):
         self.path = os.fspath(path)
         self.access = access
         super().__init__(f"{self.path}: cannot {access}: {reason}")
+
+
+class StoreIOError(RocketStoreError, OSError):
+    """The system failed an I/O the store needed: ``errno`` says why (ENOSPC, EIO, EMFILE ...),
+    ``path`` where, ``access`` what the store was doing ("write", "flush", "open" ...). Nothing
+    the store acknowledged before is lost; what this write would have added was not taken."""
+
+    def __init__(self, path: str | os.PathLike[str], access: str, error: OSError) -> None:
+        super().__init__(error.errno, error.strerror or str(error), os.fspath(path))
+        self.path = os.fspath(path)
+        self.access = access
+
+    def __str__(self) -> str:
+        name = errno.errorcode.get(self.errno, str(self.errno)) if self.errno is not None else "?"
+        return f"{self.path}: cannot {self.access}: {self.strerror} ({name})"
+
+
+def as_store_error(exc: BaseException, path: str | os.PathLike[str], access: str) -> BaseException:
+    """``exc`` as the store raises it: an OSError that is not already a rocketstore error
+    becomes a StoreIOError (its own file name if it has one, else ``path``); anything else is
+    returned as it is."""
+    if isinstance(exc, OSError) and not isinstance(exc, RocketStoreError):
+        error = StoreIOError(exc.filename if exc.filename is not None else path, access, exc)
+        error.__cause__ = exc
+        return error
+    return exc
 
 
 class StoreLockedError(RocketStoreError):

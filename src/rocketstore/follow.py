@@ -617,6 +617,7 @@ def _extend_queue(cq: ConsumeQueue, end: int) -> None:
             files.files = [*files.files, mf]
         local = pos - mf.from_offset
         stop = min(size, local + chunk * CQ_ENTRY_SIZE)
+        mf.check_intact(stop)
         entries = decode_entries(mf.buf[local:stop])
         offsets = entries["offset"].astype(np.int64)
         sizes = entries["size"].astype(np.int64)

@@ -44,6 +44,9 @@ class RecoveryReport:
     # damaged stretches of segments older than the last one holding data: stepped over, kept
     stepped_over: tuple[DamagedRange, ...] = ()
     queue_holes: int = 0  # missing entries between valid ones of consume queues, rebuilt by re-dispatch
+    # index files found damaged at open and rebuilt from the commitlog, one line each: consume-queue
+    # segments emptied, cut short or after a gap (dropped), an unreadable checkpoint (ignored)
+    rebuilt: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,13 +75,18 @@ def recover(
     # After a crash, queue entries after the checkpoint's safe point may have holes: check from there.
     from_physical = files[start_index].from_offset if files and abnormal else None
     cut = [(cq, cq.recover(from_physical)) for cq in queues]
-    damaged_queues = [cq for cq, damaged_bytes in cut if damaged_bytes]
+    damaged_queues = [cq for cq, damaged_bytes in cut if damaged_bytes or cq.dropped]
+    rebuilt = tuple(line for cq in queues for line in cq.dropped)
+    if checkpoint.damage is not None:
+        rebuilt += (checkpoint.damage,)
     queue_damage = sum(damaged_bytes for _, damaged_bytes in cut)
     if not files:
         dropped = sum(cq.truncate_after(0) for cq in queues)
         if index is not None:
             index.truncate_after(0)  # index files of a log that is not there: new records get indexed
-        return RecoveryReport(abnormal, 0, 0, 0, "end_of_data", None, 0, 0, 0, queue_damage, dropped)
+        return RecoveryReport(
+            abnormal, 0, 0, 0, "end_of_data", None, 0, 0, 0, queue_damage, dropped, rebuilt=rebuilt
+        )
 
     scan_start = files[start_index].from_offset
     scan, end, records, stepped_over = _scan_log(files[start_index:], config.check_crc_on_recover)
@@ -137,6 +145,7 @@ def recover(
         dropped,
         stepped_over,
         queue_holes,
+        rebuilt,
     )
 
 
@@ -156,6 +165,12 @@ def log_report(report: RecoveryReport, *, readonly: bool) -> None:
         )
         return
     kind = "abnormal" if r.abnormal else "normal"
+    if r.rebuilt:
+        log.warning(
+            "recovery: damaged files %s from the commitlog: %s",
+            "read around" if readonly else "rebuilt",
+            "; ".join(r.rebuilt),
+        )
     if readonly:
         if r.damage:
             log.warning(

@@ -25,6 +25,7 @@ from rocketstore.errors import (
     StoreClosedError,
     StoreConfigError,
     StoreReadOnlyError,
+    as_store_error,
 )
 from rocketstore.flush import (
     CommitLogFlushService,
@@ -216,21 +217,30 @@ class MessageStore:
             file_mode=config.file_mode,
             dir_mode=config.dir_mode,
         )
-        layout.open_root(readonly=readonly)
-        cfg = fit_geometry(layout.root, config)
-        store = cls(
-            layout,
-            cfg,
-            clock or SystemClock(),
-            readonly=readonly,
-            delayed_delivery=delayed_delivery,
-            disk_usage=disk_usage or disk_used_ratio,
-        )
+        try:
+            layout.open_root(readonly=readonly)
+            cfg = fit_geometry(layout.root, config)
+            store = cls(
+                layout,
+                cfg,
+                clock or SystemClock(),
+                readonly=readonly,
+                delayed_delivery=delayed_delivery,
+                disk_usage=disk_usage or disk_used_ratio,
+            )
+        except OSError as exc:
+            error = as_store_error(exc, layout.root, "open the store")
+            if error is exc:
+                raise
+            raise error from exc
         try:
             store._start()
-        except BaseException:
+        except BaseException as exc:
             store._shutdown(clean=False)
-            raise
+            error = as_store_error(exc, layout.root, "open the store")
+            if error is exc:
+                raise
+            raise error from exc
         return store
 
     def _start(self) -> None:
@@ -420,7 +430,7 @@ class MessageStore:
                 end.close()
         self._lock.release()
         if errors and clean:
-            raise errors[0]
+            raise as_store_error(errors[0], self.layout.root, "close the store")
 
     def __enter__(self) -> MessageStore:
         return self

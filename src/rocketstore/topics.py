@@ -80,9 +80,17 @@ class TopicTable:
             raise StoreConfigError("the store is open read-only: topics cannot be changed")
         config = TopicConfig(topic, queues, queues, perm, order)
         with self._lock:
-            if self._topics.get(topic) != config:
+            before = self._topics.get(topic)
+            if before != config:
                 self._topics[topic] = config
-                self._persist()
+                try:
+                    self._persist()
+                except BaseException:  # not written: not made (a put naming the topic may retry)
+                    if before is None:
+                        del self._topics[topic]
+                    else:
+                        self._topics[topic] = before
+                    raise
         return config
 
     def delete(self, topic: str) -> bool:
@@ -91,10 +99,15 @@ class TopicTable:
         if self._readonly:
             raise StoreConfigError("the store is open read-only: topics cannot be changed")
         with self._lock:
-            if self._topics.pop(topic, None) is None:
+            before = self._topics.pop(topic, None)
+            if before is None:
                 return False
+            try:
+                self._persist()
+            except BaseException:
+                self._topics[topic] = before
+                raise
             self._round_robin.pop(topic, None)
-            self._persist()
         return True
 
     def select_queue(self, topic: str, sharding_key: str | None) -> int:
@@ -133,5 +146,6 @@ class TopicTable:
         return config.perm if config is not None else None
 
     def _persist(self) -> None:
+        """Write the table (StoreIOError, StoreAccessError when the system refuses)."""
         self._counter += 1
         atomic_write(self.path, encode_topics(self._topics, self._counter, self._clock.now_ms()), self._mode)

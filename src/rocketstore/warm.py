@@ -54,6 +54,7 @@ def warm(say: Callable[[str], None] = print) -> tuple[int, int]:
 
 def _workload(root: Path) -> None:
     from rocketstore.config import StoreConfig
+    from rocketstore.ha.transfer_check import prepare_transfer_check
     from rocketstore.message import Message
     from rocketstore.store import MessageStore
     from rocketstore.verify import verify_store
@@ -89,6 +90,7 @@ def _workload(root: Path) -> None:
     verify_store(root, cfg)
     verify_store(root, cfg, check_crc=False)
     _spark_reads(root)
+    prepare_transfer_check()  # a replica's check of what its master sends
     # a restart that lost its queues and index dispatches again from the log, in columns
     shutil.rmtree(root / "consumequeue")
     shutil.rmtree(root / "index")

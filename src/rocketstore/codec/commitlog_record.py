@@ -57,6 +57,7 @@ __all__ = [
     "END_FILE_MIN_BLANK_LENGTH",
     "MESSAGE_MAGIC_V1",
     "MESSAGE_MAGIC_V2",
+    "MIN_RECORD_SIZE",
     "SYSFLAG_BORNHOST_V6",
     "SYSFLAG_COMPRESSED",
     "SYSFLAG_COMPRESSION_TYPE",
@@ -134,7 +135,7 @@ _HEAD: dict[tuple[bool, bool], struct.Struct] = {
 for (_b6, _s6), _s in _HEAD.items():
     assert _s.size == _BODY_LEN_POS_BASE + 4 + _host_len(_b6) + _host_len(_s6)
 
-_MIN_RECORD = _BODY_LEN_POS_BASE + 4 + 8 + 8 + 1 + 2  # empty body, topic, properties
+MIN_RECORD_SIZE: Final = _BODY_LEN_POS_BASE + 4 + 8 + 8 + 1 + 2  # empty body, topic, properties
 
 
 def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int, v2: bool = False) -> int:
@@ -488,7 +489,7 @@ def decode_record(
         raise _corrupt("BLANK record where a MESSAGE was expected", pos)
     if magic not in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2):
         raise _corrupt(f"unknown magic code 0x{magic & 0xFFFFFFFF:08x}", pos)
-    if total < _MIN_RECORD:
+    if total < MIN_RECORD_SIZE:
         raise _corrupt(f"TOTALSIZE {total} is smaller than the smallest record", pos)
     if pos + total > limit:
         raise _corrupt(f"TOTALSIZE {total} runs past the end of the data ({limit - pos} bytes left)", pos)

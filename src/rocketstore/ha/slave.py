@@ -8,11 +8,14 @@ quarter second (a slave started before its master finds it as soon as it listens
 RocketMQ's 5 s at most, each failed try logged with its reason and the next try; a master that
 answers with an offset below this log's end (this slave is ahead of it) or above it (it cannot
 serve this offset) stops the replication with the reason in ``status()`` instead of diverging or
-idling (#3388).
+idling (#3388). Unlike RocketMQ's, it writes only records that check out (``transfer_check``): a
+bad transfer stops the replication with the record's offset and what is wrong, and nothing of it
+is written or acked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import select
 import socket
@@ -22,7 +25,9 @@ from collections.abc import Callable
 from rocketstore.clock import Clock
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
+from rocketstore.errors import CorruptDataError
 from rocketstore.ha.frames import FrameReader, encode_report
+from rocketstore.ha.transfer_check import TransferCheck, prepare_transfer_check
 
 __all__ = ["HASlave"]
 
@@ -47,7 +52,9 @@ class HASlave:
 
     States (``status()["state"]``): connecting, connected, disconnected (retrying after a
     delay), stopped, and stopped for good (see ``problem``): ahead_of_master,
-    master_cannot_serve, failed (a store error while appending).
+    master_cannot_serve, bad_transfer (the master sent a record that does not check out; the
+    log ends at the last good byte, where a new connection resumes), failed (a store error
+    while appending).
     Thread safety: one thread runs the loop and alone writes to the commitlog.
     """
 
@@ -67,16 +74,19 @@ class HASlave:
         self.master_offset: int | None = None  # the master's position as its frames tell it
         self.last_read: float | None = None
         self.connects = 0
+        self._transfer = TransferCheck(config.commitlog_segment_size)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rocketstore-ha-slave", daemon=True)
 
     def start(self) -> None:
         # the parser's compiled code loads beside the first tries, not before them: a slave
         # whose master is not up yet says so at once (the dispatcher waits for it, if it must)
-        threading.Thread(
-            target=self._commitlog.prepare_replica, name="rocketstore-ha-warm", daemon=True
-        ).start()
+        threading.Thread(target=self._prepare, name="rocketstore-ha-warm", daemon=True).start()
         self._thread.start()
+
+    def _prepare(self) -> None:
+        self._commitlog.prepare_replica()
+        prepare_transfer_check()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
@@ -103,6 +113,14 @@ class HASlave:
             except _Stop as stop:
                 self.state, self.problem = stop.state, str(stop)
                 log.error("HA: replication from %s stopped: %s", self._address_text, stop)
+                return
+            except CorruptDataError as exc:
+                self.state = "bad_transfer"
+                self.problem = (
+                    f"the master sent bytes that are not valid records: {exc}; nothing from offset "
+                    f"{self._commitlog.max_offset} on was written"
+                )
+                log.error("HA: replication from %s stopped: %s", self._address_text, self.problem)
                 return
             except (OSError, ValueError) as exc:
                 self._disconnected(f"link to master {self._address_text} down: {exc}", pause)
@@ -131,6 +149,7 @@ class HASlave:
         interval = config.ha_send_heartbeat_interval / 1000
         housekeeping = config.ha_housekeeping_interval / 1000
         reader = FrameReader()
+        check = self._transfer = TransferCheck(config.commitlog_segment_size)
         reported = commitlog.max_offset
         start = reported if reported else (config.ha_start_offset or 0)
         sock.settimeout(_CONNECT_TIMEOUT)
@@ -153,7 +172,16 @@ class HASlave:
                     if frame is None:
                         break
                     offset, body = frame
-                    commitlog.append_raw(offset, body)
+                    pieces, bad = check.accept(offset, body)
+                    if not body and not check.held:  # a heartbeat: an empty log starts where it says
+                        pieces = [(offset, body)]
+                    for at, piece in pieces:
+                        commitlog.append_raw(at, piece)
+                    if bad is not None:
+                        self._on_appended()
+                        with contextlib.suppress(OSError):  # the ack of the good bytes, if it can go
+                            self._report(sock, commitlog.max_offset)
+                        raise bad
                     self._on_appended()
                     self.master_offset = offset + len(body)
                     if commitlog.max_offset > reported:  # as RocketMQ: a report per frame that adds
@@ -168,9 +196,12 @@ class HASlave:
         return offset, self._clock.monotonic()
 
     def _check_header(self, offset: int) -> None:
-        """Before a body is read: the frame must continue this log (RocketMQ's check, which
-        applies to heartbeats too); an empty log takes a segment boundary."""
-        mine = self._commitlog.max_offset
+        """Before a body is read: the frame must continue this log and what is held back of
+        an incomplete record (RocketMQ's check, which applies to heartbeats too); an empty log
+        takes a segment boundary."""
+        mine = self._transfer.expected
+        if mine is None:
+            mine = self._commitlog.max_offset
         if mine == 0:
             wanted = self._config.ha_start_offset
             if offset % self._config.commitlog_segment_size or (wanted is not None and offset != wanted):

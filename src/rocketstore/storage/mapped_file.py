@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rocketstore.errors import StoreConfigError
+from rocketstore.errors import CorruptDataError, StoreConfigError
 from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.paths import (
     DEFAULT_FILE_MODE,
@@ -150,7 +150,9 @@ class MappedFile:
     def _attach(self, fd: int) -> None:
         """Map the file open at ``fd`` and close ``fd`` (the mapping does not need it)."""
         try:
-            self._check_size(os.fstat(fd).st_size)
+            st = os.fstat(fd)
+            self._check_size(st.st_size)
+            self._identity = (st.st_dev, st.st_ino)
             access = mmap.ACCESS_READ if self.readonly else mmap.ACCESS_WRITE
             self.mm = mmap.mmap(fd, self.size, access=access, **_MMAP_OPTIONS)
         finally:
@@ -175,6 +177,31 @@ class MappedFile:
         if mapped_now and self._cache is not None:
             self._cache.admit(self)  # outside _map_lock: the cache may park other files
         return view
+
+    def check_intact(self, end: int) -> None:
+        """Raise CorruptDataError if the file no longer holds its first ``end`` bytes: another
+        process truncated it under the mapping, and touching a page past the file's end would
+        kill this process (SIGBUS, which Python cannot catch). One stat, for a read or write of
+        a region, not per record; a file deleted or replaced under the mapping is intact (the
+        mapping keeps the old file's pages)."""
+        intact = self.intact_end()
+        if intact < end:
+            raise CorruptDataError(
+                f"the file is {intact} bytes, not {self.size}: it was truncated under the store "
+                f"(by another process); what it held from byte {intact} on is gone",
+                path=str(self.path),
+                offset=self.from_offset + intact,
+            )
+
+    def intact_end(self) -> int:
+        """How many bytes from the start of the mapping may be touched (see ``check_intact``)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return self.size
+        if (st.st_dev, st.st_ino) != self.__dict__.get("_identity"):
+            return self.size
+        return min(self.size, st.st_size)
 
     @property
     def parked(self) -> bool:
@@ -229,8 +256,9 @@ class MappedFile:
 
     def _to_file(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         if self.keep_fd and len(data) >= OS_PAGE_SIZE:
-            self._pwrite(pos, data)
+            self._pwrite(pos, data)  # a file cut short under the store grows back: no SIGBUS
         else:
+            self.check_intact(pos + len(data))
             self.buf[pos : pos + len(data)] = data
 
     def _pwrite(self, pos: int, data: bytes | bytearray | memoryview) -> None:

@@ -12,7 +12,13 @@ from pathlib import Path
 from rocketstore.errors import CorruptDataError
 from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
-from rocketstore.storage.paths import DEFAULT_FILE_MODE, segment_files, segment_name
+from rocketstore.storage.paths import (
+    DEFAULT_FILE_MODE,
+    fsync_directory,
+    segment_files,
+    segment_name,
+    store_file_size,
+)
 
 __all__ = ["MappedFileQueue"]
 
@@ -64,8 +70,14 @@ class MappedFileQueue:
         self._pooled: list[MappedFile] = []
 
     # --- loading -------------------------------------------------------------------------
-    def load(self) -> None:
-        """Open every segment in the directory, all marked fully written (recovery trims them)."""
+    def load(self, *, rebuildable: bool = False) -> list[str]:
+        """Open every segment in the directory, all marked fully written (recovery trims them).
+
+        ``rebuildable`` (files whose content can be rebuilt from the commitlog: consume queues):
+        a segment emptied or cut short, or one after a gap, ends the files instead of refusing
+        them; it and every later segment are deleted (only ignored by a read-only open), and
+        what was dropped is returned, one line each. A segment of another non-zero size when
+        none has the configured one is still a StoreConfigError (another geometry)."""
         segments = segment_files(self.directory)
         for start, path in segments:
             if start % self.file_size or start > _MAX_OFFSET - self.file_size:
@@ -74,6 +86,7 @@ class MappedFileQueue:
                     f"({self.file_size}) within 0..2^63-1",
                     path=str(path),
                 )
+        dropped = self._drop_damaged(segments) if rebuildable else []
         files = []
         for _, path in segments:
             mf = MappedFile(path, self.file_size, readonly=self.readonly, cache=self.map_cache)
@@ -91,6 +104,29 @@ class MappedFileQueue:
         self.files = files
         if files:
             self.flushed_where = files[-1].from_offset + files[-1].wrote_position
+        return dropped
+
+    def _drop_damaged(self, segments: list[tuple[int, Path]]) -> list[str]:
+        """Cut ``segments`` (in place) before the first one of the wrong size or after a gap;
+        delete the rest unless read-only. What was dropped, described."""
+        sizes = [store_file_size(path) for _, path in segments]
+        geometry_holds = self.file_size in sizes
+        keep = len(segments)
+        for i, ((start, _), size) in enumerate(zip(segments, sizes)):
+            gap = i > 0 and start != segments[i - 1][0] + self.file_size
+            if gap or (size != self.file_size and (size == 0 or geometry_holds)):
+                keep = i
+                break
+        dropped = []
+        for (_, path), size in zip(segments[keep:], sizes[keep:]):
+            why = f"{size} bytes, not {self.file_size}" if size != self.file_size else "after a gap"
+            dropped.append(f"{path} ({why})")
+            if not self.readonly:
+                path.unlink(missing_ok=True)
+        del segments[keep:]
+        if dropped and not self.readonly:
+            fsync_directory(self.directory)
+        return dropped
 
     # --- lookup --------------------------------------------------------------------------
     @property

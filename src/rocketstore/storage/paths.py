@@ -30,11 +30,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from rocketstore.errors import CorruptDataError, NotAStoreError, StoreAccessError, StorePathError
+from rocketstore.errors import (
+    CorruptDataError,
+    NotAStoreError,
+    StoreAccessError,
+    StoreIOError,
+    StorePathError,
+)
 
 __all__ = [
     "DEFAULT_DIR_MODE",
     "DEFAULT_FILE_MODE",
+    "IO_FAULTS",
     "REGULAR_FILE",
     "StoreEntry",
     "StoreLayout",
@@ -72,6 +79,10 @@ _INDEX_NAME_DIGITS = 17
 _MAX_OFFSET = (1 << 63) - 1  # offsets are Java longs
 _MAX_QUEUE_ID = (1 << 31) - 1  # queue ids are Java ints
 _REFUSED = (errno.EACCES, errno.EPERM, errno.EROFS)
+# failed I/O, reported as StoreIOError
+IO_FAULTS = frozenset(
+    (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EMFILE, errno.ENFILE, errno.EFBIG, errno.ENOMEM)
+)
 _LEFTOVER_SUFFIXES = (".creating", ".tmp")  # of a creation or replacement a crash interrupted
 
 
@@ -145,12 +156,15 @@ def _kind(mode: int) -> str:
 
 
 def _refused(path: str | os.PathLike[str], exc: OSError, access: str) -> Exception:
-    """The error to raise for ``exc``: a refusal or a path through a non-directory becomes the
-    store's error; anything else (an I/O error, a full disk) stays what it is."""
+    """The error to raise for ``exc``: a refusal, a path through a non-directory or a failed
+    I/O (a full disk, an I/O error, too many open files) becomes the store's error; anything
+    else (a missing file, which callers look for) stays what it is."""
     if exc.errno in _REFUSED:
         return StoreAccessError(path, access, exc.strerror or str(exc))
     if exc.errno == errno.ENOTDIR:
         return StorePathError(path, "a path through directories", "a part of it that is not a directory")
+    if exc.errno in IO_FAULTS:
+        return StoreIOError(path, access, exc)
     return exc
 
 
@@ -331,11 +345,14 @@ def make_store_dir(directory: Path, mode: int = DEFAULT_DIR_MODE) -> None:
 
 
 def fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _refused(path, exc, "sync the directory") from None
 
 
 def create_store_file(path: Path, mode: int, *, writable: bool = False) -> int:
@@ -373,6 +390,9 @@ def atomic_write(path: Path, data: bytes, mode: int = DEFAULT_FILE_MODE) -> None
             written = os.write(fd, view)
             view = view[written:]
         os.fsync(fd)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)  # the old file stays, whole
+        raise _refused(path, exc, "write") from None
     finally:
         os.close(fd)
     try:

@@ -1,0 +1,123 @@
+"""What a slave may write of the bytes its master sends: only whole records that check out.
+
+RocketMQ's protocol carries no checksum and its slave writes whatever arrives. Here every
+transfer's records are checked first (``check_transfer``: magic code, sizes adding up, body CRC,
+PHYSICALOFFSET equal to the record's position, QUEUEID and QUEUEOFFSET not negative, a BLANK
+reaching its segment's end). A record cut by the end of a transfer is held back, in memory,
+until the rest arrives; so the slave's log, and every ack it sends, ends at the last good byte,
+and a new connection resumes from there.
+
+What the record format cannot show: the CRC covers the body only, so a changed byte inside the
+topic or the properties (not their length fields), or in a fixed field no rule above ties to
+anything (flag, SYSFLAG's bits other than the host kinds, timestamps, hosts, reconsume times,
+prepared-transaction offset, a QUEUEID or QUEUEOFFSET that stays non-negative), passes.
+"""
+
+from __future__ import annotations
+
+from rocketstore.codec.commitlog_scan import check_transfer
+from rocketstore.errors import CorruptDataError
+
+__all__ = ["Piece", "TransferCheck", "prepare_transfer_check"]
+
+Piece = tuple[int, bytes | memoryview]  # (log offset, bytes that may be written there)
+
+
+class TransferCheck:
+    """Splits one connection's transfers into the pieces that may be written, in log order.
+
+    Each transfer must continue the last (``expected``) and lie inside one segment, as the
+    protocol promises. At the first thing that is wrong ``accept`` answers, with the pieces
+    before it, a CorruptDataError (``offset``: the log offset of the bad record); nothing of
+    that record or after it is given.
+    """
+
+    def __init__(self, segment_size: int) -> None:
+        self._segment_size = segment_size
+        self.expected: int | None = None  # the offset the next transfer must start at
+        self._held = bytearray()  # the first bytes of a record the next transfer completes
+        self._held_at = 0  # their log offset
+        self._filler_to = 0  # after a checked BLANK: the end of its segment (filler up to there)
+        self._refused: CorruptDataError | None = None
+
+    @property
+    def held(self) -> int:
+        """Bytes received but not given out: the start of an incomplete record."""
+        return len(self._held)
+
+    def accept(self, offset: int, body: memoryview) -> tuple[list[Piece], CorruptDataError | None]:
+        """The checked bytes that ``body``, bytes from ``offset``, completes, as at most one
+        (offset, bytes) piece (a view of ``body`` unless a record began in an earlier transfer),
+        and what is wrong with the rest of it, if anything (then nothing more is accepted)."""
+        pieces: list[Piece] = []
+        if self._refused is not None:
+            return pieces, self._refused
+        try:
+            self._accept(offset, body, pieces)
+        except CorruptDataError as exc:
+            self._refused = exc
+            return _joined(pieces), exc
+        return _joined(pieces), None
+
+    def _accept(self, offset: int, body: memoryview, pieces: list[Piece]) -> None:
+        if self.expected is not None and offset != self.expected:
+            raise CorruptDataError(f"a transfer from offset {offset} does not continue at {self.expected}")
+        self.expected = offset + len(body)
+        pos = self._filler(offset, body, 0, pieces)
+        while self._held and pos < len(body):
+            pos = self._complete_held(offset, body, pos, pieces)
+            pos = self._filler(offset, body, pos, pieces)
+        if self._held or pos == len(body):
+            return
+        reached, stop, _ = check_transfer(body, offset, pos, self._segment_size)
+        if reached > pos:
+            pieces.append((offset + pos, body[pos:reached]))
+        if stop == "incomplete":
+            self._held[:] = body[reached:]
+            self._held_at = offset + reached
+        elif stop == "blank":
+            self._filler_to = offset + reached + self._segment_size - (offset + reached) % self._segment_size
+            if self._filler(offset, body, reached, pieces) < len(body):
+                raise CorruptDataError("a transfer runs past the end of its segment", offset=offset)
+
+    def _filler(self, offset: int, body: memoryview, pos: int, pieces: list[Piece]) -> int:
+        """Give the bytes after a checked BLANK up to its segment's end; where they end in ``body``."""
+        end = min(len(body), self._filler_to - offset)
+        if end <= pos:
+            return pos
+        pieces.append((offset + pos, body[pos:end]))
+        return end
+
+    def _complete_held(self, offset: int, body: memoryview, pos: int, pieces: list[Piece]) -> int:
+        """Add to the held record what it lacks from ``body[pos:]``, give it once it checks out."""
+        held = self._held
+        reached, stop, wanted = check_transfer(held, self._held_at, 0, self._segment_size)
+        while stop == "incomplete":
+            more = min(wanted - len(held), len(body) - pos)
+            if more <= 0:
+                return pos
+            held += body[pos : pos + more]
+            pos += more
+            reached, stop, wanted = check_transfer(held, self._held_at, 0, self._segment_size)
+        pieces.append((self._held_at, bytes(held[:reached])))
+        if stop == "blank":
+            at = self._held_at + reached
+            self._filler_to = at + self._segment_size - at % self._segment_size
+        # a BLANK's 8 bytes were all that was wanted; nothing else can follow a whole record here
+        assert reached == len(held)
+        held.clear()
+        return pos
+
+
+def _joined(pieces: list[Piece]) -> list[Piece]:
+    """The pieces (consecutive) as one: one write, not a small one into an untouched page of the
+    mapping (a page fault each transfer) and the rest by pwrite."""
+    if len(pieces) < 2:
+        return pieces
+    return [(pieces[0][0], b"".join(piece for _, piece in pieces))]
+
+
+def prepare_transfer_check() -> None:
+    """Load the compiled check, so the first transfer does not wait for it (the version for
+    writable buffers: the receive buffer and a held record are both)."""
+    check_transfer(bytearray(), 0, 0, 1)
