@@ -58,7 +58,7 @@ BAD_FIELDS: dict[str, tuple[list[Any], str]] = {
     "uniq_key": ([5, b"u", ["u"], ""], r"uniq_key|UNIQ_KEY"),
     "born_timestamp": (["1", 1.5, [1], 1 << 63, False], r"born_timestamp"),
     "born_host": ([5, b"1.2.3.4:5", ["x"], "nohost", "1.2.3.4:70000"], r"born_host"),
-    "sys_flag": (["0", 1.5, None, 0x100], r"sys_flag"),
+    "sys_flag": (["0", 1.5, None, 0x40, 0x800], r"sys_flag"),
 }
 BAD_CASES = [
     pytest.param(field, value, id=f"{field}={type(value).__name__}:{value!r:.20}")

@@ -31,8 +31,7 @@ from rocketstore.clock import Clock
 from rocketstore.codec.commitlog_record import (
     END_FILE_MIN_BLANK_LENGTH,
     SYSFLAG_BORNHOST_V6,
-    SYSFLAG_COMPRESSED,
-    SYSFLAG_MULTI_TAGS,
+    SYSFLAG_CONTENT,
     SYSFLAG_STOREHOST_V6,
     SYSFLAG_TX_MASK,
     TX_COMMIT,
@@ -76,7 +75,7 @@ __all__ = [
 ]
 
 SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
-_USER_SYSFLAG_BITS: Final = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TX_MASK
+_USER_SYSFLAG_BITS: Final = SYSFLAG_CONTENT | SYSFLAG_TX_MASK
 _MAX_PROPERTIES_BYTES: Final = 32767
 MAX_QUEUE_ID: Final = 65535
 _ILLEGAL = PutStatus.MESSAGE_ILLEGAL
@@ -584,8 +583,8 @@ class MessageEncoder:
         sys_flag = msg.sys_flag
         if type(sys_flag) is not int or sys_flag & ~_USER_SYSFLAG_BITS:
             raise InvalidMessageError(
-                f"sys_flag {sys_flag!r}: only the compressed (0x1), multi-tags (0x2) and transaction (0xC) "
-                "bits can be set",
+                f"sys_flag {sys_flag!r}: only the compressed (0x1), multi-tags (0x2), transaction (0xC) "
+                "and compression type (0x700) bits can be set",
                 _ILLEGAL,
             )
         prepared = msg.prepared_transaction_offset

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rocketstore.clock import Clock
+from rocketstore.codec.commitlog_record import SYSFLAG_CONTENT
 from rocketstore.codec.config_json import decode_delay_offsets, encode_delay_offsets
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
@@ -69,7 +70,7 @@ def real_message(msg: MessageExt) -> Message:
         uniq_key=msg.uniq_key,
         born_timestamp=msg.born_timestamp,
         born_host=msg.born_host,
-        sys_flag=msg.sys_flag & 0x3,  # compressed / multi-tags; hosts are the store's business
+        sys_flag=msg.sys_flag & SYSFLAG_CONTENT,  # hosts are the store's business
     )
 
 

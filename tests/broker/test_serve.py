@@ -80,7 +80,19 @@ UNLIMITED_DISK = (
 def serve(running: list[Served], store: Path, *extra: str, settings: str = "") -> Served:
     conf = store.parent / f"{store.name}.conf"
     conf.write_text(UNLIMITED_DISK + settings)
-    s = Served("serve", str(store), "--listen", "127.0.0.1:0", "--config", str(conf), *extra)
+    s = Served(
+        "serve",
+        str(store),
+        "--listen",
+        "127.0.0.1:0",
+        "--remoting",
+        "off",
+        "--namesrv",
+        "off",
+        "--config",
+        str(conf),
+        *extra,
+    )
     running.append(s)
     return s
 

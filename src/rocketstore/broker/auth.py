@@ -8,6 +8,8 @@ The file (TOML)::
     secret_key = "..."
     topics = ["Orders", "Payments"]   # may send to and receive from these ("*": any)
     groups = ["billing"]              # may consume as these groups ("*": any)
+    admin = false                     # remoting: may create/delete topics and groups, change
+                                      # the broker's config (RocketMQ's admin codes)
 
 The signature is HMAC-SHA1(secret key, the ``x-mq-date-time`` header's bytes) in hex (either
 case); the access key is the ``Credential`` value up to its first ``/`` (BROKER.md §1). Without
@@ -35,6 +37,7 @@ class Account:
     secret_key: str
     topics: frozenset[str]
     groups: frozenset[str]
+    admin: bool = False
 
 
 class Acl:
@@ -66,10 +69,17 @@ class Acl:
                 raise StoreConfigError(
                     f"ACL file {str(path)!r}: account {i}: keys are text, topics and groups lists"
                 )
-            accounts[ak] = Account(ak, sk, frozenset(topics), frozenset(groups))
+            admin = entry.get("admin", False)
+            if not isinstance(admin, bool):
+                raise StoreConfigError(f"ACL file {str(path)!r}: account {i}: admin is true or false")
+            accounts[ak] = Account(ak, sk, frozenset(topics), frozenset(groups), admin)
         if not accounts:
             raise StoreConfigError(f"ACL file {str(path)!r} lists no [[accounts]]")
         return cls(accounts)
+
+    def account(self, access_key: str) -> Account | None:
+        """The account of ``access_key``, None when the file has none."""
+        return self._accounts.get(access_key)
 
     def authenticate(self, metadata: Mapping[str, str]) -> Account:
         """The account that signed the request; StatusError UNAUTHORIZED if none did."""

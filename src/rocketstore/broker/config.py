@@ -26,7 +26,16 @@ MIB = 1024 * 1024
 class BrokerConfig:
     """Everything ``rocketstore serve`` decides apart from the store itself. Times in ms."""
 
-    listen: str = "127.0.0.1:8081"
+    # gRPC (RocketMQ 5 clients); None: not served
+    listen: str | None = "127.0.0.1:8081"
+    # RocketMQ's remoting protocol (4.x clients, mqadmin): the broker's HOST:PORT and the name
+    # server's; None: not served (the library's default; `rocketstore serve` serves both)
+    remoting: str | None = None
+    namesrv: str | None = None
+    # the host routes and message ids give for the remoting address (RocketMQ's brokerIP1);
+    # default: the remoting host, or 127.0.0.1 when it listens on every interface
+    broker_ip: str | None = None
+    cluster_name: str = "DefaultCluster"
     # the host:port clients are told to dial (routes); default: the listen address, or the
     # address the client used when the broker listens on every interface
     advertise: str | None = None
@@ -37,6 +46,13 @@ class BrokerConfig:
     max_body_size: int = 4 * MIB
     max_messages_per_send: int = 1024
     max_concurrent_streams: int = 1024
+    # remoting: frame size, connections, requests in progress per connection (parked pulls
+    # included), server requests awaiting an answer per connection, idle close
+    max_frame_size: int = 16 * MIB
+    max_connections: int = 1024
+    max_requests_per_connection: int = 1024
+    max_server_requests_per_connection: int = 256
+    idle_timeout_ms: int = 120_000
     max_receive_batch: int = 32
     long_polling_min_ms: int = 5_000
     long_polling_max_ms: int = 20_000
@@ -69,9 +85,19 @@ class BrokerConfig:
             raise StoreConfigError("invisible_min_ms must not exceed invisible_max_ms")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise StoreConfigError("TLS needs both a certificate (tls_cert) and its key (tls_key)")
-        host, sep, port = self.listen.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise StoreConfigError(f"listen address {self.listen!r}: expected HOST:PORT")
+        for name in ("listen", "remoting", "namesrv"):
+            address = getattr(self, name)
+            if address is None:
+                continue
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+                raise StoreConfigError(f"{name} address {address!r}: expected HOST:PORT")
+        if self.namesrv is not None and self.remoting is None:
+            raise StoreConfigError(
+                "the name server needs the remoting broker: its routes point at the remoting address"
+            )
+        if self.max_frame_size < 1024:
+            raise StoreConfigError(f"max_frame_size {self.max_frame_size} is below 1024 bytes")
 
     def replace(self, **changes: object) -> BrokerConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -83,6 +109,10 @@ class BrokerConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         kwargs: dict[str, object] = {}
         for key, raw in values.items():
+            if key == "listenPort":  # RocketMQ's broker port: the remoting listener's
+                port = _coerce(key, "int", raw)
+                kwargs.setdefault("remoting", f"127.0.0.1:{port}")
+                continue
             name = _ROCKETMQ_NAMES.get(key, key)
             f = fields.get(name)
             if f is None:
@@ -117,6 +147,9 @@ _ROCKETMQ_NAMES = {
     "transactionCheckInterval": "transaction_check_interval_ms",
     "transactionCheckMax": "transaction_check_max",
     "brokerName": "broker_name",
+    "brokerClusterName": "cluster_name",
+    "brokerIP1": "broker_ip",
+    "maxMessageSize": "max_body_size",
 }
 
 
@@ -128,7 +161,7 @@ def _coerce(name: str, kind: object, raw: object) -> object:
         if text not in ("true", "false"):
             raise StoreConfigError(f"broker setting {name}: expected true or false, not {raw!r}")
         return text == "true"
-    if kind == "int":
+    if kind in ("int", "int | None"):
         try:
             return int(str(raw).strip())
         except ValueError:

@@ -7,11 +7,13 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
 from rocketstore.broker.config import BrokerConfig
-from rocketstore.broker.server import Broker
+from rocketstore.broker.remoting.endpoint import bind_listener
+from rocketstore.broker.server import Broker, advertised_address
 from rocketstore.config import StoreConfig
 from rocketstore.store import MessageStore
 
@@ -69,6 +71,34 @@ def _serve(
     metrics_address: str | None,
     received: list[int],
 ) -> None:
+    config = config or BrokerConfig()
+    sockets: list[socket.socket] = []
+    remoting_sock = namesrv_sock = None
+    try:
+        if config.remoting is not None:
+            # bound before the store opens: its records name this port as their store host
+            remoting_sock = bind_listener(config.remoting)
+            sockets.append(remoting_sock)
+            if config.namesrv is not None:
+                namesrv_sock = bind_listener(config.namesrv)
+                sockets.append(namesrv_sock)
+            store_host = advertised_address(config, int(remoting_sock.getsockname()[1]))
+            store_config = (store_config or StoreConfig()).replace(store_host=store_host)
+        _serve_store(path, config, store_config, metrics_address, received, remoting_sock, namesrv_sock)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _serve_store(
+    path: Path,
+    config: BrokerConfig,
+    store_config: StoreConfig | None,
+    metrics_address: str | None,
+    received: list[int],
+    remoting_sock: socket.socket | None,
+    namesrv_sock: socket.socket | None,
+) -> None:
     with MessageStore.open(path, store_config) as store:
         broker = Broker(store, config)
 
@@ -83,7 +113,9 @@ def _serve(
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, stop, sig)
             try:
-                await broker.start(metrics_address)
+                await broker.start(
+                    metrics_address, remoting_socket=remoting_sock, namesrv_socket=namesrv_sock
+                )
                 await stopping.wait()
                 logging.getLogger("rocketstore.broker").info(
                     "%s received: stopping", signal.Signals(received[0]).name

@@ -1,6 +1,6 @@
-"""The broker's lifecycle: a grpc.aio server over an open store, the workers that touch the disk,
-the arrival watcher, the transaction checker, the state file for ``rocketstore status``, and the
-metrics endpoint.
+"""The broker's lifecycle: a grpc.aio server and the remoting listeners (``remoting/``) over an
+open store, the workers that touch the disk, the arrival watcher, the transaction checker of
+both protocols, the state file for ``rocketstore status``, and the metrics endpoint.
 
 ``Broker`` serves a store the caller opened (and closes nothing of it); ``start``/``stop`` run it
 on the caller's event loop, ``start_in_thread``/``stop_in_thread`` on a loop of its own (tests,
@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -27,13 +28,20 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.config import BrokerConfig
+from rocketstore.broker.group_commit import GroupCommit
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
+from rocketstore.broker.remoting.context import RemotingContext
+from rocketstore.broker.remoting.endpoint import RemotingEndpoint, bind_listener
+from rocketstore.broker.remoting.server import RemotingLimits
 from rocketstore.broker.service import MessagingService
+from rocketstore.broker.transaction_check import OrphanSender, TransactionChecker
+from rocketstore.broker.transactions import TransactionLog
+from rocketstore.errors import StoreConfigError
 from rocketstore.storage.paths import atomic_write
 from rocketstore.store import MessageStore
 
-__all__ = ["STATE_FILE", "Broker", "read_state"]
+__all__ = ["STATE_FILE", "Broker", "advertised_address", "read_state"]
 
 log = logging.getLogger("rocketstore.broker")
 
@@ -60,6 +68,17 @@ def read_state(store_dir: Path) -> dict[str, Any] | None:
     return state
 
 
+def advertised_address(config: BrokerConfig, port: int) -> str:
+    """The ip:port routes and message ids give for the remoting broker (``broker_ip``, else the
+    listen host; 127.0.0.1 for a listener on every interface, with a log line)."""
+    assert config.remoting is not None
+    host = config.broker_ip or config.remoting.rpartition(":")[0].strip("[]")
+    if host in ("0.0.0.0", "::", ""):
+        log.warning("remoting listens on every interface: routes say 127.0.0.1 (set brokerIP1 to change)")
+        host = "127.0.0.1"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 class Broker:
     """A RocketMQ 5 gRPC endpoint over ``store`` (see the module docstring)."""
 
@@ -69,8 +88,11 @@ class Broker:
         self.port: int | None = None
         self.metrics = BrokerMetrics(store)
         self.metrics_port: int | None = None
+        self.remoting_port: int | None = None
+        self.namesrv_port: int | None = None
         self._server: Any = None
         self._service: MessagingService | None = None
+        self._remoting: RemotingEndpoint | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._arrival: ArrivalSignal | None = None
         self._pop: PopService | None = None
@@ -79,23 +101,75 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started_ms = 0
         self._state_written = False
+        self._remoting_connections = 0
 
     @property
     def service(self) -> MessagingService:
-        assert self._service is not None, "the broker is not started"
+        assert self._service is not None, "the broker is not started, or serves no gRPC"
         return self._service
 
-    async def start(self, metrics_address: str | None = None) -> int:
-        """Bind, start serving, and return the port (the listen port, or the one picked for 0)."""
+    @property
+    def remoting(self) -> RemotingEndpoint:
+        assert self._remoting is not None, "the broker is not started, or serves no remoting"
+        return self._remoting
+
+    async def start(
+        self,
+        metrics_address: str | None = None,
+        *,
+        remoting_socket: socket.socket | None = None,
+        namesrv_socket: socket.socket | None = None,
+    ) -> int:
+        """Bind, start serving, and return the gRPC port (the listen port, or the one picked for
+        0), or the remoting port when gRPC is off. ``remoting_socket``/``namesrv_socket``:
+        listeners bound already (``bind_listener``), used instead of binding ``config.remoting``
+        and ``config.namesrv``."""
         config = self.config
+        if config.listen is None and config.remoting is None:
+            raise StoreConfigError("nothing to serve: gRPC (listen) and remoting are both off")
         acl = Acl.from_file(config.acl_file) if config.acl_file else None
         loop = asyncio.get_running_loop()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=8, thread_name_prefix="broker-store"
         )
         self._arrival = ArrivalSignal(self.store.dispatch_events, loop)
+        transactions = TransactionLog(
+            self.store, timeout_ms=config.transaction_timeout_ms, check_max=config.transaction_check_max
+        )
+        await loop.run_in_executor(self._executor, transactions.load)
+        system_puts = GroupCommit(
+            self.store, self._executor, internal=True, max_batch=config.max_messages_per_send
+        )
+        senders: list[OrphanSender] = []
+        if config.listen is not None:
+            await self._start_grpc(config.listen, acl, transactions)
+            senders.append(self.service.send_orphan_check)
+        if config.remoting is not None:
+            await self._start_remoting(transactions, acl, remoting_socket, namesrv_socket)
+            senders.append(self.remoting.send_orphan_check)
+        checker = TransactionChecker(transactions, system_puts, self._executor, senders)
+        self._started_ms = int(time.time() * 1000)
+        self._arrival.start()
+        if self._pop is not None:
+            self._pop.start()
+        if metrics_address:
+            self.metrics_port = self.metrics.serve(metrics_address)
+        self._tasks = [
+            loop.create_task(self._every(config.transaction_check_interval_ms, checker.check_once)),
+            loop.create_task(self._every(config.state_interval_ms, self._write_state)),
+        ]
+        await self._write_state()
+        if self.store.ha_port is not None:
+            log.info("replication (RocketMQ HA) on port %d", self.store.ha_port)
+        port = self.port if self.port is not None else self.remoting_port
+        assert port is not None
+        return port
+
+    async def _start_grpc(self, listen: str, acl: Acl | None, transactions: TransactionLog) -> None:
+        config = self.config
+        assert self._executor is not None and self._arrival is not None
         self._pop = PopService(self.store, broker_name=config.broker_name)
-        host, _, port_text = config.listen.rpartition(":")
+        host, _, port_text = listen.rpartition(":")
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", config.max_body_size + 1024 * 1024),
@@ -122,32 +196,77 @@ class Broker:
             pop=self._pop,
             acl=acl,
             advertise=(ad_host.strip("[]"), int(ad_port)),
+            transactions=transactions,
         )
-        await loop.run_in_executor(self._executor, self._service.transactions.load)
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self._service, server)
         await server.start()
         self._server = server
         self.port = port
-        self._started_ms = int(time.time() * 1000)
-        self._arrival.start()
-        if self._pop is not None:
-            self._pop.start()
-        if metrics_address:
-            self.metrics_port = self.metrics.serve(metrics_address)
-        self._tasks = [
-            loop.create_task(self._every(config.transaction_check_interval_ms, self._service.check_orphans)),
-            loop.create_task(self._every(config.state_interval_ms, self._write_state)),
-        ]
-        await self._write_state()
         log.info(
             "serving %s on %s%s (RocketMQ 5 gRPC)",
             self.store.layout.root,
             address.rsplit(":", 1)[0] + f":{port}",
             " with TLS" if config.tls_cert else "",
         )
-        if self.store.ha_port is not None:
-            log.info("replication (RocketMQ HA) on port %d", self.store.ha_port)
-        return port
+
+    async def _start_remoting(
+        self,
+        transactions: TransactionLog,
+        acl: Acl | None,
+        remoting_socket: socket.socket | None,
+        namesrv_socket: socket.socket | None,
+    ) -> None:
+        config = self.config
+        assert config.remoting is not None and self._executor is not None and self._arrival is not None
+        broker_sock = remoting_socket or bind_listener(config.remoting)
+        namesrv_sock = namesrv_socket
+        if namesrv_sock is None and config.namesrv is not None:
+            namesrv_sock = bind_listener(config.namesrv)
+        broker_address = advertised_address(config, int(broker_sock.getsockname()[1]))
+        if broker_address != self.store.config.store_host:
+            log.warning(
+                "remoting serves %s but the store's records name %s as their store host "
+                "(store_host): offset message ids point there",
+                broker_address,
+                self.store.config.store_host,
+            )
+        ctx = RemotingContext(
+            store=self.store,
+            config=config,
+            executor=self._executor,
+            arrival=self._arrival,
+            metrics=self.metrics,
+            transactions=transactions,
+            broker_address=broker_address,
+            sends=GroupCommit(
+                self.store,
+                self._executor,
+                max_batch=config.max_messages_per_send,
+                on_batch=self.metrics.batches.inc,
+            ),
+            system_puts=GroupCommit(
+                self.store, self._executor, internal=True, max_batch=config.max_messages_per_send
+            ),
+        )
+        limits = RemotingLimits(
+            max_frame_size=config.max_frame_size,
+            max_requests_per_connection=config.max_requests_per_connection,
+            max_server_requests_per_connection=config.max_server_requests_per_connection,
+            max_connections=config.max_connections,
+            idle_timeout_s=config.idle_timeout_ms / 1000,
+        )
+        self._remoting = RemotingEndpoint(ctx, limits, acl)
+        await self._remoting.start(broker_sock, namesrv_sock)
+        self.remoting_port = self._remoting.broker.port if self._remoting.broker else None
+        self.namesrv_port = self._remoting.namesrv.port if self._remoting.namesrv else None
+        log.info(
+            "serving %s on %s (RocketMQ remoting, broker %s of cluster %s)%s",
+            self.store.layout.root,
+            broker_address,
+            config.broker_name,
+            config.cluster_name,
+            f", name server on port {self.namesrv_port}" if self.namesrv_port is not None else "",
+        )
 
     async def _every(self, interval_ms: int, job: Any) -> None:
         while True:
@@ -161,22 +280,30 @@ class Broker:
 
     async def _write_state(self) -> None:
         service = self._service
-        if service is None:
+        remoting = self._remoting
+        connections = remoting.connection_count() if remoting is not None else 0
+        changed = connections != self._remoting_connections
+        if service is not None:
+            clients = service.clients
+            clients.expire(int(time.time() * 1000))
+            changed = changed or clients.changed
+            clients.changed = False
+        if not changed and self._state_written:
             return
-        clients = service.clients
-        clients.expire(int(time.time() * 1000))
-        if not clients.changed and self._state_written:
-            return
-        clients.changed = False
         self._state_written = True
+        self._remoting_connections = connections
         state = {
             "pid": os.getpid(),
             "listen": self.config.listen,
             "port": self.port,
+            "remoting": self.config.remoting,
+            "remoting_port": self.remoting_port,
+            "namesrv_port": self.namesrv_port,
+            "remoting_connections": connections,
             "metrics_port": self.metrics_port,
             "started_ms": self._started_ms,
             "updated_ms": int(time.time() * 1000),
-            "clients": service.clients.snapshot(),
+            "clients": service.clients.snapshot() if service is not None else [],
         }
         path = self.store.layout.root / STATE_FILE
         text = json.dumps(state, indent=1)
@@ -192,6 +319,9 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self._remoting is not None:
+            await self._remoting.stop()
+            self._remoting = None
         if self._server is not None:
             await self._server.stop(grace)
             self._server = None
@@ -207,7 +337,13 @@ class Broker:
         log.info("broker stopped")
 
     # --- on a loop of its own ------------------------------------------------------------------
-    def start_in_thread(self, metrics_address: str | None = None) -> int:
+    def start_in_thread(
+        self,
+        metrics_address: str | None = None,
+        *,
+        remoting_socket: socket.socket | None = None,
+        namesrv_socket: socket.socket | None = None,
+    ) -> int:
         """``start`` on a new event loop in a daemon thread; returns the port."""
         loop = self._loop = asyncio.new_event_loop()
 
@@ -218,8 +354,9 @@ class Broker:
 
         self._thread = threading.Thread(target=run, name="broker-loop", daemon=True)
         self._thread.start()
+        started = self.start(metrics_address, remoting_socket=remoting_socket, namesrv_socket=namesrv_socket)
         try:
-            return asyncio.run_coroutine_threadsafe(self.start(metrics_address), loop).result()
+            return asyncio.run_coroutine_threadsafe(started, loop).result()
         except BaseException:
             self.stop_in_thread()
             raise

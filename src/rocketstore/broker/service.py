@@ -33,7 +33,13 @@ from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
 from rocketstore.broker.send import SentMessage, to_store_message
 from rocketstore.broker.status import Code, StatusError, put_status_code, status
-from rocketstore.broker.transactions import TransactionLog, half_message, transaction_id
+from rocketstore.broker.transactions import (
+    Orphan,
+    TransactionLog,
+    end_transaction,
+    half_message,
+    transaction_id,
+)
 from rocketstore.errors import (
     InvalidMessageError,
     InvalidReceiptHandleError,
@@ -130,13 +136,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         pop: PopService,
         acl: Acl | None,
         advertise: tuple[str, int],
+        transactions: TransactionLog,
     ) -> None:
         self.store = store
         self.config = config
         self.clients = ClientRegistry()
-        self.transactions = TransactionLog(
-            store, timeout_ms=config.transaction_timeout_ms, check_max=config.transaction_check_max
-        )
+        self.transactions = transactions
         self._executor = executor
         self._arrival = arrival
         self._metrics = metrics
@@ -416,51 +421,32 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         txlog = self.transactions
         half = txlog.half_of(request.transaction_id, request.message_id, topic)
         commit = resolution == pb.TransactionResolution.COMMIT
-        txlog.mark_pending(half)
-        ok = False
-        try:
-            outcomes = await self._system_puts.put(txlog.resolution(half, commit))
-            failed = next((o for o in outcomes if not (isinstance(o, PutMessageResult) and o.ok)), None)
-            if failed is not None:
-                if isinstance(failed, PutMessageResult):
-                    raise StatusError(put_status_code(failed.status), f"store answered {failed.status.name}")
-                raise StatusError(Code.INTERNAL_SERVER_ERROR, f"{type(failed).__name__}: {failed}")
-            ok = True
-        finally:
-            txlog.mark_done(half, ok)
+        failed = await end_transaction(txlog, self._system_puts, half, commit)
+        if failed is not None:
+            if isinstance(failed, PutMessageResult):
+                raise StatusError(put_status_code(failed.status), f"store answered {failed.status.name}")
+            raise StatusError(Code.INTERNAL_SERVER_ERROR, f"{type(failed).__name__}: {failed}")
         self._metrics.transactions.labels(
             pb.TransactionResolution.Name(resolution), pb.TransactionSource.Name(request.source)
         ).inc()
         return rpc.EndTransactionResponse(status=status(Code.OK))
 
-    async def check_orphans(self) -> None:
-        """One round of orphaned-transaction checks (see transactions.py)."""
-        txlog = self.transactions
-        due, expired = await self._run(txlog.orphans, int(time.time() * 1000))
-        for half in expired:
-            txlog.mark_pending(half)
-            outcomes = await self._system_puts.put(txlog.give_up(half))
-            ok = all(isinstance(o, PutMessageResult) and o.ok for o in outcomes)
-            txlog.mark_done(half, ok)
-            log.warning(
-                "transaction %s of %s checked too often: moved to TRANS_CHECK_MAX_TIME_TOPIC",
-                half.msg_id,
-                half.properties.get("REAL_TOPIC"),
+    async def send_orphan_check(self, orphan: Orphan) -> bool:
+        """Ask a producer of the orphan's topic with a Telemetry stream open to resolve it
+        (transaction_check.py runs the rounds); False when there is none."""
+        producers = self.clients.producers_of(orphan.topic)
+        if not producers:
+            return False
+        producer = producers[orphan.checks % len(producers)]
+        assert producer.commands is not None
+        command = rpc.TelemetryCommand(
+            recover_orphaned_transaction_command=rpc.RecoverOrphanedTransactionCommand(
+                message=to_proto_message(orphan.half, topic=orphan.topic),
+                transaction_id=orphan.transaction_id,
             )
-        for orphan in due:
-            producers = self.clients.producers_of(orphan.topic)
-            if not producers:
-                continue
-            producer = producers[orphan.checks % len(producers)]
-            assert producer.commands is not None
-            command = rpc.TelemetryCommand(
-                recover_orphaned_transaction_command=rpc.RecoverOrphanedTransactionCommand(
-                    message=to_proto_message(orphan.half, topic=orphan.topic),
-                    transaction_id=orphan.transaction_id,
-                )
-            )
-            await producer.commands.put(command)
-            txlog.checked(orphan.half)
+        )
+        await producer.commands.put(command)
+        return True
 
     @_answer(rpc.RecallMessageResponse)
     async def RecallMessage(self, request: Any, context: Any) -> Any:

@@ -26,9 +26,10 @@ import logging
 from dataclasses import dataclass
 from typing import Final
 
+from rocketstore.broker.group_commit import GroupCommit, PutOutcome
 from rocketstore.broker.send import PROPERTY_CHECK_IMMUNITY, PROPERTY_TRANSACTION
 from rocketstore.broker.status import Code, StatusError
-from rocketstore.codec.commitlog_record import TX_COMMIT
+from rocketstore.codec.commitlog_record import SYSFLAG_CONTENT, SYSFLAG_TX_MASK, TX_COMMIT
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.errors import CorruptDataError
 from rocketstore.message import (
@@ -41,7 +42,15 @@ from rocketstore.message import (
 from rocketstore.results import PutMessageResult
 from rocketstore.store import MessageStore
 
-__all__ = ["CHECK_MAX_TOPIC", "HALF_TOPIC", "OP_TOPIC", "Orphan", "TransactionLog", "transaction_id"]
+__all__ = [
+    "CHECK_MAX_TOPIC",
+    "HALF_TOPIC",
+    "OP_TOPIC",
+    "Orphan",
+    "TransactionLog",
+    "end_transaction",
+    "transaction_id",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +79,12 @@ def half_message(msg: Message, queue_id: int) -> Message:
         keys=msg.keys,
         properties=props,
         queue_id=0,
+        flag=msg.flag,
         uniq_key=msg.uniq_key,
         born_timestamp=msg.born_timestamp,
         born_host=msg.born_host,
-        sys_flag=msg.sys_flag,
+        sys_flag=msg.sys_flag & ~SYSFLAG_TX_MASK,
+        reconsume_times=msg.reconsume_times,
     )
 
 
@@ -102,7 +113,7 @@ def _copy(
         uniq_key=half.uniq_key,
         born_timestamp=half.born_timestamp,
         born_host=half.born_host,
-        sys_flag=half.sys_flag & 0x3,
+        sys_flag=half.sys_flag & SYSFLAG_CONTENT,
     )
     for name, value in changes.items():
         setattr(msg, name, value)
@@ -168,6 +179,19 @@ class TransactionLog:
             raise StatusError(Code.INVALID_TRANSACTION_ID, f"transaction {txid!r} has already ended")
         return half
 
+    def half_at(self, physical_offset: int) -> MessageExt | None:
+        """The unresolved half stored at ``physical_offset`` (RocketMQ 4.9's END_TRANSACTION
+        names it so), or None when there is none or it has ended."""
+        try:
+            half = self._store.look_message_by_offset(physical_offset)
+        except CorruptDataError:
+            return None
+        if half is None or half.topic != HALF_TOPIC:
+            return None
+        if half.queue_offset in self._done or half.queue_offset in self._pending:
+            return None
+        return half
+
     def resolution(self, half: MessageExt, commit: bool) -> list[Message]:
         """The records that end ``half``'s transaction (one store put)."""
         records = []
@@ -181,7 +205,7 @@ class TransactionLog:
                     # a committed message is an ordinary one: RocketMQ clears TRAN_MSG on it too
                     # (EndTransactionProcessor), so readers do not take it for a half
                     drop=frozenset({PROPERTY_TRANSACTION}),
-                    sys_flag=(half.sys_flag & 0x3) | TX_COMMIT,
+                    sys_flag=(half.sys_flag & SYSFLAG_CONTENT) | TX_COMMIT,
                     prepared_transaction_offset=half.physical_offset,
                 )
             )
@@ -242,6 +266,22 @@ class TransactionLog:
 
     def checked(self, half: MessageExt) -> None:
         self._checks[half.queue_offset] = self._checks.get(half.queue_offset, 0) + 1
+
+
+async def end_transaction(
+    txlog: TransactionLog, puts: GroupCommit, half: MessageExt, commit: bool
+) -> PutOutcome | None:
+    """Commit or roll back ``half`` (one store put of ``txlog.resolution``, through ``puts``, a
+    group commit of internal puts); None when it is done, else the outcome that failed."""
+    txlog.mark_pending(half)
+    ok = False
+    try:
+        outcomes = await puts.put(txlog.resolution(half, commit))
+        failed = next((o for o in outcomes if not (isinstance(o, PutMessageResult) and o.ok)), None)
+        ok = failed is None
+        return failed
+    finally:
+        txlog.mark_done(half, ok)
 
 
 def store_id(half: MessageExt) -> str:

@@ -14,7 +14,22 @@ __all__ = ["serve_command"]
 
 @click.command("serve")
 @click.argument("store_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--listen", default="127.0.0.1:8081", show_default=True, help="HOST:PORT to serve gRPC on.")
+@click.option(
+    "--listen", default="127.0.0.1:8081", show_default=True, help="HOST:PORT to serve gRPC on, or off."
+)
+@click.option(
+    "--remoting",
+    default="127.0.0.1:10911",
+    show_default=True,
+    help="HOST:PORT to serve RocketMQ's remoting protocol (the broker) on, or off "
+    "(default port: broker.conf's listenPort when set).",
+)
+@click.option(
+    "--namesrv",
+    default="127.0.0.1:9876",
+    show_default=True,
+    help="HOST:PORT to serve the name server on (routes point at --remoting), or off.",
+)
 @click.option(
     "--config",
     "config_file",
@@ -48,6 +63,8 @@ def serve_command(
     ctx: click.Context,
     store_dir: Path,
     listen: str,
+    remoting: str,
+    namesrv: str,
     config_file: Path | None,
     create: bool,
     as_json: bool,
@@ -60,23 +77,33 @@ def serve_command(
     ha_port: int | None,
     master_address: str | None,
 ) -> int:
-    """Serve STORE_DIR to RocketMQ 5 clients (gRPC) until SIGTERM or Ctrl-C, then close it cleanly.
+    """Serve STORE_DIR to RocketMQ clients until SIGTERM or Ctrl-C, then close it cleanly: RocketMQ 5
+    clients over gRPC (--listen), RocketMQ 4.x clients, mqadmin and the benchmarks over RocketMQ's
+    remoting protocol (--namesrv is their namesrvAddr; routes point at --remoting).
 
     \b
     Example:
-      rocketstore serve ./store --create --listen 127.0.0.1:8081
-    Producers and consumers of the official RocketMQ 5 clients then use 127.0.0.1:8081 as their
-    endpoint. See docs/broker.md.
+      rocketstore serve ./store --create
+    RocketMQ 5 clients use 127.0.0.1:8081 as their endpoint; 4.x clients and mqadmin use
+    namesrvAddr 127.0.0.1:9876. See docs/broker.md and docs/remoting.md.
     """
     from rocketstore.broker import BrokerConfig, serve
     from rocketstore.broker.config import load_settings
     from rocketstore.broker.serve import configure_logging
+    from rocketstore.errors import StoreConfigError
 
     if config_file is not None:
         base, broker = load_settings(config_file)
     else:
         base, broker = ctx.find_root().obj, BrokerConfig()
-    changes: dict[str, object] = {"listen": listen}
+
+    def address(value: str) -> str | None:
+        return None if value.strip().lower() == "off" else value
+
+    changes: dict[str, object] = {"listen": address(listen), "namesrv": address(namesrv)}
+    given = ctx.get_parameter_source("remoting") is not click.core.ParameterSource.DEFAULT
+    # the default gives way to broker.conf's listenPort
+    changes["remoting"] = address(remoting) if given or broker.remoting is None else broker.remoting
     for name, value in (
         ("tls_cert", tls_cert),
         ("tls_key", tls_key),
@@ -85,7 +112,12 @@ def serve_command(
     ):
         if value is not None:
             changes[name] = value
-    broker = broker.replace(**changes)
+    try:
+        broker = broker.replace(**changes)
+    except StoreConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    if broker.listen is None and broker.remoting is None:
+        raise click.ClickException("nothing to serve: --listen and --remoting are both off")
     if looks_like_store(store_dir):
         cfg = store_config(ctx, store_dir) if config_file is None else base
     elif not create:

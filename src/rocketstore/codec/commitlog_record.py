@@ -59,6 +59,8 @@ __all__ = [
     "MESSAGE_MAGIC_V2",
     "SYSFLAG_BORNHOST_V6",
     "SYSFLAG_COMPRESSED",
+    "SYSFLAG_COMPRESSION_TYPE",
+    "SYSFLAG_CONTENT",
     "SYSFLAG_MULTI_TAGS",
     "SYSFLAG_STOREHOST_V6",
     "SYSFLAG_TX_MASK",
@@ -96,6 +98,12 @@ TX_COMMIT: Final = 0x8
 TX_ROLLBACK: Final = 0xC
 SYSFLAG_BORNHOST_V6: Final = 0x10
 SYSFLAG_STOREHOST_V6: Final = 0x20
+# bits 8-10: the compression of a compressed body (0x100 LZ4, 0x200 ZSTD, 0x300 or 0 ZLIB), as
+# RocketMQ 4.9.8's client sets them; the body is stored as sent, so the bits stay with it
+SYSFLAG_COMPRESSION_TYPE: Final = 0x700
+# what describes the body and tags, kept when a message is copied (delivery of a delayed
+# message, commit of a half): everything but the transaction type and the host bits
+SYSFLAG_CONTENT: Final = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_COMPRESSION_TYPE
 
 _SIZE_MAGIC = struct.Struct(">ii")
 _PREFIX = struct.Struct(">iiiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP

@@ -1,0 +1,66 @@
+"""RocketMQ 4.x's own TCP protocol ("remoting"): ``rocketstore serve`` as a name server and a
+broker for the Java client 4.x, mqadmin and RocketMQ's benchmark (facts: REMOTING.md of the
+project's spec; user guide: docs/remoting.md).
+
+Modules:
+
+==================  ===============================================================================
+``command``         the frame and both header encodings (JSON, ROCKETMQ binary): the only module
+                    that packs or unpacks a RemotingCommand
+``codes``           request, response and language codes
+``headers``         custom headers <-> extFields (typed reading, Java-style writing, SEND_V2 names)
+``batch_body``      the SEND_BATCH_MESSAGE body (properties strings: ``codec.properties``; stored
+                    records: ``codec.commitlog_record``)
+``refusal``         ``RequestRefused(code, remark)``: how a handler answers anything but SUCCESS
+``server``          asyncio TCP server: connections, dispatch, oneway, server requests, limits
+``context``         ``RemotingContext``: what every processor works with
+``endpoint``        the two listeners and their handler tables; transaction checks over remoting
+``namesrv``         name-server requests (routes, cluster, topic list, KV config)
+``heartbeat``       HEART_BEAT, UNREGISTER_CLIENT (producer groups -> ``producers``)
+``producers``       producer groups and their connections (for CHECK_TRANSACTION_STATE)
+``producer``        SEND_MESSAGE(_V2), SEND_BATCH_MESSAGE, END_TRANSACTION
+==================  ===============================================================================
+
+Adding a processor
+------------------
+1. A module named after what it serves (``consumer.py``, ``admin.py``), with a class built from
+   the context that lists its handlers::
+
+       class ConsumerProcessor:
+           def __init__(self, ctx: RemotingContext) -> None:
+               self.ctx = ctx
+
+           def handlers(self) -> dict[int, Handler]:
+               return {RequestCode.PULL_MESSAGE: self.pull, ...}
+
+           async def pull(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand | None:
+               topic = headers.text(cmd.ext_fields, "topic")          # required: SYSTEM_ERROR if absent
+               queue_id = headers.number(cmd.ext_fields, "queueId")
+               ...
+               result = await self.ctx.run(self.ctx.store.get_message, ...)   # disk work: workers
+               return cmd.response(ext_fields=headers.to_ext(nextBeginOffset=..., ...), body=...)
+
+2. Add the class to ``BROKER_PROCESSORS`` (or ``NAMESRV_PROCESSORS``) in ``endpoint.py``. That
+   tuple is the one registration table: a code claimed by two processors fails at start.
+
+Rules a handler follows:
+
+* Return ``cmd.response(code, remark, ext_fields, body)``: it carries the request's opaque, the
+  response flag and the request's header encoding. For a oneway request (``cmd.is_oneway``) the
+  server sends nothing whatever the handler returns. Return None only to answer nothing.
+* Refuse with ``raise RequestRefused(ResponseCode.X, "remark")``; any other exception becomes
+  SYSTEM_ERROR with its text and a log line (the connection lives on).
+* Never block the loop: anything touching the disk goes through ``await ctx.run(fn, *args)``;
+  a handler may await as long as it needs (a parked pull) without holding up the connection's
+  other requests, up to ``max_requests_per_connection`` in progress.
+* Server -> client requests: ``await conn.oneway(cmd)`` (NOTIFY_CONSUMER_IDS_CHANGED,
+  CHECK_TRANSACTION_STATE) or ``await conn.invoke(cmd, timeout_s)`` (GET_CONSUMER_RUNNING_INFO);
+  the opaque is the server's own; pending answers are bounded per connection.
+* State of a connection: ``conn.attributes`` (``client_id``, ``language``, ``version`` after a
+  heartbeat); ``conn.on_close.append(callback)`` to forget it when it closes.
+* Shared state between processors lives on the context (``ctx.producers``; a new registry goes
+  into ``ctx.extensions[name]`` or a new field of ``RemotingContext``). Shared, protocol-free
+  logic (sends, transactions, offsets) belongs in ``rocketstore.broker``, not here.
+* JSON bodies: ``namesrv.json_body(value)`` writes them as fastjson does (sorted keys, no spaces);
+  ``heartbeat.parse_json_body(cmd, what)`` reads one or refuses the request.
+"""

@@ -1,0 +1,286 @@
+"""RocketMQ's RemotingCommand on the wire: the only module that packs or unpacks a frame.
+
+Frame (big-endian, REMOTING.md §1.2)::
+
+    4   L = 4 + H + B                     length of everything after this field
+    4   (serialize type << 24) | H        type 0 = JSON, 1 = ROCKETMQ (binary)
+    H   header
+    B   body (may be empty)
+
+JSON header (§1.3): ``{"code","extFields","flag","language","opaque","remark",
+"serializeTypeCurrentRPC","version"}`` read as leniently as fastjson reads it (unknown keys
+ignored, numbers and booleans in ``extFields`` taken as their text, a quoted ``code``).
+ROCKETMQ header (§1.4): code int16, language int8, version int16, opaque int32, flag int32,
+remark (int32 length + UTF-8), extFields (int32 total length, then int16 key length + key +
+int32 value length + value per entry); an empty string there means absent, as in Java.
+
+Flag bit 0 marks a response, bit 1 a oneway request. A frame that breaks any of this is a
+``CorruptDataError``: the connection it came on is closed (the reader's decision, not this
+module's).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Final
+
+from rocketstore.broker.remoting.codes import LANGUAGES, VERSION
+from rocketstore.errors import CorruptDataError
+
+__all__ = [
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
+    "MAX_FRAME_SIZE",
+    "SERIALIZE_JSON",
+    "SERIALIZE_ROCKETMQ",
+    "RemotingCommand",
+    "decode_command",
+    "encode_command",
+    "frame_length",
+]
+
+FLAG_RESPONSE: Final = 0x1
+FLAG_ONEWAY: Final = 0x2
+SERIALIZE_JSON: Final = 0
+SERIALIZE_ROCKETMQ: Final = 1
+# Netty's LengthFieldBasedFrameDecoder bound in RocketMQ (com.rocketmq.remoting.frameMaxLength)
+MAX_FRAME_SIZE: Final = 16 * 1024 * 1024
+
+_LENGTH = struct.Struct(">i")
+_PREFIX = struct.Struct(">ii")
+_BINARY_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_LANGUAGE_CODES: Final = {name: code for code, name in enumerate(LANGUAGES)}
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    """One request or response. ``ext_fields`` is the custom header (all values text);
+    ``serialize_type`` is the header encoding it came in (a response is written in its
+    request's). ``body`` may be any bytes-like object: it is written without a copy."""
+
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    ext_fields: dict[str, str] = field(default_factory=dict)
+    remark: str | None = None
+    body: bytes | bytearray | memoryview = b""
+    language: str = "JAVA"
+    version: int = VERSION
+    serialize_type: int = SERIALIZE_JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    def response(
+        self,
+        code: int = 0,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes | bytearray | memoryview = b"",
+    ) -> RemotingCommand:
+        """The response to this request: its opaque, the response flag, its header encoding."""
+        return RemotingCommand(
+            code=int(code),
+            opaque=self.opaque,
+            flag=FLAG_RESPONSE,
+            ext_fields=ext_fields if ext_fields is not None else {},
+            remark=remark,
+            body=body,
+            serialize_type=self.serialize_type,
+        )
+
+
+def frame_length(prefix: bytes, max_frame: int = MAX_FRAME_SIZE) -> int:
+    """The length field of a frame (its first 4 bytes): how many bytes follow it."""
+    length: int = _LENGTH.unpack(prefix)[0]
+    if length < 4 or length > max_frame:
+        raise CorruptDataError(f"frame length {length} is outside 4..{max_frame}")
+    return length
+
+
+def encode_command(cmd: RemotingCommand) -> list[bytes | bytearray | memoryview]:
+    """The frame of ``cmd`` as buffers to write in order (the body is not copied)."""
+    if cmd.serialize_type == SERIALIZE_ROCKETMQ:
+        header = _encode_binary(cmd)
+    else:
+        header = _encode_json(cmd)
+    body = cmd.body
+    h = len(header)
+    prefix = _PREFIX.pack(4 + h + len(body), (cmd.serialize_type << 24) | h)
+    return [prefix, header, body] if len(body) else [prefix, header]
+
+
+def decode_command(frame: bytes | bytearray | memoryview) -> RemotingCommand:
+    """A command from one frame without its length field (the ``L`` bytes after it)."""
+    view = memoryview(frame)
+    if len(view) < 4:
+        raise CorruptDataError(f"frame of {len(view)} bytes has no header length")
+    (word,) = _I32.unpack_from(view, 0)
+    kind = (word >> 24) & 0xFF
+    h = word & 0xFFFFFF
+    if h > len(view) - 4:
+        raise CorruptDataError(f"header length {h} exceeds the frame's {len(view) - 4} bytes")
+    header = view[4 : 4 + h]
+    if kind == SERIALIZE_JSON:
+        cmd = _decode_json(header)
+    elif kind == SERIALIZE_ROCKETMQ:
+        cmd = _decode_binary(header)
+    else:
+        raise CorruptDataError(f"unknown header serialization type {kind}")
+    cmd.serialize_type = kind
+    cmd.body = view[4 + h :]
+    return cmd
+
+
+# --- JSON -------------------------------------------------------------------------------------
+def _encode_json(cmd: RemotingCommand) -> bytes:
+    obj: dict[str, object] = {"code": cmd.code}
+    if cmd.ext_fields:
+        obj["extFields"] = cmd.ext_fields
+    obj["flag"] = cmd.flag
+    obj["language"] = cmd.language
+    obj["opaque"] = cmd.opaque
+    if cmd.remark is not None:
+        obj["remark"] = cmd.remark
+    obj["serializeTypeCurrentRPC"] = "JSON"
+    obj["version"] = cmd.version
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _json_int(obj: dict[str, object], key: str) -> int:
+    value = obj.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise CorruptDataError(f"JSON header: {key} is a boolean, not a number")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise CorruptDataError(f"JSON header: {key} is {value!r}, not an integer")
+
+
+def _json_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _decode_json(header: memoryview) -> RemotingCommand:
+    try:
+        obj = json.loads(bytes(header))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptDataError(f"JSON header does not parse: {exc}") from None
+    if not isinstance(obj, dict):
+        raise CorruptDataError(f"JSON header is a {type(obj).__name__}, not an object")
+    ext = obj.get("extFields")
+    fields: dict[str, str] = {}
+    if isinstance(ext, dict):
+        fields = {str(k): _json_text(v) for k, v in ext.items() if v is not None}
+    elif ext is not None:
+        raise CorruptDataError("JSON header: extFields is not an object")
+    language = obj.get("language", "JAVA")
+    if isinstance(language, int) and not isinstance(language, bool) and 0 <= language < len(LANGUAGES):
+        language = LANGUAGES[language]
+    elif not isinstance(language, str) or language not in _LANGUAGE_CODES:
+        language = "OTHER"
+    remark = obj.get("remark")
+    return RemotingCommand(
+        code=_json_int(obj, "code"),
+        opaque=_json_int(obj, "opaque"),
+        flag=_json_int(obj, "flag"),
+        ext_fields=fields,
+        remark=None if remark is None else _json_text(remark),
+        language=language,
+        version=_json_int(obj, "version"),
+    )
+
+
+# --- ROCKETMQ (binary) ------------------------------------------------------------------------
+def _encode_binary(cmd: RemotingCommand) -> bytes:
+    remark = cmd.remark.encode() if cmd.remark else b""
+    entries = bytearray()
+    for key, value in cmd.ext_fields.items():
+        k = key.encode()
+        v = value.encode()
+        entries += _I16.pack(len(k))
+        entries += k
+        entries += _I32.pack(len(v))
+        entries += v
+    out = bytearray(
+        _BINARY_FIXED.pack(cmd.code, _LANGUAGE_CODES.get(cmd.language, 0), cmd.version, cmd.opaque, cmd.flag)
+    )
+    out += _I32.pack(len(remark))
+    out += remark
+    out += _I32.pack(len(entries))
+    out += entries
+    return bytes(out)
+
+
+def _text(raw: memoryview, what: str) -> str:
+    try:
+        return str(raw, "utf-8")
+    except UnicodeDecodeError:
+        raise CorruptDataError(f"binary header: {what} is not UTF-8") from None
+
+
+def _decode_binary(header: memoryview) -> RemotingCommand:
+    h = len(header)
+    fixed = _BINARY_FIXED.size
+    if h < fixed + 8:
+        raise CorruptDataError(f"binary header of {h} bytes is shorter than its fixed {fixed + 8}")
+    code, language, version, opaque, flag = _BINARY_FIXED.unpack_from(header, 0)
+    pos = fixed
+    (remark_len,) = _I32.unpack_from(header, pos)
+    pos += 4
+    if remark_len < 0 or remark_len > h - pos - 4:
+        raise CorruptDataError(f"binary header: remark length {remark_len} exceeds the header")
+    remark = _text(header[pos : pos + remark_len], "remark") if remark_len else None
+    pos += remark_len
+    (ext_len,) = _I32.unpack_from(header, pos)
+    pos += 4
+    if ext_len < 0 or ext_len > h - pos:
+        raise CorruptDataError(f"binary header: extFields length {ext_len} exceeds the header")
+    end = pos + ext_len
+    fields: dict[str, str] = {}
+    while pos < end:
+        if end - pos < 6:
+            raise CorruptDataError(f"binary header: extFields entry at byte {pos} is cut short")
+        (klen,) = _I16.unpack_from(header, pos)
+        pos += 2
+        if klen < 0 or klen > end - pos - 4:
+            raise CorruptDataError(f"binary header: key length {klen} at byte {pos - 2} exceeds extFields")
+        key = _text(header[pos : pos + klen], "an extFields key")
+        pos += klen
+        (vlen,) = _I32.unpack_from(header, pos)
+        pos += 4
+        if vlen < 0 or vlen > end - pos:
+            raise CorruptDataError(f"binary header: value length {vlen} of {key!r} exceeds extFields")
+        if klen and vlen:  # an empty key or value is absent (Java's readStr gives null)
+            fields[key] = _text(header[pos : pos + vlen], f"the value of {key!r}")
+        pos += vlen
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        ext_fields=fields,
+        remark=remark,
+        language=LANGUAGES[language] if 0 <= language < len(LANGUAGES) else "OTHER",
+        version=version,
+    )

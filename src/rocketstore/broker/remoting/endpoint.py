@@ -1,0 +1,161 @@
+"""The remoting side of ``rocketstore serve``: the name-server listener and the broker listener,
+their handler tables assembled from the processors, and the transaction checks sent over
+remoting.
+
+``NAMESRV_PROCESSORS`` answer on the name-server address, ``BROKER_PROCESSORS`` on the broker
+address (the client only ever sends name-server codes to the former). Each processor class is
+built with the shared ``RemotingContext`` and lists its handlers; a code claimed twice is a
+programming error caught at start.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Final, Protocol
+
+from rocketstore.broker.auth import Acl
+from rocketstore.broker.remoting.acl import RemotingAcl
+from rocketstore.broker.remoting.codes import RequestCode
+from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.context import RemotingContext
+from rocketstore.broker.remoting.headers import to_ext
+from rocketstore.broker.remoting.heartbeat import HeartbeatProcessor
+from rocketstore.broker.remoting.namesrv import NameServerProcessor
+from rocketstore.broker.remoting.producer import ProducerProcessor
+from rocketstore.broker.remoting.server import Handler, RemotingLimits, RemotingServer
+from rocketstore.broker.send import PROPERTY_PRODUCER_GROUP
+from rocketstore.broker.transactions import PROPERTY_CHECK_TIMES, Orphan
+from rocketstore.codec.commitlog_record import encode_message
+from rocketstore.codec.properties import encode_properties
+from rocketstore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
+
+__all__ = ["BROKER_PROCESSORS", "NAMESRV_PROCESSORS", "RemotingEndpoint", "bind_listener"]
+
+log = logging.getLogger("rocketstore.broker.remoting")
+
+
+class Processor(Protocol):
+    def handlers(self) -> dict[int, Handler]: ...
+
+
+class ProcessorFactory(Protocol):
+    def __call__(self, ctx: RemotingContext) -> Processor: ...
+
+
+NAMESRV_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (NameServerProcessor,)
+BROKER_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (HeartbeatProcessor, ProducerProcessor)
+
+
+def bind_listener(address: str) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: any free one), bound before the store
+    opens so its records can carry the port as their STOREHOST."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port)))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def handler_table(ctx: RemotingContext, factories: tuple[ProcessorFactory, ...]) -> dict[int, Handler]:
+    table: dict[int, Handler] = {}
+    for factory in factories:
+        for code, handler in factory(ctx).handlers().items():
+            if code in table:
+                raise RuntimeError(f"request code {code} has two handlers: {table[code]} and {handler}")
+            table[code] = handler
+    return table
+
+
+class RemotingEndpoint:
+    """Both listeners over one context; ``start`` binds (or takes bound sockets), ``stop`` ends."""
+
+    def __init__(self, ctx: RemotingContext, limits: RemotingLimits, acl: Acl | None = None) -> None:
+        self.ctx = ctx
+        self.limits = limits
+        self._acl = RemotingAcl(acl) if acl is not None else None
+        self.broker: RemotingServer | None = None
+        self.namesrv: RemotingServer | None = None
+
+    async def start(self, broker_sock: socket.socket, namesrv_sock: socket.socket | None) -> None:
+        broker = RemotingServer(
+            handler_table(self.ctx, BROKER_PROCESSORS),
+            self.limits,
+            "remoting",
+            authorize=self._acl.check if self._acl is not None else None,
+        )
+        await broker.start(sock=broker_sock)
+        self.broker = broker
+        if namesrv_sock is not None:
+            namesrv = RemotingServer(handler_table(self.ctx, NAMESRV_PROCESSORS), self.limits, "namesrv")
+            await namesrv.start(sock=namesrv_sock)
+            self.namesrv = namesrv
+
+    async def stop(self) -> None:
+        for server in (self.namesrv, self.broker):
+            if server is not None:
+                await server.stop()
+        self.namesrv = self.broker = None
+
+    def connection_count(self) -> int:
+        return sum(len(s.connections) for s in (self.broker, self.namesrv) if s is not None)
+
+    async def send_orphan_check(self, orphan: Orphan) -> bool:
+        """CHECK_TRANSACTION_STATE, oneway, to a live producer of the half's group (REMOTING.md
+        §5.2); False when none is connected. The producer answers with END_TRANSACTION."""
+        half = orphan.half
+        props = dict(half.properties)
+        group = props.get(PROPERTY_PRODUCER_GROUP)
+        if not group:
+            return False
+        conn = self.ctx.producers.live_connection(group)
+        if conn is None:
+            return False
+        rec = half.record
+        props[PROPERTY_CHECK_TIMES] = str(orphan.checks + 1)
+        real_topic = props.get(PROPERTY_REAL_TOPIC, orphan.topic)
+        try:
+            real_queue = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
+        except ValueError:
+            real_queue = 0
+        body = encode_message(
+            body=half.body_view,
+            topic=real_topic.encode(),
+            properties=encode_properties(props).encode(),
+            queue_id=real_queue,
+            flag=rec.flag,
+            sys_flag=rec.sys_flag,
+            born_timestamp=rec.born_timestamp,
+            born_addr=rec.born_addr,
+            born_port=rec.born_port,
+            store_addr=rec.store_addr,
+            store_port=rec.store_port,
+            store_timestamp=rec.store_timestamp,
+            queue_offset=rec.queue_offset,
+            physical_offset=rec.physical_offset,
+            reconsume_times=rec.reconsume_times,
+            prepared_transaction_offset=rec.prepared_transaction_offset,
+        )
+        uniq = half.uniq_key
+        cmd = RemotingCommand(
+            code=RequestCode.CHECK_TRANSACTION_STATE,
+            ext_fields=to_ext(
+                tranStateTableOffset=rec.queue_offset,
+                commitLogOffset=rec.physical_offset,
+                msgId=uniq,
+                transactionId=uniq,
+                offsetMsgId=half.msg_id,
+            ),
+            body=body,
+        )
+        await conn.oneway(cmd)
+        log.info("asked %s (group %s) about transaction %s of %s", conn.peer, group, uniq, real_topic)
+        return True

@@ -1,0 +1,170 @@
+"""Custom headers <-> ``extFields`` (REMOTING.md §2): the typed reading of a request's fields,
+the text a response's fields are written as, and SEND_MESSAGE_V2's one-letter names.
+
+Java writes every non-null field of a header object as ``toString()`` text under its exact
+field name and reads them back leniently. Here a handler reads what it needs with ``text``,
+``number``, ``flag``; a required field that is missing or not a number refuses the request
+with SYSTEM_ERROR naming the field (where Java's broker would fail later with an NPE, which
+the client also receives as SYSTEM_ERROR). ``to_ext`` writes a response header the Java way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from rocketstore.broker.remoting.codes import ResponseCode
+from rocketstore.broker.remoting.refusal import RequestRefused
+
+__all__ = ["SEND_V2_NAMES", "SendMessageHeader", "flag", "number", "optional_number", "text", "to_ext"]
+
+
+def text(ext: Mapping[str, str], name: str) -> str:
+    """A required string field."""
+    value = ext.get(name)
+    if value is None:
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the custom field {name} is null")
+    return value
+
+
+def optional_number(ext: Mapping[str, str], name: str) -> int | None:
+    """An optional integer field (None when absent)."""
+    value = ext.get(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise RequestRefused(
+            ResponseCode.SYSTEM_ERROR, f"the custom field {name} is {value!r}, not an integer"
+        ) from None
+
+
+def number(ext: Mapping[str, str], name: str) -> int:
+    """A required integer field."""
+    value = optional_number(ext, name)
+    if value is None:
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the custom field {name} is null")
+    return value
+
+
+def flag(ext: Mapping[str, str], name: str) -> bool:
+    """A boolean field as Java's ``Boolean.parseBoolean`` reads it: "true" in any case, else false."""
+    value = ext.get(name)
+    return value is not None and value.lower() == "true"
+
+
+def to_ext(**fields: object) -> dict[str, str]:
+    """Response header fields as Java writes them: None omitted, booleans "true"/"false"."""
+    out: dict[str, str] = {}
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            out[name] = "true" if value else "false"
+        else:
+            out[name] = str(value)
+    return out
+
+
+# SendMessageRequestHeaderV2's names of SendMessageRequestHeader's fields (REMOTING.md §2.3)
+SEND_V2_NAMES: Final = {
+    "producerGroup": "a",
+    "topic": "b",
+    "defaultTopic": "c",
+    "defaultTopicQueueNums": "d",
+    "queueId": "e",
+    "sysFlag": "f",
+    "bornTimestamp": "g",
+    "flag": "h",
+    "properties": "i",
+    "reconsumeTimes": "j",
+    "unitMode": "k",
+    "maxReconsumeTimes": "l",
+    "batch": "m",
+    "bname": "n",
+}
+
+
+@dataclass(slots=True)
+class SendMessageHeader:
+    """SEND_MESSAGE (long names) and SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (one-letter names)."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+    unit_mode: bool
+    max_reconsume_times: int | None
+    batch: bool
+    broker_name: str | None
+
+    @classmethod
+    def from_ext(cls, ext: Mapping[str, str], *, v2: bool) -> SendMessageHeader:
+        n = SEND_V2_NAMES if v2 else {k: k for k in SEND_V2_NAMES}
+
+        def num(field: str) -> int:
+            return _number_as(ext, n[field], field)
+
+        return cls(
+            producer_group=_text_as(ext, n["producerGroup"], "producerGroup"),
+            topic=_text_as(ext, n["topic"], "topic"),
+            default_topic=_text_as(ext, n["defaultTopic"], "defaultTopic"),
+            default_topic_queue_nums=num("defaultTopicQueueNums"),
+            queue_id=num("queueId"),
+            sys_flag=num("sysFlag"),
+            born_timestamp=num("bornTimestamp"),
+            flag=num("flag"),
+            properties=ext.get(n["properties"], ""),
+            reconsume_times=optional_number(ext, n["reconsumeTimes"]) or 0,
+            unit_mode=flag(ext, n["unitMode"]),
+            max_reconsume_times=optional_number(ext, n["maxReconsumeTimes"]),
+            batch=flag(ext, n["batch"]),
+            broker_name=ext.get(n["bname"]),
+        )
+
+    def to_ext(self, *, v2: bool = True) -> dict[str, str]:
+        """The header as a client writes it (tests, and forwarding)."""
+        values = {
+            "producerGroup": self.producer_group,
+            "topic": self.topic,
+            "defaultTopic": self.default_topic,
+            "defaultTopicQueueNums": self.default_topic_queue_nums,
+            "queueId": self.queue_id,
+            "sysFlag": self.sys_flag,
+            "bornTimestamp": self.born_timestamp,
+            "flag": self.flag,
+            "properties": self.properties,
+            "reconsumeTimes": self.reconsume_times,
+            "unitMode": self.unit_mode,
+            "maxReconsumeTimes": self.max_reconsume_times,
+            "batch": self.batch,
+            "bname": self.broker_name,
+        }
+        return to_ext(**{(SEND_V2_NAMES[k] if v2 else k): v for k, v in values.items()})
+
+
+def _text_as(ext: Mapping[str, str], key: str, field: str) -> str:
+    value = ext.get(key)
+    if value is None:
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the custom field {field} ({key}) is null")
+    return value
+
+
+def _number_as(ext: Mapping[str, str], key: str, field: str) -> int:
+    value = ext.get(key)
+    if value is None:
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the custom field {field} ({key}) is null")
+    try:
+        return int(value)
+    except ValueError:
+        raise RequestRefused(
+            ResponseCode.SYSTEM_ERROR, f"the custom field {field} ({key}) is {value!r}, not an integer"
+        ) from None

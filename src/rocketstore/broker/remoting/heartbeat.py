@@ -1,0 +1,77 @@
+"""HEART_BEAT and UNREGISTER_CLIENT (REMOTING.md §6.1): who is connected, as which client, in
+which producer groups (and, by the consumer processor, which consumer groups).
+
+The connection remembers the heartbeat's ``clientID``, language and version
+(``conn.attributes``: ``client_id``, ``language``, ``version``); producer groups go to
+``ctx.producers`` (the transaction checks look there); then ``ctx.heartbeat_hooks`` /
+``ctx.unregister_hooks`` run (the consumer registry registers one of each). The answer is
+SUCCESS with version 409 in every case the body parses: the client keeps that version per
+broker and refuses SQL92 pulls to brokers older than 4.1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.context import RemotingContext
+from rocketstore.broker.remoting.headers import text
+from rocketstore.broker.remoting.refusal import RequestRefused
+from rocketstore.broker.remoting.server import Connection, Handler
+
+__all__ = ["HeartbeatProcessor", "parse_json_body"]
+
+log = logging.getLogger("rocketstore.broker.remoting")
+
+
+def parse_json_body(cmd: RemotingCommand, what: str) -> dict[str, Any]:
+    """A request's JSON object body; SYSTEM_ERROR naming ``what`` when it is not one."""
+    try:
+        value = json.loads(bytes(cmd.body))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"{what} body does not parse: {exc}") from None
+    if not isinstance(value, dict):
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"{what} body is not a JSON object")
+    return value
+
+
+class HeartbeatProcessor:
+    def __init__(self, ctx: RemotingContext) -> None:
+        self.ctx = ctx
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister,
+        }
+
+    async def heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        data = parse_json_body(cmd, "HeartbeatData")
+        client_id = data.get("clientID")
+        if not isinstance(client_id, str) or not client_id:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, "HeartbeatData has no clientID")
+        if conn.attributes.get("client_id") != client_id:
+            log.info("client %s (%s %d) on %s", client_id, cmd.language, cmd.version, conn.peer)
+        conn.attributes.update(client_id=client_id, language=cmd.language, version=cmd.version)
+        now = int(time.time() * 1000)
+        for producer in data.get("producerDataSet") or ():
+            group = producer.get("groupName") if isinstance(producer, dict) else None
+            if isinstance(group, str) and group:
+                self.ctx.producers.register(group, client_id, conn, now)
+        for hook in self.ctx.heartbeat_hooks:
+            await hook(data, conn)
+        return cmd.response()
+
+    async def unregister(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ext = cmd.ext_fields
+        client_id = text(ext, "clientID")
+        group = ext.get("producerGroup")
+        if group:
+            self.ctx.producers.unregister(group, client_id)
+        for hook in self.ctx.unregister_hooks:
+            await hook(ext, conn)
+        return cmd.response()

@@ -1,0 +1,392 @@
+"""Producers' requests (REMOTING.md §5): SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE and
+END_TRANSACTION, and the broker's CHECK_TRANSACTION_STATE to a producer for a transaction left
+open.
+
+A send is checked as RocketMQ's ``SendMessageProcessor`` checks it (topic name, system topics,
+queue id, auto-creation from the default topic ``c`` with ``min(d, 8)`` queues, size), stored
+through the broker's group commit (a batch is one all-or-nothing group of one append), and
+answered only when the store's flush policy acknowledged it: SUCCESS, or FLUSH_DISK_TIMEOUT /
+FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE (stored, with its offsets) as RocketMQ answers them.
+
+Stored as RocketMQ stores it: the body as sent (a compressed body keeps its sysflag bits), the
+record's born host is the connection's peer, ``WAIT`` is dropped from single messages,
+``CLUSTER`` is added, ``DELAY`` delays it, a ``%RETRY%`` message past its max reconsume times
+goes to ``%DLQ%<group>``. A transactional message (sysflag PREPARED, ``TRAN_MSG``) is stored as
+a half (``transactions.py``); END_TRANSACTION finds it by its commitlog offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Final
+
+from rocketstore.broker.group_commit import PutOutcome
+from rocketstore.broker.remoting.batch_body import decode_batch
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.context import RemotingContext
+from rocketstore.broker.remoting.headers import SendMessageHeader, flag, number, text
+from rocketstore.broker.remoting.namesrv import DEFAULT_TOPIC, PERM_INHERIT, default_topic_config
+from rocketstore.broker.remoting.refusal import RequestRefused
+from rocketstore.broker.remoting.server import Connection, Handler
+from rocketstore.broker.send import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION
+from rocketstore.broker.transactions import HALF_TOPIC, end_transaction, half_message
+from rocketstore.codec.commitlog_record import (
+    SYSFLAG_CONTENT,
+    SYSFLAG_TX_MASK,
+    TX_COMMIT,
+    TX_PREPARED,
+    TX_ROLLBACK,
+)
+from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig
+from rocketstore.codec.properties import decode_properties
+from rocketstore.errors import CorruptDataError, InvalidMessageError, StoreClosedError
+from rocketstore.message import (
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    SCHEDULE_TOPIC,
+    TOPIC_PATTERN,
+    Message,
+)
+from rocketstore.prepare import SYSTEM_TOPIC_PREFIX
+from rocketstore.results import PutMessageResult, PutStatus
+
+__all__ = ["DLQ_PREFIX", "RETRY_PREFIX", "ProducerProcessor", "put_status_code"]
+
+log = logging.getLogger("rocketstore.broker.remoting")
+
+RETRY_PREFIX: Final = "%RETRY%"
+DLQ_PREFIX: Final = "%DLQ%"
+PROPERTY_CLUSTER: Final = "CLUSTER"
+# RocketMQ's subscription group default retryMaxTimes
+DEFAULT_MAX_RECONSUME_TIMES: Final = 16
+# topics a client may not send to (AbstractSendMessageProcessor / TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)
+FORBIDDEN_TOPICS: Final = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        HALF_TOPIC,
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
+_RESPONSE_EXTRAS: Final = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+# stored with the message: the transaction type is set by the path taken, hosts by the store
+_SENT_SYSFLAG: Final = SYSFLAG_CONTENT | SYSFLAG_TX_MASK
+
+_PUT_CODES: Final = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.MESSAGE_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.OS_PAGECACHE_BUSY: ResponseCode.SYSTEM_BUSY,
+}
+# answered with the stored message's offsets (the client parses the header for these)
+_STORED_CODES: Final = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+    }
+)
+
+
+def put_status_code(status: PutStatus) -> ResponseCode:
+    """The response code RocketMQ's broker answers a put's status with."""
+    return _PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+
+
+def _refusal(outcome: PutOutcome) -> RequestRefused:
+    """Why a put that stored nothing failed, as the client is told."""
+    if isinstance(outcome, PutMessageResult):
+        code = put_status_code(outcome.status)
+        if outcome.status is PutStatus.OS_PAGECACHE_BUSY:
+            return RequestRefused(code, "[PC_SYNCHRONIZED]broker busy, start flow control for a while")
+        return RequestRefused(code, f"the store answered {outcome.status.name}")
+    if isinstance(outcome, InvalidMessageError):
+        return RequestRefused(ResponseCode.MESSAGE_ILLEGAL, str(outcome))
+    if isinstance(outcome, StoreClosedError):
+        return RequestRefused(ResponseCode.SERVICE_NOT_AVAILABLE, "the store is closing")
+    return RequestRefused(ResponseCode.SYSTEM_ERROR, f"{type(outcome).__name__}: {outcome}")
+
+
+@dataclass(slots=True)
+class _Target:
+    """Where a send goes: the topic (after a retry's DLQ redirection) and the queue."""
+
+    topic: str
+    queue_id: int
+
+
+class ProducerProcessor:
+    def __init__(self, ctx: RemotingContext) -> None:
+        self.ctx = ctx
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            RequestCode.SEND_MESSAGE: self.send,
+            RequestCode.SEND_MESSAGE_V2: self.send,
+            RequestCode.SEND_BATCH_MESSAGE: self.send,
+            RequestCode.END_TRANSACTION: self.end_transaction,
+        }
+
+    # --- topics -------------------------------------------------------------------------------
+    async def topic_config(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig:
+        """``topic``'s configuration; created from the default topic when it has none and
+        RocketMQ would auto-create it (SendMessageProcessor.msgCheck), else TOPIC_NOT_EXIST."""
+        store = self.ctx.store
+        config = store.topic_configs().get(topic)
+        if config is not None:
+            return config
+        queues: int | None = None
+        perm = PERM_READ | PERM_WRITE
+        if topic.startswith(RETRY_PREFIX):
+            queues = 1
+        elif default_topic == DEFAULT_TOPIC and self.ctx.config.auto_create_topic:
+            queues = max(1, min(queue_nums, default_topic_config(self.ctx).write_queues))
+        else:
+            default = store.topic_configs().get(default_topic)
+            if default is not None and default.perm & PERM_INHERIT:
+                queues = max(1, min(queue_nums, default.write_queues))
+                perm = default.perm & ~PERM_INHERIT
+        if queues is None:
+            raise RequestRefused(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist, apply first please! "
+                "(auto-creation is off, or the default topic does not allow it)",
+            )
+        created = await self.ctx.run(lambda: store.create_topic(topic, queues, perm=perm))
+        log.info("topic %s created with %d queues (sent to, default topic %s)", topic, queues, default_topic)
+        return created
+
+    def _check_topic(self, topic: str) -> None:
+        if not TOPIC_PATTERN.fullmatch(topic):
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"the specified topic[{topic}] is not valid: 1..127 characters of [%|a-zA-Z0-9_-]",
+            )
+        if topic in FORBIDDEN_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
+            raise RequestRefused(
+                ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+            )
+
+    async def _target(self, header: SendMessageHeader, version: int) -> tuple[_Target, TopicConfig]:
+        topic = header.topic
+        self._check_topic(topic)
+        config = await self.topic_config(topic, header.default_topic, header.default_topic_queue_nums)
+        if not config.perm & PERM_WRITE:
+            raise RequestRefused(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
+            )
+        queues = max(config.read_queues, config.write_queues)
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(max(1, config.write_queues))
+        elif queue_id >= queues:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic:{topic} queues:{queues} "
+                f"producer:{header.producer_group}",
+            )
+        target = _Target(topic, queue_id)
+        if topic.startswith(RETRY_PREFIX):
+            # sender versions before 3.4.9 (121) send no maxReconsumeTimes
+            limit = header.max_reconsume_times
+            if limit is None or version < 121:
+                limit = DEFAULT_MAX_RECONSUME_TIMES
+            if header.reconsume_times >= limit:
+                dlq = DLQ_PREFIX + topic[len(RETRY_PREFIX) :]
+                if dlq not in self.ctx.store.topic_configs():
+                    await self.ctx.run(
+                        lambda: self.ctx.store.create_topic(dlq, 1, perm=PERM_READ | PERM_WRITE)
+                    )
+                    log.info("topic %s created (dead letters)", dlq)
+                target = _Target(dlq, 0)
+        return target, config
+
+    # --- sending ------------------------------------------------------------------------------
+    def _message(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes | bytearray | memoryview,
+        props: dict[str, str],
+        header: SendMessageHeader,
+        flag_value: int,
+        conn: Connection,
+    ) -> Message:
+        tags = props.pop(PROPERTY_TAGS, None)
+        keys_text = props.pop(PROPERTY_KEYS, None)
+        uniq = props.pop(PROPERTY_UNIQ_KEY, None)
+        delay_text = props.pop(PROPERTY_DELAY, None)
+        delay = 0
+        if delay_text is not None:
+            try:
+                delay = max(0, min(int(delay_text), self.ctx.store.config.max_delay_level))
+            except ValueError:
+                raise RequestRefused(
+                    ResponseCode.MESSAGE_ILLEGAL, f"DELAY {delay_text!r} is not a level"
+                ) from None
+        props[PROPERTY_CLUSTER] = self.ctx.config.cluster_name
+        return Message(
+            topic=topic,
+            body=body if isinstance(body, bytes) else bytes(body),
+            tags=tags,
+            keys=[k for k in keys_text.split(" ") if k] if keys_text else (),
+            properties=props,
+            queue_id=queue_id,
+            flag=flag_value,
+            delay_level=delay,
+            uniq_key=uniq,
+            born_timestamp=header.born_timestamp,
+            born_host=conn.peer,
+            sys_flag=header.sys_flag & SYSFLAG_CONTENT,
+            reconsume_times=header.reconsume_times,
+        )
+
+    async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        header = SendMessageHeader.from_ext(cmd.ext_fields, v2=cmd.code != RequestCode.SEND_MESSAGE)
+        max_size = self.ctx.config.max_body_size
+        if len(cmd.body) > max_size:
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL, f"the message body size {len(cmd.body)} exceeds {max_size}"
+            )
+        target, _config = await self._target(header, cmd.version)
+        props = decode_properties(header.properties)
+        if header.batch:
+            return await self._send_batch(cmd, conn, header, target, props)
+        props.pop(PROPERTY_WAIT, None)
+        transactional = (header.sys_flag & SYSFLAG_TX_MASK) == TX_PREPARED and props.get(
+            PROPERTY_TRANSACTION
+        ) == "true"
+        if transactional:
+            props.pop(PROPERTY_DELAY, None)
+        msg = self._message(target.topic, target.queue_id, cmd.body, props, header, header.flag, conn)
+        if target.topic.startswith(DLQ_PREFIX):
+            msg.delay_level = 0
+        if transactional:
+            (outcome,) = await self.ctx.system_puts.put([half_message(msg, target.queue_id)])
+        else:
+            msg.sys_flag &= ~SYSFLAG_TX_MASK
+            (outcome,) = await self.ctx.sends.put([msg])
+        if not isinstance(outcome, PutMessageResult) or outcome.physical_offset < 0:
+            raise _refusal(outcome)
+        code = put_status_code(outcome.status)
+        if code not in _STORED_CODES:
+            raise _refusal(outcome)
+        self.ctx.metrics.sends.labels(target.topic, "REMOTING", code.name).inc()
+        return cmd.response(
+            code,
+            None if code == ResponseCode.SUCCESS else f"stored, but {outcome.status.name}",
+            ext_fields={
+                "msgId": outcome.msg_id or "",
+                "queueId": str(target.queue_id),
+                "queueOffset": str(outcome.queue_offset),
+                **_RESPONSE_EXTRAS,
+            },
+        )
+
+    async def _send_batch(
+        self,
+        cmd: RemotingCommand,
+        conn: Connection,
+        header: SendMessageHeader,
+        target: _Target,
+        batch_props: dict[str, str],
+    ) -> RemotingCommand:
+        if header.sys_flag & SYSFLAG_TX_MASK:
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support transaction")
+        try:
+            entries = decode_batch(cmd.body)
+        except CorruptDataError as exc:
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}"
+            ) from None
+        if not entries:
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+        msgs = []
+        for entry in entries:
+            props = decode_properties(entry.properties)
+            if PROPERTY_DELAY in props or PROPERTY_DELAY in batch_props:
+                raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed")
+            props.update(batch_props)
+            msgs.append(
+                self._message(target.topic, target.queue_id, entry.body, props, header, entry.flag, conn)
+            )
+            msgs[-1].sys_flag &= ~SYSFLAG_TX_MASK
+        outcomes = await self.ctx.sends.put(msgs)
+        first = outcomes[0]
+        if not isinstance(first, PutMessageResult) or first.physical_offset < 0:
+            raise _refusal(first)
+        code = put_status_code(first.status)
+        if code not in _STORED_CODES:
+            raise _refusal(first)
+        ids = ",".join(o.msg_id or "" for o in outcomes if isinstance(o, PutMessageResult))
+        self.ctx.metrics.sends.labels(target.topic, "REMOTING_BATCH", code.name).inc(len(msgs))
+        return cmd.response(
+            code,
+            None if code == ResponseCode.SUCCESS else f"stored, but {first.status.name}",
+            ext_fields={
+                "msgId": ids,
+                "queueId": str(target.queue_id),
+                "queueOffset": str(first.queue_offset),
+                **_RESPONSE_EXTRAS,
+            },
+        )
+
+    # --- transactions ------------------------------------------------------------------------
+    async def end_transaction(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ext = cmd.ext_fields
+        group = text(ext, "producerGroup")
+        queue_offset = number(ext, "tranStateTableOffset")
+        offset = number(ext, "commitLogOffset")
+        kind = number(ext, "commitOrRollback")
+        from_check = flag(ext, "fromTransactionCheck")
+        if kind not in (TX_COMMIT, TX_ROLLBACK):
+            if kind != 0:
+                raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {kind} is not 0, 8 or 12")
+            log.info(
+                "transaction of %s at %d left unknown by its producer (%s)%s",
+                group,
+                offset,
+                "check answer" if from_check else "end",
+                f": {cmd.remark}" if cmd.remark else "",
+            )
+            return cmd.response()
+        txlog = self.ctx.transactions
+        half = await self.ctx.run(txlog.half_at, offset)
+        if half is None:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR, f"no open transaction half message at commitlog offset {offset}"
+            )
+        if half.properties.get(PROPERTY_PRODUCER_GROUP) != group:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"the producer group {group} is not the half message's "
+                f"{half.properties.get(PROPERTY_PRODUCER_GROUP)}",
+            )
+        if half.queue_offset != queue_offset:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"the transaction state table offset {queue_offset} is not the half message's "
+                f"{half.queue_offset}",
+            )
+        failed = await end_transaction(txlog, self.ctx.system_puts, half, kind == TX_COMMIT)
+        if failed is not None:
+            raise _refusal(failed)
+        self.ctx.metrics.transactions.labels(
+            "COMMIT" if kind == TX_COMMIT else "ROLLBACK", "RECOVERY" if from_check else "REMOTING"
+        ).inc()
+        return cmd.response()

@@ -1,0 +1,320 @@
+"""The remoting TCP server: connections, frames in and out, dispatch by request code, and the
+requests the server itself sends on a client's connection.
+
+One ``RemotingServer`` serves one listening address with one handler table (``code ->
+handler``). Per connection, one reader task decodes frames; each request runs as its own task,
+so a parked pull never holds up the heartbeats and sends behind it on the same connection, and
+answers go out in whatever order they finish (the client matches them by opaque).
+
+* A response carries the request's opaque and header encoding; a oneway request (flag bit 1)
+  gets none, whatever its handler returns.
+* ``authorize`` (the ACL, ``acl.py``) sees every request with a handler first; its
+  RequestRefused is the answer.
+* A code without a handler: REQUEST_CODE_NOT_SUPPORTED, remark `` request type <code> not
+  supported`` (RocketMQ's broker; its name server answers nothing, which costs the client a
+  timeout).
+* A handler's ``RequestRefused`` becomes its code and remark; any other exception SYSTEM_ERROR
+  with the exception's text and a log line. The connection lives on.
+* Limits (``RemotingLimits``): frame size (a larger length field closes the connection),
+  requests in progress per connection (more are answered SYSTEM_BUSY ``[OVERLOAD]``),
+  server-initiated requests awaiting an answer per connection, connections (more are closed
+  at accept), and idle time (a connection with no frame for that long is closed, as the
+  RocketMQ broker does after 120 s; clients heartbeat every 30 s).
+* A malformed frame (bad length, header that does not decode) closes its connection with one
+  warning line; nothing else is affected.
+
+Thread safety: everything runs on the event loop of ``start``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rocketstore.broker.remoting.codes import ResponseCode
+from rocketstore.broker.remoting.command import (
+    FLAG_ONEWAY,
+    MAX_FRAME_SIZE,
+    RemotingCommand,
+    decode_command,
+    encode_command,
+    frame_length,
+)
+from rocketstore.broker.remoting.refusal import RequestRefused
+from rocketstore.errors import CorruptDataError
+
+__all__ = ["Connection", "Handler", "RemotingLimits", "RemotingServer"]
+
+log = logging.getLogger("rocketstore.broker.remoting")
+
+Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
+
+# write buffer above which a writer waits for the socket (asyncio's default high-water mark)
+_WRITE_HIGH_WATER = 64 * 1024
+_MAX_OPAQUE = 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class RemotingLimits:
+    max_frame_size: int = MAX_FRAME_SIZE
+    # requests being handled at once on one connection (parked pulls included)
+    max_requests_per_connection: int = 1024
+    # requests this server sent on one connection and still waits an answer for
+    max_server_requests_per_connection: int = 256
+    max_connections: int = 1024
+    idle_timeout_s: float = 120.0
+
+
+class ConnectionClosedError(ConnectionError):
+    """The connection closed before a server request on it was answered."""
+
+
+@dataclass(eq=False)
+class Connection:
+    """One client's connection. ``attributes`` is for processors (a client id, a language ...);
+    ``on_close`` callbacks run once when it closes (registries forget it there)."""
+
+    server: RemotingServer
+    writer: asyncio.StreamWriter
+    peer_host: str
+    peer_port: int
+    id: int
+    attributes: dict[str, Any] = field(default_factory=dict)
+    on_close: list[Callable[[Connection], None]] = field(default_factory=list)
+    closed: bool = False
+    last_read: float = 0.0
+    requests_in_progress: int = 0
+    _pending: dict[int, asyncio.Future[RemotingCommand]] = field(default_factory=dict)
+    _drain_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def peer(self) -> str:
+        """``host:port`` of the client, as RocketMQ prints a channel's remote address."""
+        host = f"[{self.peer_host}]" if ":" in self.peer_host else self.peer_host
+        return f"{host}:{self.peer_port}"
+
+    async def send(self, cmd: RemotingCommand) -> None:
+        """Write one command (a response, or a request without waiting for its answer)."""
+        if self.closed:
+            return
+        try:
+            self.writer.writelines(encode_command(cmd))
+            if self.writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+                async with self._drain_lock:
+                    await self.writer.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            log.debug("write to %s failed: %s", self.peer, exc)
+            self.close()
+
+    async def oneway(self, cmd: RemotingCommand) -> None:
+        """Send a request of the server's own that gets no answer (NOTIFY_CONSUMER_IDS_CHANGED,
+        CHECK_TRANSACTION_STATE)."""
+        cmd.flag |= FLAG_ONEWAY
+        cmd.opaque = self.server.next_opaque()
+        await self.send(cmd)
+
+    async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        """Send a request of the server's own and wait for the client's answer. Raises
+        TimeoutError, ConnectionClosedError, or RequestRefused(SYSTEM_BUSY) when this
+        connection already has the most server requests pending."""
+        if self.closed:
+            raise ConnectionClosedError(f"connection {self.peer} is closed")
+        limit = self.server.limits.max_server_requests_per_connection
+        if len(self._pending) >= limit:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {limit} requests to {self.peer} await an answer"
+            )
+        cmd.flag &= ~FLAG_ONEWAY
+        opaque = cmd.opaque = self.server.next_opaque()
+        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._pending[opaque] = future
+        try:
+            await self.send(cmd)
+            return await asyncio.wait_for(future, timeout_s)
+        finally:
+            self._pending.pop(opaque, None)
+
+    def _answered(self, cmd: RemotingCommand) -> None:
+        future = self._pending.pop(cmd.opaque, None)
+        if future is None:
+            log.debug("dropped a response from %s with unknown opaque %d", self.peer, cmd.opaque)
+        elif not future.done():
+            future.set_result(cmd)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        with contextlib.suppress(Exception):
+            self.writer.close()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionClosedError(f"connection {self.peer} closed"))
+        self._pending.clear()
+        for callback in self.on_close:
+            try:
+                callback(self)
+            except Exception:
+                log.exception("close callback of %s failed", self.peer)
+
+
+class RemotingServer:
+    """Serves ``handlers`` on one address (see the module docstring). ``name`` goes into log
+    lines; ``authorize`` (the ACL check) runs before every handler and refuses by raising
+    RequestRefused."""
+
+    def __init__(
+        self,
+        handlers: Mapping[int, Handler],
+        limits: RemotingLimits,
+        name: str,
+        authorize: Callable[[RemotingCommand], object] | None = None,
+    ) -> None:
+        self._handlers = dict(handlers)
+        self._authorize = authorize
+        self.limits = limits
+        self.name = name
+        self.connections: set[Connection] = set()
+        self.port: int | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._ids = itertools.count(1)
+        self._opaque = 0
+        self._sweeper: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def next_opaque(self) -> int:
+        self._opaque = (self._opaque + 1) & _MAX_OPAQUE
+        return self._opaque
+
+    async def start(self, host: str | None = None, port: int = 0, sock: socket.socket | None = None) -> int:
+        """Listen on ``host:port`` (or an already bound ``sock``); returns the port."""
+        if sock is not None:
+            server = await asyncio.start_server(self._serve, sock=sock, limit=1 << 20)
+        else:
+            server = await asyncio.start_server(self._serve, host, port, limit=1 << 20)
+        self._server = server
+        self.port = int(server.sockets[0].getsockname()[1])
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle())
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection, cancel the requests still running."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None
+
+    async def _sweep_idle(self) -> None:
+        idle = self.limits.idle_timeout_s
+        while True:
+            await asyncio.sleep(min(10.0, idle / 4))
+            now = time.monotonic()
+            for conn in list(self.connections):
+                if now - conn.last_read > idle and conn.requests_in_progress == 0:
+                    log.info("%s: closing %s, idle for %.0f s", self.name, conn.peer, idle)
+                    conn.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        if len(self.connections) >= self.limits.max_connections:
+            log.warning(
+                "%s: refused a connection from %s: %d connections is the limit",
+                self.name,
+                peer[0],
+                self.limits.max_connections,
+            )
+            writer.close()
+            return
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = Connection(self, writer, str(peer[0]), int(peer[1]), next(self._ids))
+        conn.last_read = time.monotonic()
+        self.connections.add(conn)
+        log.debug("%s: connection %d from %s", self.name, conn.id, conn.peer)
+        try:
+            await self._read(conn, reader)
+        finally:
+            self.connections.discard(conn)
+            conn.close()
+
+    async def _read(self, conn: Connection, reader: asyncio.StreamReader) -> None:
+        max_frame = self.limits.max_frame_size
+        while not conn.closed:
+            try:
+                prefix = await reader.readexactly(4)
+                length = frame_length(prefix, max_frame)
+                frame = await reader.readexactly(length)
+                cmd = decode_command(frame)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return  # the client went away (between or inside a frame)
+            except CorruptDataError as exc:
+                log.warning("%s: closing %s: malformed frame: %s", self.name, conn.peer, exc)
+                return
+            conn.last_read = time.monotonic()
+            if cmd.is_response:
+                conn._answered(cmd)
+                continue
+            if conn.requests_in_progress >= self.limits.max_requests_per_connection:
+                if not cmd.is_oneway:
+                    await conn.send(
+                        cmd.response(
+                            ResponseCode.SYSTEM_BUSY,
+                            f"[OVERLOAD] {conn.requests_in_progress} requests of this connection "
+                            "are in progress",
+                        )
+                    )
+                continue
+            conn.requests_in_progress += 1
+            task = asyncio.get_running_loop().create_task(self._handle(conn, cmd))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, conn: Connection, cmd: RemotingCommand) -> None:
+        try:
+            response = await self._answer(conn, cmd)
+            if response is not None and not cmd.is_oneway:
+                await conn.send(response)
+        finally:
+            conn.requests_in_progress -= 1
+
+    async def _answer(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        handler = self._handlers.get(cmd.code)
+        if handler is None:
+            return cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported"
+            )
+        try:
+            if self._authorize is not None:
+                self._authorize(cmd)
+            return await handler(cmd, conn)
+        except RequestRefused as exc:
+            return cmd.response(exc.code, exc.remark)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("%s: request code %d from %s failed", self.name, cmd.code, conn.peer)
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
