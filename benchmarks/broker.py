@@ -77,6 +77,7 @@ def rocketstore_broker(root: Path, flush: str, profile: str | None) -> Iterator[
     if profile:
         cmd += ["-m", "cProfile", "-o", profile]
     cmd += ["-m", "rocketstore.cli", "serve", str(root / "store"), "--create", "--listen", "127.0.0.1:0"]
+    cmd += ["--remoting", "off", "--namesrv", "off"]  # gRPC only: no fixed ports to clash
     cmd += ["--config", str(conf)]
     env = {**os.environ, "PYTHONPATH": SRC}
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)

@@ -1,7 +1,7 @@
-"""Replication with a live RocketMQ 4.9.8 store, both directions (the oracle of ../shared/tools/oracle).
+"""Replication with a live RocketMQ 4.9.8 store, both directions.
 
-Runs only when ``ROCKETMQ_ORACLE`` names the oracle's ``run.sh`` (built with its ``build.sh`` from
-fetched mirrors and javac; a fresh clone skips these). Every socket is on loopback; every wait bounded.
+Runs only when ``ROCKETMQ_ORACLE`` names a driver of RocketMQ's store (docs/testing.md says what it
+does and how to get RocketMQ 4.9.8; without it these skip). Every socket is on loopback; every wait bounded.
 """
 
 from __future__ import annotations

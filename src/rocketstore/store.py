@@ -763,6 +763,12 @@ class MessageStore:
         self._check_open()
         return self._topics.all()
 
+    def topic_config(self, topic: str) -> TopicConfig | None:
+        """``topic``'s configuration, None when it is not known (``topic_configs`` for one topic,
+        without copying them all: a broker asks on every send)."""
+        self._check_open()
+        return self._topics.get(topic)
+
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Remember where ``group`` is in a queue (written to consumerOffset.json periodically
         and at close)."""

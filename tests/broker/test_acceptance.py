@@ -1,5 +1,5 @@
 """Failures found by the acceptance check of issue 16 (official clients installed apart from the
-project, against `rocketstore serve`; how to rerun it by hand: docs/broker-acceptance.md).
+project, against `rocketstore serve`; how to rerun it by hand: docs/testing.md).
 
 * Both official PushConsumers (Python 5.1.2, Node 1.0.8) receive with ``auto_renew=true`` and no
   ``invisible_duration``; RocketMQ's proxy then uses its default invisible time (60 s) and renews it

@@ -1,7 +1,7 @@
 """RocketMQ 4.9.8 reads what the broker wrote for the official Python client (issue 16's check).
 
-Runs only when ``ROCKETMQ_ORACLE`` names the oracle's ``run.sh`` (../shared/tools/oracle: built with
-its ``build.sh`` from fetched mirrors and javac; a fresh clone skips this). The broker serves a
+Runs only when ``ROCKETMQ_ORACLE`` names a driver of RocketMQ's store (docs/testing.md says what it
+does and how to get RocketMQ 4.9.8; without it this skips). The broker serves a
 store for normal, FIFO, delay and transactional sends and a consumer that leaves a message un-acked
 until it is dead-lettered; then RocketMQ's own DefaultMessageStore loads the closed store and its
 listing must hold every topic (retry, DLQ, schedule, transaction half and op topics included) with

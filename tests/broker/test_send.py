@@ -97,6 +97,16 @@ def test_delay_message_waits_in_the_schedule_topic_with_its_requested_time(start
     assert scheduled.queue_id == level - 1
 
 
+def test_a_delivery_time_in_milliseconds_is_refused_saying_so(start_broker: StartBroker) -> None:
+    """The official Python client puts Message.delivery_timestamp into the Timestamp's seconds field
+    (its docstring says ms): a time in ms lands 1000 times too far ahead, and the refusal says why."""
+    _, store, port = start_broker()
+    deliver_at_ms = int(time.time() * 1000) + 25_000
+    with producer(port, ("Later",)) as p, pytest.raises(Exception, match=r"ahead.*looks like milliseconds"):
+        p.send(message("Later", b"later", deliver_at_s=deliver_at_ms))
+    assert stored(store, SCHEDULE_TOPIC) == []
+
+
 class Checker(TransactionChecker):  # type: ignore[misc]
     def __init__(self, answer: Any) -> None:
         self.answer = answer

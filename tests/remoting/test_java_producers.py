@@ -77,3 +77,23 @@ def test_transactions_commit_roll_back_and_are_checked(java: JavaPrograms, serve
         )
         # committed at once (0, 3) or after the check (2, 5); never the rolled back ones
         assert bodies == [b"tx-0", b"tx-2", b"tx-3", b"tx-5"]
+
+
+def test_kill_9_mid_stream_loses_nothing_acknowledged(java: JavaPrograms, serve: StartServe) -> None:
+    s = serve(settings="flushDiskType=SYNC_FLUSH\n")
+    producer = java.start("Produce", f"namesrv={s.namesrv}", "topic=JKill", "count=100000", "mode=sync")
+    producer.wait_for(lambda p: sum(e["event"] == "sent" for e in p.events) >= 200, "200 acknowledged sends")
+    s.kill()  # SIGKILL of serve in the middle of the stream
+    producer.finish()
+    acknowledged = [e for e in producer.events if e["event"] == "sent"]
+    assert all(e["status"] == "SEND_OK" for e in acknowledged)
+    with MessageStore.open(s.store, StoreConfig()) as store:  # recovers after the crash
+        for e in acknowledged:
+            msg = store.look_message_by_offset(decode_offset_msg_id(e["offsetMsgId"])[2])
+            assert msg is not None and msg.uniq_key == e["msgId"], e
+            assert msg.body == f"body-{e['i']}".encode()
+        store.wait_dispatched()
+        for q in range(4):
+            acked_here = [e["queueOffset"] for e in acknowledged if e["queueId"] == q]
+            if acked_here:
+                assert store.max_offset_in_queue("JKill", q) > max(acked_here)

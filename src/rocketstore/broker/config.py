@@ -47,7 +47,7 @@ class BrokerConfig:
     max_messages_per_send: int = 1024
     max_concurrent_streams: int = 1024
     # remoting: frame size, connections, requests in progress per connection (parked pulls
-    # included), server requests awaiting an answer per connection, idle close
+    # included), server requests awaiting an answer per connection, idle close (0: never)
     max_frame_size: int = 16 * MIB
     max_connections: int = 1024
     max_requests_per_connection: int = 1024

@@ -92,6 +92,18 @@ class BrokerMetrics:
         self.batches = Counter(
             "rocketstore_broker_put_batches", "Store appends (group commits) of sends", registry=r
         )
+        self.remoting_requests = Counter(
+            "rocketstore_broker_remoting_requests",
+            "Remoting requests answered (or taken oneway), by listener, request code and response code",
+            ["listener", "request", "response"],
+            registry=r,
+        )
+        self.remoting_connections = Gauge(
+            "rocketstore_broker_remoting_connections",
+            "Open remoting connections, by listener",
+            ["listener"],
+            registry=r,
+        )
         r.register(_StoreCollector(store))
         self._server: Any = None
 

@@ -36,6 +36,7 @@ pop-log writes (which wait for the flush policy) outside it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -418,7 +419,7 @@ class PopService:
             start,
             now,
             invisible_ms,
-            0,
+            binding(queue.group, queue.topic),
             queue.topic_type,
             self.broker_name,
             queue.queue_id,
@@ -548,7 +549,7 @@ class PopService:
             handle.start_offset,
             now,
             invisible_ms,
-            0,
+            binding(queue.group, queue.topic),
             queue.topic_type,
             self.broker_name,
             queue.queue_id,
@@ -575,6 +576,10 @@ class PopService:
         if handle.broker_name != self.broker_name:
             raise InvalidReceiptHandleError(
                 receipt_handle, f"it is broker {handle.broker_name!r}'s; this is {self.broker_name!r}"
+            )
+        if handle.revive_queue_id != binding(group, topic):
+            raise InvalidReceiptHandleError(
+                receipt_handle, f"it was not handed to group {group!r} for topic {topic!r}"
             )
         if handle.topic_type == NORMAL_TOPIC and handle.queue_id >= self._queue_count(topic):
             raise InvalidReceiptHandleError(receipt_handle, f"topic {topic!r} has no queue {handle.queue_id}")
@@ -848,6 +853,14 @@ class _ReviveLoop(BackgroundService):
         except StoreWriteError as exc:
             log.warning("pop state write failed, retried next round: %s", exc)
         self._pop.commit_progress()
+
+
+def binding(group: str, topic: str) -> int:
+    """What a receipt handle carries in its reviveQueueId field (this broker has one pop log,
+    so no revive queue to name): a 31-bit digest of the group and topic it was handed to, so
+    that a handle acks, changes or dead-letters nothing for another group or topic."""
+    digest = hashlib.blake2b(f"{group}\n{topic}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFF_FFFF
 
 
 def _decode(receipt_handle: str) -> ReceiptHandle:

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from rocketmq.grpc_protocol import service_pb2_grpc
 
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
@@ -38,6 +37,7 @@ from rocketstore.broker.service import MessagingService
 from rocketstore.broker.transaction_check import OrphanSender, TransactionChecker
 from rocketstore.broker.transactions import TransactionLog
 from rocketstore.errors import StoreConfigError
+from rocketstore.protocol import service_pb2_grpc
 from rocketstore.storage.paths import atomic_write
 from rocketstore.store import MessageStore
 
@@ -101,7 +101,7 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started_ms = 0
         self._state_written = False
-        self._remoting_connections = 0
+        self._remoting_seen: tuple[int, list[dict[str, object]]] = (0, [])
 
     @property
     def service(self) -> MessagingService:
@@ -282,7 +282,8 @@ class Broker:
         service = self._service
         remoting = self._remoting
         connections = remoting.connection_count() if remoting is not None else 0
-        changed = connections != self._remoting_connections
+        remoting_clients = remoting.clients() if remoting is not None else []
+        changed = (connections, remoting_clients) != self._remoting_seen
         if service is not None:
             clients = service.clients
             clients.expire(int(time.time() * 1000))
@@ -291,7 +292,7 @@ class Broker:
         if not changed and self._state_written:
             return
         self._state_written = True
-        self._remoting_connections = connections
+        self._remoting_seen = (connections, remoting_clients)
         state = {
             "pid": os.getpid(),
             "listen": self.config.listen,
@@ -304,6 +305,7 @@ class Broker:
             "started_ms": self._started_ms,
             "updated_ms": int(time.time() * 1000),
             "clients": service.clients.snapshot() if service is not None else [],
+            "remoting_clients": remoting_clients,
         }
         path = self.store.layout.root / STATE_FILE
         text = json.dumps(state, indent=1)

@@ -230,9 +230,11 @@ def test_sync_flush_answers_after_the_flush(start_remoting: StartRemoting) -> No
             assert flushed >= offset + stored(r, resp).store_size
 
 
-def transactional(c: RawClient, topic: str, uniq: str, group: str = "txg") -> RemotingCommand:
+def transactional(
+    c: RawClient, topic: str, uniq: str, group: str = "txg", body: bytes | None = None, sys_flag: int = 0x4
+) -> RemotingCommand:
     props = {"UNIQ_KEY": uniq, "WAIT": "true", "TRAN_MSG": "true", "PGROUP": group}
-    return send(c, topic, b"tx-" + uniq.encode(), props, producer_group=group, sys_flag=0x4)
+    return send(c, topic, body or b"tx-" + uniq.encode(), props, producer_group=group, sys_flag=sys_flag)
 
 
 def end(c: RawClient, resp: RemotingCommand, kind: int, group: str = "txg", from_check: bool = False) -> None:
@@ -264,19 +266,24 @@ def test_transaction_commit_and_rollback(start_remoting: StartRemoting) -> None:
     with RawClient(r.port) as c:
         committed = transactional(c, "Tx", "C1")
         rolled = transactional(c, "Tx", "R1")
-        assert committed.code == 0 and rolled.code == 0
+        packed = zlib.compress(b"z" * 5000)
+        zipped = transactional(c, "Tx", "Z1", body=packed, sys_flag=0x305)  # compressed, zlib, prepared
+        assert committed.code == 0 and rolled.code == 0 and zipped.code == 0
         half = stored(r, committed)
         assert half.topic == "RMQ_SYS_TRANS_HALF_TOPIC" and half.properties["REAL_TOPIC"] == "Tx"
         r.store.wait_dispatched()
         assert r.store.max_offset_in_queue("Tx", 0) == 0  # consumers see nothing yet
         end(c, committed, 8)
         end(c, rolled, 12)
-        wait_for(lambda: r.store.max_offset_in_queue("Tx", 0) == 1, "the commit")
+        end(c, zipped, 8)
+        wait_for(lambda: r.store.max_offset_in_queue("Tx", 0) == 2, "the commits")
         c.call(RequestCode.HEART_BEAT, body=json.dumps({"clientID": "x"}).encode())  # oneways handled
     r.store.wait_dispatched()
-    (msg,) = r.store.get_message("g", "Tx", 0, 0, 10).messages
+    msg, zmsg = r.store.get_message("g", "Tx", 0, 0, 10).messages
     assert msg.uniq_key == "C1" and msg.body == b"tx-C1" and msg.sys_flag & 0xC == 0x8
     assert "TRAN_MSG" not in msg.properties
+    # the committed copy keeps the body's compression bits
+    assert zmsg.uniq_key == "Z1" and zmsg.body == packed and zmsg.sys_flag & 0x70D == 0x309
 
 
 def test_unknown_transactions_are_checked_on_a_producer_connection(start_remoting: StartRemoting) -> None:
@@ -335,3 +342,15 @@ def test_end_transaction_that_matches_no_half_is_refused(start_remoting: StartRe
         assert c.call(RequestCode.END_TRANSACTION, {**fields, "producerGroup": "txg"}).code == 0
         again = c.call(RequestCode.END_TRANSACTION, {**fields, "producerGroup": "txg"})
         assert again.code == ResponseCode.SYSTEM_ERROR  # already ended
+
+
+def test_sync_master_without_a_slave_answers_slave_not_available_with_the_offsets(
+    start_remoting: StartRemoting,
+) -> None:
+    r = start_remoting(store_config=SMALL.replace(broker_role="SYNC_MASTER", ha_listen_port=0))
+    with RawClient(r.port) as c:
+        resp = send(c, "Replicated", b"x", queue_id=0)
+        # as RocketMQ answers: stored here, not on a slave; the client parses the header still
+        assert resp.code == ResponseCode.SLAVE_NOT_AVAILABLE
+        assert resp.ext_fields["queueOffset"] == "0" and resp.ext_fields["queueId"] == "0"
+        assert stored(r, resp).body == b"x"

@@ -234,3 +234,10 @@ def test_oneway_flag_is_kept_in_server_oneway(harness: Any) -> None:
         h.run(conn.oneway(RemotingCommand(code=40, ext_fields={"consumerGroup": "g"})))
         notice = c.server_request()
         assert notice.code == 40 and notice.flag & FLAG_ONEWAY and notice.ext_fields == {"consumerGroup": "g"}
+
+
+def test_idle_connections_are_closed(harness: Any) -> None:
+    h = harness(idle_timeout_s=0.5)
+    with RawClient(h.port, timeout=60) as c:
+        assert c.call(ECHO).code == 0
+        assert c.closed_by_server()  # nothing read from it for 0.5 s

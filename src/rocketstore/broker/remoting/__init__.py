@@ -13,6 +13,7 @@ Modules:
                     records: ``codec.commitlog_record``)
 ``refusal``         ``RequestRefused(code, remark)``: how a handler answers anything but SUCCESS
 ``server``          asyncio TCP server: connections, dispatch, oneway, server requests, limits
+``acl``             RocketMQ 4.9's plain ACL (AccessKey/Signature) against the broker's ACL file
 ``context``         ``RemotingContext``: what every processor works with
 ``endpoint``        the two listeners and their handler tables; transaction checks over remoting
 ``namesrv``         name-server requests (routes, cluster, topic list, KV config)
@@ -56,11 +57,15 @@ Rules a handler follows:
 * Server -> client requests: ``await conn.oneway(cmd)`` (NOTIFY_CONSUMER_IDS_CHANGED,
   CHECK_TRANSACTION_STATE) or ``await conn.invoke(cmd, timeout_s)`` (GET_CONSUMER_RUNNING_INFO);
   the opaque is the server's own; pending answers are bounded per connection.
+* The ACL check runs before the handler (``acl.py``); a new code that names a topic or group
+  gets its line in ``RemotingAcl._resources``.
 * State of a connection: ``conn.attributes`` (``client_id``, ``language``, ``version`` after a
   heartbeat); ``conn.on_close.append(callback)`` to forget it when it closes.
 * Shared state between processors lives on the context (``ctx.producers``; a new registry goes
-  into ``ctx.extensions[name]`` or a new field of ``RemotingContext``). Shared, protocol-free
-  logic (sends, transactions, offsets) belongs in ``rocketstore.broker``, not here.
+  into ``ctx.extensions[name]`` or a new field of ``RemotingContext``). HEART_BEAT and
+  UNREGISTER_CLIENT belong to ``heartbeat.py``; another registry learns of them through
+  ``ctx.heartbeat_hooks`` / ``ctx.unregister_hooks`` (append one in the processor's __init__).
+  Shared, protocol-free logic (sends, transactions, offsets) belongs in ``rocketstore.broker``.
 * JSON bodies: ``namesrv.json_body(value)`` writes them as fastjson does (sorted keys, no spaces);
   ``heartbeat.parse_json_body(cmd, what)`` reads one or refuses the request.
 """

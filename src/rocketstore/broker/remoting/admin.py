@@ -273,7 +273,7 @@ class AdminProcessor:
 
     def _topic_stats(self, topic: str) -> dict[str, Any]:
         store = self.ctx.store
-        config = store.topic_configs().get(topic)
+        config = store.topic_config(topic)
         if config is None:
             raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         table = {}

@@ -233,48 +233,62 @@ def _encode_binary(cmd: RemotingCommand) -> bytes:
     return bytes(out)
 
 
-def _text(raw: memoryview, what: str) -> str:
-    try:
-        return str(raw, "utf-8")
-    except UnicodeDecodeError:
-        raise CorruptDataError(f"binary header: {what} is not UTF-8") from None
+# extFields keys repeat from request to request: decoded once
+_KEYS: dict[bytes, str] = {}
+_MAX_CACHED_KEYS: Final = 4096
 
 
 def _decode_binary(header: memoryview) -> RemotingCommand:
-    h = len(header)
+    data = bytes(header)
+    h = len(data)
     fixed = _BINARY_FIXED.size
     if h < fixed + 8:
         raise CorruptDataError(f"binary header of {h} bytes is shorter than its fixed {fixed + 8}")
-    code, language, version, opaque, flag = _BINARY_FIXED.unpack_from(header, 0)
+    code, language, version, opaque, flag = _BINARY_FIXED.unpack_from(data, 0)
     pos = fixed
-    (remark_len,) = _I32.unpack_from(header, pos)
+    remark_len = int.from_bytes(data[pos : pos + 4], "big", signed=True)
     pos += 4
     if remark_len < 0 or remark_len > h - pos - 4:
         raise CorruptDataError(f"binary header: remark length {remark_len} exceeds the header")
-    remark = _text(header[pos : pos + remark_len], "remark") if remark_len else None
-    pos += remark_len
-    (ext_len,) = _I32.unpack_from(header, pos)
-    pos += 4
-    if ext_len < 0 or ext_len > h - pos:
-        raise CorruptDataError(f"binary header: extFields length {ext_len} exceeds the header")
-    end = pos + ext_len
-    fields: dict[str, str] = {}
-    while pos < end:
-        if end - pos < 6:
-            raise CorruptDataError(f"binary header: extFields entry at byte {pos} is cut short")
-        (klen,) = _I16.unpack_from(header, pos)
-        pos += 2
-        if klen < 0 or klen > end - pos - 4:
-            raise CorruptDataError(f"binary header: key length {klen} at byte {pos - 2} exceeds extFields")
-        key = _text(header[pos : pos + klen], "an extFields key")
-        pos += klen
-        (vlen,) = _I32.unpack_from(header, pos)
+    what = "remark"  # what is being decoded, for the error
+    value_of: str | None = None  # or the value of this key
+    try:
+        remark = data[pos : pos + remark_len].decode() if remark_len else None
+        pos += remark_len
+        ext_len = int.from_bytes(data[pos : pos + 4], "big", signed=True)
         pos += 4
-        if vlen < 0 or vlen > end - pos:
-            raise CorruptDataError(f"binary header: value length {vlen} of {key!r} exceeds extFields")
-        if klen and vlen:  # an empty key or value is absent (Java's readStr gives null)
-            fields[key] = _text(header[pos : pos + vlen], f"the value of {key!r}")
-        pos += vlen
+        if ext_len < 0 or ext_len > h - pos:
+            raise CorruptDataError(f"binary header: extFields length {ext_len} exceeds the header")
+        end = pos + ext_len
+        fields: dict[str, str] = {}
+        keys = _KEYS
+        while pos < end:
+            if end - pos < 6:
+                raise CorruptDataError(f"binary header: extFields entry at byte {pos} is cut short")
+            klen = int.from_bytes(data[pos : pos + 2], "big", signed=True)
+            if klen < 0 or klen > end - pos - 6:
+                raise CorruptDataError(f"binary header: key length {klen} at byte {pos} exceeds extFields")
+            pos += 2
+            raw_key = data[pos : pos + klen]
+            key = keys.get(raw_key)
+            if key is None:
+                what, value_of = "an extFields key", None
+                key = raw_key.decode()
+                if len(keys) < _MAX_CACHED_KEYS:
+                    keys[raw_key] = key
+            pos += klen
+            vlen = int.from_bytes(data[pos : pos + 4], "big", signed=True)
+            pos += 4
+            if vlen < 0 or vlen > end - pos:
+                raise CorruptDataError(f"binary header: value length {vlen} of {key!r} exceeds extFields")
+            if klen and vlen:  # an empty key or value is absent (Java's readStr gives null)
+                value_of = key
+                fields[key] = data[pos : pos + vlen].decode()
+            pos += vlen
+    except UnicodeDecodeError:
+        if value_of is not None:
+            what = f"the value of {value_of!r}"
+        raise CorruptDataError(f"binary header: {what} is not UTF-8") from None
     return RemotingCommand(
         code=code,
         opaque=opaque,

@@ -72,7 +72,7 @@ def json_body(value: object) -> bytes:
 async def ensure_topic(ctx: RemotingContext, topic: str, queues: int = 1) -> TopicConfig:
     """``topic``'s configuration, creating it (``queues`` queues, read-write) when it is unknown:
     retry and DLQ topics come to exist this way, routable at once."""
-    config = ctx.store.topic_configs().get(topic)
+    config = ctx.store.topic_config(topic)
     if config is None:
         config = await ctx.run(lambda: ctx.store.create_topic(topic, queues, perm=PERM_READ_WRITE))
         log.info("created topic %s (%d queue%s)", topic, queues, "s" if queues > 1 else "")

@@ -27,7 +27,7 @@ from rocketstore.broker.remoting.namesrv import NameServerProcessor
 from rocketstore.broker.remoting.producer import ProducerProcessor
 from rocketstore.broker.remoting.pull import PullProcessor
 from rocketstore.broker.remoting.queue_offsets import QueueOffsetsProcessor
-from rocketstore.broker.remoting.server import Handler, RemotingLimits, RemotingServer
+from rocketstore.broker.remoting.server import Connection, Handler, RemotingLimits, RemotingServer
 from rocketstore.broker.send import PROPERTY_PRODUCER_GROUP
 from rocketstore.broker.transactions import PROPERTY_CHECK_TIMES, Orphan
 from rocketstore.codec.commitlog_record import encode_message
@@ -102,11 +102,14 @@ class RemotingEndpoint:
             self.limits,
             "remoting",
             authorize=self._acl.check if self._acl is not None else None,
+            metrics=self.ctx.metrics,
         )
         await broker.start(sock=broker_sock)
         self.broker = broker
         if namesrv_sock is not None:
-            namesrv = RemotingServer(handler_table(self.ctx, NAMESRV_PROCESSORS), self.limits, "namesrv")
+            namesrv = RemotingServer(
+                handler_table(self.ctx, NAMESRV_PROCESSORS), self.limits, "namesrv", metrics=self.ctx.metrics
+            )
             await namesrv.start(sock=namesrv_sock)
             self.namesrv = namesrv
 
@@ -118,6 +121,31 @@ class RemotingEndpoint:
 
     def connection_count(self) -> int:
         return sum(len(s.connections) for s in (self.broker, self.namesrv) if s is not None)
+
+    def clients(self) -> list[dict[str, object]]:
+        """The broker listener's connections that sent a heartbeat, for the state file
+        (``rocketstore status``): client id, address, language, version, producer groups."""
+        if self.broker is None:
+            return []
+        groups: dict[Connection, list[str]] = {}
+        for group, members in self.ctx.producers.groups().items():
+            for member in members:
+                groups.setdefault(member.connection, []).append(group)
+        return sorted(
+            (
+                {
+                    "client_id": conn.attributes["client_id"],
+                    "peer": conn.peer,
+                    "protocol": "remoting",
+                    "language": conn.attributes.get("language", ""),
+                    "version": conn.attributes.get("version", 0),
+                    "producer_groups": sorted(groups.get(conn, [])),
+                }
+                for conn in self.broker.connections
+                if "client_id" in conn.attributes
+            ),
+            key=lambda c: (str(c["client_id"]), str(c["peer"])),
+        )
 
     async def send_orphan_check(self, orphan: Orphan) -> bool:
         """CHECK_TRANSACTION_STATE, oneway, to a live producer of the half's group (REMOTING.md

@@ -99,7 +99,9 @@ class NameServerProcessor:
     # --- handlers -----------------------------------------------------------------------------
     async def route(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         topic = text(cmd.ext_fields, "topic")
-        config = self.topic_configs().get(topic)
+        config = self.ctx.store.topic_config(topic)
+        if config is None and topic == DEFAULT_TOPIC and self.ctx.config.auto_create_topic:
+            config = default_topic_config(self.ctx)
         if config is None:
             raise RequestRefused(
                 ResponseCode.TOPIC_NOT_EXIST,

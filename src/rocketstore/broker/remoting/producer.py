@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from rocketstore.broker.group_commit import PutOutcome
 from rocketstore.broker.remoting.batch_body import decode_batch
@@ -133,6 +133,15 @@ class _Target:
 class ProducerProcessor:
     def __init__(self, ctx: RemotingContext) -> None:
         self.ctx = ctx
+        # the sends counter's children by (topic, kind, code): labels() costs a lock per call
+        self._counted: dict[tuple[str, str, str], Any] = {}
+
+    def _count(self, topic: str, kind: str, code: ResponseCode, n: int = 1) -> None:
+        key = (topic, kind, code.name)
+        child = self._counted.get(key)
+        if child is None:
+            child = self._counted[key] = self.ctx.metrics.sends.labels(*key)
+        child.inc(n)
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -147,7 +156,7 @@ class ProducerProcessor:
         """``topic``'s configuration; created from the default topic when it has none and
         RocketMQ would auto-create it (SendMessageProcessor.msgCheck), else TOPIC_NOT_EXIST."""
         store = self.ctx.store
-        config = store.topic_configs().get(topic)
+        config = store.topic_config(topic)
         if config is not None:
             return config
         queues: int | None = None
@@ -157,7 +166,7 @@ class ProducerProcessor:
         elif default_topic == DEFAULT_TOPIC and self.ctx.config.auto_create_topic:
             queues = max(1, min(queue_nums, default_topic_config(self.ctx).write_queues))
         else:
-            default = store.topic_configs().get(default_topic)
+            default = store.topic_config(default_topic)
             if default is not None and default.perm & PERM_INHERIT:
                 queues = max(1, min(queue_nums, default.write_queues))
                 perm = default.perm & ~PERM_INHERIT
@@ -208,7 +217,7 @@ class ProducerProcessor:
                 limit = DEFAULT_MAX_RECONSUME_TIMES
             if header.reconsume_times >= limit:
                 dlq = DLQ_PREFIX + topic[len(RETRY_PREFIX) :]
-                if dlq not in self.ctx.store.topic_configs():
+                if self.ctx.store.topic_config(dlq) is None:
                     await self.ctx.run(
                         lambda: self.ctx.store.create_topic(dlq, 1, perm=PERM_READ | PERM_WRITE)
                     )
@@ -286,7 +295,7 @@ class ProducerProcessor:
         code = put_status_code(outcome.status)
         if code not in _STORED_CODES:
             raise _refusal(outcome)
-        self.ctx.metrics.sends.labels(target.topic, "REMOTING", code.name).inc()
+        self._count(target.topic, "REMOTING", code)
         return cmd.response(
             code,
             None if code == ResponseCode.SUCCESS else f"stored, but {outcome.status.name}",
@@ -334,7 +343,7 @@ class ProducerProcessor:
         if code not in _STORED_CODES:
             raise _refusal(first)
         ids = ",".join(o.msg_id or "" for o in outcomes if isinstance(o, PutMessageResult))
-        self.ctx.metrics.sends.labels(target.topic, "REMOTING_BATCH", code.name).inc(len(msgs))
+        self._count(target.topic, "REMOTING_BATCH", code, len(msgs))
         return cmd.response(
             code,
             None if code == ResponseCode.SUCCESS else f"stored, but {first.status.name}",

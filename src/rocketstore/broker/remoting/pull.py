@@ -133,7 +133,7 @@ class PullProcessor:
         max_msgs = min(max(number(ext, "maxMsgNums"), 1), MAX_MESSAGES_PER_PULL)
         sys_flag = number(ext, "sysFlag")
         store = self.ctx.store
-        config = store.topic_configs().get(topic)
+        config = store.topic_config(topic)
         if config is None:
             raise RequestRefused(
                 ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"

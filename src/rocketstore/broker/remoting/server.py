@@ -36,9 +36,11 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
-from rocketstore.broker.remoting.codes import ResponseCode
+from rocketstore.broker.metrics import BrokerMetrics
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import (
     FLAG_ONEWAY,
     MAX_FRAME_SIZE,
@@ -59,6 +61,15 @@ Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | 
 # write buffer above which a writer waits for the socket (asyncio's default high-water mark)
 _WRITE_HIGH_WATER = 64 * 1024
 _MAX_OPAQUE = 0x7FFFFFFF
+
+
+def _code_name(codes: type[IntEnum], code: int) -> str:
+    """A metric label: the code's name, OTHER for codes RocketMQ does not define (so a client
+    cannot make the label set grow without bound)."""
+    try:
+        return codes(code).name
+    except ValueError:
+        return "OTHER"
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,8 @@ class Connection:
     last_read: float = 0.0
     requests_in_progress: int = 0
     _pending: dict[int, asyncio.Future[RemotingCommand]] = field(default_factory=dict)
+    _out: list[bytes | bytearray | memoryview] = field(default_factory=list)
+    _flush_scheduled: bool = False
     _drain_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -101,14 +114,30 @@ class Connection:
         return f"{host}:{self.peer_port}"
 
     async def send(self, cmd: RemotingCommand) -> None:
-        """Write one command (a response, or a request without waiting for its answer)."""
+        """Write one command (a response, or a request without waiting for its answer). The
+        commands sent in one turn of the loop go out in one write (a group commit answers many
+        sends of a connection at once)."""
         if self.closed:
             return
-        try:
-            self.writer.writelines(encode_command(cmd))
-            if self.writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+        self._out.extend(encode_command(cmd))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        if self.writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
+            try:
                 async with self._drain_lock:
                     await self.writer.drain()
+            except (ConnectionError, RuntimeError) as exc:
+                log.debug("write to %s failed: %s", self.peer, exc)
+                self.close()
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        if self.closed or not out:
+            return
+        try:
+            self.writer.writelines(out)
         except (ConnectionError, RuntimeError) as exc:
             log.debug("write to %s failed: %s", self.peer, exc)
             self.close()
@@ -176,9 +205,12 @@ class RemotingServer:
         limits: RemotingLimits,
         name: str,
         authorize: Callable[[RemotingCommand], object] | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self._handlers = dict(handlers)
         self._authorize = authorize
+        self._metrics = metrics
+        self._counted: dict[tuple[int, int], Any] = {}
         self.limits = limits
         self.name = name
         self.connections: set[Connection] = set()
@@ -228,8 +260,10 @@ class RemotingServer:
 
     async def _sweep_idle(self) -> None:
         idle = self.limits.idle_timeout_s
+        if idle <= 0:
+            return  # 0: idle connections are kept
         while True:
-            await asyncio.sleep(min(10.0, idle / 4))
+            await asyncio.sleep(min(10.0, max(0.05, idle / 4)))
             now = time.monotonic()
             for conn in list(self.connections):
                 if now - conn.last_read > idle and conn.requests_in_progress == 0:
@@ -254,11 +288,13 @@ class RemotingServer:
         conn = Connection(self, writer, str(peer[0]), int(peer[1]), next(self._ids))
         conn.last_read = time.monotonic()
         self.connections.add(conn)
+        self._connections_changed()
         log.debug("%s: connection %d from %s", self.name, conn.id, conn.peer)
         try:
             await self._read(conn, reader)
         finally:
             self.connections.discard(conn)
+            self._connections_changed()
             conn.close()
 
     async def _read(self, conn: Connection, reader: asyncio.StreamReader) -> None:
@@ -298,8 +334,25 @@ class RemotingServer:
             response = await self._answer(conn, cmd)
             if response is not None and not cmd.is_oneway:
                 await conn.send(response)
+            if self._metrics is not None:
+                self._count(cmd.code, response.code if response is not None else -1)
         finally:
             conn.requests_in_progress -= 1
+
+    def _count(self, request: int, response: int) -> None:
+        child = self._counted.get((request, response))
+        if child is None:
+            assert self._metrics is not None
+            child = self._counted[(request, response)] = self._metrics.remoting_requests.labels(
+                self.name,
+                _code_name(RequestCode, request),
+                "NONE" if response < 0 else _code_name(ResponseCode, response),
+            )
+        child.inc()
+
+    def _connections_changed(self) -> None:
+        if self._metrics is not None:
+            self._metrics.remoting_connections.labels(self.name).set(len(self.connections))
 
     async def _answer(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         handler = self._handlers.get(cmd.code)

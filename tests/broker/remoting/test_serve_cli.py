@@ -1,0 +1,86 @@
+"""`rocketstore serve` with its remoting options: broker.conf's listenPort, brokerName and
+brokerClusterName, the record's store host = the remoting address, and the option errors."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rocketstore.broker import BrokerConfig
+from rocketstore.broker.remoting.endpoint import bind_listener
+from rocketstore.broker.server import advertised_address
+from rocketstore.codec.message_id import decode_offset_msg_id
+
+from ..test_serve import ENV, UNLIMITED_DISK, Served
+from .client import RawClient
+from .test_producer import send
+
+
+def free_port() -> int:
+    sock = bind_listener("127.0.0.1:0")
+    port: int = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def test_broker_conf_names_the_port_broker_and_cluster(tmp_path: Path) -> None:
+    port = free_port()
+    conf = tmp_path / "broker.conf"
+    conf.write_text(UNLIMITED_DISK + f"listenPort={port}\nbrokerName=bx\nbrokerClusterName=CX\n")
+    s = Served(
+        "serve",
+        str(tmp_path / "store"),
+        "--create",
+        "--config",
+        str(conf),
+        "--listen",
+        "off",
+        "--namesrv",
+        "127.0.0.1:0",
+    )
+    try:
+        assert s.port == port, s.log()
+        assert "broker bx of cluster CX" in s.log()
+        with RawClient(port) as c:
+            resp = send(c, "Conf", b"x")
+            assert resp.code == 0, resp.remark
+            # the record names the remoting address as its store host: the offset id leads there
+            addr, id_port, _ = decode_offset_msg_id(resp.ext_fields["msgId"])
+            assert (addr, id_port) == (bytes([127, 0, 0, 1]), port)
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(60) == 128 + signal.SIGTERM, s.log()
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--remoting", "off"], "the name server needs the remoting broker"),
+        (["--remoting", "off", "--namesrv", "off", "--listen", "off"], "nothing to serve"),
+        (["--remoting", "nohost"], "remoting address 'nohost': expected HOST:PORT"),
+    ],
+)
+def test_option_errors(tmp_path: Path, args: list[str], error: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "rocketstore.cli", "serve", str(tmp_path / "s"), "--create", *args],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1 and error in result.stderr, result.stderr
+
+
+def test_advertised_address() -> None:
+    assert advertised_address(BrokerConfig(remoting="127.0.0.1:0"), 5) == "127.0.0.1:5"
+    assert advertised_address(BrokerConfig(remoting="0.0.0.0:0"), 5) == "127.0.0.1:5"
+    assert advertised_address(BrokerConfig(remoting="0.0.0.0:0", broker_ip="10.1.2.3"), 7) == "10.1.2.3:7"
+    assert advertised_address(BrokerConfig(remoting="[::1]:0"), 9) == "[::1]:9"
+    assert json.dumps(BrokerConfig.from_mapping({"listenPort": "10999"}).remoting) == '"127.0.0.1:10999"'
