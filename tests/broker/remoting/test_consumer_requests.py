@@ -254,3 +254,13 @@ def test_send_back_stores_the_retry_then_the_dead_letter(start_remoting: StartRe
         assert msg.properties["RETRY_TOPIC"] == "T"
         nowhere = c.call(RequestCode.CONSUMER_SEND_MSG_BACK, {**ext, "offset": "999999"})
         assert nowhere.code == ResponseCode.SYSTEM_ERROR
+
+
+def test_the_broker_bounds_how_long_a_pull_stays_parked(start_remoting: StartRemoting) -> None:
+    """A pull asking for 20 s is parked at most the broker's long_polling_max_ms (here 0.3 s):
+    answered well inside this client's 10 s socket timeout."""
+    r = start_remoting(long_polling_min_ms=100, long_polling_max_ms=300)
+    r.store.create_topic("T", 1)
+    with RawClient(r.port, timeout=10) as c:
+        resp = c.call(RequestCode.PULL_MESSAGE, pull_ext("T", 0, sys_flag=0x6, suspend=20000))
+        assert resp.code == ResponseCode.PULL_NOT_FOUND

@@ -9,8 +9,9 @@ parked.
 
 Long polling: a pull that finds nothing new and allows suspension (sysFlag 0x2) is parked,
 costing no thread and no polling, until the store's arrival signal reports messages in its
-queue or its suspend time is over (at most ``MAX_SUSPEND_S``, well inside the client's 30 s
-timeout); then it is read again and answered. At most ``max_suspended`` pulls are parked at once;
+queue or its suspend time is over (at most the broker's ``long_polling_max_ms``, 20 s by default,
+and never more than ``MAX_SUSPEND_S``, inside the client's 30 s timeout); then it is read again
+and answered. At most ``max_suspended`` pulls are parked at once;
 more are answered SYSTEM_BUSY, which the client retries a little later.
 """
 
@@ -38,7 +39,9 @@ FLAG_COMMIT_OFFSET: Final = 0x1
 FLAG_SUSPEND: Final = 0x2
 FLAG_SUBSCRIPTION: Final = 0x4
 PERM_READ: Final = 0x4
-MAX_SUSPEND_S: Final = 20.0
+# a parked pull is answered within this, whatever long_polling_max_ms says: the client gives up
+# (and counts an error) after 30 s
+MAX_SUSPEND_S: Final = 25.0
 # RocketMQ's maxTransferCountOnMessageInMemory: the store bounds bytes as well
 MAX_MESSAGES_PER_PULL: Final = 32
 DEFAULT_MAX_SUSPENDED: Final = 10_000
@@ -149,7 +152,7 @@ class PullProcessor:
                 f"[{config.read_queues}] consumer:[{conn.peer}]",
             )
         tags = self._subscription(cmd, group, topic, sys_flag).store_filter()
-        if sys_flag & FLAG_COMMIT_OFFSET:
+        if sys_flag & FLAG_COMMIT_OFFSET and not store.readonly:  # a slave keeps its master's offsets
             commit = number(ext, "commitOffset")
             if commit >= 0:
                 store.commit_offset(group, topic, queue_id, commit)
@@ -160,7 +163,9 @@ class PullProcessor:
             result = await self.ctx.run(store.get_message, group, topic, queue_id, offset, max_msgs, tags)
             code = response_code(result, offset)
             if code is ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND:
-                suspend_s = min(max(number(ext, "suspendTimeoutMillis"), 0) / 1000, MAX_SUSPEND_S)
+                requested_ms = max(number(ext, "suspendTimeoutMillis"), 0)
+                suspend_s = min(requested_ms, self.ctx.config.long_polling_max_ms) / 1000
+                suspend_s = min(suspend_s, MAX_SUSPEND_S)
                 await self._park(topic, queue_id, offset, suspend_s, mark)
                 result = await self.ctx.run(store.get_message, group, topic, queue_id, offset, max_msgs, tags)
                 code = response_code(result, offset)
