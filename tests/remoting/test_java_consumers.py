@@ -194,3 +194,26 @@ def test_retry_then_dlq(java: JavaPrograms, serve: StartServe) -> None:
     dlq.stop()
     tries = [e for e in consumed(dlq.events) if e["body"] == "body-3"]
     assert [e["reconsumeTimes"] for e in tries] == [0, 1]
+
+
+def test_committed_offsets_hold_after_kill_9(java: JavaPrograms, serve: StartServe) -> None:
+    served = serve()
+    produce(java, served, "KillT", 10, "keys=first")
+    ns = f"namesrv={served.namesrv}"
+    java.run("PushConsume", ns, "group=kill_g", "topic=KillT", "expect=10")
+    offsets = served.store / "config" / "consumerOffset.json"
+
+    def on_disk() -> int:
+        try:
+            table = json.loads(offsets.read_text())["offsetTable"]
+        except (OSError, ValueError, KeyError):
+            return 0
+        return sum(int(v) for v in table.get("KillT@kill_g", {}).values())
+
+    # the consumer committed at its shutdown; the store persists offsets periodically
+    wait_until(lambda: on_disk() == 10, "kill_g's offsets in consumerOffset.json", timeout=120)
+    served.kill()
+    again = serve(served.store)
+    produce(java, again, "KillT", 3, "keys=second")
+    events = java.run("PushConsume", f"namesrv={again.namesrv}", "group=kill_g", "topic=KillT", "expect=3")
+    assert sorted(e["keys"] for e in consumed(events)) == ["second-0", "second-1", "second-2"]
