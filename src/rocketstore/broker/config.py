@@ -51,6 +51,7 @@ class BrokerConfig:
     max_frame_size: int = 16 * MIB
     max_connections: int = 1024
     max_requests_per_connection: int = 1024
+    max_request_bytes_per_connection: int = 64 * MIB
     max_server_requests_per_connection: int = 256
     idle_timeout_ms: int = 120_000
     max_receive_batch: int = 32

@@ -251,6 +251,7 @@ class Broker:
         limits = RemotingLimits(
             max_frame_size=config.max_frame_size,
             max_requests_per_connection=config.max_requests_per_connection,
+            max_request_bytes_per_connection=config.max_request_bytes_per_connection,
             max_server_requests_per_connection=config.max_server_requests_per_connection,
             max_connections=config.max_connections,
             idle_timeout_s=config.idle_timeout_ms / 1000,

@@ -76,3 +76,12 @@ def test_bad_heartbeats_are_refused(start_remoting: StartRemoting) -> None:
         no_id = c.call(RequestCode.HEART_BEAT, body=b'{"producerDataSet":[]}')
         assert no_id.code == ResponseCode.SYSTEM_ERROR and "clientID" in (no_id.remark or "")
         assert c.call(RequestCode.UNREGISTER_CLIENT, {}).code == ResponseCode.SYSTEM_ERROR
+
+
+def test_heartbeat_with_too_many_producer_groups_is_refused(start_remoting: StartRemoting) -> None:
+    r = start_remoting()
+    beat = {"clientID": "c", "producerDataSet": [{"groupName": f"g{i}"} for i in range(1025)]}
+    with RawClient(r.port) as c:
+        resp = c.call(RequestCode.HEART_BEAT, body=json.dumps(beat).encode())
+        assert resp.code == ResponseCode.SYSTEM_ERROR and "at most 1024" in (resp.remark or "")
+        assert on_loop(r, r.broker.remoting.ctx.producers.groups) == {}

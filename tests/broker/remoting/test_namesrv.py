@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rocketstore.broker import BrokerConfig
+from rocketstore.broker.remoting import namesrv
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 
 from .client import RawClient
@@ -101,3 +104,17 @@ def test_name_server_answers_unknown_codes(start_remoting: StartRemoting) -> Non
         # a broker code asked of the name server: not its business either
         assert ns.call(RequestCode.SEND_MESSAGE_V2).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         assert ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC).code == ResponseCode.SYSTEM_ERROR  # no topic
+
+
+def test_kv_config_is_bounded(start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(namesrv, "MAX_KV_ENTRIES", 3)
+    r = start_remoting()
+    with RawClient(r.namesrv_port) as ns:
+        for i in range(3):
+            assert (
+                ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "N", "key": f"k{i}", "value": "v"}).code == 0
+            )
+        full = ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "N", "key": "k3", "value": "v"})
+        assert full.code == ResponseCode.SYSTEM_ERROR and "the limit" in (full.remark or "")
+        # changing a key it has is still allowed
+        assert ns.call(RequestCode.PUT_KV_CONFIG, {"namespace": "N", "key": "k0", "value": "w"}).code == 0

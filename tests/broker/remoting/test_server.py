@@ -241,3 +241,28 @@ def test_idle_connections_are_closed(harness: Any) -> None:
     with RawClient(h.port, timeout=60) as c:
         assert c.call(ECHO).code == 0
         assert c.closed_by_server()  # nothing read from it for 0.5 s
+
+
+def test_a_connection_is_not_read_past_its_bytes_in_progress(harness: Any) -> None:
+    h = harness(max_request_bytes_per_connection=2000)
+    with RawClient(h.port) as c:
+        slow = [c.send(RemotingCommand(code=SLOW, body=b"x" * 1500)) for _ in range(2)]
+        echo = c.send(RemotingCommand(code=ECHO))
+        conn = h.run(_first_connection(h))
+        h.run(_wait_for(lambda: conn.requests_in_progress == 2))
+        assert conn.bytes_in_progress > 2000  # and the reader waits: the echo is not taken
+        h.release.set()
+        first = c.read()
+        assert first.opaque in slow  # the echo was read only once a slow request ended
+        for opaque in [*slow, echo]:
+            if opaque != first.opaque:
+                assert c.response_to(opaque).code == 0
+        assert conn.bytes_in_progress == 0
+
+
+async def _wait_for(condition: Any) -> None:
+    for _ in range(6000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")

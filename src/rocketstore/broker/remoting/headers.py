@@ -87,6 +87,9 @@ SEND_V2_NAMES: Final = {
 }
 
 
+_SEND_V1_NAMES: Final = {name: name for name in SEND_V2_NAMES}
+
+
 @dataclass(slots=True)
 class SendMessageHeader:
     """SEND_MESSAGE (long names) and SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (one-letter names)."""
@@ -108,20 +111,16 @@ class SendMessageHeader:
 
     @classmethod
     def from_ext(cls, ext: Mapping[str, str], *, v2: bool) -> SendMessageHeader:
-        n = SEND_V2_NAMES if v2 else {k: k for k in SEND_V2_NAMES}
-
-        def num(field: str) -> int:
-            return _number_as(ext, n[field], field)
-
+        n = SEND_V2_NAMES if v2 else _SEND_V1_NAMES
         return cls(
             producer_group=_text_as(ext, n["producerGroup"], "producerGroup"),
             topic=_text_as(ext, n["topic"], "topic"),
             default_topic=_text_as(ext, n["defaultTopic"], "defaultTopic"),
-            default_topic_queue_nums=num("defaultTopicQueueNums"),
-            queue_id=num("queueId"),
-            sys_flag=num("sysFlag"),
-            born_timestamp=num("bornTimestamp"),
-            flag=num("flag"),
+            default_topic_queue_nums=_number_as(ext, n["defaultTopicQueueNums"], "defaultTopicQueueNums"),
+            queue_id=_number_as(ext, n["queueId"], "queueId"),
+            sys_flag=_number_as(ext, n["sysFlag"], "sysFlag"),
+            born_timestamp=_number_as(ext, n["bornTimestamp"], "bornTimestamp"),
+            flag=_number_as(ext, n["flag"], "flag"),
             properties=ext.get(n["properties"], ""),
             reconsume_times=optional_number(ext, n["reconsumeTimes"]) or 0,
             unit_mode=flag(ext, n["unitMode"]),

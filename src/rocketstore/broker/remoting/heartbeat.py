@@ -27,6 +27,9 @@ __all__ = ["HeartbeatProcessor", "parse_json_body"]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
+# producer groups one heartbeat may register (a client has a few: its own and CLIENT_INNER_PRODUCER)
+MAX_PRODUCER_GROUPS = 1024
+
 
 def parse_json_body(cmd: RemotingCommand, what: str) -> dict[str, Any]:
     """A request's JSON object body; SYSTEM_ERROR naming ``what`` when it is not one."""
@@ -58,7 +61,13 @@ class HeartbeatProcessor:
             log.info("client %s (%s %d) on %s", client_id, cmd.language, cmd.version, conn.peer)
         conn.attributes.update(client_id=client_id, language=cmd.language, version=cmd.version)
         now = int(time.time() * 1000)
-        for producer in data.get("producerDataSet") or ():
+        producers = data.get("producerDataSet") or []
+        if not isinstance(producers, list) or len(producers) > MAX_PRODUCER_GROUPS:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"HeartbeatData: producerDataSet is not a list of at most {MAX_PRODUCER_GROUPS} groups",
+            )
+        for producer in producers:
             group = producer.get("groupName") if isinstance(producer, dict) else None
             if isinstance(group, str) and group:
                 self.ctx.producers.register(group, client_id, conn, now)

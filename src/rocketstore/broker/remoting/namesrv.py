@@ -10,7 +10,9 @@ auto-creation is on, as RocketMQ's broker registers it then.
 
 The KV configuration (PUT/GET/DELETE_KV_CONFIG, GET_KVLIST_BY_NAMESPACE; mqadmin updateTopic
 ``-o`` writes namespace ``ORDER_TOPIC_CONFIG``) is kept in ``config/kvConfig.json`` of the
-store in RocketMQ's shape (``{"configTable": {namespace: {key: value}}}``).
+store in RocketMQ's shape (``{"configTable": {namespace: {key: value}}}``). Routes carry no
+``orderTopicConf`` (RocketMQ's name server adds it only with ``orderMessageEnable``, off by
+default; producers would then pick queues from it instead of from the broker's topic).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ log = logging.getLogger("rocketstore.broker.remoting")
 DEFAULT_TOPIC: Final = "TBW102"  # RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC
 PERM_INHERIT: Final = 0x1
 KV_CONFIG_FILE: Final = "kvConfig.json"
+# entries the KV configuration keeps (RocketMQ's name server has no bound; its clients write a
+# handful): past it a new key is refused, so requests cannot grow the file without end
+MAX_KV_ENTRIES: Final = 10_000
 
 
 def default_topic_config(ctx: RemotingContext) -> TopicConfig:
@@ -107,7 +112,7 @@ class NameServerProcessor:
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic}",
             )
-        route: dict[str, object] = {
+        route = {
             "brokerDatas": [self.broker_data()],
             "filterServerTable": {},
             "queueDatas": [
@@ -120,9 +125,6 @@ class NameServerProcessor:
                 }
             ],
         }
-        order = self._kv.get("ORDER_TOPIC_CONFIG", {}).get(topic)
-        if order:
-            route["orderTopicConf"] = order
         return cmd.response(body=json_body(route))
 
     async def cluster_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -176,6 +178,11 @@ class NameServerProcessor:
         ext = cmd.ext_fields
         namespace, key, value = text(ext, "namespace"), text(ext, "key"), text(ext, "value")
         async with self._kv_update:
+            if key not in self._kv.get(namespace, {}) and sum(map(len, self._kv.values())) >= MAX_KV_ENTRIES:
+                raise RequestRefused(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"the KV configuration holds {MAX_KV_ENTRIES} entries: the limit",
+                )
             table = {ns: dict(entries) for ns, entries in self._kv.items()}
             table.setdefault(namespace, {})[key] = value
             await self.ctx.run(self._save_kv, table)

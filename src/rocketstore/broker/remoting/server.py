@@ -16,7 +16,8 @@ answers go out in whatever order they finish (the client matches them by opaque)
 * A handler's ``RequestRefused`` becomes its code and remark; any other exception SYSTEM_ERROR
   with the exception's text and a log line. The connection lives on.
 * Limits (``RemotingLimits``): frame size (a larger length field closes the connection),
-  requests in progress per connection (more are answered SYSTEM_BUSY ``[OVERLOAD]``),
+  requests in progress per connection (more are answered SYSTEM_BUSY ``[OVERLOAD]``), bytes
+  of requests in progress per connection (past it the connection is not read until some end),
   server-initiated requests awaiting an answer per connection, connections (more are closed
   at accept), and idle time (a connection with no frame for that long is closed, as the
   RocketMQ broker does after 120 s; clients heartbeat every 30 s).
@@ -77,6 +78,8 @@ class RemotingLimits:
     max_frame_size: int = MAX_FRAME_SIZE
     # requests being handled at once on one connection (parked pulls included)
     max_requests_per_connection: int = 1024
+    # bytes of those requests' frames: past it the connection is not read until some finish
+    max_request_bytes_per_connection: int = 4 * MAX_FRAME_SIZE
     # requests this server sent on one connection and still waits an answer for
     max_server_requests_per_connection: int = 256
     max_connections: int = 1024
@@ -102,6 +105,8 @@ class Connection:
     closed: bool = False
     last_read: float = 0.0
     requests_in_progress: int = 0
+    bytes_in_progress: int = 0
+    _room: asyncio.Event = field(default_factory=asyncio.Event)
     _pending: dict[int, asyncio.Future[RemotingCommand]] = field(default_factory=dict)
     _out: list[bytes | bytearray | memoryview] = field(default_factory=list)
     _flush_scheduled: bool = False
@@ -187,6 +192,7 @@ class Connection:
             if not future.done():
                 future.set_exception(ConnectionClosedError(f"connection {self.peer} closed"))
         self._pending.clear()
+        self._room.set()
         for callback in self.on_close:
             try:
                 callback(self)
@@ -299,6 +305,7 @@ class RemotingServer:
 
     async def _read(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         max_frame = self.limits.max_frame_size
+        max_bytes = self.limits.max_request_bytes_per_connection
         while not conn.closed:
             try:
                 prefix = await reader.readexactly(4)
@@ -325,11 +332,15 @@ class RemotingServer:
                     )
                 continue
             conn.requests_in_progress += 1
-            task = asyncio.get_running_loop().create_task(self._handle(conn, cmd))
+            conn.bytes_in_progress += length
+            task = asyncio.get_running_loop().create_task(self._handle(conn, cmd, length))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            while conn.bytes_in_progress > max_bytes and not conn.closed:
+                conn._room.clear()
+                await conn._room.wait()  # read no more until requests in progress finish
 
-    async def _handle(self, conn: Connection, cmd: RemotingCommand) -> None:
+    async def _handle(self, conn: Connection, cmd: RemotingCommand, length: int) -> None:
         try:
             response = await self._answer(conn, cmd)
             if response is not None and not cmd.is_oneway:
@@ -338,6 +349,8 @@ class RemotingServer:
                 self._count(cmd.code, response.code if response is not None else -1)
         finally:
             conn.requests_in_progress -= 1
+            conn.bytes_in_progress -= length
+            conn._room.set()
 
     def _count(self, request: int, response: int) -> None:
         child = self._counted.get((request, response))
