@@ -178,5 +178,8 @@ class ConsumerGroups:
     def groups_subscribing(self, topic: str) -> list[str]:
         return [g for g, info in self._groups.items() if topic in info.subscriptions]
 
+    def group_count(self) -> int:
+        return len(self._groups)
+
     def __len__(self) -> int:
         return sum(len(info.members) for info in self._groups.values())

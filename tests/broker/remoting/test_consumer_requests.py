@@ -264,3 +264,19 @@ def test_the_broker_bounds_how_long_a_pull_stays_parked(start_remoting: StartRem
     with RawClient(r.port, timeout=10) as c:
         resp = c.call(RequestCode.PULL_MESSAGE, pull_ext("T", 0, sys_flag=0x6, suspend=20000))
         assert resp.code == ResponseCode.PULL_NOT_FOUND
+
+
+def test_a_heartbeat_may_name_a_bounded_number_of_groups_and_topics(start_remoting: StartRemoting) -> None:
+    r = start_remoting()
+    too_many_groups = json.loads(heartbeat("A"))
+    too_many_groups["consumerDataSet"] = too_many_groups["consumerDataSet"] * 1025
+    too_many_topics = json.loads(heartbeat("A"))
+    too_many_topics["consumerDataSet"][0]["subscriptionDataSet"] *= 1025
+    with RawClient(r.port) as c:
+        for body in (too_many_groups, too_many_topics):
+            resp = c.call(RequestCode.HEART_BEAT, body=json.dumps(body).encode())
+            assert resp.code == ResponseCode.SYSTEM_ERROR and "at most 1024" in (resp.remark or "")
+        assert (
+            c.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "cg"}).code
+            == ResponseCode.SYSTEM_ERROR
+        )

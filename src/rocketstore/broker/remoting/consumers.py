@@ -44,6 +44,10 @@ PERM_READ_WRITE: Final = 0x6
 _VERSION_WITH_MAX_RECONSUME: Final = 121
 _GROUPS_KEY: Final = "consumer_groups"
 _LOCKS_KEY: Final = "queue_locks"
+# what one client makes the broker keep is bounded (members per group: by the connection limit)
+MAX_GROUPS_PER_HEARTBEAT: Final = 1024
+MAX_SUBSCRIPTIONS: Final = 1024
+MAX_GROUPS: Final = 10_000
 SQL92_UNSUPPORTED: Final = "The broker does not support consumer to filter message by SQL92"
 
 
@@ -101,7 +105,13 @@ def _queue_json(key: tuple[str, str, int]) -> dict[str, Any]:
 
 def _subscriptions(data: dict[str, Any]) -> list[Subscription]:
     subs = []
-    for sd in data.get("subscriptionDataSet") or ():
+    listed = data.get("subscriptionDataSet") or []
+    if not isinstance(listed, list) or len(listed) > MAX_SUBSCRIPTIONS:
+        raise RequestRefused(
+            ResponseCode.SYSTEM_ERROR,
+            f"subscriptionDataSet is not a list of at most {MAX_SUBSCRIPTIONS} topics",
+        )
+    for sd in listed:
         if not isinstance(sd, dict) or not isinstance(sd.get("topic"), str):
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"a subscription has no topic: {sd!r}")
         try:
@@ -139,11 +149,21 @@ class ConsumerProcessor:
         version = int(conn.attributes.get("version", 0))
         now = _now_ms()
         changed = set(self.groups.expire(now))
-        for cd in data.get("consumerDataSet") or ():
+        consumers = data.get("consumerDataSet") or []
+        if not isinstance(consumers, list) or len(consumers) > MAX_GROUPS_PER_HEARTBEAT:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"HeartbeatData: consumerDataSet is not a list of at most {MAX_GROUPS_PER_HEARTBEAT} groups",
+            )
+        for cd in consumers:
             if not isinstance(cd, dict) or not isinstance(cd.get("groupName"), str) or not cd["groupName"]:
                 raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"a consumer data has no groupName: {cd!r}")
             group = cd["groupName"]
             subscriptions = _subscriptions(cd)
+            if self.groups.get(group) is None and self.groups.group_count() >= MAX_GROUPS:
+                raise RequestRefused(
+                    ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {MAX_GROUPS} consumer groups are online already"
+                )
             await ensure_topic(self.ctx, retry_topic(group))
             if _GROUPS_KEY not in conn.attributes:
                 conn.attributes[_GROUPS_KEY] = True
