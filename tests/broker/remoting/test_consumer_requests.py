@@ -280,3 +280,24 @@ def test_a_heartbeat_may_name_a_bounded_number_of_groups_and_topics(start_remoti
             c.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "cg"}).code
             == ResponseCode.SYSTEM_ERROR
         )
+
+
+def test_consumer_running_info_is_asked_of_the_client_and_relayed(start_remoting: StartRemoting) -> None:
+    r = start_remoting()
+    with RawClient(r.port) as consumer, RawClient(r.port) as admin:
+        consumer.call(RequestCode.HEART_BEAT, body=heartbeat("A"))
+        ext = {"consumerGroup": "cg", "clientId": "A", "jstackEnable": "false"}
+        opaque = admin.send(RemotingCommand(code=RequestCode.GET_CONSUMER_RUNNING_INFO, ext_fields=dict(ext)))
+        asked = consumer.server_request()
+        while asked.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:  # its own joining, first
+            asked = consumer.server_request()
+        assert (asked.code, asked.ext_fields, asked.is_oneway) == (
+            RequestCode.GET_CONSUMER_RUNNING_INFO,
+            ext,
+            False,
+        )
+        consumer.send(RemotingCommand(code=0, opaque=asked.opaque, flag=1, body=b'{"properties":{}}'))
+        relayed = admin.response_to(opaque)
+        assert (relayed.code, relayed.body) == (ResponseCode.SUCCESS, b'{"properties":{}}')
+        gone = admin.call(RequestCode.GET_CONSUMER_RUNNING_INFO, {**ext, "clientId": "B"})
+        assert gone.code == ResponseCode.SYSTEM_ERROR and "not online" in (gone.remark or "")
