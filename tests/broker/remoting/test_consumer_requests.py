@@ -5,6 +5,7 @@ NOTIFY_CONSUMER_IDS_CHANGED, committed offsets, queue locks and CONSUMER_SEND_MS
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -301,3 +302,28 @@ def test_consumer_running_info_is_asked_of_the_client_and_relayed(start_remoting
         assert (relayed.code, relayed.body) == (ResponseCode.SUCCESS, b'{"properties":{}}')
         gone = admin.call(RequestCode.GET_CONSUMER_RUNNING_INFO, {**ext, "clientId": "B"})
         assert gone.code == ResponseCode.SYSTEM_ERROR and "not online" in (gone.remark or "")
+
+
+def test_admin_answers_runtime_info_config_and_topic_stats(start_remoting: StartRemoting) -> None:
+    r = start_remoting()
+    r.store.create_topic("T", 2)
+    put(r, "T", (b"a", None), (b"b", None))
+    with RawClient(r.port) as c:
+        table = json.loads(c.call(RequestCode.GET_BROKER_RUNTIME_INFO).body)["table"]
+        assert (table["brokerVersionDesc"], table["brokerVersion"]) == ("V4_9_8", "409")
+        assert re.fullmatch(r"\[ \d+ days, \d+ hours, \d+ minutes, \d+ seconds \]", table["runtime"])
+        (
+            float(table["putTps"].split(" ")[0]),
+            float(table["commitLogDiskRatio"]),
+            int(table["earliestMessageTimeStamp"]),
+        )
+        config = c.call(RequestCode.GET_BROKER_CONFIG)
+        assert "brokerName=broker-a\n" in config.body.decode() and "version" in config.ext_fields
+        stats = json.loads(c.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "T"}).body)["offsetTable"]
+        queue0 = stats[
+            json.dumps({"brokerName": "broker-a", "queueId": 0, "topic": "T"}, separators=(",", ":"))
+        ]
+        assert (queue0["minOffset"], queue0["maxOffset"]) == (0, 2) and queue0["lastUpdateTimestamp"] > 0
+        assert (
+            c.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "Nope"}).code == ResponseCode.TOPIC_NOT_EXIST
+        )

@@ -99,6 +99,13 @@ def _tps(value: object) -> str:
     return f"{float(value):.2f}" if isinstance(value, (int, float)) else "0.00"
 
 
+def _runtime(ms: int) -> str:
+    """How long the broker has run, as RocketMQ's brokerStatus shows it."""
+    seconds = ms // 1000
+    days, hours, minutes = seconds // 86400, seconds % 86400 // 3600, seconds % 3600 // 60
+    return f"[ {days} days, {hours} hours, {minutes} minutes, {seconds % 60} seconds ]"
+
+
 class AdminProcessor:
     def __init__(self, ctx: RemotingContext) -> None:
         self.ctx = ctx
@@ -174,7 +181,7 @@ class AdminProcessor:
             "pullThreadPoolQueueHeadWaitTimeMills": "0",
             "queryThreadPoolQueueSize": "0",
             "queryThreadPoolQueueHeadWaitTimeMills": "0",
-            "runtime": str(info.get("runtimeMillis", 0)),
+            "runtime": _runtime(int(str(info.get("runtimeMillis", 0)))),
         }
         for key, value in info.items():
             if key in ("putTps", "getFoundTps", "getMissTps", "getTransferedTps"):
