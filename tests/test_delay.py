@@ -292,3 +292,18 @@ def test_a_readonly_store_reports_the_saved_progress(tmp_path: Path) -> None:
     with MessageStore.open(root, CFG, clock=clock, readonly=True) as ro:
         assert ro.delay_progress() == progress
         assert ro.runtime_info()["delayedPending"] == {2: 1}
+
+
+def test_delivery_keeps_reconsume_times_and_the_compression_bits(tmp_path: Path) -> None:
+    """A consumer's retry travels through a delay level: its RECONSUMETIMES and its body's
+    compression type (sysFlag bits 8-10) must survive, as RocketMQ's messageTimeup keeps them."""
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        r = store.put_message(
+            Message("%RETRY%g", b"x", queue_id=0, delay_level=1, reconsume_times=3, sys_flag=0x301)
+        )
+        assert r.ok
+        clock.advance(1_000)
+        assert wait_until(lambda: store.max_offset_in_queue("%RETRY%g", 0) == 1)
+        [msg] = delivered(store, "%RETRY%g", 0)
+        assert (msg.reconsume_times, msg.sys_flag) == (3, 0x301)

@@ -212,6 +212,17 @@ class MessageExt:
         return encode_offset_msg_id(rec.store_addr, rec.store_port, rec.physical_offset)
 
     @property
+    def record_view(self) -> memoryview:
+        """The stored record, as it lies in the commitlog, without copying it (what a RocketMQ
+        pull response carries: RocketMQ's clients decode these bytes)."""
+        size = int.from_bytes(self._buf[self._pos : self._pos + 4], "big", signed=True)
+        if size <= 0 or self._pos + size > len(self._buf):
+            raise self._located(
+                CorruptDataError(f"record size {size} does not fit its buffer", offset=self._pos)
+            )
+        return memoryview(self._buf)[self._pos : self._pos + size]
+
+    @property
     def body_view(self) -> memoryview:
         """The body without copying it."""
         start, length = self._body_span()

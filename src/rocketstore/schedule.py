@@ -71,6 +71,7 @@ def real_message(msg: MessageExt) -> Message:
         born_timestamp=msg.born_timestamp,
         born_host=msg.born_host,
         sys_flag=msg.sys_flag & SYSFLAG_CONTENT,  # hosts are the store's business
+        reconsume_times=msg.reconsume_times,  # a consumer's retry keeps its count (RocketMQ's messageTimeup)
     )
 
 

@@ -16,6 +16,15 @@ public final class Out {
         System.out.flush();
     }
 
+    /** An exception with its causes, for the test's failure message. */
+    public static String describe(Throwable e) {
+        StringBuilder b = new StringBuilder(e.toString());
+        for (Throwable c = e.getCause(); c != null && c != c.getCause(); c = c.getCause()) {
+            b.append(" <- caused by ").append(c);
+        }
+        return b.toString();
+    }
+
     /** Arguments "key=value"; a missing key takes the given default. */
     public static Map<String, String> args(String[] argv) {
         Map<String, String> m = new HashMap<>();

@@ -50,8 +50,9 @@ public final class Produce {
                 case "sync":
                     for (int i = 0; i < count; i++) {
                         SendResult r = a.containsKey("queue")
-                            ? producer.send(messages.get(i), producer.fetchPublishMessageQueues(topic).get(
-                                Integer.parseInt(a.get("queue"))))
+                            ? producer.send(messages.get(i),
+                                (mqs, msg, queue) -> mqs.get((Integer) queue % mqs.size()),
+                                Integer.parseInt(a.get("queue")))
                             : producer.send(messages.get(i));
                         sent(i, r);
                     }
@@ -97,7 +98,7 @@ public final class Produce {
             }
             Out.emit("done");
         } catch (Exception e) {
-            Out.emit("error", "error", e.toString());
+            Out.emit("error", "error", Out.describe(e));
         } finally {
             producer.shutdown();
         }

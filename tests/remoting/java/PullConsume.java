@@ -50,10 +50,19 @@ public final class PullConsume {
                     consumer.updateConsumeOffset(mq, offset);
                 }
             }
-            consumer.getDefaultMQPullConsumerImpl().persistConsumerOffset();
+            // synchronously (persistConsumerOffset sends oneway, and only for queues a rebalance assigned)
+            for (MessageQueue mq : queues) {
+                long offset = consumer.getDefaultMQPullConsumerImpl().getOffsetStore().readOffset(mq,
+                    org.apache.rocketmq.client.consumer.store.ReadOffsetType.READ_FROM_MEMORY);
+                if (offset >= 0) {
+                    ((org.apache.rocketmq.client.consumer.store.RemoteBrokerOffsetStore)
+                        consumer.getDefaultMQPullConsumerImpl().getOffsetStore()).updateConsumeOffsetToBroker(
+                        mq, offset, false);
+                }
+            }
             Out.emit("done");
         } catch (Exception e) {
-            Out.emit("error", "error", e.toString());
+            Out.emit("error", "error", Out.describe(e));
         } finally {
             consumer.shutdown();
         }

@@ -16,13 +16,17 @@ from typing import Final, Protocol
 
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.remoting.acl import RemotingAcl
+from rocketstore.broker.remoting.admin import AdminProcessor
 from rocketstore.broker.remoting.codes import RequestCode
 from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.consumers import ConsumerProcessor
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import to_ext
 from rocketstore.broker.remoting.heartbeat import HeartbeatProcessor
 from rocketstore.broker.remoting.namesrv import NameServerProcessor
 from rocketstore.broker.remoting.producer import ProducerProcessor
+from rocketstore.broker.remoting.pull import PullProcessor
+from rocketstore.broker.remoting.queue_offsets import QueueOffsetsProcessor
 from rocketstore.broker.remoting.server import Connection, Handler, RemotingLimits, RemotingServer
 from rocketstore.broker.send import PROPERTY_PRODUCER_GROUP
 from rocketstore.broker.transactions import PROPERTY_CHECK_TIMES, Orphan
@@ -44,7 +48,14 @@ class ProcessorFactory(Protocol):
 
 
 NAMESRV_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (NameServerProcessor,)
-BROKER_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (HeartbeatProcessor, ProducerProcessor)
+BROKER_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (
+    HeartbeatProcessor,
+    ProducerProcessor,
+    ConsumerProcessor,
+    PullProcessor,
+    QueueOffsetsProcessor,
+    AdminProcessor,
+)
 
 
 def bind_listener(address: str) -> socket.socket:

@@ -1,0 +1,181 @@
+"""PULL_MESSAGE (REMOTING.md §6.3): the stored records of a queue from an offset, copied from the
+commitlog as they lie there, filtered by the consumer's tags (hash code first, then the tag
+itself, as RocketMQ's broker and client do between them), with long polling.
+
+The filter is the request's own subscription when its sysFlag says so (lite pull, pull), else
+the group's subscription from its heartbeats (push). A pull with the commit-offset flag stores
+the group's offset for the queue first, as RocketMQ's broker does, even when the pull is then
+parked.
+
+Long polling: a pull that finds nothing new and allows suspension (sysFlag 0x2) is parked,
+costing no thread and no polling, until the store's arrival signal reports messages in its
+queue or its suspend time is over (at most the broker's ``long_polling_max_ms``, 20 s by default,
+and never more than ``MAX_SUSPEND_S``, inside the client's 30 s timeout); then it is read again
+and answered. At most ``max_suspended`` pulls are parked at once;
+more are answered SYSTEM_BUSY, which the client retries a little later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+from rocketstore.broker.consumer_groups import Subscription
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.consumers import SQL92_UNSUPPORTED, consumer_groups
+from rocketstore.broker.remoting.context import RemotingContext
+from rocketstore.broker.remoting.headers import number, text, to_ext
+from rocketstore.broker.remoting.refusal import RequestRefused
+from rocketstore.broker.remoting.server import Connection, Handler
+from rocketstore.results import GetMessageResult, GetStatus
+
+__all__ = ["MAX_SUSPEND_S", "PullProcessor"]
+
+log = logging.getLogger("rocketstore.broker.remoting")
+
+FLAG_COMMIT_OFFSET: Final = 0x1
+FLAG_SUSPEND: Final = 0x2
+FLAG_SUBSCRIPTION: Final = 0x4
+PERM_READ: Final = 0x4
+# a parked pull is answered within this, whatever long_polling_max_ms says: the client gives up
+# (and counts an error) after 30 s
+MAX_SUSPEND_S: Final = 25.0
+# RocketMQ's maxTransferCountOnMessageInMemory: the store bounds bytes as well
+MAX_MESSAGES_PER_PULL: Final = 32
+DEFAULT_MAX_SUSPENDED: Final = 10_000
+
+_CODES: Final = {
+    GetStatus.FOUND: ResponseCode.SUCCESS,
+    GetStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+def response_code(result: GetMessageResult, offset: int) -> ResponseCode:
+    """RocketMQ's PullMessageProcessor mapping; a queue that has no message (or no file yet) is
+    NOT_FOUND at offset 0 and OFFSET_MOVED elsewhere."""
+    code = _CODES.get(result.status)
+    if code is not None:
+        return code
+    return ResponseCode.PULL_NOT_FOUND if offset == 0 else ResponseCode.PULL_OFFSET_MOVED
+
+
+class PullProcessor:
+    def __init__(self, ctx: RemotingContext, max_suspended: int = DEFAULT_MAX_SUSPENDED) -> None:
+        self.ctx = ctx
+        self.groups = consumer_groups(ctx)
+        self.max_suspended = max_suspended
+        self.suspended = 0
+
+    def handlers(self) -> dict[int, Handler]:
+        return {RequestCode.PULL_MESSAGE: self.pull}
+
+    def _subscription(self, cmd: RemotingCommand, group: str, topic: str, sys_flag: int) -> Subscription:
+        ext = cmd.ext_fields
+        version = (
+            int(ext.get("subVersion") or 0) if (ext.get("subVersion") or "0").lstrip("-").isdigit() else 0
+        )
+        if sys_flag & FLAG_SUBSCRIPTION:
+            sub = Subscription.parse(topic, ext.get("subscription"), ext.get("expressionType"), version)
+        else:
+            info = self.groups.get(group)
+            if info is None:
+                raise RequestRefused(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's group info not exist, group: {group}",
+                )
+            found = info.subscriptions.get(topic)
+            if found is None:
+                raise RequestRefused(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's subscription not exist, topic: {topic}",
+                )
+            if found.version < version:
+                raise RequestRefused(
+                    ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                    f"the consumer's subscription not latest, topic: {topic}",
+                )
+            sub = found
+        if not sub.is_tag:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, SQL92_UNSUPPORTED)
+        return sub
+
+    async def _park(
+        self, topic: str, queue_id: int, offset: int, timeout_s: float, mark: asyncio.Event
+    ) -> None:
+        """Return once ``topic``/``queue_id`` holds a message at or past ``offset``, or after
+        ``timeout_s``. ``mark`` was taken before the read that found nothing; each look at the
+        queue comes after a new mark, so no arrival between a look and the wait is missed."""
+        if self.suspended >= self.max_suspended:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {self.max_suspended} pulls are suspended already"
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        store, arrival = self.ctx.store, self.ctx.arrival
+        self.suspended += 1
+        try:
+            while store.max_offset_in_queue(topic, queue_id) <= offset:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or not await arrival.wait(remaining, mark):
+                    return
+                mark = arrival.mark()
+        finally:
+            self.suspended -= 1
+
+    async def pull(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ext = cmd.ext_fields
+        group, topic = text(ext, "consumerGroup"), text(ext, "topic")
+        queue_id, offset = number(ext, "queueId"), number(ext, "queueOffset")
+        max_msgs = min(max(number(ext, "maxMsgNums"), 1), MAX_MESSAGES_PER_PULL)
+        sys_flag = number(ext, "sysFlag")
+        store = self.ctx.store
+        config = store.topic_config(topic)
+        if config is None:
+            raise RequestRefused(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+            )
+        if not config.perm & PERM_READ:
+            raise RequestRefused(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden"
+            )
+        if not 0 <= queue_id < config.read_queues:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+                f"[{config.read_queues}] consumer:[{conn.peer}]",
+            )
+        tags = self._subscription(cmd, group, topic, sys_flag).store_filter()
+        if sys_flag & FLAG_COMMIT_OFFSET and not store.readonly:  # a slave keeps its master's offsets
+            commit = number(ext, "commitOffset")
+            if commit >= 0:
+                store.commit_offset(group, topic, queue_id, commit)
+
+        arrival = self.ctx.arrival
+        with arrival.watching():
+            mark = arrival.mark()
+            result = await self.ctx.run(store.get_message, group, topic, queue_id, offset, max_msgs, tags)
+            code = response_code(result, offset)
+            if code is ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND:
+                requested_ms = max(number(ext, "suspendTimeoutMillis"), 0)
+                suspend_s = min(requested_ms, self.ctx.config.long_polling_max_ms) / 1000
+                suspend_s = min(suspend_s, MAX_SUSPEND_S)
+                await self._park(topic, queue_id, offset, suspend_s, mark)
+                result = await self.ctx.run(store.get_message, group, topic, queue_id, offset, max_msgs, tags)
+                code = response_code(result, offset)
+        header = to_ext(
+            suggestWhichBrokerId=0,
+            nextBeginOffset=result.next_begin_offset,
+            minOffset=result.min_offset,
+            maxOffset=result.max_offset,
+        )
+        if code is not ResponseCode.SUCCESS:
+            return cmd.response(code, remark=result.status.value, ext_fields=header)
+        body = b"".join([m.record_view for m in result.messages])
+        return cmd.response(ext_fields=header, body=body)
