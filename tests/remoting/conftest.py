@@ -27,7 +27,9 @@ from .harness import (
 def rocketmq_dist(tmp_path_factory: pytest.TempPathFactory) -> RocketMQDist:
     reason = why_no_java_harness()
     if reason is not None:
-        if os.environ.get("CI"):
+        # CI sets ROCKETMQ_HOME where it has the distribution, and `make test` installs the JDK:
+        # a set ROCKETMQ_HOME that does not work there is a failure, a missing one a skip
+        if os.environ.get("CI") and os.environ.get("ROCKETMQ_HOME"):
             pytest.fail(reason)
         pytest.skip(reason)
     return RocketMQDist(Path(os.environ["ROCKETMQ_HOME"]).resolve(), tmp_path_factory.mktemp("rmq-logs"))
