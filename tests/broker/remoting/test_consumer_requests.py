@@ -327,3 +327,16 @@ def test_admin_answers_runtime_info_config_and_topic_stats(start_remoting: Start
         assert (
             c.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "Nope"}).code == ResponseCode.TOPIC_NOT_EXIST
         )
+
+
+def test_a_slave_does_not_take_a_pulls_commit_offset(start_remoting: StartRemoting) -> None:
+    # RocketMQ's PullMessageProcessor stores a pull's commit offset only on a master: a slave's
+    # offsets come from its master
+    from ..conftest import SMALL
+
+    r = start_remoting(store_config=SMALL.replace(broker_role="SLAVE", ha_master_address="127.0.0.1:9"))
+    r.store.create_topic("T", 1)
+    with RawClient(r.port) as c:
+        resp = c.call(RequestCode.PULL_MESSAGE, pull_ext("T", 0, sys_flag=0x5, commitOffset=2))
+        assert resp.code == ResponseCode.PULL_NOT_FOUND
+    assert r.store.query_offset("g", "T", 0) == -1

@@ -29,6 +29,7 @@ from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import number, text, to_ext
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
+from rocketstore.config import BrokerRole
 from rocketstore.results import GetMessageResult, GetStatus
 
 __all__ = ["MAX_SUSPEND_S", "PullProcessor"]
@@ -152,7 +153,12 @@ class PullProcessor:
                 f"[{config.read_queues}] consumer:[{conn.peer}]",
             )
         tags = self._subscription(cmd, group, topic, sys_flag).store_filter()
-        if sys_flag & FLAG_COMMIT_OFFSET and not store.readonly:  # a slave keeps its master's offsets
+        # a slave keeps its master's offsets (RocketMQ's PullMessageProcessor: brokerRole != SLAVE)
+        if (
+            sys_flag & FLAG_COMMIT_OFFSET
+            and not store.readonly
+            and store.config.broker_role is not BrokerRole.SLAVE
+        ):
             commit = number(ext, "commitOffset")
             if commit >= 0:
                 store.commit_offset(group, topic, queue_id, commit)
