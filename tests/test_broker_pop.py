@@ -616,18 +616,22 @@ def test_a_second_pop_service_on_one_store_is_refused(store: MessageStore, pop: 
 
 
 @pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
-def test_concurrent_receivers_and_ackers_get_every_message_once(tmp_path: Path, flush: FlushDiskType) -> None:
+def test_concurrent_receivers_and_ackers_get_every_message_once_while_the_log_is_compacted(
+    tmp_path: Path, flush: FlushDiskType
+) -> None:
     clock = ManualClock()  # never moves: nothing expires, so nothing may be delivered twice
     with MessageStore.open(
         tmp_path / "store", dataclasses.replace(CONFIG, flush_disk_type=flush), clock=clock
     ) as store:
         store.create_topic("T", 4)
-        pop = PopService(store, clock=clock)
+        pop = PopService(store, clock=clock, compact_bytes=1)
         pop.start()
         pop.receive("g", "T", "*", 1, INVISIBLE)
         put(store, [f"m{i}" for i in range(400)])
         seen: list[str] = []
         lock = threading.Lock()
+        done = threading.Event()
+        compactions = 0
 
         def consume() -> None:
             while True:
@@ -639,15 +643,31 @@ def test_concurrent_receivers_and_ackers_get_every_message_once(tmp_path: Path, 
                 with lock:
                     seen.extend(p.message.body.decode() for p in got)
 
+        def compact() -> None:
+            nonlocal compactions
+            while not done.is_set():
+                size = store.layout.pop_log.stat().st_size
+                pop.maintain()
+                compactions += store.layout.pop_log.stat().st_size < size
+
         threads = [threading.Thread(target=consume) for _ in range(4)]
+        compactor = threading.Thread(target=compact)
+        compactor.start()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        done.set()
+        compactor.join()
         pop.stop()
         assert sorted(seen) == sorted(f"m{i}" for i in range(400))
         assert pop.in_flight == 0
         assert store.consumer_offsets()[("T", "g")] == {q: 100 for q in range(4)}
+        assert compactions > 0
+        again = PopService(store, clock=clock)  # the compacted log replays to the same state
+        assert again.in_flight == 0
+        assert again.receive("g", "T", "*", 32, INVISIBLE) == []
+        again.stop()
 
 
 def test_a_fifo_receive_orders_messages_without_a_message_group_too(
