@@ -464,32 +464,43 @@ class PopService:
         it as a whole (a bad group or topic name). StoreWriteError when the write fails (nothing
         acked)."""
         out: list[list[InvalidReceiptHandleError | None] | Exception] = []
+        # handles to claim: where their outcome goes, group, topic, text, decoded
+        claims: list[tuple[list[InvalidReceiptHandleError | None], int, str, str, str, ReceiptHandle]] = []
+        for group, topic, receipt_handles in requests:
+            try:
+                _check_names(group, topic)
+            except StoreConfigError as exc:
+                out.append(exc)
+                continue
+            outcomes: list[InvalidReceiptHandleError | None] = []
+            for text in receipt_handles:
+                try:
+                    handle = _decode(text)
+                    self._check_handle(topic, text, handle)
+                except InvalidReceiptHandleError as exc:
+                    outcomes.append(exc)
+                    continue
+                claims.append((outcomes, len(outcomes), group, topic, text, handle))
+                outcomes.append(None)
+            out.append(outcomes)
         entries: list[InFlight] = []
         seen: set[tuple[str, str, int, int, int]] = set()
         try:
-            for group, topic, receipt_handles in requests:
-                try:
-                    _check_names(group, topic)
-                except StoreConfigError as exc:
-                    out.append(exc)
-                    continue
-                outcomes: list[InvalidReceiptHandleError | None] = []
-                for text in receipt_handles:
-                    try:
-                        handle = _decode(text)
-                        where = (group, topic, handle.topic_type, handle.queue_id, handle.offset)
-                        entry = None
-                        # a second claim of a message claimed here would wait for itself
-                        if where not in seen:
-                            seen.add(where)
-                            entry = self._claim(group, topic, text, must_be_in_flight=False, handle=handle)
-                    except InvalidReceiptHandleError as exc:
-                        outcomes.append(exc)
+            with self._lock:  # one pass for every handle of every request
+                for outcomes, i, group, topic, text, handle in claims:
+                    where = (group, topic, handle.topic_type, handle.queue_id, handle.offset)
+                    if where in seen:  # a second claim of a message claimed here would wait for itself
                         continue
-                    outcomes.append(None)
+                    seen.add(where)
+                    try:
+                        entry = self._claim_locked(
+                            group, topic, text, handle, must_be_in_flight=False, resolve=True
+                        )
+                    except InvalidReceiptHandleError as exc:
+                        outcomes[i] = exc
+                        continue
                     if entry is not None:
                         entries.append(entry)
-                out.append(outcomes)
         except BaseException:
             self._unclaim(entries)
             raise
@@ -569,6 +580,14 @@ class PopService:
         _check_names(group, topic)
         if handle is None:
             handle = _decode(receipt_handle)
+        self._check_handle(topic, receipt_handle, handle)
+        with self._lock:
+            return self._claim_locked(
+                group, topic, receipt_handle, handle, must_be_in_flight=must_be_in_flight, resolve=resolve
+            )
+
+    def _check_handle(self, topic: str, receipt_handle: str, handle: ReceiptHandle) -> None:
+        """InvalidReceiptHandleError unless ``handle`` is this broker's, of a queue ``topic`` has."""
         if handle.broker_name != self.broker_name:
             raise InvalidReceiptHandleError(
                 receipt_handle, f"it is broker {handle.broker_name!r}'s; this is {self.broker_name!r}"
@@ -577,37 +596,48 @@ class PopService:
             raise InvalidReceiptHandleError(receipt_handle, f"topic {topic!r} has no queue {handle.queue_id}")
         if handle.topic_type == RETRY_TOPIC and handle.queue_id != 0:
             raise InvalidReceiptHandleError(receipt_handle, "a retry topic has only queue 0")
-        with self._lock:
-            queue = self._table.queue(group, topic, handle.topic_type, handle.queue_id)
-            if handle.offset >= queue.cursor:
+
+    def _claim_locked(
+        self,
+        group: str,
+        topic: str,
+        receipt_handle: str,
+        handle: ReceiptHandle,
+        *,
+        must_be_in_flight: bool,
+        resolve: bool,
+    ) -> InFlight | None:
+        """``_claim`` of a checked handle, under ``_lock``."""
+        queue = self._table.queue(group, topic, handle.topic_type, handle.queue_id)
+        if handle.offset >= queue.cursor:
+            raise InvalidReceiptHandleError(
+                receipt_handle,
+                f"group {group!r} was never handed offset {handle.offset} of {queue.store_topic} "
+                f"queue {handle.queue_id}",
+            )
+        while True:
+            entry = queue.in_flight.get(handle.offset)
+            if entry is None or not (entry.writing or entry.resolving):
+                break
+            self._changed.wait()
+        if entry is None:
+            if must_be_in_flight:
                 raise InvalidReceiptHandleError(
-                    receipt_handle,
-                    f"group {group!r} was never handed offset {handle.offset} of {queue.store_topic} "
-                    f"queue {handle.queue_id}",
+                    receipt_handle, "the message is not in flight: acked, retried or dead-lettered"
                 )
-            while True:
-                entry = queue.in_flight.get(handle.offset)
-                if entry is None or not (entry.writing or entry.resolving):
-                    break
-                self._changed.wait()
-            if entry is None:
-                if must_be_in_flight:
-                    raise InvalidReceiptHandleError(
-                        receipt_handle, "the message is not in flight: acked, retried or dead-lettered"
-                    )
-                return None
-            if entry.commitlog_offset != handle.commitlog_offset:
-                raise InvalidReceiptHandleError(
-                    receipt_handle,
-                    f"commitLogOffset {handle.commitlog_offset} is not the message at offset "
-                    f"{handle.offset} of {queue.store_topic} queue {handle.queue_id} "
-                    "(a handle of another topic?)",
-                )
-            if resolve:
-                entry.resolving = True
-            else:
-                entry.writing = True
-            return entry
+            return None
+        if entry.commitlog_offset != handle.commitlog_offset:
+            raise InvalidReceiptHandleError(
+                receipt_handle,
+                f"commitLogOffset {handle.commitlog_offset} is not the message at offset "
+                f"{handle.offset} of {queue.store_topic} queue {handle.queue_id} "
+                "(a handle of another topic?)",
+            )
+        if resolve:
+            entry.resolving = True
+        else:
+            entry.writing = True
+        return entry
 
     def _resolve(self, entries: list[InFlight], *, dead_letter: bool = False) -> None:
         """Retire ``entries`` (claimed), with dead-letter copies; they stay in flight if it fails."""
