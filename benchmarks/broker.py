@@ -162,7 +162,11 @@ def rocketstore_client(
     def consume() -> None:
         with concurrent.futures.ThreadPoolExecutor(8) as acks:
             while acked.value < total:
-                msgs = consumer.receive(32, 30)
+                try:
+                    msgs = consumer.receive(32, 30)
+                except Exception as exc:  # a receive the client timed out (a loaded machine): again
+                    print(f"receive failed, retried: {exc!r:.200}", file=sys.stderr)
+                    continue
                 for _ in acks.map(consumer.ack, msgs):
                     pass
                 count_acked(acked, finished, len(msgs), total)
