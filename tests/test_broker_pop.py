@@ -25,7 +25,13 @@ from rocketstore.broker.pop import (
 )
 from rocketstore.broker.pop_table import InFlightTable
 from rocketstore.broker.receipt import ReceiptHandle
-from rocketstore.errors import CorruptDataError, InvalidReceiptHandleError, StoreConfigError, StoreLockedError
+from rocketstore.errors import (
+    CorruptDataError,
+    InvalidReceiptHandleError,
+    StoreConfigError,
+    StoreLockedError,
+    StoreWriteError,
+)
 
 INVISIBLE = 30_000
 # small files: a default store preallocates over 2 GiB
@@ -747,3 +753,51 @@ def test_a_restart_keeps_a_fifo_queue_locked_and_redelivers_in_place(
         assert [(p.message.body, p.delivery_attempt) for p in again] == [(b"m0", 2)]
         pop.ack("g", "T", first.receipt_handle)  # the handle from before the restart acks it
         assert [p.message.body for p in pop.receive("g", "T", "*", 1, INVISIBLE)] == [b"m1"]
+
+
+def test_a_failed_pop_log_write_is_an_error_and_the_log_takes_nothing_more(
+    store: MessageStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pop = PopService(store, clock=clock)
+    pop.receive("g", "T", "*", 32, INVISIBLE)
+    put(store, ["a", "b"])
+
+    def full(*_: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pop_log.os, "pwrite", full)
+    with pytest.raises(StoreWriteError, match="No space left"):
+        pop.receive("g", "T", "*", 32, INVISIBLE)
+    monkeypatch.undo()
+    assert pop.in_flight == 2  # handed to no one, due for redelivery at once
+    put(store, ["c"])
+    with pytest.raises(StoreWriteError, match="restart once the cause is fixed"):
+        pop.receive("g", "T", "*", 32, INVISIBLE)  # the log may hold half a frame: no more appends
+    pop.stop()  # closes the log; the errors were the appends' to raise
+    again = PopService(store, clock=clock)  # a restart takes appends again
+    assert again.in_flight == 0  # nothing of the failed receives reached the log
+    assert len(again.receive("g", "T", "*", 32, INVISIBLE)) == 3
+    again.stop()
+
+
+def test_a_failed_compaction_leaves_the_log_in_use(
+    store: MessageStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pop = PopService(store, clock=clock, compact_bytes=1)
+    pop.receive("g", "T", "*", 32, INVISIBLE)
+    put(store, ["a", "b"])
+    got = pop.receive("g", "T", "*", 32, INVISIBLE)
+
+    def refused(*_: object) -> None:
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(pop_log, "atomic_write", refused)
+    with pytest.raises(StoreWriteError, match="compaction failed"):
+        pop.maintain()
+    monkeypatch.undo()
+    pop.ack("g", "T", got[0].receipt_handle)  # appends go on in the old log
+    assert [r.kind for r in log_records(store)][-1] is pop_log.LogKind.RESOLVED
+    pop.stop()
+    again = PopService(store, clock=clock)
+    assert again.in_flight == 1
+    again.stop()

@@ -849,7 +849,12 @@ class _ReviveLoop(BackgroundService):
         except StoreWriteError as exc:
             log.warning("pop state write failed, retried next round: %s", exc)
         self._pop.commit_progress()
-        self._pop.maintain()
+        try:
+            self._pop.maintain()
+        except StoreWriteError as exc:
+            # a failed fsync fails the log's appends from now on (they answer errors); a failed
+            # compaction leaves the old log in use and is tried again once it doubled
+            log.error("pop log maintenance failed: %s", exc)
 
 
 def _resolved_record(group: str, topic: str, entries: Sequence[InFlight]) -> bytes:

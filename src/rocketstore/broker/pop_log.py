@@ -432,6 +432,7 @@ class PopLog:
                 atomic_write(self.path, new, self._file_mode)
                 new_fd = open_store_file(self.path, writable=True)
             except OSError as exc:  # the old log is intact and still open: appends go on there
+                self._compacted_size = self._size  # tried again once it doubled, not every round
                 raise StoreWriteError(
                     f"{self.path}: compaction failed: {exc}", PutStatus.SERVICE_NOT_AVAILABLE
                 ) from exc
