@@ -20,6 +20,7 @@ from rocketstore.broker.pop import (
     POP_LOG_TOPIC,
     PoppedMessage,
     PopService,
+    binding,
     dlq_topic,
     retry_topic,
 )
@@ -289,6 +290,9 @@ def test_the_handle_before_a_change_still_acks(
     assert pop.revive_expired() == 0 and pop.in_flight == 0
 
 
+BOUND = binding("g", "T")
+
+
 @pytest.mark.parametrize(
     ("handle", "reason"),
     [
@@ -305,9 +309,10 @@ def test_the_handle_before_a_change_still_acks(
         ),
         ("0 1 2 0 0 rock#et 0 5 7", "brokerName 'rock#et' is not a broker name"),
         ("0 1 2 0 0 other 0 0 0", "broker 'other'"),
-        ("0 1 2 0 0 rocketstore 9 0 0", "no queue 9"),
-        ("0 1 2 0 1 rocketstore 1 0 0", "only queue 0"),
-        ("0 1 2 0 0 rocketstore 0 0 0", "never handed offset 0"),
+        ("0 1 2 0 0 rocketstore 0 0 0", "not handed to group 'g' for topic 'T'"),
+        (f"0 1 2 {BOUND} 0 rocketstore 9 0 0", "no queue 9"),
+        (f"0 1 2 {BOUND} 1 rocketstore 1 0 0", "only queue 0"),
+        (f"0 1 2 {BOUND} 0 rocketstore 0 0 0", "never handed offset 0"),
     ],
 )
 def test_bad_receipt_handles_are_refused_naming_what_is_wrong(
@@ -317,12 +322,37 @@ def test_bad_receipt_handles_are_refused_naming_what_is_wrong(
         pop.ack("g", "T", handle)
 
 
+def test_a_handle_serves_only_the_group_and_topic_it_was_handed_to(
+    store: MessageStore, pop: PopService
+) -> None:
+    for group in ("a", "b"):
+        pop.receive(group, "T", "*", 32, INVISIBLE)
+    put(store, ["x"], queue_id=0)
+    (of_a,) = pop.receive("a", "T", "*", 32, INVISIBLE)
+    (of_b,) = pop.receive("b", "T", "*", 32, INVISIBLE)
+    pop.ack("b", "T", of_b.receipt_handle)  # b is past the message, and has none in flight
+    for act in (
+        lambda: pop.ack("b", "T", of_a.receipt_handle),
+        lambda: pop.forward_to_dlq("b", "T", of_a.receipt_handle),
+        lambda: pop.change_invisible_duration("b", "T", of_a.receipt_handle, INVISIBLE),
+        lambda: pop.ack("a", "Other", of_a.receipt_handle),
+    ):
+        with pytest.raises(InvalidReceiptHandleError, match="not handed to group"):
+            act()
+    assert pop.ack_batch("b", "T", [of_a.receipt_handle])[0] is not None
+    assert pop.in_flight == 1  # a's message is still a's
+    pop.ack("a", "T", of_a.receipt_handle)
+    assert pop.in_flight == 0
+
+
 def test_a_handle_of_another_message_is_refused(store: MessageStore, pop: PopService) -> None:
     pop.receive("g", "T", "*", 32, INVISIBLE)
     put(store, ["x"], queue_id=0)
     (p,) = pop.receive("g", "T", "*", 32, INVISIBLE)
     h = ReceiptHandle.decode(p.receipt_handle)
-    wrong = ReceiptHandle(0, 0, 0, 0, 0, "rocketstore", h.queue_id, h.offset, h.commitlog_offset + 1)
+    wrong = ReceiptHandle(
+        0, 0, 0, h.revive_queue_id, 0, "rocketstore", h.queue_id, h.offset, h.commitlog_offset + 1
+    )
     with pytest.raises(InvalidReceiptHandleError, match="is not the message at offset 0"):
         pop.ack("g", "T", wrong.encode())
 

@@ -15,9 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.protocol import definition_pb2 as pb
+from rocketstore.protocol import service_pb2 as rpc
+from rocketstore.protocol import service_pb2_grpc
 
 from .clients import message, producer, simple_consumer
 
@@ -28,10 +32,10 @@ ENV = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH
 class Served:
     """A `rocketstore serve` process; its log lines are collected as they come."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rocketstore.cli", *args],
-            env=ENV,
+            env=env or ENV,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -77,10 +81,12 @@ UNLIMITED_DISK = (
 )
 
 
-def serve(running: list[Served], store: Path, *extra: str, settings: str = "") -> Served:
+def serve(
+    running: list[Served], store: Path, *extra: str, settings: str = "", env: dict[str, str] | None = None
+) -> Served:
     conf = store.parent / f"{store.name}.conf"
     conf.write_text(UNLIMITED_DISK + settings)
-    s = Served("serve", str(store), "--listen", "127.0.0.1:0", "--config", str(conf), *extra)
+    s = Served("serve", str(store), "--listen", "127.0.0.1:0", "--config", str(conf), *extra, env=env)
     running.append(s)
     return s
 
@@ -113,6 +119,102 @@ def test_serve_logs_clients_shows_them_in_status_and_stops_cleanly(
     assert "client connected" in s.log()
     assert not (store / "abort").exists()  # closed cleanly
     assert not (store / "broker.json").exists()
+
+
+def test_serve_writes_nothing_outside_its_store(served: list[Served], tmp_path: Path) -> None:
+    """The broker writes its store and its log (stderr) only: nothing under $HOME (the official
+    client's package, which logs to $HOME/logs/rocketmq_python, is never imported)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    s = serve(served, tmp_path / "store", "--create", env={**ENV, "HOME": str(home)})
+    channel = grpc.insecure_channel(f"127.0.0.1:{s.port}")
+    try:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        client = (("x-mq-client-id", "home-test"),)
+        sent = stub.SendMessage(
+            rpc.SendMessageRequest(
+                messages=[
+                    pb.Message(
+                        topic=pb.Resource(name="Home"),
+                        body=b"x",
+                        system_properties=pb.SystemProperties(
+                            message_id="01", body_encoding=pb.Encoding.IDENTITY
+                        ),
+                    )
+                ]
+            ),
+            metadata=client,
+            timeout=30,
+        )
+        assert sent.status.code == pb.Code.OK, sent
+    finally:
+        channel.close()
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(60) == 128 + signal.SIGTERM, s.log()
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads a process's RSS from /proc")
+def test_a_client_flooding_its_telemetry_stream_leaves_the_brokers_memory_flat(
+    served: list[Served], tmp_path: Path
+) -> None:
+    """250 settings commands naming 1,000 long topics, none of the answers read (each echoes
+    its 128 kB of topics): before its per-client bound the broker kept every answer (1.6 GB
+    with bigger commands); now it closes the stream past 64 unread answers."""
+    s = serve(served, tmp_path / "store", "--create")
+    big = rpc.TelemetryCommand(
+        settings=pb.Settings(
+            client_type=pb.ClientType.PRODUCER,
+            publishing=pb.Publishing(topics=[pb.Resource(name=f"T{i:05d}" + "x" * 120) for i in range(1000)]),
+        )
+    )
+    # no window growth (BDP probes): what the client does not read stays in the broker
+    channel = grpc.insecure_channel(f"127.0.0.1:{s.port}", options=[("grpc.http2.bdp_probe", 0)])
+    stop = threading.Event()
+
+    def commands() -> Iterator[Any]:
+        for _ in range(250):
+            if stop.is_set():
+                return
+            yield big
+
+    try:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        heartbeat = stub.Heartbeat(rpc.HeartbeatRequest(), metadata=(("x-mq-client-id", "flooder"),))
+        assert heartbeat.status.code == pb.Code.OK
+        before = rss_bytes(s.proc.pid)
+        call = stub.Telemetry(commands(), metadata=(("x-mq-client-id", "flooder"),))
+        deadline = time.monotonic() + 120
+        while "telemetry stream of client flooder closed" not in s.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert "telemetry stream of client flooder closed" in s.log()
+        grown = rss_bytes(s.proc.pid) - before
+        assert grown < 100 << 20, f"RSS grew by {grown >> 20} MB"
+        stop.set()
+        call.cancel()
+    finally:
+        channel.close()
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(60) == 128 + signal.SIGTERM, s.log()
+
+
+def test_importing_the_broker_leaves_the_official_client_out() -> None:
+    code = (
+        "import sys, rocketstore.cli, rocketstore.broker, rocketstore.broker.serve, "
+        "rocketstore.broker.service, rocketstore.broker.server\n"
+        "print(sorted(m for m in sys.modules if m == 'rocketmq' or m.startswith('rocketmq.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=ENV, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
 
 
 def test_serve_refuses_a_directory_without_a_store(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""Access keys (issue item 6): the clients' ``MQv2-HMAC-SHA1`` signature, and per-topic and
-per-group permissions from an ACL file.
+"""Access keys: the clients' ``MQv2-HMAC-SHA1`` signature, and the accounts of an ACL file with
+the topics and groups each may use (``access`` checks every name a request gives against them).
 
 The file (TOML)::
 
@@ -90,17 +90,3 @@ class Acl:
         if not date or not hmac.compare_digest(expected, fields.get("Signature", "").lower()):
             raise StatusError(Code.UNAUTHORIZED, f"the signature of access key {ak!r} does not match")
         return account
-
-    def check(
-        self, metadata: Mapping[str, str], *, topic: str | None = None, group: str | None = None
-    ) -> None:
-        """Raise StatusError (UNAUTHORIZED, FORBIDDEN) unless the signer may use ``topic``/``group``."""
-        account = self.authenticate(metadata)
-        if topic and topic not in account.topics and "*" not in account.topics:
-            raise StatusError(
-                Code.FORBIDDEN, f"access key {account.access_key!r} may not use topic {topic!r}"
-            )
-        if group and group not in account.groups and "*" not in account.groups:
-            raise StatusError(
-                Code.FORBIDDEN, f"access key {account.access_key!r} may not use group {group!r}"
-            )

@@ -11,9 +11,64 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ClientInfo", "ClientRegistry"]
+from rocketstore.broker.auth import Account
+from rocketstore.broker.status import Code, StatusError
+
+__all__ = ["ClientInfo", "ClientRegistry", "CommandQueue"]
 
 log = logging.getLogger("rocketstore.broker.clients")
+
+
+class CommandQueue:
+    """What the broker has to write on one client's Telemetry stream (answers to its settings,
+    orphaned-transaction checks), bounded: at most ``max_items`` commands of ``max_bytes`` in
+    all. A client that does not read its stream fills it; the next command then overflows it:
+    what is pending is dropped, and ``get`` answers None, so the stream is closed (``reason``
+    says why). So a client that writes without reading holds no more than the bound."""
+
+    def __init__(self, client_id: str, max_items: int, max_bytes: int) -> None:
+        self._client_id = client_id
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._max_items = max_items
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self.reason: str | None = None
+
+    def offer(self, command: Any) -> bool:
+        """Queue ``command``; False (and the stream to be closed) when it does not fit."""
+        if self.reason is not None:
+            return False
+        size = int(command.ByteSize())
+        if self._queue.qsize() >= self._max_items or self._bytes + size > self._max_bytes:
+            self.close(
+                f"{self._queue.qsize()} commands of {self._bytes} bytes not yet read by the client "
+                f"(the limit: {self._max_items} commands, {self._max_bytes} bytes)"
+            )
+            log.warning("telemetry stream of client %s closed: %s", self._client_id, self.reason)
+            return False
+        self._bytes += size
+        self._queue.put_nowait((command, size))
+        return True
+
+    def close(self, reason: str) -> None:
+        """Drop what is pending and end the stream after the command being written."""
+        if self.reason is not None:
+            return
+        self.reason = reason
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._bytes = 0
+        self._queue.put_nowait(None)
+
+    async def get(self) -> Any:
+        """The next command; None once the stream is to end."""
+        item = await self._queue.get()
+        if item is None:
+            self._queue.put_nowait(None)
+            return None
+        command, size = item
+        self._bytes -= size
+        return command
 
 
 @dataclass
@@ -27,8 +82,12 @@ class ClientInfo:
     topics: set[str] = field(default_factory=set)
     first_seen_ms: int = 0
     last_seen_ms: int = 0
+    receiving: int = 0  # its ReceiveMessage calls under way
     # server commands to write on the client's Telemetry stream; None while it has none open
-    commands: asyncio.Queue[Any] | None = None
+    commands: CommandQueue | None = None
+    # the account that signed the open Telemetry stream (None: no ACL): server commands about a
+    # topic go only to a stream whose account may use it
+    account: Account | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -47,16 +106,30 @@ class ClientInfo:
 
 class ClientRegistry:
     """client id -> ClientInfo; a client is forgotten on NotifyClientTermination or after
-    ``expire_ms`` without a request (clients heartbeat every 10 s)."""
+    ``expire_ms`` without a request (clients heartbeat every 10 s). One connection (peer) may
+    bring at most ``max_per_peer`` client ids: a client inventing ids is refused
+    (TOO_MANY_REQUESTS) rather than held without bound."""
 
-    def __init__(self, expire_ms: int = 120_000) -> None:
+    def __init__(self, expire_ms: int = 120_000, max_per_peer: int = 64) -> None:
         self._clients: dict[str, ClientInfo] = {}
+        self._per_peer: dict[str, int] = {}
         self._expire_ms = expire_ms
+        self._max_per_peer = max_per_peer
         self.changed = False
 
     def seen(self, client_id: str, peer: str, now_ms: int, metadata: dict[str, str]) -> ClientInfo:
         info = self._clients.get(client_id)
         if info is None:
+            held = self._per_peer.get(peer, 0)
+            if held >= self._max_per_peer:
+                log.warning(
+                    "client %s from %s refused: %d client ids on that connection", client_id, peer, held
+                )
+                raise StatusError(
+                    Code.TOO_MANY_REQUESTS,
+                    f"{held} client ids on this connection already: at most {self._max_per_peer}",
+                )
+            self._per_peer[peer] = held + 1
             info = self._clients[client_id] = ClientInfo(
                 client_id,
                 peer,
@@ -70,7 +143,11 @@ class ClientRegistry:
         return info
 
     def forget(self, client_id: str, reason: str) -> None:
-        if self._clients.pop(client_id, None) is not None:
+        info = self._clients.pop(client_id, None)
+        if info is not None:
+            held = self._per_peer.pop(info.peer) - 1
+            if held:
+                self._per_peer[info.peer] = held
             self.changed = True
             log.info("client gone: %s (%s)", client_id, reason)
 

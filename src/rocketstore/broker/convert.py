@@ -8,7 +8,6 @@ import hashlib
 from typing import Any
 
 from google.protobuf import timestamp_pb2
-from rocketmq.grpc_protocol import definition_pb2
 
 from rocketstore.broker.send import (
     PROPERTY_BORN_HOST,
@@ -19,6 +18,7 @@ from rocketstore.broker.send import (
 )
 from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED
 from rocketstore.message import PROPERTY_DELAY, MessageExt
+from rocketstore.protocol import definition_pb2
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
 __all__ = ["timestamp", "to_proto_message"]

@@ -40,6 +40,7 @@ pop-log writes (which wait for the flush policy) outside it.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -419,7 +420,7 @@ class PopService:
             start,
             now,
             invisible_ms,
-            0,
+            binding(queue.group, queue.topic),
             queue.topic_type,
             self.broker_name,
             queue.queue_id,
@@ -556,7 +557,7 @@ class PopService:
             handle.start_offset,
             now,
             invisible_ms,
-            0,
+            binding(queue.group, queue.topic),
             queue.topic_type,
             self.broker_name,
             queue.queue_id,
@@ -591,6 +592,10 @@ class PopService:
         if handle.broker_name != self.broker_name:
             raise InvalidReceiptHandleError(
                 receipt_handle, f"it is broker {handle.broker_name!r}'s; this is {self.broker_name!r}"
+            )
+        if handle.revive_queue_id != binding(group, topic):
+            raise InvalidReceiptHandleError(
+                receipt_handle, f"it was not handed to group {group!r} for topic {topic!r}"
             )
         if handle.topic_type == NORMAL_TOPIC and handle.queue_id >= self._queue_count(topic):
             raise InvalidReceiptHandleError(receipt_handle, f"topic {topic!r} has no queue {handle.queue_id}")
@@ -861,6 +866,14 @@ def _resolved_record(group: str, topic: str, entries: Sequence[InFlight]) -> byt
     return pop_log.encode(
         LogKind.RESOLVED, group, topic, [(e.queue.topic_type, e.queue.queue_id, e.offset) for e in entries]
     )
+
+
+def binding(group: str, topic: str) -> int:
+    """What a receipt handle carries in its reviveQueueId field (this broker has one pop log,
+    so no revive queue to name): a 31-bit digest of the group and topic it was handed to, so
+    that a handle acks, changes or dead-letters nothing for another group or topic."""
+    digest = hashlib.blake2b(f"{group}\n{topic}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFF_FFFF
 
 
 def _decode(receipt_handle: str) -> ReceiptHandle:

@@ -6,10 +6,12 @@ RocketMQ 5's layout (``ExtraInfoUtil``), nine fields joined by single spaces::
 
 ``startOffset`` is the queue offset the receive began at in that queue, ``retrieveTime`` the pop
 time (epoch ms), ``invisibleTime`` how long the message stays invisible from then (ms),
-``reviveQueueId`` always 0 here (one pop log), ``topicType`` 0 for the subscribed topic and 1 for
-the group's retry topic ``%RETRY%{group}_{topic}``, ``brokerName`` the broker that handed it out,
-``queueId``/``offset`` the message's queue and queue offset, ``commitLogOffset`` where its record
-starts. A handle carries everything an ack needs, so it stays valid across a broker restart.
+``reviveQueueId`` (this broker has one pop log, no revive queues) a 31-bit digest of the group
+and topic the handle was handed to (``pop.binding``: a handle serves only them), ``topicType`` 0
+for the subscribed topic and 1 for the group's retry topic ``%RETRY%{group}_{topic}``,
+``brokerName`` the broker that handed it out, ``queueId``/``offset`` the message's queue and queue
+offset, ``commitLogOffset`` where its record starts. A handle carries everything an ack needs,
+so it stays valid across a broker restart.
 """
 
 from __future__ import annotations

@@ -26,12 +26,10 @@ import bisect
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rocketmq.grpc_protocol import definition_pb2
-
 from rocketstore.broker.status import Code, StatusError
 from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED
-from rocketstore.message import TOPIC_PATTERN, Message
-from rocketstore.prepare import SYSTEM_TOPIC_PREFIX
+from rocketstore.message import Message
+from rocketstore.protocol import definition_pb2
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
 __all__ = ["PROPERTY_TRANSACTION", "SYSTEM_PROPERTIES", "SentMessage", "delay_level_for", "to_store_message"]
@@ -109,6 +107,23 @@ SYSTEM_PROPERTIES: Final = frozenset(
     ]
 )
 _MAX_PROPERTY_TEXT = 16 * 1024  # RocketMQ proxy's maxUserPropertySize
+_MESSAGE_TYPES = frozenset(
+    (
+        MessageType.MESSAGE_TYPE_UNSPECIFIED,
+        MessageType.NORMAL,
+        MessageType.FIFO,
+        MessageType.DELAY,
+        MessageType.TRANSACTION,
+    )
+)
+_ENCODINGS = frozenset((Encoding.ENCODING_UNSPECIFIED, Encoding.IDENTITY, Encoding.GZIP))
+
+
+def _enum_name(enum: Any, value: int) -> str:
+    try:
+        return f"{enum.Name(value)} ({value})"
+    except ValueError:
+        return str(value)
 
 
 @dataclass(slots=True)
@@ -138,10 +153,22 @@ def to_store_message(
     max_body_size: int,
     max_delivery_ahead_ms: int,
 ) -> SentMessage:
-    """``msg`` (a protobuf Message) as a store Message; StatusError names what is wrong with it."""
+    """``msg`` (a protobuf Message) as a store Message; StatusError names what is wrong with it.
+    Its topic is the caller's to check (``access.check_topic``); every other field is checked
+    here, before anything is written."""
     topic = msg.topic.name
-    if not TOPIC_PATTERN.fullmatch(topic) or topic.startswith(SYSTEM_TOPIC_PREFIX):
-        raise StatusError(Code.ILLEGAL_TOPIC, f"topic {topic!r} is not a valid topic name")
+    sp = msg.system_properties
+    if sp.message_type not in _MESSAGE_TYPES:
+        raise StatusError(
+            Code.BAD_REQUEST,
+            f"message_type {_enum_name(MessageType, sp.message_type)} is not one this broker takes "
+            "(NORMAL, FIFO, DELAY, TRANSACTION)",
+        )
+    if sp.body_encoding not in _ENCODINGS:
+        raise StatusError(
+            Code.BAD_REQUEST,
+            f"body_encoding {_enum_name(Encoding, sp.body_encoding)} is neither IDENTITY nor GZIP",
+        )
     body = msg.body
     if not body:
         raise StatusError(Code.MESSAGE_BODY_EMPTY, "the message body is empty")
@@ -149,7 +176,6 @@ def to_store_message(
         raise StatusError(
             Code.MESSAGE_BODY_TOO_LARGE, f"message body of {len(body)} bytes exceeds {max_body_size} bytes"
         )
-    sp = msg.system_properties
     message_id = sp.message_id
     if not message_id or any(c in message_id for c in "\x01\x02"):
         raise StatusError(Code.ILLEGAL_MESSAGE_ID, f"message_id {message_id!r} is empty or not printable")

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from rocketmq.grpc_protocol import service_pb2_grpc
 
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
@@ -30,6 +29,7 @@ from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
 from rocketstore.broker.service import MessagingService
+from rocketstore.protocol import service_pb2_grpc
 from rocketstore.storage.paths import atomic_write
 from rocketstore.store import MessageStore
 

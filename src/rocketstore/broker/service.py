@@ -15,16 +15,16 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import grpc
 from google.protobuf import duration_pb2
-from rocketmq.grpc_protocol import definition_pb2 as pb
-from rocketmq.grpc_protocol import service_pb2 as rpc
-from rocketmq.grpc_protocol import service_pb2_grpc
 
+from rocketstore.broker.access import Use, check_group, check_subscription, check_topic
 from rocketstore.broker.arrival import ArrivalSignal
-from rocketstore.broker.auth import Acl
-from rocketstore.broker.clients import ClientInfo, ClientRegistry
+from rocketstore.broker.auth import Account, Acl
+from rocketstore.broker.clients import ClientInfo, ClientRegistry, CommandQueue
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.convert import timestamp, to_proto_message
@@ -40,8 +40,9 @@ from rocketstore.errors import (
     RocketStoreError,
     StoreWriteError,
 )
-from rocketstore.message import TOPIC_PATTERN
-from rocketstore.prepare import SYSTEM_TOPIC_PREFIX
+from rocketstore.protocol import definition_pb2 as pb
+from rocketstore.protocol import service_pb2 as rpc
+from rocketstore.protocol import service_pb2_grpc
 from rocketstore.results import PutMessageResult, PutStatus
 from rocketstore.store import MessageStore
 from rocketstore.topics import PROPERTY_SHARDING_KEY
@@ -56,6 +57,22 @@ _MESSAGE_TYPES = (
     pb.MessageType.FIFO,
     pb.MessageType.DELAY,
     pb.MessageType.TRANSACTION,
+)
+# a client's Telemetry commands not yet written to it (see CommandQueue): a client that writes
+# settings without reading the answers is cut off here
+_MAX_PENDING_COMMANDS = 64
+_MAX_PENDING_COMMAND_BYTES = 16 << 20
+_CLIENT_ENDED = "the client ended its stream"
+# receives one client may have waiting at once (all clients: max_concurrent_streams)
+_MAX_RECEIVES_PER_CLIENT = 64
+# topics one client's settings may name (kept per client, for orphaned-transaction checks)
+_MAX_SETTINGS_TOPICS = 1024
+_TRANSACTION_SOURCES = frozenset(
+    (
+        pb.TransactionSource.SOURCE_UNSPECIFIED,
+        pb.TransactionSource.SOURCE_CLIENT,
+        pb.TransactionSource.SOURCE_SERVER_CHECK,
+    )
 )
 _CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 # the receive stream must end before the client's deadline: this much is kept for the answer
@@ -106,16 +123,30 @@ def _answer(
     return wrap
 
 
-def _check_topic(topic: str) -> str:
-    if not TOPIC_PATTERN.fullmatch(topic) or topic.startswith(SYSTEM_TOPIC_PREFIX):
-        raise StatusError(Code.ILLEGAL_TOPIC, f"topic {topic!r} is not a valid topic name")
-    return topic
+@dataclass(frozen=True, slots=True)
+class _Caller:
+    """The client a request comes from, and the account that signed it (None: no ACL)."""
+
+    info: ClientInfo
+    account: Account | None
 
 
-def _check_group(group: str) -> str:
-    if not TOPIC_PATTERN.fullmatch(group) or group.startswith(("%", SYSTEM_TOPIC_PREFIX)):
-        raise StatusError(Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r} is not a valid group name")
-    return group
+def _client_type(value: int) -> str:
+    """The name of a ClientType value; UNRECOGNIZED_CLIENT_TYPE for one the protocol lacks."""
+    try:
+        return str(pb.ClientType.Name(value))
+    except ValueError:
+        raise StatusError(
+            Code.UNRECOGNIZED_CLIENT_TYPE, f"client_type {value} is not a client type"
+        ) from None
+
+
+def _may_send(account: Account | None, topic: str) -> bool:
+    try:
+        check_topic(account, topic, Use.SEND)
+    except StatusError:
+        return False
+    return True
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
@@ -160,17 +191,18 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    def _client(self, context: Any, *, topic: str | None = None, group: str | None = None) -> ClientInfo:
-        """The calling client (registered on first sight), after the ACL check."""
+    def _client(self, context: Any) -> _Caller:
+        """The calling client (registered on first sight) and its account, once authenticated.
+        Every topic and group the request names then passes ``access`` (check_topic,
+        check_group, check_subscription) with that account."""
         metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
         client_id = metadata.get("x-mq-client-id")
         if not client_id:
             raise StatusError(Code.CLIENT_ID_REQUIRED, "the request has no x-mq-client-id header")
-        if self._acl is not None:
-            self._acl.check(metadata, topic=topic, group=group)
+        account = self._acl.authenticate(metadata) if self._acl is not None else None
         info = self.clients.seen(client_id, context.peer(), int(time.time() * 1000), metadata)
         self._metrics.clients.set(len(self.clients))
-        return info
+        return _Caller(info, account)
 
     async def _known_topic(self, topic: str, *, ordered: bool = False) -> int:
         """The topic's queue count; created on first use unless that is configured off.
@@ -213,8 +245,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     # --- every client ----------------------------------------------------------------------
     @_answer(rpc.QueryRouteResponse)
     async def QueryRoute(self, request: Any, context: Any) -> Any:
-        topic = _check_topic(request.topic.name)
-        self._client(context, topic=topic)
+        caller = self._client(context)
+        topic = check_topic(caller.account, request.topic.name, Use.CONSUME)
         queues = await self._known_topic(topic)
         endpoints = self._endpoints(request.endpoints if request.HasField("endpoints") else None)
         return rpc.QueryRouteResponse(
@@ -223,38 +255,49 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
     @_answer(rpc.HeartbeatResponse)
     async def Heartbeat(self, request: Any, context: Any) -> Any:
+        caller = self._client(context)
         group = request.group.name
-        info = self._client(context, group=group or None)
         if group:
-            info.group = group
+            check_group(caller.account, group)
+        client_type = _client_type(request.client_type)
+        if group:
+            caller.info.group = group
         if request.client_type:
-            info.client_type = pb.ClientType.Name(request.client_type)
+            caller.info.client_type = client_type
         return rpc.HeartbeatResponse(status=status(Code.OK))
 
     @_answer(rpc.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
-        info = self._client(context)
-        self.clients.forget(info.client_id, "terminated")
+        caller = self._client(context)
+        if request.group.name:
+            check_group(caller.account, request.group.name)
+        self.clients.forget(caller.info.client_id, "terminated")
         self._metrics.clients.set(len(self.clients))
         return rpc.NotifyClientTerminationResponse(status=status(Code.OK))
 
     async def Telemetry(self, request_iterator: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
         try:
-            info = self._client(context)
+            caller = self._client(context)
         except StatusError as exc:
             yield rpc.TelemetryCommand(status=status(exc.code, exc.message))
             return
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        info = caller.info
+        queue = CommandQueue(info.client_id, _MAX_PENDING_COMMANDS, _MAX_PENDING_COMMAND_BYTES)
         info.commands = queue
+        info.account = caller.account
 
         async def read() -> None:
             try:
                 async for command in request_iterator:
-                    if command.HasField("settings"):
-                        await queue.put(self._settings(info, command.settings))
+                    # stop reading once the stream is to close: what the client still sends
+                    # waits in gRPC's flow-control window, not here
+                    if command.HasField("settings") and not queue.offer(
+                        self._settings(caller, command.settings)
+                    ):
+                        return
             except Exception as exc:  # the client went away mid-read
                 log.debug("telemetry of %s ended: %s", info.client_id, exc)
-            await queue.put(None)
+            queue.close(_CLIENT_ENDED)
 
         reader = asyncio.get_running_loop().create_task(read())
         try:
@@ -267,10 +310,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             reader.cancel()
             if info.commands is queue:
                 info.commands = None
+        if queue.reason not in (None, _CLIENT_ENDED):
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"stream closed: {queue.reason}")
 
-    def _settings(self, info: ClientInfo, settings: Any) -> Any:
-        """Record a client's settings and answer RocketMQ's for its kind (BROKER.md §4)."""
-        info.client_type = pb.ClientType.Name(settings.client_type)
+    def _settings(self, caller: _Caller, settings: Any) -> Any:
+        """Record a client's settings and answer RocketMQ's for its kind (BROKER.md §4); settings
+        naming a topic or group its account may not use are refused as a whole, unrecorded."""
+        try:
+            self._check_settings(caller.account, settings)
+        except StatusError as exc:
+            log.warning("settings of client %s refused: %s", caller.info.client_id, exc.message)
+            return rpc.TelemetryCommand(status=status(exc.code, exc.message))
+        info = caller.info
+        info.client_type = _client_type(settings.client_type)
         answer = pb.Settings(client_type=settings.client_type)
         if settings.HasField("request_timeout"):
             answer.request_timeout.CopyFrom(settings.request_timeout)
@@ -315,6 +367,23 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self.clients.changed = True
         return rpc.TelemetryCommand(status=status(Code.OK), settings=answer)
 
+    @staticmethod
+    def _check_settings(account: Account | None, settings: Any) -> None:
+        _client_type(settings.client_type)
+        named = len(settings.publishing.topics) + len(settings.subscription.subscriptions)
+        if named > _MAX_SETTINGS_TOPICS:
+            raise StatusError(
+                Code.BAD_REQUEST, f"settings name {named} topics: at most {_MAX_SETTINGS_TOPICS}"
+            )
+        if settings.HasField("publishing"):
+            for topic in settings.publishing.topics:
+                check_topic(account, topic.name, Use.SEND)
+        if settings.HasField("subscription"):
+            sub = settings.subscription
+            check_group(account, sub.group.name)
+            for entry in sub.subscriptions:
+                check_subscription(account, sub.group.name, entry.topic.name)
+
     # --- producers -----------------------------------------------------------------------------
     @_answer(rpc.SendMessageResponse)
     async def SendMessage(self, request: Any, context: Any) -> Any:
@@ -329,8 +398,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         topics = {m.topic.name for m in msgs}
         if len(topics) > 1:
             raise StatusError(Code.BAD_REQUEST, f"one request sends to one topic, not {sorted(topics)}")
-        topic = _check_topic(next(iter(topics)))
-        self._client(context, topic=topic)
+        caller = self._client(context)
+        topic = check_topic(caller.account, next(iter(topics)), Use.SEND)
         peer = _peer_host(context.peer())
         now = int(time.time() * 1000)
         store_config = self.store.config
@@ -408,11 +477,16 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
     @_answer(rpc.EndTransactionResponse)
     async def EndTransaction(self, request: Any, context: Any) -> Any:
-        topic = _check_topic(request.topic.name)
-        self._client(context, topic=topic)
+        caller = self._client(context)
+        topic = check_topic(caller.account, request.topic.name, Use.SEND)
         resolution = request.resolution
         if resolution not in (pb.TransactionResolution.COMMIT, pb.TransactionResolution.ROLLBACK):
             raise StatusError(Code.BAD_REQUEST, "the resolution must be COMMIT or ROLLBACK")
+        if request.source not in _TRANSACTION_SOURCES:
+            raise StatusError(
+                Code.BAD_REQUEST,
+                f"source {request.source} is not SOURCE_UNSPECIFIED, SOURCE_CLIENT or SOURCE_SERVER_CHECK",
+            )
         txlog = self.transactions
         half = txlog.half_of(request.transaction_id, request.message_id, topic)
         commit = resolution == pb.TransactionResolution.COMMIT
@@ -448,23 +522,28 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 half.properties.get("REAL_TOPIC"),
             )
         for orphan in due:
-            producers = self.clients.producers_of(orphan.topic)
+            producers = [
+                p for p in self.clients.producers_of(orphan.topic) if _may_send(p.account, orphan.topic)
+            ]
             if not producers:
                 continue
             producer = producers[orphan.checks % len(producers)]
-            assert producer.commands is not None
+            commands = producer.commands
+            assert commands is not None
             command = rpc.TelemetryCommand(
                 recover_orphaned_transaction_command=rpc.RecoverOrphanedTransactionCommand(
                     message=to_proto_message(orphan.half, topic=orphan.topic),
                     transaction_id=orphan.transaction_id,
                 )
             )
-            await producer.commands.put(command)
-            txlog.checked(orphan.half)
+            # a check that does not fit closes the stream: the half is checked again later
+            if commands.offer(command):
+                txlog.checked(orphan.half)
 
     @_answer(rpc.RecallMessageResponse)
     async def RecallMessage(self, request: Any, context: Any) -> Any:
-        self._client(context, topic=request.topic.name or None)
+        caller = self._client(context)
+        check_topic(caller.account, request.topic.name, Use.SEND)
         raise StatusError(Code.NOT_IMPLEMENTED, "recalling a delay message is not supported by a 4.9 store")
 
     # --- consumers -----------------------------------------------------------------------------
@@ -492,9 +571,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             )
 
     async def _receive(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        group = _check_group(request.group.name)
-        topic = _check_topic(request.message_queue.topic.name)
-        self._client(context, topic=topic, group=group)
+        caller = self._client(context)
+        group, topic = check_subscription(
+            caller.account, request.group.name, request.message_queue.topic.name
+        )
         expression = request.filter_expression
         if expression.type == pb.FilterType.SQL:
             raise StatusError(Code.NOT_IMPLEMENTED, "SQL92 filters are not supported; use tag expressions")
@@ -519,7 +599,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             poll_s = max(0.0, min(poll_s, remaining - _DEADLINE_MARGIN_S))
         if self._streams >= self.config.max_concurrent_streams:
             raise StatusError(Code.TOO_MANY_REQUESTS, f"{self._streams} receives are waiting: the limit")
+        info = caller.info
+        if info.receiving >= _MAX_RECEIVES_PER_CLIENT:
+            log.warning(
+                "receive of client %s refused: %d of its receives are waiting", info.client_id, info.receiving
+            )
+            raise StatusError(
+                Code.TOO_MANY_REQUESTS,
+                f"{info.receiving} receives of this client are waiting: at most {_MAX_RECEIVES_PER_CLIENT}",
+            )
         self._streams += 1
+        info.receiving += 1
         try:
             with self._arrival.watching():
                 deadline = time.monotonic() + poll_s
@@ -543,6 +633,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                     await self._arrival.wait(min(left, _RECHECK_S), arrived)
         finally:
             self._streams -= 1
+            info.receiving -= 1
         if not popped:
             yield rpc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
             return
@@ -567,9 +658,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
     @_answer(rpc.AckMessageResponse)
     async def AckMessage(self, request: Any, context: Any) -> Any:
-        group = _check_group(request.group.name)
-        topic = _check_topic(request.topic.name)
-        self._client(context, topic=topic, group=group)
+        caller = self._client(context)
+        group, topic = check_subscription(caller.account, request.group.name, request.topic.name)
         entries = []
         handles = [entry.receipt_handle for entry in request.entries]
         outcomes = await self._acks.submit((group, topic, handles)) if handles else []
@@ -592,9 +682,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
     @_answer(rpc.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
-        group = _check_group(request.group.name)
-        topic = _check_topic(request.topic.name)
-        self._client(context, topic=topic, group=group)
+        caller = self._client(context)
+        group, topic = check_subscription(caller.account, request.group.name, request.topic.name)
         pop = self._pop
         invisible = self._invisible_ms(request.invisible_duration)
         try:
@@ -607,9 +696,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
     @_answer(rpc.QueryAssignmentResponse)
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
-        group = _check_group(request.group.name)
-        topic = _check_topic(request.topic.name)
-        self._client(context, topic=topic, group=group)
+        caller = self._client(context)
+        _, topic = check_subscription(caller.account, request.group.name, request.topic.name)
         await self._known_topic(topic)
         endpoints = self._endpoints(request.endpoints if request.HasField("endpoints") else None)
         # one assignment for the whole topic: pop reads every queue (as RocketMQ's proxy does)
@@ -620,9 +708,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
 
     @_answer(rpc.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        group = _check_group(request.group.name)
-        topic = _check_topic(request.topic.name)
-        self._client(context, topic=topic, group=group)
+        caller = self._client(context)
+        group, topic = check_subscription(caller.account, request.group.name, request.topic.name)
         pop = self._pop
         try:
             await self._run(pop.forward_to_dlq, group, topic, request.receipt_handle)

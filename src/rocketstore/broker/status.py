@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rocketmq.grpc_protocol import definition_pb2
-
+from rocketstore.protocol import definition_pb2
 from rocketstore.results import PutStatus
 
 __all__ = ["Code", "StatusError", "put_status_code", "status"]

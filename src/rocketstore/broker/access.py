@@ -1,0 +1,108 @@
+"""What a client may name: the one check every topic and consumer group in a request passes
+(settings, routes, assignments, sends, transaction ends, receives, acks, invisible-time changes,
+dead-letter forwards), whichever RPC carries it.
+
+A name is refused, in this order, when it is not a valid name, when it is the broker's own
+(ILLEGAL_TOPIC / ILLEGAL_CONSUMER_GROUP, as RocketMQ's proxy does), or when the caller's account
+does not list it (FORBIDDEN; without an ACL file every valid name is allowed).
+
+The broker's own topics, refused to every client in any letter case: ``SCHEDULE_TOPIC_XXXX``,
+everything starting with ``RMQ_SYS_`` (the transaction and pop logs among them) and RocketMQ's
+other system topics (TopicValidator's set). A group's retry topic ``%RETRY%{group}_{topic}`` is
+read only through its group's receives of ``topic``, and written only by the broker; a
+dead-letter topic ``%DLQ%{group}`` may be consumed (to look at or replay dead letters) but is
+written only by the broker. Groups starting with ``%`` or ``CID_RMQ_SYS_`` (RocketMQ's system
+groups, the pop log's ``CID_RMQ_SYS_ROCKETSTORE_POP`` among them) are refused.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+from rocketstore.broker.auth import Account
+from rocketstore.broker.status import Code, StatusError
+from rocketstore.message import SCHEDULE_TOPIC, TOPIC_PATTERN
+
+__all__ = ["Use", "check_group", "check_subscription", "check_topic"]
+
+# RocketMQ's TopicValidator.SYSTEM_TOPIC_SET (4.9/5.x), compared in upper case
+_SYSTEM_TOPICS: Final = frozenset(
+    t.upper()
+    for t in (
+        SCHEDULE_TOPIC,
+        "TBW102",
+        "BenchmarkTest",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "DefaultCluster",
+        "DefaultHeartBeatSyncerTopic",
+        "rocketmq_sys_trace_topic",
+    )
+)
+_SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
+_SYSTEM_GROUP_PREFIXES: Final = ("CID_RMQ_SYS_", "RMQ_SYS_")
+_RETRY_PREFIX: Final = "%RETRY%"
+_DLQ_PREFIX: Final = "%DLQ%"
+
+
+class Use(enum.Enum):
+    """What a request does with a topic it names."""
+
+    SEND = "send to"  # SendMessage, EndTransaction, RecallMessage, a producer's settings
+    CONSUME = "consume from"  # routes, assignments, receives, acks, a consumer's settings
+
+
+def check_topic(account: Account | None, topic: str, use: Use) -> str:
+    """``topic`` if ``account`` (None: no ACL) may ``use`` it; StatusError ILLEGAL_TOPIC or
+    FORBIDDEN naming why not."""
+    if not isinstance(topic, str) or not TOPIC_PATTERN.fullmatch(topic):
+        raise StatusError(Code.ILLEGAL_TOPIC, f"topic {topic!r} is not a valid topic name")
+    upper = topic.upper()
+    if upper in _SYSTEM_TOPICS or upper.startswith(_SYSTEM_TOPIC_PREFIX):
+        raise StatusError(Code.ILLEGAL_TOPIC, f"topic {topic!r} is a system topic: clients may not use it")
+    if upper.startswith(_RETRY_PREFIX):
+        raise StatusError(
+            Code.ILLEGAL_TOPIC,
+            f"topic {topic!r} is a retry topic: a group reads it through its receives of the topic",
+        )
+    if upper.startswith(_DLQ_PREFIX) and use is Use.SEND:
+        raise StatusError(
+            Code.ILLEGAL_TOPIC, f"topic {topic!r} is a dead-letter topic: only the broker writes it"
+        )
+    if account is not None and topic not in account.topics and "*" not in account.topics:
+        raise StatusError(
+            Code.FORBIDDEN, f"access key {account.access_key!r} may not {use.value} topic {topic!r}"
+        )
+    return topic
+
+
+def check_group(account: Account | None, group: str) -> str:
+    """``group`` if ``account`` (None: no ACL) may consume as it; StatusError
+    ILLEGAL_CONSUMER_GROUP or FORBIDDEN naming why not."""
+    if (
+        not isinstance(group, str)
+        or not TOPIC_PATTERN.fullmatch(group)
+        or group.startswith("%")
+        or group.upper().startswith(_SYSTEM_GROUP_PREFIXES)
+    ):
+        raise StatusError(
+            Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r} is not a valid group name for a client"
+        )
+    if account is not None and group not in account.groups and "*" not in account.groups:
+        raise StatusError(Code.FORBIDDEN, f"access key {account.access_key!r} may not use group {group!r}")
+    return group
+
+
+def check_subscription(account: Account | None, group: str, topic: str) -> tuple[str, str]:
+    """``check_group`` and ``check_topic`` (to consume) of a group reading a topic, and their
+    retry topic ``%RETRY%{group}_{topic}`` must be a valid name too."""
+    check_group(account, group)
+    check_topic(account, topic, Use.CONSUME)
+    if len(group) + len(topic) + len(_RETRY_PREFIX) + 1 > 127:
+        raise StatusError(
+            Code.ILLEGAL_CONSUMER_GROUP,
+            f"group {group!r} and topic {topic!r}: their retry topic would be longer than 127 characters",
+        )
+    return group, topic
