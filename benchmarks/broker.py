@@ -223,18 +223,8 @@ def warm_group(port: int) -> None:
 
 def protocol() -> tuple[Any, Any, Any]:
     """The protocol's generated modules: definitions, service messages, service stubs."""
-    try:
-        from rocketstore.protocol import (  # type: ignore[import-not-found, unused-ignore]
-            definition_pb2,
-            service_pb2,
-            service_pb2_grpc,
-        )
-    except ImportError:  # before the broker had its own generated package: the client's
-        from rocketmq.grpc_protocol import (  # type: ignore[no-redef, unused-ignore]
-            definition_pb2,
-            service_pb2,
-            service_pb2_grpc,
-        )
+    from rocketstore.protocol import definition_pb2, service_pb2, service_pb2_grpc
+
     return definition_pb2, service_pb2, service_pb2_grpc
 
 

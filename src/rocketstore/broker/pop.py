@@ -474,10 +474,11 @@ class PopService:
                 out.append(exc)
                 continue
             outcomes: list[InvalidReceiptHandleError | None] = []
+            bound = binding(group, topic)
             for text in receipt_handles:
                 try:
                     handle = _decode(text)
-                    self._check_handle(topic, text, handle)
+                    self._check_handle(group, topic, bound, text, handle)
                 except InvalidReceiptHandleError as exc:
                     outcomes.append(exc)
                     continue
@@ -581,19 +582,22 @@ class PopService:
         _check_names(group, topic)
         if handle is None:
             handle = _decode(receipt_handle)
-        self._check_handle(topic, receipt_handle, handle)
+        self._check_handle(group, topic, binding(group, topic), receipt_handle, handle)
         with self._lock:
             return self._claim_locked(
                 group, topic, receipt_handle, handle, must_be_in_flight=must_be_in_flight, resolve=resolve
             )
 
-    def _check_handle(self, topic: str, receipt_handle: str, handle: ReceiptHandle) -> None:
-        """InvalidReceiptHandleError unless ``handle`` is this broker's, of a queue ``topic`` has."""
+    def _check_handle(
+        self, group: str, topic: str, bound: int, receipt_handle: str, handle: ReceiptHandle
+    ) -> None:
+        """InvalidReceiptHandleError unless ``handle`` is this broker's, handed to ``group`` for
+        ``topic`` (``bound``: their ``binding``), of a queue ``topic`` has."""
         if handle.broker_name != self.broker_name:
             raise InvalidReceiptHandleError(
                 receipt_handle, f"it is broker {handle.broker_name!r}'s; this is {self.broker_name!r}"
             )
-        if handle.revive_queue_id != binding(group, topic):
+        if handle.revive_queue_id != bound:
             raise InvalidReceiptHandleError(
                 receipt_handle, f"it was not handed to group {group!r} for topic {topic!r}"
             )
