@@ -214,7 +214,12 @@ def warm_group(port: int) -> None:
     acked = 0
     deadline = time.monotonic() + 120
     while acked < 16 and time.monotonic() < deadline:
-        for msg in warm.receive(32, 30):
+        try:
+            got = warm.receive(32, 30)
+        except Exception as exc:  # a receive the client timed out (a loaded machine): again
+            print(f"warm-up receive failed, retried: {exc!r:.200}", file=sys.stderr)
+            continue
+        for msg in got:
             warm.ack(msg)
             acked += 1
     producer.shutdown()
@@ -573,6 +578,7 @@ def main() -> None:
             load, flush, clients, src = row
             profile = args.profile if load != "redis" and flush == "ASYNC_FLUSH" else None
             results[row].append(one_row(load, flush, appendfsync[flush], clients, args, src, profile))
+            print(f"run: {row} {results[row][-1]}", flush=True)  # kept should a later run fail
             if profile:
                 stats = pstats.Stats(profile)
                 stats.sort_stats("tottime").print_stats(25)
