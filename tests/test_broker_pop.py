@@ -26,7 +26,13 @@ from rocketstore.broker.pop import (
 )
 from rocketstore.broker.pop_table import InFlightTable
 from rocketstore.broker.receipt import ReceiptHandle
-from rocketstore.errors import CorruptDataError, InvalidReceiptHandleError, StoreConfigError
+from rocketstore.errors import (
+    CorruptDataError,
+    InvalidReceiptHandleError,
+    StoreConfigError,
+    StoreLockedError,
+    StoreWriteError,
+)
 
 INVISIBLE = 30_000
 # small files: a default store preallocates over 2 GiB
@@ -48,8 +54,14 @@ def store(tmp_path: Path, clock: ManualClock) -> Iterator[MessageStore]:
 
 
 @pytest.fixture
-def pop(store: MessageStore, clock: ManualClock) -> PopService:
-    return PopService(store, clock=clock)
+def pop(store: MessageStore, clock: ManualClock) -> Iterator[PopService]:
+    service = PopService(store, clock=clock)
+    yield service
+    service.stop()
+
+
+def log_records(store: MessageStore) -> list[pop_log.PopLogRecord]:
+    return pop_log.read(store.layout.pop_log)
 
 
 def put(store: MessageStore, bodies: list[str], topic: str = "T", **fields: object) -> None:
@@ -107,18 +119,17 @@ def test_ack_commits_the_group_offsets_and_a_second_ack_is_harmless(
 
 def test_each_receive_and_ack_is_one_pop_log_record(store: MessageStore, pop: PopService) -> None:
     pop.receive("g", "T", "*", 32, INVISIBLE)  # where the group starts: one record
-    store.wait_dispatched()
-    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == 1
+    assert [r.kind for r in log_records(store)] == [pop_log.LogKind.POSITION]
     put(store, [f"m{i}" for i in range(8)])
     got = pop.receive("g", "T", "*", 32, INVISIBLE)
-    store.wait_dispatched()
-    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == 2
+    assert len(log_records(store)) == 2
     pop.ack("g", "T", got[0].receipt_handle)
-    store.wait_dispatched()
-    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == 3
+    records = log_records(store)
+    assert [r.kind for r in records[1:]] == [pop_log.LogKind.IN_FLIGHT, pop_log.LogKind.RESOLVED]
+    assert len(records[1].in_flight) == 8 and len(records[2].resolved) == 1
     assert pop.receive("g", "T", "*", 32, INVISIBLE) == []  # nothing to hand out: nothing written
-    store.wait_dispatched()
-    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == 3
+    assert len(log_records(store)) == 3
+    assert POP_LOG_TOPIC not in store.topic_configs()  # the pop state is not in the store's topics
 
 
 def test_tag_filter_skips_messages_and_they_still_advance_the_group(
@@ -184,9 +195,11 @@ def test_a_message_delivered_max_attempts_times_goes_to_the_dlq(
     assert dead.properties["DLQ_ORIGIN_TOPIC"] == "T"
     assert dead.properties["DLQ_ORIGIN_MESSAGE_ID"] == dead.uniq_key
     # a group reading the DLQ topic learns where the message came from
+    pop.stop()
     reader = PopService(store, clock=clock, new_group_start="min")
     (from_dlq,) = reader.receive("ops", dlq_topic("g"), "*", 32, INVISIBLE)
     assert from_dlq.dead_letter_queue == "T"
+    reader.stop()
 
 
 def test_forward_to_dlq(store: MessageStore, pop: PopService) -> None:
@@ -393,12 +406,12 @@ def test_a_restart_keeps_acks_and_brings_back_what_was_in_flight(tmp_path: Path,
 
 
 # --- a crash: the process holding the PopService is killed ----------------------------------------
-def _pop_child(root: str, conn: Connection) -> None:
+def _pop_child(root: str, compact: bool, conn: Connection) -> None:
     # the offset table is not written before the kill: the pop log alone must tell where groups are
     config = dataclasses.replace(CONFIG, flush_consumer_offset_interval=3_600_000)
     store = MessageStore.open(root, config, disk_usage=lambda _path: 0.5)  # however full the test machine is
     store.create_topic("K", 2)
-    pop = PopService(store)
+    pop = PopService(store, compact_bytes=1 if compact else 16 << 20)
     pop.start()
     pop.receive("g", "K", "*", 32, 10_000)
     pop.receive("idle", "K", "*", 32, 10_000)  # starts at the end now, receives nothing more
@@ -408,17 +421,23 @@ def _pop_child(root: str, conn: Connection) -> None:
     acked = [p.message.body.decode() for p in got[:12]]
     for p in got[:12]:
         pop.ack("g", "K", p.receipt_handle)
+    if compact:  # the acks are gone from the log: the cursors must keep them from coming back
+        pop.maintain()
+        assert [r.kind for r in pop_log.read(store.layout.pop_log)][-1] is pop_log.LogKind.IN_FLIGHT
     store.put_messages([Message("K", f"late{i}".encode()) for i in range(4)])  # not received
     store.wait_dispatched()
     conn.send((acked, [p.message.body.decode() for p in got[12:]]))
     conn.recv()  # never comes: the parent kills us
 
 
-def test_sigkill_of_the_process_keeps_acks_and_brings_back_what_was_in_flight(tmp_path: Path) -> None:
+@pytest.mark.parametrize("compact", [False, True], ids=["log", "compacted log"])
+def test_sigkill_of_the_process_keeps_acks_and_brings_back_what_was_in_flight(
+    tmp_path: Path, compact: bool
+) -> None:
     root = tmp_path / "store"
     ctx = mp.get_context("spawn")
     conn, child_end = ctx.Pipe()
-    child = ctx.Process(target=_pop_child, args=(str(root), child_end), daemon=True)
+    child = ctx.Process(target=_pop_child, args=(str(root), compact, child_end), daemon=True)
     child.start()
     assert conn.poll(120), "the child did not report"
     acked, in_flight = conn.recv()
@@ -486,17 +505,31 @@ def test_a_corrupt_pop_log_record_is_reported(body: bytes, reason: str) -> None:
         pop_log.decode(body)
 
 
-def test_a_corrupt_record_in_the_pop_log_is_skipped_at_replay(tmp_path: Path, clock: ManualClock) -> None:
+def test_a_corrupt_record_in_the_pop_log_is_skipped_and_a_torn_tail_cut_at_replay(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "store"
     with MessageStore.open(path, CONFIG, clock=clock) as store:
         store.create_topic("T", 1)
         pop = PopService(store, clock=clock)
         pop.receive("g", "T", "*", 32, INVISIBLE)
-        store.put_messages([Message(POP_LOG_TOPIC, b"\x09junk", queue_id=0)])
-        put(store, ["x"])
-        pop.receive("g", "T", "*", 32, INVISIBLE)
+        put(store, ["x", "y"])
+        (x,) = pop.receive("g", "T", "*", 1, INVISIBLE)
+        pop.stop()
+        log_path = store.layout.pop_log
+        whole = log_path.stat().st_size
+        ack = pop_log.frame(pop_log.encode(pop_log.LogKind.RESOLVED, "g", "T", [(0, 0, x.queue_offset)]))
+        junk = pop_log.frame(b"\x09junk")  # a whole frame, not a record
+        with open(log_path, "ab") as f:
+            f.write(junk + ack[:-3])  # the ack's write was cut short by a crash
     with MessageStore.open(path, CONFIG, clock=clock) as store:
-        assert PopService(store, clock=clock).in_flight == 1
+        pop = PopService(store, clock=clock)
+        assert pop.in_flight == 1  # the torn ack is not an ack
+        assert log_path.stat().st_size == whole + len(junk)
+        assert f"cut {len(ack) - 3} bytes" in caplog.text and "a record is skipped" in caplog.text
+        (y,) = pop.receive("g", "T", "*", 32, INVISIBLE)
+        assert y.message.body == b"y"
+        pop.stop()
 
 
 def test_ack_batch_acks_many_with_one_record_and_names_bad_handles(
@@ -505,14 +538,12 @@ def test_ack_batch_acks_many_with_one_record_and_names_bad_handles(
     pop.receive("g", "T", "*", 32, INVISIBLE)
     put(store, [f"m{i}" for i in range(4)])
     got = pop.receive("g", "T", "*", 32, INVISIBLE)
-    store.wait_dispatched()
-    records = store.max_offset_in_queue(POP_LOG_TOPIC, 0)
+    records = len(log_records(store))
     handles = [p.receipt_handle for p in got]
     outcomes = pop.ack_batch("g", "T", [*handles, handles[0], "junk"])
     assert outcomes[:5] == [None] * 5
     assert isinstance(outcomes[5], InvalidReceiptHandleError)
-    store.wait_dispatched()
-    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == records + 1
+    assert len(log_records(store)) == records + 1
     assert pop.in_flight == 0
 
 
@@ -524,61 +555,119 @@ def test_ack_many_acks_the_requests_of_several_groups_with_one_put(
     put(store, [f"m{i}" for i in range(3)])
     g = [p.receipt_handle for p in pop.receive("g", "T", "*", 32, INVISIBLE)]
     h = [p.receipt_handle for p in pop.receive("h", "T", "*", 32, INVISIBLE)]
-    store.wait_dispatched()
-    records = store.max_offset_in_queue(POP_LOG_TOPIC, 0)
+    records = len(log_records(store))
     outcomes = pop.ack_many(
         [("g", "T", g[:2]), ("h", "T", h), ("g", "T", [g[0], g[2]]), ("bad name", "T", g)]
     )
     assert outcomes[:3] == [[None, None], [None] * 3, [None, None]]
     assert isinstance(outcomes[3], StoreConfigError)
-    store.wait_dispatched()
-    assert store.max_offset_in_queue(POP_LOG_TOPIC, 0) == records + 2  # one RESOLVED record per group
+    assert len(log_records(store)) == records + 2  # one RESOLVED record per group
     assert pop.in_flight == 0
     assert pop.receive("g", "T", "*", 32, INVISIBLE) == []
 
 
-def test_messages_long_in_flight_are_written_again_so_a_restart_replays_little(
+def test_compaction_keeps_what_is_in_flight_and_never_brings_back_what_was_acked(
     tmp_path: Path, clock: ManualClock
 ) -> None:
     path = tmp_path / "store"
     with MessageStore.open(path, CONFIG, clock=clock) as store:
         store.create_topic("T", 1)
-        pop = PopService(store, clock=clock, relog_distance=4)
+        pop = PopService(store, clock=clock, compact_bytes=1)
         pop.receive("g", "T", "*", 32, INVISIBLE)
         put(store, ["long"])
         (held,) = pop.receive("g", "T", "*", 1, 12 * 3600_000)
-        for i in range(6):  # other traffic moves the pop log on
+        for i in range(6):  # other traffic, acked, above the message held
             put(store, [f"m{i}"])
             (p,) = pop.receive("g", "T", "*", 1, INVISIBLE)
             pop.ack("g", "T", p.receipt_handle)
-        store.wait_dispatched()
-        pop.commit_progress()
-        assert store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0) == 1  # held by the first IN_FLIGHT
-        assert pop.relog_oldest() == 1
-        store.wait_dispatched()
-        pop.commit_progress()
-        replay_from = store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0)
-        assert replay_from == store.max_offset_in_queue(POP_LOG_TOPIC, 0) - 1  # the rewrite only
+        before = store.layout.pop_log.stat().st_size
+        pop.maintain()
+        after = store.layout.pop_log.stat().st_size
+        assert after < before
+        records = log_records(store)
+        assert [r.kind for r in records] == [pop_log.LogKind.POSITION, pop_log.LogKind.IN_FLIGHT]
+        # the cursors, past the acked (the retry topic has its own)
+        assert records[0].resolved == (pop_log.ResolvedEntry(0, 0, 7), pop_log.ResolvedEntry(1, 0, 0))
+        assert [e.offset for e in records[1].in_flight] == [held.queue_offset]
+        assert oct(store.layout.pop_log.stat().st_mode & 0o777) == oct(CONFIG.file_mode)
+        put(store, ["after"])
+        (after_msg,) = pop.receive("g", "T", "*", 32, INVISIBLE)  # appends go on in the new file
+        pop.ack("g", "T", after_msg.receipt_handle)
+        pop.maintain()  # not doubled since: not compacted again
+        assert len(log_records(store)) == 4
+        pop.stop()
+    # the offset table says nothing of the group (as after a crash before it was written)
+    (path / "config" / "consumerOffset.json").unlink()
     with MessageStore.open(path, CONFIG, clock=clock) as store:
         pop = PopService(store, clock=clock)
         assert pop.in_flight == 1
-        pop.ack("g", "T", held.receipt_handle)
-        assert pop.in_flight == 0
+        assert pop.receive("g", "T", "*", 32, INVISIBLE) == []  # nothing acked comes back
+        clock.advance(12 * 3600_000)
+        assert pop.revive_expired() == 1
+        store.wait_dispatched()
+        assert [p.message.body for p in pop.receive("g", "T", "*", 32, INVISIBLE)] == [b"long"]
+        pop.stop()
+
+
+def test_a_pop_log_topic_of_an_earlier_version_is_migrated_at_open(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    path = tmp_path / "store"
+    with MessageStore.open(path, CONFIG, clock=clock) as store:
+        store.create_topic("T", 1)
+        put(store, [f"m{i}" for i in range(4)], queue_id=0)
+        msgs = store.get_message("x", "T", 0, 0, 4).messages
+        fields = [(0, 0, 0, m.queue_offset, m.physical_offset, 1, 2, 1) for m in msgs]
+        # what rocketstore wrote before: records as messages of the pop log topic, from its R on
+        store.create_topic(POP_LOG_TOPIC, 1)
+        old = [
+            pop_log.encode(pop_log.LogKind.POSITION, "g", "T", [(0, 0, 0)]),
+            pop_log.encode(pop_log.LogKind.IN_FLIGHT, "g", "T", fields, max_attempts=5),
+            pop_log.encode(pop_log.LogKind.RESOLVED, "g", "T", [(0, 0, 1), (0, 0, 3)]),
+        ]
+        store.put_messages([Message(POP_LOG_TOPIC, b"before R", queue_id=0)])
+        store.put_messages([Message(POP_LOG_TOPIC, body, queue_id=0) for body in old])
+        store.commit_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0, 1)
+        store.wait_dispatched()
+    for _ in range(2):  # the second open reads the new log only
+        with MessageStore.open(path, CONFIG, clock=clock) as store:
+            pop = PopService(store, clock=clock)
+            assert pop.in_flight == 2
+            assert [r.kind for r in log_records(store)][:3] == [r[1] for r in old]
+            assert store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0) == 4
+            pop.stop()
+    with MessageStore.open(path, CONFIG, clock=clock) as store:
+        pop = PopService(store, clock=clock)
+        clock.advance(10)
+        assert pop.revive_expired() == 2
+        store.wait_dispatched()
+        got = pop.receive("g", "T", "*", 32, INVISIBLE)
+        assert sorted(p.message.body for p in got) == [b"m0", b"m2"]  # m1 and m3 were acked
+        pop.stop()
+
+
+def test_a_second_pop_service_on_one_store_is_refused(store: MessageStore, pop: PopService) -> None:
+    with pytest.raises(StoreLockedError, match="pop log is open"):
+        PopService(store)
 
 
 @pytest.mark.parametrize("flush", [FlushDiskType.ASYNC_FLUSH, FlushDiskType.SYNC_FLUSH])
-def test_concurrent_receivers_and_ackers_get_every_message_once(tmp_path: Path, flush: FlushDiskType) -> None:
+def test_concurrent_receivers_and_ackers_get_every_message_once_while_the_log_is_compacted(
+    tmp_path: Path, flush: FlushDiskType
+) -> None:
     clock = ManualClock()  # never moves: nothing expires, so nothing may be delivered twice
     with MessageStore.open(
         tmp_path / "store", dataclasses.replace(CONFIG, flush_disk_type=flush), clock=clock
     ) as store:
         store.create_topic("T", 4)
-        pop = PopService(store, clock=clock)
+        pop = PopService(store, clock=clock, compact_bytes=1)
         pop.start()
         pop.receive("g", "T", "*", 1, INVISIBLE)
         put(store, [f"m{i}" for i in range(400)])
         seen: list[str] = []
         lock = threading.Lock()
+        done = threading.Event()
+        compactions = 0
 
         def consume() -> None:
             while True:
@@ -590,15 +679,31 @@ def test_concurrent_receivers_and_ackers_get_every_message_once(tmp_path: Path, 
                 with lock:
                     seen.extend(p.message.body.decode() for p in got)
 
+        def compact() -> None:
+            nonlocal compactions
+            while not done.is_set():
+                size = store.layout.pop_log.stat().st_size
+                pop.maintain()
+                compactions += store.layout.pop_log.stat().st_size < size
+
         threads = [threading.Thread(target=consume) for _ in range(4)]
+        compactor = threading.Thread(target=compact)
+        compactor.start()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        done.set()
+        compactor.join()
         pop.stop()
         assert sorted(seen) == sorted(f"m{i}" for i in range(400))
         assert pop.in_flight == 0
         assert store.consumer_offsets()[("T", "g")] == {q: 100 for q in range(4)}
+        assert compactions > 0
+        again = PopService(store, clock=clock)  # the compacted log replays to the same state
+        assert again.in_flight == 0
+        assert again.receive("g", "T", "*", 32, INVISIBLE) == []
+        again.stop()
 
 
 def test_a_fifo_receive_orders_messages_without_a_message_group_too(
@@ -645,17 +750,16 @@ def test_a_message_too_large_to_store_again_does_not_hold_up_the_other_redeliver
 
 def test_replay_orders_records_written_out_of_offset_order(store: MessageStore) -> None:
     put(store, [f"m{i}" for i in range(8)], queue_id=0)
-    table = InFlightTable(store, POP_LOG_TOPIC, "min")
+    table = InFlightTable(store, "min")
     later = pop_log.encode(pop_log.LogKind.IN_FLIGHT, "g", "T", [(0, 0, 0, 5, 500, 1, 2, 1)], max_attempts=3)
     earlier = pop_log.encode(
         pop_log.LogKind.IN_FLIGHT, "g", "T", [(0, 0, 0, 3, 300, 1, 2, 1)], max_attempts=3
     )
-    table.apply(pop_log.decode(later), 0)  # two concurrent receives: the later one's record first
-    table.apply(pop_log.decode(earlier), 1)
+    table.apply(pop_log.decode(later))  # two concurrent receives: the later one's record first
+    table.apply(pop_log.decode(earlier))
     table.finish_replay()
     queue = table.queues[("g", "T", 0, 0)]
     assert (list(queue.in_flight), queue.cursor, queue.commit_point(), table.count) == ([3, 5], 6, 3, 2)
-    assert table.replay_point() == 0
     assert [e.offset for e in table.due(now=2, limit=10)] == [3, 5]
 
 
@@ -679,3 +783,51 @@ def test_a_restart_keeps_a_fifo_queue_locked_and_redelivers_in_place(
         assert [(p.message.body, p.delivery_attempt) for p in again] == [(b"m0", 2)]
         pop.ack("g", "T", first.receipt_handle)  # the handle from before the restart acks it
         assert [p.message.body for p in pop.receive("g", "T", "*", 1, INVISIBLE)] == [b"m1"]
+
+
+def test_a_failed_pop_log_write_is_an_error_and_the_log_takes_nothing_more(
+    store: MessageStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pop = PopService(store, clock=clock)
+    pop.receive("g", "T", "*", 32, INVISIBLE)
+    put(store, ["a", "b"])
+
+    def full(*_: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pop_log.os, "pwrite", full)
+    with pytest.raises(StoreWriteError, match="No space left"):
+        pop.receive("g", "T", "*", 32, INVISIBLE)
+    monkeypatch.undo()
+    assert pop.in_flight == 2  # handed to no one, due for redelivery at once
+    put(store, ["c"])
+    with pytest.raises(StoreWriteError, match="restart once the cause is fixed"):
+        pop.receive("g", "T", "*", 32, INVISIBLE)  # the log may hold half a frame: no more appends
+    pop.stop()  # closes the log; the errors were the appends' to raise
+    again = PopService(store, clock=clock)  # a restart takes appends again
+    assert again.in_flight == 0  # nothing of the failed receives reached the log
+    assert len(again.receive("g", "T", "*", 32, INVISIBLE)) == 3
+    again.stop()
+
+
+def test_a_failed_compaction_leaves_the_log_in_use(
+    store: MessageStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pop = PopService(store, clock=clock, compact_bytes=1)
+    pop.receive("g", "T", "*", 32, INVISIBLE)
+    put(store, ["a", "b"])
+    got = pop.receive("g", "T", "*", 32, INVISIBLE)
+
+    def refused(*_: object) -> None:
+        raise OSError(13, "Permission denied")
+
+    monkeypatch.setattr(pop_log, "atomic_write", refused)
+    with pytest.raises(StoreWriteError, match="compaction failed"):
+        pop.maintain()
+    monkeypatch.undo()
+    pop.ack("g", "T", got[0].receipt_handle)  # appends go on in the old log
+    assert [r.kind for r in log_records(store)][-1] is pop_log.LogKind.RESOLVED
+    pop.stop()
+    again = PopService(store, clock=clock)
+    assert again.in_flight == 1
+    again.stop()

@@ -24,6 +24,14 @@ from rocketstore.topics import PROPERTY_SHARDING_KEY
 __all__ = ["timestamp", "to_proto_message"]
 
 MessageType: Any = definition_pb2.MessageType
+# looked up once: each attribute of a protobuf enum wrapper costs a Python call per message
+_TRANSACTION: int = int(MessageType.TRANSACTION)
+_DELAY: int = int(MessageType.DELAY)
+_FIFO: int = int(MessageType.FIFO)
+_NORMAL: int = int(MessageType.NORMAL)
+_MD5: int = int(definition_pb2.DigestType.MD5)
+_GZIP: int = int(definition_pb2.Encoding.GZIP)
+_IDENTITY: int = int(definition_pb2.Encoding.IDENTITY)
 
 
 def timestamp(ms: int) -> Any:
@@ -32,12 +40,12 @@ def timestamp(ms: int) -> Any:
 
 def message_type_of(props: dict[str, str]) -> int:
     if props.get(PROPERTY_TRANSACTION) == "true":
-        return int(MessageType.TRANSACTION)
+        return _TRANSACTION
     if PROPERTY_DELAY in props or any(k.startswith("TIMER_") for k in props):
-        return int(MessageType.DELAY)
+        return _DELAY
     if PROPERTY_SHARDING_KEY in props:
-        return int(MessageType.FIFO)
-    return int(MessageType.NORMAL)
+        return _FIFO
+    return _NORMAL
 
 
 def to_proto_message(
@@ -53,14 +61,8 @@ def to_proto_message(
     body = msg.body
     sp = definition_pb2.SystemProperties(
         message_id=props.get("UNIQ_KEY") or msg.msg_id,
-        body_digest=definition_pb2.Digest(
-            type=definition_pb2.DigestType.MD5, checksum=hashlib.md5(body).hexdigest().upper()
-        ),
-        body_encoding=(
-            definition_pb2.Encoding.GZIP
-            if msg.sys_flag & SYSFLAG_COMPRESSED
-            else definition_pb2.Encoding.IDENTITY
-        ),
+        body_digest=definition_pb2.Digest(type=_MD5, checksum=hashlib.md5(body).hexdigest().upper()),
+        body_encoding=_GZIP if msg.sys_flag & SYSFLAG_COMPRESSED else _IDENTITY,
         message_type=message_type_of(props),
         born_timestamp=timestamp(msg.born_timestamp),
         born_host=props.get(PROPERTY_BORN_HOST) or msg.born_host.rpartition(":")[0],
@@ -90,12 +92,9 @@ def to_proto_message(
         sp.delivery_attempt = delivery_attempt
     if dead_letter_queue:
         sp.dead_letter_queue.topic = dead_letter_queue
-    out = definition_pb2.Message(
+    return definition_pb2.Message(
         topic=definition_pb2.Resource(name=topic),
         system_properties=sp,
         body=body,
+        user_properties={name: value for name, value in props.items() if name not in SYSTEM_PROPERTIES},
     )
-    for name, value in props.items():
-        if name not in SYSTEM_PROPERTIES:
-            out.user_properties[name] = value
-    return out

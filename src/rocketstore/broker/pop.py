@@ -11,15 +11,19 @@ offset in flight there, else the cursor: everything below it is acked, skipped b
 re-put into the retry topic or dead-lettered.
 
 Durability: before a receive returns, and before an ack, a change of invisible time or a dead-letter
-forward returns, its record is in the pop log (``pop_log``: a topic of the store, one put per call,
-so under the store's flush policy and group commit). The pop log's own consumer offset R (group
-``CID_RMQ_SYS_ROCKETSTORE_POP``) is the lowest log offset whose record may still matter: every
-message handed out by an earlier record is done and below its queue's committed offset. At open
-the log is replayed from R: its IN_FLIGHT records put messages back in flight (and move cursors
-past them), RESOLVED records take them out, POSITION records say where a group started reading
-a queue (for a crash before the offset table was written). The queue offsets are committed before
-R in the same offset table, so a table written at any moment never has an R ahead of its queue
-offsets. Messages long in flight are written again (``relog_oldest``) so that R moves on.
+forward returns, its record is in the pop log (``pop_log``: ``{store}/poplog``, one append per call
+or per batch of concurrent acks, fsynced first under SYNC_FLUSH). Retry and dead-letter copies go
+into the store before the records that retire their originals, so a crash between the two
+delivers a message twice, never loses it. At open the log is replayed: IN_FLIGHT records put
+messages back in flight (and move cursors past them), RESOLVED records take them out, POSITION
+records move cursors (and say where a group started reading a queue, for a crash before the
+offset table was written). The background loop compacts the log once it passed
+``compact_bytes`` and doubled since it was last compacted.
+
+Upgrading: a store whose pop state is in the pop log topic of earlier versions
+(``rmq_sys_ROCKETSTORE_POP_LOG``, replayed from its consumer offset R in group
+``CID_RMQ_SYS_ROCKETSTORE_POP``) has those records copied into a new ``poplog`` at its first open
+(``_migrate``); the topic's R is then moved to its end, and the topic is never written again.
 
 Redelivery: an expired message is re-put into the retry topic by the background loop
 (``revive_expired``); a FIFO one (a message group, or a ``fifo`` receive) locks its queue for the
@@ -55,6 +59,7 @@ from rocketstore.broker.pop_log import LogKind
 from rocketstore.broker.pop_table import GroupQueue, InFlight, InFlightTable
 from rocketstore.broker.receipt import NORMAL_TOPIC, RETRY_TOPIC, ReceiptHandle
 from rocketstore.clock import Clock, SystemClock
+from rocketstore.config import FlushDiskType
 from rocketstore.errors import (
     CorruptDataError,
     InvalidMessageError,
@@ -66,6 +71,7 @@ from rocketstore.message import TOPIC_PATTERN, Message, MessageExt
 from rocketstore.offsets import GROUP_PATTERN
 from rocketstore.results import GetStatus, PutMessageResult, PutStatus
 from rocketstore.service import BackgroundService
+from rocketstore.storage.paths import store_file_exists
 from rocketstore.store import MessageStore
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
@@ -111,9 +117,9 @@ class PopService:
     done, over all groups: a receive hands out no more), ``revive_interval_ms`` (how often the
     background loop redelivers expired messages and commits progress), ``new_group_start``
     (where a group that never received from a queue starts: ``"max"``, the queue's end as
-    RocketMQ's ConsumeInitMode.MAX, or ``"min"``, its first stored message), ``relog_distance``
-    (how many pop-log records a message may stay in flight behind the log's end before it is
-    written again: bounds what a restart replays).
+    RocketMQ's ConsumeInitMode.MAX, or ``"min"``, its first stored message), ``compact_bytes``
+    (how many bytes the pop log may grow to before it is compacted: bounds what a restart
+    replays).
     """
 
     def __init__(
@@ -125,14 +131,14 @@ class PopService:
         max_in_flight: int = 100_000,
         revive_interval_ms: int = 500,
         new_group_start: Literal["max", "min"] = "max",
-        relog_distance: int = 100_000,
+        compact_bytes: int = 16 << 20,
     ) -> None:
         if not isinstance(max_in_flight, int) or max_in_flight <= 0:
             raise StoreConfigError(f"max_in_flight must be a positive int, not {max_in_flight!r}")
         if not isinstance(revive_interval_ms, int) or revive_interval_ms <= 0:
             raise StoreConfigError(f"revive_interval_ms must be a positive int, not {revive_interval_ms!r}")
-        if not isinstance(relog_distance, int) or relog_distance < 2:
-            raise StoreConfigError(f"relog_distance must be an int >= 2, not {relog_distance!r}")
+        if type(compact_bytes) is not int or compact_bytes <= 0:
+            raise StoreConfigError(f"compact_bytes must be a positive int, not {compact_bytes!r}")
         if new_group_start not in ("max", "min"):
             raise StoreConfigError(f"new_group_start must be 'max' or 'min', not {new_group_start!r}")
         handle_probe = ReceiptHandle(0, 0, 0, 0, 0, broker_name, 0, 0, 0).encode()
@@ -141,20 +147,18 @@ class PopService:
         self.broker_name = broker_name
         self.max_in_flight = max_in_flight
         self._clock = clock or SystemClock()
-        self._relog_distance = relog_distance
+        self._compact_bytes = compact_bytes
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # an entry's write finished
-        self._table = InFlightTable(store, POP_LOG_TOPIC, new_group_start)
+        self._table = InFlightTable(store, new_group_start)
         self._turns: dict[tuple[str, str], int] = {}
         # groups that asked for a topic before it had queues: they start at its first message,
         # since everything in it came after they began (bounded: a cap, oldest forgotten first)
         self._before_topic: dict[tuple[str, str], None] = {}
-        self._log_committed = -1
         self._topics: dict[str, tuple[float, int]] = {}  # topic -> (looked at, queue count)
         self._known_topics: set[str] = set()
         self._loop = _ReviveLoop(self, revive_interval_ms / 1000)
-        self._ensure_topic(POP_LOG_TOPIC)
-        self._replay()
+        self._log = self._replay()
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -162,9 +166,13 @@ class PopService:
         self._loop.start()
 
     def stop(self) -> None:
-        """Stop the loop after a last round; the store stays open (its owner closes it)."""
-        self._loop.stop()
-        self.commit_progress()
+        """Stop the loop after a last round and close the pop log; the store stays open (its
+        owner closes it)."""
+        try:
+            self._loop.stop()
+            self.commit_progress()
+        finally:
+            self._log.close()
 
     @property
     def in_flight(self) -> int:
@@ -239,10 +247,9 @@ class PopService:
                 (group, topic, NORMAL_TOPIC, q) in self._table.queues for q in range(queue_count)
             ):
                 del self._before_topic[(group, topic)]  # every queue has its start now
-            write_id = self._table.begin_write() if popped or to_dlq or fresh else -1
-        if write_id < 0:
+        if not (popped or to_dlq or fresh):
             return []
-        self._write_receive(group, topic, max_attempts, popped, to_dlq, fresh, write_id, now)
+        self._write_receive(group, topic, max_attempts, popped, to_dlq, fresh, now)
         return [self._popped(entry, msg, start, now, invisible_ms) for entry, msg, start in popped]
 
     def _take_expired(
@@ -342,25 +349,22 @@ class PopService:
         popped: list[tuple[InFlight, MessageExt, int]],
         to_dlq: list[InFlight],
         fresh: list[tuple[GroupQueue, int]],
-        write_id: int,
         now: int,
     ) -> None:
-        """One put for a receive: where the group starts in queues new to it (so a crash before
-        the offset table is written does not move its start), the dead letters of expired FIFO
-        messages, their RESOLVED record, the IN_FLIGHT record of what it hands out."""
-        args = (group, topic, max_attempts, popped, to_dlq, fresh)
+        """The dead letters of expired FIFO messages into the store, then one pop-log append:
+        where the group starts in queues new to it (so a crash before the offset table is written
+        does not move its start), the RESOLVED record of the dead-lettered, the IN_FLIGHT record
+        of what it hands out."""
         try:
-            try:
-                results = self._put(self._receive_records(*args, dead_letters=True), "receive")
-            except InvalidMessageError as exc:
-                if not to_dlq:
-                    raise
-                # a dead letter this store will not take must not block its queue for good
-                log.error("dead letters of group %s not stored (%s): retired without copies", group, exc)
-                results = self._put(self._receive_records(*args, dead_letters=False), "receive")
+            if to_dlq:
+                try:
+                    self._put(self._dead_letters(to_dlq), "dead letters")
+                except InvalidMessageError as exc:
+                    # a dead letter this store will not take must not block its queue for good
+                    log.error("dead letters of group %s not stored (%s): retired without copies", group, exc)
+            self._log.append(self._receive_records(group, topic, max_attempts, popped, to_dlq, fresh))
         except BaseException:
             with self._lock:
-                self._table.end_write(write_id)
                 for entry in to_dlq:
                     entry.resolving = False  # still expired: the next receive tries again
                 for entry, _, _ in popped:
@@ -371,45 +375,42 @@ class PopService:
                 self._changed.notify_all()
             raise
         with self._lock:
-            self._table.end_write(write_id)
             for entry in to_dlq:
                 self._table.remove(entry)
-            if popped:
-                record = results[-1].queue_offset
-                for entry, _, _ in popped:
-                    self._table.hold(entry, record)
-                    entry.writing = False
-                    self._table.schedule(entry)
+            for entry, _, _ in popped:
+                entry.writing = False
+                self._table.schedule(entry)
             self._changed.notify_all()
 
+    @staticmethod
     def _receive_records(
-        self,
         group: str,
         topic: str,
         max_attempts: int,
         popped: list[tuple[InFlight, MessageExt, int]],
         to_dlq: list[InFlight],
         fresh: list[tuple[GroupQueue, int]],
-        dead_letters: bool,
-    ) -> list[Message]:
-        msgs = self._dead_letters(to_dlq) if dead_letters else []
+    ) -> list[bytes]:
+        records = []
         if fresh:
-            body = pop_log.encode(
-                LogKind.POSITION, group, topic, [(q.topic_type, q.queue_id, start) for q, start in fresh]
+            records.append(
+                pop_log.encode(
+                    LogKind.POSITION, group, topic, [(q.topic_type, q.queue_id, start) for q, start in fresh]
+                )
             )
-            msgs.insert(0, Message(POP_LOG_TOPIC, body, tags="start", queue_id=0))
         if to_dlq:
-            msgs.append(self._resolved_record(group, topic, to_dlq))
+            records.append(_resolved_record(group, topic, to_dlq))
         if popped:
-            body = pop_log.encode(
-                LogKind.IN_FLIGHT,
-                group,
-                topic,
-                [e.log_fields() for e, _, _ in popped],
-                max_attempts=max_attempts,
+            records.append(
+                pop_log.encode(
+                    LogKind.IN_FLIGHT,
+                    group,
+                    topic,
+                    [e.log_fields() for e, _, _ in popped],
+                    max_attempts=max_attempts,
+                )
             )
-            msgs.append(Message(POP_LOG_TOPIC, body, tags="ck", queue_id=0))
-        return msgs
+        return records
 
     def _popped(
         self, entry: InFlight, msg: MessageExt, start: int, now: int, invisible_ms: int
@@ -464,32 +465,44 @@ class PopService:
         it as a whole (a bad group or topic name). StoreWriteError when the write fails (nothing
         acked)."""
         out: list[list[InvalidReceiptHandleError | None] | Exception] = []
+        # handles to claim: where their outcome goes, group, topic, text, decoded
+        claims: list[tuple[list[InvalidReceiptHandleError | None], int, str, str, str, ReceiptHandle]] = []
+        for group, topic, receipt_handles in requests:
+            try:
+                _check_names(group, topic)
+            except StoreConfigError as exc:
+                out.append(exc)
+                continue
+            outcomes: list[InvalidReceiptHandleError | None] = []
+            bound = binding(group, topic)
+            for text in receipt_handles:
+                try:
+                    handle = _decode(text)
+                    self._check_handle(group, topic, bound, text, handle)
+                except InvalidReceiptHandleError as exc:
+                    outcomes.append(exc)
+                    continue
+                claims.append((outcomes, len(outcomes), group, topic, text, handle))
+                outcomes.append(None)
+            out.append(outcomes)
         entries: list[InFlight] = []
         seen: set[tuple[str, str, int, int, int]] = set()
         try:
-            for group, topic, receipt_handles in requests:
-                try:
-                    _check_names(group, topic)
-                except StoreConfigError as exc:
-                    out.append(exc)
-                    continue
-                outcomes: list[InvalidReceiptHandleError | None] = []
-                for text in receipt_handles:
-                    try:
-                        handle = _decode(text)
-                        where = (group, topic, handle.topic_type, handle.queue_id, handle.offset)
-                        entry = None
-                        # a second claim of a message claimed here would wait for itself
-                        if where not in seen:
-                            seen.add(where)
-                            entry = self._claim(group, topic, text, must_be_in_flight=False, handle=handle)
-                    except InvalidReceiptHandleError as exc:
-                        outcomes.append(exc)
+            with self._lock:  # one pass for every handle of every request
+                for outcomes, i, group, topic, text, handle in claims:
+                    where = (group, topic, handle.topic_type, handle.queue_id, handle.offset)
+                    if where in seen:  # a second claim of a message claimed here would wait for itself
                         continue
-                    outcomes.append(None)
+                    seen.add(where)
+                    try:
+                        entry = self._claim_locked(
+                            group, topic, text, handle, must_be_in_flight=False, resolve=True
+                        )
+                    except InvalidReceiptHandleError as exc:
+                        outcomes[i] = exc
+                        continue
                     if entry is not None:
                         entries.append(entry)
-                out.append(outcomes)
         except BaseException:
             self._unclaim(entries)
             raise
@@ -520,8 +533,7 @@ class PopService:
         with self._lock:
             old = entry.retrieve_ms, entry.deadline_ms
             entry.deadline_ms = now + invisible_ms
-            write_id = self._table.begin_write()
-        body = pop_log.encode(
+        record = pop_log.encode(
             LogKind.IN_FLIGHT,
             group,
             topic,
@@ -529,18 +541,15 @@ class PopService:
             max_attempts=entry.max_attempts,
         )
         try:
-            (result,) = self._put([Message(POP_LOG_TOPIC, body, tags="ck", queue_id=0)], "invisible change")
+            self._log.append([record])
         except BaseException:
             with self._lock:
-                self._table.end_write(write_id)
                 entry.retrieve_ms, entry.deadline_ms = old
                 entry.writing = False
                 self._table.schedule(entry)
                 self._changed.notify_all()
             raise
         with self._lock:
-            self._table.end_write(write_id)
-            self._table.hold(entry, result.queue_offset)
             entry.writing = False
             self._table.schedule(entry)
             self._changed.notify_all()
@@ -573,11 +582,22 @@ class PopService:
         _check_names(group, topic)
         if handle is None:
             handle = _decode(receipt_handle)
+        self._check_handle(group, topic, binding(group, topic), receipt_handle, handle)
+        with self._lock:
+            return self._claim_locked(
+                group, topic, receipt_handle, handle, must_be_in_flight=must_be_in_flight, resolve=resolve
+            )
+
+    def _check_handle(
+        self, group: str, topic: str, bound: int, receipt_handle: str, handle: ReceiptHandle
+    ) -> None:
+        """InvalidReceiptHandleError unless ``handle`` is this broker's, handed to ``group`` for
+        ``topic`` (``bound``: their ``binding``), of a queue ``topic`` has."""
         if handle.broker_name != self.broker_name:
             raise InvalidReceiptHandleError(
                 receipt_handle, f"it is broker {handle.broker_name!r}'s; this is {self.broker_name!r}"
             )
-        if handle.revive_queue_id != binding(group, topic):
+        if handle.revive_queue_id != bound:
             raise InvalidReceiptHandleError(
                 receipt_handle, f"it was not handed to group {group!r} for topic {topic!r}"
             )
@@ -585,37 +605,48 @@ class PopService:
             raise InvalidReceiptHandleError(receipt_handle, f"topic {topic!r} has no queue {handle.queue_id}")
         if handle.topic_type == RETRY_TOPIC and handle.queue_id != 0:
             raise InvalidReceiptHandleError(receipt_handle, "a retry topic has only queue 0")
-        with self._lock:
-            queue = self._table.queue(group, topic, handle.topic_type, handle.queue_id)
-            if handle.offset >= queue.cursor:
+
+    def _claim_locked(
+        self,
+        group: str,
+        topic: str,
+        receipt_handle: str,
+        handle: ReceiptHandle,
+        *,
+        must_be_in_flight: bool,
+        resolve: bool,
+    ) -> InFlight | None:
+        """``_claim`` of a checked handle, under ``_lock``."""
+        queue = self._table.queue(group, topic, handle.topic_type, handle.queue_id)
+        if handle.offset >= queue.cursor:
+            raise InvalidReceiptHandleError(
+                receipt_handle,
+                f"group {group!r} was never handed offset {handle.offset} of {queue.store_topic} "
+                f"queue {handle.queue_id}",
+            )
+        while True:
+            entry = queue.in_flight.get(handle.offset)
+            if entry is None or not (entry.writing or entry.resolving):
+                break
+            self._changed.wait()
+        if entry is None:
+            if must_be_in_flight:
                 raise InvalidReceiptHandleError(
-                    receipt_handle,
-                    f"group {group!r} was never handed offset {handle.offset} of {queue.store_topic} "
-                    f"queue {handle.queue_id}",
+                    receipt_handle, "the message is not in flight: acked, retried or dead-lettered"
                 )
-            while True:
-                entry = queue.in_flight.get(handle.offset)
-                if entry is None or not (entry.writing or entry.resolving):
-                    break
-                self._changed.wait()
-            if entry is None:
-                if must_be_in_flight:
-                    raise InvalidReceiptHandleError(
-                        receipt_handle, "the message is not in flight: acked, retried or dead-lettered"
-                    )
-                return None
-            if entry.commitlog_offset != handle.commitlog_offset:
-                raise InvalidReceiptHandleError(
-                    receipt_handle,
-                    f"commitLogOffset {handle.commitlog_offset} is not the message at offset "
-                    f"{handle.offset} of {queue.store_topic} queue {handle.queue_id} "
-                    "(a handle of another topic?)",
-                )
-            if resolve:
-                entry.resolving = True
-            else:
-                entry.writing = True
-            return entry
+            return None
+        if entry.commitlog_offset != handle.commitlog_offset:
+            raise InvalidReceiptHandleError(
+                receipt_handle,
+                f"commitLogOffset {handle.commitlog_offset} is not the message at offset "
+                f"{handle.offset} of {queue.store_topic} queue {handle.queue_id} "
+                "(a handle of another topic?)",
+            )
+        if resolve:
+            entry.resolving = True
+        else:
+            entry.writing = True
+        return entry
 
     def _resolve(self, entries: list[InFlight], *, dead_letter: bool = False) -> None:
         """Retire ``entries`` (claimed), with dead-letter copies; they stay in flight if it fails."""
@@ -626,13 +657,15 @@ class PopService:
             raise
 
     def _retire(self, entries: Sequence[InFlight], copies: list[Message], what: str) -> None:
-        """One put: ``copies`` (retry or dead-letter), then the RESOLVED records of ``entries``
-        (claimed); then they are out of flight and their queues' offsets committed."""
+        """``copies`` (retry or dead-letter) into the store, then the RESOLVED records of
+        ``entries`` (claimed) in one pop-log append; then they are out of flight and their
+        queues' offsets committed."""
         by_pair: dict[tuple[str, str], list[InFlight]] = {}
         for entry in entries:
             by_pair.setdefault((entry.queue.group, entry.queue.topic), []).append(entry)
-        records = [self._resolved_record(group, topic, done) for (group, topic), done in by_pair.items()]
-        self._put([*copies, *records], what)
+        if copies:
+            self._put(copies, what)
+        self._log.append([_resolved_record(group, topic, done) for (group, topic), done in by_pair.items()])
         with self._lock:
             for entry in entries:
                 self._table.remove(entry)
@@ -720,62 +753,18 @@ class PopService:
         return msg
 
     # --- progress -----------------------------------------------------------------------------
-    def relog_oldest(self, limit: int = 4096) -> int:
-        """Write again, in new IN_FLIGHT records, up to ``limit`` messages held by records more
-        than ``relog_distance`` records behind the pop log's end, so that the replay point moves
-        on while they stay in flight (a long invisible time, a FIFO group not coming back); how
-        many. The background loop calls it."""
-        table = self._table
-        with self._lock:
-            end = self.store.max_offset_in_queue(POP_LOG_TOPIC, 0)
-            oldest = table.oldest_record()
-            if oldest is None or end - oldest <= self._relog_distance:
-                return 0
-            stale: dict[tuple[str, str, int], list[InFlight]] = {}
-            held = table.held_before(end - self._relog_distance // 2, limit)
-            for entry in held:
-                stale.setdefault((entry.queue.group, entry.queue.topic, entry.max_attempts), []).append(entry)
-            write_id = table.begin_write()
-        records = [
-            Message(
-                POP_LOG_TOPIC,
-                pop_log.encode(
-                    LogKind.IN_FLIGHT,
-                    group,
-                    topic,
-                    [e.log_fields() for e in entries],
-                    max_attempts=max_attempts,
-                ),
-                tags="ck",
-                queue_id=0,
-            )
-            for (group, topic, max_attempts), entries in stale.items()
-        ]
-        try:
-            results = self._put(records, "pop log rewrite") if records else []
-        finally:
-            with self._lock:
-                self._table.end_write(write_id)
-                for entries in stale.values():
-                    for entry in entries:
-                        entry.writing = False
-                self._changed.notify_all()
-        with self._lock:
-            for result, entries in zip(results, stale.values()):
-                for entry in entries:
-                    if not entry.gone:
-                        self._table.hold(entry, result.queue_offset)
-        return len(held)
+    def maintain(self) -> None:
+        """fsync the pop log (under ASYNC_FLUSH its appends are not), and compact it once it passed
+        ``compact_bytes`` and doubled since it was last compacted. The background loop calls it."""
+        self._log.flush()
+        if self._log.due_for_compaction(self._compact_bytes):
+            self._log.compact()
 
     def commit_progress(self) -> None:
-        """Commit every queue's offset, then the pop log's replay point R (see the docstring)."""
+        """Commit every queue's offset (they move with acks; a receive past filtered messages)."""
         with self._lock:
             for queue in self._table.queues.values():
                 self._table.commit(queue)
-            replay_from = self._table.replay_point()
-            if replay_from > self._log_committed:
-                self.store.commit_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0, replay_from)
-                self._log_committed = replay_from
 
     # --- store access --------------------------------------------------------------------------
     def _put(self, msgs: list[Message], what: str) -> list[PutMessageResult]:
@@ -784,15 +773,6 @@ class PopService:
         if bad is not None:
             raise StoreWriteError(f"the store did not take the {what}: {bad.status.value}", bad.status)
         return results
-
-    def _resolved_record(self, group: str, topic: str, entries: Sequence[InFlight]) -> Message:
-        body = pop_log.encode(
-            LogKind.RESOLVED,
-            group,
-            topic,
-            [(e.queue.topic_type, e.queue.queue_id, e.offset) for e in entries],
-        )
-        return Message(POP_LOG_TOPIC, body, tags="ack", queue_id=0)
 
     def _ensure_topic(self, topic: str) -> None:
         if topic in self._known_topics:
@@ -814,30 +794,56 @@ class PopService:
         return count
 
     # --- replay -----------------------------------------------------------------------------------
-    def _replay(self) -> None:
-        """Rebuild the in-flight table from the pop log, from its committed replay point."""
+    def _replay(self) -> pop_log.PopLog:
+        """Open the pop log (migrating the pop log topic of earlier versions into a new one) and
+        rebuild the in-flight table from its records."""
         store = self.store
-        self._log_committed = store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0)
-        offset = max(0, self._log_committed)
+        path = store.layout.pop_log
+        initial = [] if store_file_exists(path) else self._migrate()
+        opened, records = pop_log.PopLog.open(
+            path,
+            file_mode=store.config.file_mode,
+            sync=store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+            initial=initial,
+        )
+        for record in records:
+            self._table.apply(record)
+        self._table.finish_replay()
+        if initial:
+            # the records are in the new log (fsynced): the topic is never replayed again
+            end = store.max_offset_in_queue(POP_LOG_TOPIC, 0)
+            store.commit_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0, end)
+            log.info("pop log topic %s migrated to %s: %d records", POP_LOG_TOPIC, path, len(initial))
+        if records:
+            log.info("pop log replayed: %d records, %d messages in flight", len(records), self._table.count)
+        return opened
+
+    def _migrate(self) -> list[bytes]:
+        """The records of the pop log topic of earlier versions from its replay point R on (none
+        when the store has no such topic)."""
+        store = self.store
+        if POP_LOG_TOPIC not in store.topic_configs():
+            return []
+        offset = max(0, store.query_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0))
         end = store.max_offset_in_queue(POP_LOG_TOPIC, 0)
-        records = 0
+        out: list[bytes] = []
         while offset < end:
             batch = store.read_batch(POP_LOG_TOPIC, 0, offset, _REPLAY_BATCH)
             for i in range(len(batch)):
-                log_offset = int(batch.queue_offsets[i])
+                body = bytes(batch.body_at(i))
                 try:
-                    record = pop_log.decode(batch.body_at(i))
+                    pop_log.decode(body)
                 except CorruptDataError as exc:
                     log.error(
-                        "%s offset %d: skipped, not a pop log record (%s)", POP_LOG_TOPIC, log_offset, exc
+                        "%s offset %d: skipped, not a pop log record (%s)",
+                        POP_LOG_TOPIC,
+                        int(batch.queue_offsets[i]),
+                        exc,
                     )
                     continue
-                records += 1
-                self._table.apply(record, log_offset)
+                out.append(body)
             offset = max(batch.next_offset, offset + 1) if not len(batch) else batch.next_offset
-        self._table.finish_replay()
-        if records:
-            log.info("pop log replayed: %d records, %d messages in flight", records, self._table.count)
+        return out
 
 
 class _ReviveLoop(BackgroundService):
@@ -849,10 +855,21 @@ class _ReviveLoop(BackgroundService):
         try:
             while self._pop.revive_expired() > 0:
                 pass
-            self._pop.relog_oldest()
         except StoreWriteError as exc:
             log.warning("pop state write failed, retried next round: %s", exc)
         self._pop.commit_progress()
+        try:
+            self._pop.maintain()
+        except StoreWriteError as exc:
+            # a failed fsync fails the log's appends from now on (they answer errors); a failed
+            # compaction leaves the old log in use and is tried again once it doubled
+            log.error("pop log maintenance failed: %s", exc)
+
+
+def _resolved_record(group: str, topic: str, entries: Sequence[InFlight]) -> bytes:
+    return pop_log.encode(
+        LogKind.RESOLVED, group, topic, [(e.queue.topic_type, e.queue.queue_id, e.offset) for e in entries]
+    )
 
 
 def binding(group: str, topic: str) -> int:

@@ -2,14 +2,11 @@
 
 Per (group, subscribed topic, topic type, queue id) a ``GroupQueue``: the cursor (next queue
 offset to read) and the messages handed out and not done yet (``InFlight``), by queue offset, in
-offset order. Besides: which pop-log records hold live entries (the replay point R may not pass
-them), the log's end when each record being written began (nor those), and the redelivery
-schedule of non-FIFO entries (a heap; items whose entry is done or was rescheduled are stale
-and skipped).
+offset order. Besides: the redelivery schedule of non-FIFO entries (a heap; items whose entry is
+done or was rescheduled are stale and skipped).
 
-Invariants: an entry is in its queue's ``in_flight`` until removed (``gone``); ``record`` is the
-log offset of the IN_FLIGHT record holding it, -1 while none does; a log offset is in
-``_records`` while entries point at it; ``queue.fifo_entries`` counts its FIFO entries.
+Invariants: an entry is in its queue's ``in_flight`` until removed (``gone``);
+``queue.fifo_entries`` counts its FIFO entries.
 
 Not thread-safe: PopService's lock guards every call.
 """
@@ -43,7 +40,6 @@ class InFlight:
     attempt: int
     max_attempts: int
     fifo: bool  # locks its queue while in flight; comes back in place, not via the retry topic
-    record: int = -1  # log offset of the IN_FLIGHT record holding it; -1 while being written
     writing: bool = True  # an IN_FLIGHT record of it is being written
     resolving: bool = False  # its RESOLVED record is being written
     gone: bool = False  # done: out of its queue's in_flight
@@ -81,15 +77,11 @@ class GroupQueue:
 
 
 class InFlightTable:
-    def __init__(self, store: MessageStore, log_topic: str, new_group_start: Literal["max", "min"]) -> None:
+    def __init__(self, store: MessageStore, new_group_start: Literal["max", "min"]) -> None:
         self.store = store
         self.queues: dict[QueueKey, GroupQueue] = {}
         self.count = 0  # entries in flight, over all queues
-        self._log_topic = log_topic
         self._new_group_start = new_group_start
-        self._records: dict[int, int] = {}  # log offset -> entries it holds
-        self._writing: dict[int, int] = {}  # write id -> log end when it began
-        self._write_ids = itertools.count()
         self._heap: list[tuple[int, int, InFlight]] = []  # (deadline, seq, entry), non-FIFO entries
         self._heap_seq = itertools.count()
         self._replayed: dict[tuple[QueueKey, int], InFlight] = {}
@@ -147,26 +139,9 @@ class InFlightTable:
         queue.fifo_entries += entry.fifo
         self.count += 1
 
-    def hold(self, entry: InFlight, record: int) -> None:
-        """``entry`` is held by the IN_FLIGHT record at log offset ``record`` from now on."""
-        self._release(entry)
-        entry.record = record
-        self._records[record] = self._records.get(record, 0) + 1
-
-    def _release(self, entry: InFlight) -> None:
-        old = entry.record
-        if old >= 0:
-            left = self._records[old] - 1
-            if left:
-                self._records[old] = left
-            else:
-                del self._records[old]
-        entry.record = -1
-
     def remove(self, entry: InFlight) -> None:
         if entry.gone:
             return
-        self._release(entry)
         del entry.queue.in_flight[entry.offset]
         entry.queue.fifo_entries -= entry.fifo
         entry.gone = True
@@ -196,40 +171,9 @@ class InFlightTable:
             out.append(entry)
         return out
 
-    # --- the pop log's replay point ------------------------------------------------------------------
-    def begin_write(self) -> int:
-        """A pop-log write begins: R may not pass the log's end until ``end_write``."""
-        write_id = next(self._write_ids)
-        self._writing[write_id] = self.store.max_offset_in_queue(self._log_topic, 0)
-        return write_id
-
-    def end_write(self, write_id: int) -> None:
-        del self._writing[write_id]
-
-    def replay_point(self) -> int:
-        """R: the lowest pop-log offset whose record may still matter."""
-        end = self.store.max_offset_in_queue(self._log_topic, 0)
-        return min([*self._records, *self._writing.values(), end])
-
-    def oldest_record(self) -> int | None:
-        return min(self._records) if self._records else None
-
-    def held_before(self, cutoff: int, limit: int) -> list[InFlight]:
-        """Up to ``limit`` entries held by records before ``cutoff`` and not being written,
-        marked as being written (to be written again)."""
-        out: list[InFlight] = []
-        for queue in self.queues.values():
-            for entry in queue.in_flight.values():
-                if 0 <= entry.record < cutoff and not (entry.writing or entry.resolving):
-                    entry.writing = True
-                    out.append(entry)
-                    if len(out) >= limit:
-                        return out
-        return out
-
     # --- replay -------------------------------------------------------------------------------------
-    def apply(self, record: pop_log.PopLogRecord, log_offset: int) -> None:
-        """Replay one pop-log record (at ``log_offset``); ``finish_replay`` after the last."""
+    def apply(self, record: pop_log.PopLogRecord) -> None:
+        """Replay one pop-log record; ``finish_replay`` after the last."""
         group, topic = record.group, record.topic
         entries = self._replayed
         for e in record.in_flight:
@@ -247,10 +191,10 @@ class InFlightTable:
             fifo = bool(e.flags & pop_log.FLAG_FIFO)
             queue.fifo_entries += fifo - entry.fifo
             entry.max_attempts, entry.fifo = record.max_attempts, fifo
-            self.hold(entry, log_offset)
         if record.kind is pop_log.LogKind.POSITION:
             for r in record.resolved:
-                self.queue(group, topic, r.topic_type, r.queue_id, start=r.offset)
+                queue = self.queue(group, topic, r.topic_type, r.queue_id, start=r.offset)
+                queue.cursor = max(queue.cursor, r.offset)
             return
         for r in record.resolved:
             gone = entries.pop(((group, topic, r.topic_type, r.queue_id), r.offset), None)

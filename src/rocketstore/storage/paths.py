@@ -9,6 +9,7 @@ listed, created and replaced.
     {root}/checkpoint  {root}/abort  {root}/lock  {root}/config/*.json
     {root}/.dispatch-seq (rocketstore's, not RocketMQ's: see codec/dispatch_signal.py)
     {root}/consumers/{group}/ (rocketstore's: consumer group membership, see consumer/group.py)
+    {root}/poplog (rocketstore's: the gRPC broker's pop consumer state, see broker/pop_log.py)
 
 Files and links (docs/store-format.md §1.1): every store file is opened here, and only as a
 regular file: ``O_NOFOLLOW`` (a link inside the root is never followed), ``O_NONBLOCK`` (a FIFO
@@ -428,6 +429,7 @@ class StoreLayout:
         self.config = self.root / "config"
         self.dispatch_signal = self.root / ".dispatch-seq"
         self.consumers = self.root / "consumers"
+        self.pop_log = self.root / "poplog"
 
     @property
     def directories(self) -> tuple[Path, ...]:
