@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from rocketstore.broker.pop_copies import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, dlq_topic
 from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED, SYSFLAG_MULTI_TAGS
 from rocketstore.message import RESERVED_PROPERTIES, Message, MessageExt
 
@@ -32,10 +33,6 @@ __all__ = [
     "send_back",
 ]
 
-RETRY_PREFIX: Final = "%RETRY%"
-DLQ_PREFIX: Final = "%DLQ%"
-PROPERTY_RETRY_TOPIC: Final = "RETRY_TOPIC"
-PROPERTY_ORIGIN_MESSAGE_ID: Final = "ORIGIN_MESSAGE_ID"
 DEFAULT_MAX_RECONSUME_TIMES: Final = 16  # a subscription group's retryMaxTimes
 FIRST_RETRY_DELAY_LEVEL: Final = 3  # 10 s
 # the body's compression: bit 0 and the compression type in bits 8-10
@@ -43,11 +40,8 @@ _KEPT_SYSFLAG: Final = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | 0x700
 
 
 def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
+    """A remoting consumer group's retry topic (RocketMQ 4's; RocketMQ 5's pop adds the topic)."""
+    return f"%RETRY%{group}"
 
 
 @dataclass(frozen=True)
