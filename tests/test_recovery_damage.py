@@ -711,6 +711,57 @@ def test_damaged_consume_queue_segments_are_rebuilt(
         assert _queue_bytes(root, topic, qid)[: len(want)] == want
 
 
+@pytest.mark.parametrize(
+    "damage", ["newest-segment-deleted", "every-segment-deleted", "queue-dir-deleted", "topic-dir-deleted"]
+)
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "crash"])
+def test_deleted_newest_consume_queue_files_are_rebuilt(
+    pristine: Pristine, tmp_path: Path, damage: str, abort: bool
+) -> None:
+    """A queue's newest segment deleted (its older ones full: no gap shows), every segment or
+    the queue's or topic's directory deleted, after a clean stop or a crash: nothing in what is
+    left looks damaged, the queue is only short. Open finds the records no queue holds, reports
+    each such queue, and re-dispatch writes it again byte for byte: every message reads back
+    through its queue, with its offset."""
+    root = _copy(pristine, tmp_path)
+    topic, qid = QUEUES[0]
+    segments = _queue_segments(root, topic, qid)
+    assert len(segments) == 2
+    wants = {q: _queue_bytes(root, *q) for q in QUEUES}
+    if damage == "newest-segment-deleted":
+        segments[1].unlink()
+        hit = [(topic, qid)]
+    elif damage == "every-segment-deleted":
+        for seg in segments:
+            seg.unlink()
+        hit = [(topic, qid)]
+    elif damage == "queue-dir-deleted":
+        shutil.rmtree(segments[0].parent)
+        hit = [(topic, qid)]
+    else:
+        shutil.rmtree(segments[0].parent.parent)
+        hit = [q for q in QUEUES if q[0] == topic]
+    if abort:
+        (root / "abort").touch()
+    with _recovered(root, pristine, pristine.recs, [], f"cq-gone-{damage}-{abort}") as store:
+        rep = store.recovery
+        assert rep is not None
+        assert [line.split(":")[0] for line in rep.rebuilt] == [f"consume queue {t}/{q}" for t, q in hit]
+        assert store.wait_dispatched(10)
+        for q in QUEUES:
+            assert _queue_bytes(root, *q)[: len(wants[q])] == wants[q], q
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "crash"])
+def test_healthy_store_reports_nothing_rebuilt(pristine: Pristine, tmp_path: Path, abort: bool) -> None:
+    root = _copy(pristine, tmp_path)
+    if abort:
+        (root / "abort").touch()
+    with _recovered(root, pristine, pristine.recs, [], f"healthy-{abort}") as store:
+        rep = store.recovery
+        assert rep is not None and rep.rebuilt == ()
+
+
 # --- 5. unclean stop whose abort file is missing -----------------------------------------------------------
 
 

@@ -13,11 +13,20 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
+
 from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec.commitlog_scan import Extent, next_record_start, scan_extent
+from rocketstore.codec.commitlog_scan import (
+    Extent,
+    message_starts,
+    next_record_start,
+    record_fields,
+    scan_extent,
+)
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.dispatch_request import gets_queue_entry
 from rocketstore.index import IndexService
 from rocketstore.storage.mapped_file import MappedFile
 
@@ -103,6 +112,18 @@ def recover(
         reput_from = min(reput_from, max(cq.max_physical_offset, commitlog.min_offset, 0))
     if abnormal:
         reput_from = min(reput_from, scan_start)
+    if not commitlog.files.readonly:  # a read-only view re-dispatches nothing
+        # A queue whose newest segment, or whole directory, was deleted shows no damage in what
+        # is left: it is only short. Dispatch resumes at the end of a queue that may lack its
+        # newest segment, and at the first record of the scanned stretch no queue holds.
+        for cq in queues:
+            if cq.may_lack_newest_segment:
+                reput_from = min(reput_from, max(cq.max_physical_offset, commitlog.min_offset, 0))
+        flushed = checkpoint.value.logics_msg_timestamp if abnormal else None
+        first_lost, lines = _entries_lost(commitlog, queues, scan_start, end, flushed)
+        if first_lost is not None:
+            reput_from = min(reput_from, first_lost)
+        rebuilt += lines
     queue_holes = 0
     for cq in queues:
         for first, stop in cq.holes:
@@ -147,6 +168,61 @@ def recover(
         queue_holes,
         rebuilt,
     )
+
+
+def _entries_lost(
+    commitlog: CommitLog, queues: ConsumeQueueSet, start: int, end: int, flushed_until: int | None
+) -> tuple[int | None, tuple[str, ...]]:
+    """Records in ``[start, end)`` (the stretch recovery scanned) that should have a queue entry
+    and have none: the first one's offset (None if none), and one line per queue whose entries
+    were lost rather than never written: every one after a clean stop; after a crash, those of
+    records no newer than ``flushed_until`` (the checkpoint's time up to which the queues were
+    flushed; later ones were never flushed, which is no damage). Queues load already found
+    damaged (segments dropped, holes) are reported there."""
+    queued = queues.physical_offsets_from(start)
+    first: int | None = None
+    lost: dict[tuple[str, int], list[int]] = {}
+    for mf in commitlog.files.files:
+        base = mf.from_offset
+        if base + mf.size <= start or base >= end:
+            continue
+        starts, _, _ = message_starts(mf.buf, max(0, start - base), min(mf.size, end - base))
+        if len(queued) and len(starts):
+            at = np.minimum(np.searchsorted(queued, starts + base), len(queued) - 1)
+            starts = starts[queued[at] != starts + base]
+        if not len(starts):
+            continue
+        fields = record_fields(mf.buf, starts)
+        wanted = gets_queue_entry(fields["sys_flag"])
+        if not wanted.any():
+            continue  # transaction halves (PREPARED, ROLLBACK) get no entry
+        if first is None:
+            first = base + int(starts[wanted][0])
+        if flushed_until is not None:
+            wanted &= fields["store_timestamp"] <= flushed_until
+        columns = (
+            fields[name][wanted].tolist() for name in ("topic_at", "topic_len", "queue_id", "queue_offset")
+        )
+        for topic_at, topic_len, queue_id, queue_offset in zip(*columns, strict=True):
+            topic = bytes(mf.buf[topic_at : topic_at + topic_len]).decode("utf-8", "replace")
+            lost.setdefault((topic, queue_id), []).append(queue_offset)
+    lines = []
+    for (topic, queue_id), offsets in sorted(lost.items()):
+        cq = queues.get(topic, queue_id)
+        queue_end = cq.max_offset if cq is not None else 0
+        if min(offsets) > queue_end and first is not None:
+            # its records between its end and the scanned stretch are lost too: from its end on
+            # (from the log's start for a queue with no entry left)
+            resume = cq.max_physical_offset if cq is not None else 0
+            first = min(first, max(resume, commitlog.min_offset, 0))
+        if cq is not None and (cq.dropped or cq.holes):
+            continue
+        lines.append(
+            f"consume queue {topic}/{queue_id}: entries at queue offsets {min(min(offsets), queue_end)}.."
+            f"{max(offsets)} missing for records the commitlog holds (its newest segment or directory "
+            "deleted)"
+        )
+    return first, tuple(lines)
 
 
 def log_report(report: RecoveryReport, *, readonly: bool) -> None:
