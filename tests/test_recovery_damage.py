@@ -752,6 +752,82 @@ def test_deleted_newest_consume_queue_files_are_rebuilt(
             assert _queue_bytes(root, *q)[: len(wants[q])] == wants[q], q
 
 
+def _old_queue_store(root: Path) -> tuple[list[bytes], int]:
+    """A store whose queue OldTopic/0 (90 entries: segments of 40, 40, 10) is written first, then
+    more than three commitlog segments of another topic: its records lie before the stretch a
+    clean open scans. Returns its bodies and the store time after the last record."""
+    clock = ManualClock(T0)
+    bodies = [b"old-%03d-" % i + bytes(200) for i in range(90)]
+    with MessageStore.open(root, CFG, clock=clock) as store:
+        results = store.put_messages([Message("OldTopic", body, queue_id=0) for body in bodies])
+        assert all(r.status is PutStatus.PUT_OK for r in results)
+        for _ in range(5):
+            clock.advance(STEP_MS)
+            store.put_messages([Message("NewTopic", bytes(1000), queue_id=0) for _ in range(60)])
+        assert store.wait_dispatched(10)
+    assert len(_segments(root)) >= 5
+    return bodies, clock.now_ms() + 60_000
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "crash"])
+def test_deleted_newest_segment_of_a_queue_older_than_the_scanned_log_is_rebuilt(
+    tmp_path: Path, abort: bool
+) -> None:
+    """A queue whose records all lie before the commitlog segments a clean open scans, its
+    newest segment deleted: the older segment before it is full, so the queue may go on past it;
+    open looks for its records from its end, rebuilds it and reports it."""
+    root = tmp_path / "store"
+    bodies, end_time = _old_queue_store(root)
+    segments = _queue_segments(root, "OldTopic", 0)
+    assert [p.stat().st_size for p in segments] == [40 * CQ_ENTRY] * 3
+    segments[2].unlink()
+    if abort:
+        (root / "abort").touch()
+    with _open(root, end_time) as store:
+        rep = store.recovery
+        assert rep is not None
+        assert rep.rebuilt == (
+            "consume queue OldTopic/0: entries at queue offsets 80..89 missing for records the commitlog "
+            "holds (its newest segment or directory deleted)",
+        )
+        assert store.wait_dispatched(10)
+        got = _read_queue(store, "OldTopic", 0)
+        assert [m.queue_offset for m in got] == list(range(90))
+        assert [m.body for m in got] == bodies
+        assert len(_read_queue(store, "NewTopic", 0)) == 300
+    with _open(root, end_time) as again:
+        assert again.recovery is not None and again.recovery.rebuilt == ()
+        assert len(_read_queue(again, "OldTopic", 0)) == 90
+
+
+@pytest.mark.parametrize("deleted", ["newest", "every"])
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "crash"])
+def test_deleted_index_files_are_rebuilt(
+    pristine: Pristine, tmp_path: Path, abort: bool, deleted: str
+) -> None:
+    """The newest index file deleted (the one before it is full), or every one: every key is
+    found again after open."""
+    root = _copy(pristine, tmp_path)
+    files = sorted((root / "index").iterdir())
+    for f in files[-1:] if deleted == "newest" else files:
+        f.unlink()
+    full_end = _index_headers(root)[-1][2] if deleted == "newest" else 0
+    if abort:
+        (root / "abort").touch()
+    with _recovered(root, pristine, pristine.recs, [], f"index-gone-{deleted}-{abort}") as store:
+        rep = store.recovery
+        assert rep is not None
+        if deleted == "newest":
+            assert rep.rebuilt == (
+                f"index: {files[-2]} is full and the commitlog goes on past its last record (the index file "
+                f"after it deleted): indexed again from {full_end}",
+            )
+        else:
+            assert rep.rebuilt == (
+                "index: no index file left for the commitlog's records: indexed again from 0",
+            )
+
+
 @pytest.mark.parametrize("abort", [False, True], ids=["clean", "crash"])
 def test_healthy_store_reports_nothing_rebuilt(pristine: Pristine, tmp_path: Path, abort: bool) -> None:
     root = _copy(pristine, tmp_path)

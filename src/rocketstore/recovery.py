@@ -114,13 +114,18 @@ def recover(
         reput_from = min(reput_from, scan_start)
     if not commitlog.files.readonly:  # a read-only view re-dispatches nothing
         # A queue whose newest segment, or whole directory, was deleted shows no damage in what
-        # is left: it is only short. Dispatch resumes at the end of a queue that may lack its
-        # newest segment, and at the first record of the scanned stretch no queue holds.
-        for cq in queues:
-            if cq.may_lack_newest_segment:
-                reput_from = min(reput_from, max(cq.max_physical_offset, commitlog.min_offset, 0))
+        # is left: it is only short. Records no queue holds are looked for in the stretch just
+        # scanned, and from the end of each queue that may lack its newest segment.
+        check_from = min(
+            [scan_start]
+            + [
+                max(cq.max_physical_offset, commitlog.min_offset, 0)
+                for cq in queues
+                if cq.may_lack_newest_segment
+            ]
+        )
         flushed = checkpoint.value.logics_msg_timestamp if abnormal else None
-        first_lost, lines = _entries_lost(commitlog, queues, scan_start, end, flushed)
+        first_lost, lines = _entries_lost(commitlog, queues, check_from, end, flushed)
         if first_lost is not None:
             reput_from = min(reput_from, first_lost)
         rebuilt += lines
@@ -132,6 +137,11 @@ def recover(
             prior = cq.entry_at(first - 1) if first > cq.min_offset else None
             after = prior[0] + prior[1] if prior is not None and 0 < prior[1] < 0x7FFFFFFF else 0
             reput_from = min(reput_from, max(after, commitlog.min_offset, 0))
+    if index is not None and not commitlog.files.readonly:
+        lost_index = index.lost_newest(commitlog.min_offset, end, commitlog.message_at)
+        if lost_index is not None and index.reindex_from is not None:
+            rebuilt += (lost_index,)
+            reput_from = min(reput_from, max(index.reindex_from, commitlog.min_offset))
     if index is not None:
         # The dispatcher writes queues before the index: after an unclean stop the index may
         # lack the last records the queues have. Resume from the last indexed record.
@@ -173,7 +183,7 @@ def recover(
 def _entries_lost(
     commitlog: CommitLog, queues: ConsumeQueueSet, start: int, end: int, flushed_until: int | None
 ) -> tuple[int | None, tuple[str, ...]]:
-    """Records in ``[start, end)`` (the stretch recovery scanned) that should have a queue entry
+    """Records in ``[start, end)`` that should have a queue entry
     and have none: the first one's offset (None if none), and one line per queue whose entries
     were lost rather than never written: every one after a clean stop; after a crash, those of
     records no newer than ``flushed_until`` (the checkpoint's time up to which the queues were
