@@ -27,6 +27,7 @@ import pytest
 from rocketstore import GetStatus, ManualClock, Message, MessageExt, MessageStore, PutStatus, StoreConfig
 from rocketstore.codec import index_layout
 from tests.conftest import FIXTURES, copy_fixture, fixture_clock
+from tests.live_writer import LiveWriter
 
 SEG = 65536
 CFG = StoreConfig(
@@ -750,6 +751,39 @@ def test_deleted_newest_consume_queue_files_are_rebuilt(
         assert store.wait_dispatched(10)
         for q in QUEUES:
             assert _queue_bytes(root, *q)[: len(wants[q])] == wants[q], q
+
+
+@pytest.mark.parametrize("damage", ["newest-segment", "queue-dir"])
+def test_queue_files_deleted_under_a_live_writer_then_a_crash_are_rebuilt(
+    tmp_path: Path, damage: str
+) -> None:
+    """The newest segment of a queue, or its directory, deleted under a running writer (which
+    goes on writing the deleted file), then the writer killed: the next open rebuilds the queue
+    from the commitlog, every message of it in order, and reports it."""
+    root = tmp_path / "store"
+    writer = LiveWriter(root, CFG)
+    writer.put("T", 60, queues=1)  # two segments of 40 entries, durable
+    writer.close()
+    writer = LiveWriter(root, CFG)
+    try:
+        segments = _queue_segments(root, "T", 0)
+        assert len(segments) == 2
+        if damage == "newest-segment":
+            segments[1].unlink()
+        else:
+            shutil.rmtree(segments[0].parent)
+        writer.put("T", 10, queues=1)
+    finally:
+        writer.kill()
+    assert (root / "abort").exists()
+    with MessageStore.open(root, CFG) as store:
+        rep = store.recovery
+        assert rep is not None and rep.abnormal
+        assert [line.split(":")[0] for line in rep.rebuilt] == ["consume queue T/0"]
+        assert store.wait_dispatched(10)
+        got = _read_queue(store, "T", 0)
+        assert [m.queue_offset for m in got] == list(range(70))
+        assert [m.body for m in got] == [f"T-{i}".encode() for i in [*range(60), *range(10)]]
 
 
 def _old_queue_store(root: Path) -> tuple[list[bytes], int]:
