@@ -6,6 +6,13 @@ shutdown, or after a crash from the newest segment whose first record is older t
 checkpoint says is safe; everything past that record is cut, and consume-queue entries and
 index files pointing past it are dropped. The dispatcher then resumes from ``reput_from``, the
 earliest point the queues or the index may lack (dispatch is idempotent).
+
+A queue whose newest segment or whole directory was deleted leaves nothing damaged behind, only
+a short queue: records of the scanned stretch that no queue holds show it, and so (for a queue
+whose records are older) does a queue ending at a full segment, or with no segment left: the
+log is then checked from that queue's end (its start). A healthy store pays a walk of record
+headers over the stretch recovery scans anyway, and the longer one only for a queue that
+happens to end exactly at a segment's end.
 """
 
 from __future__ import annotations
@@ -53,8 +60,10 @@ class RecoveryReport:
     # damaged stretches of segments older than the last one holding data: stepped over, kept
     stepped_over: tuple[DamagedRange, ...] = ()
     queue_holes: int = 0  # missing entries between valid ones of consume queues, rebuilt by re-dispatch
-    # index files found damaged at open and rebuilt from the commitlog, one line each: consume-queue
-    # segments emptied, cut short or after a gap (dropped), an unreadable checkpoint (ignored)
+    # index files found damaged or lost at open and rebuilt from the commitlog, one line each:
+    # consume-queue segments emptied, cut short or after a gap (dropped), queues short of entries
+    # for records the commitlog holds (their newest segment or directory deleted), index files
+    # after the last one left deleted, an unreadable checkpoint (ignored)
     rebuilt: tuple[str, ...] = ()
 
 
