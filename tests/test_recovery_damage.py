@@ -862,6 +862,20 @@ def test_deleted_index_files_are_rebuilt(
             )
 
 
+def test_a_queue_ending_exactly_at_a_full_segment_reports_nothing_rebuilt(tmp_path: Path) -> None:
+    """A queue whose last segment is exactly full may lack the next one; the log is checked
+    from its end, finds nothing missing, and the open reports nothing."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, CFG, clock=ManualClock(T0)) as store:
+        store.put_messages([Message("T", b"m%d" % i, queue_id=0) for i in range(80)])
+        store.put_messages([Message("U", b"u%d" % i, queue_id=0) for i in range(10)])
+        assert store.wait_dispatched(10)
+    assert [p.stat().st_size for p in _queue_segments(root, "T", 0)] == [40 * CQ_ENTRY] * 2
+    with MessageStore.open(root, CFG, clock=ManualClock(T0)) as store:
+        assert store.recovery is not None and store.recovery.rebuilt == ()
+        assert store.max_offset_in_queue("T", 0) == 80 and store.max_offset_in_queue("U", 0) == 10
+
+
 @pytest.mark.parametrize("abort", [False, True], ids=["clean", "crash"])
 def test_healthy_store_reports_nothing_rebuilt(pristine: Pristine, tmp_path: Path, abort: bool) -> None:
     root = _copy(pristine, tmp_path)
