@@ -27,6 +27,7 @@ import pytest
 from rocketstore import GetStatus, ManualClock, Message, MessageExt, MessageStore, PutStatus, StoreConfig
 from rocketstore.codec import index_layout
 from tests.conftest import FIXTURES, copy_fixture, fixture_clock
+from tests.live_writer import LiveWriter
 
 SEG = 65536
 CFG = StoreConfig(
@@ -709,6 +710,180 @@ def test_damaged_consume_queue_segments_are_rebuilt(
         assert [line.split(" ")[0] for line in rep.rebuilt] == [str(p) for p in dropped]
         assert store.wait_dispatched(10)
         assert _queue_bytes(root, topic, qid)[: len(want)] == want
+
+
+@pytest.mark.parametrize(
+    "damage", ["newest-segment-deleted", "every-segment-deleted", "queue-dir-deleted", "topic-dir-deleted"]
+)
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "crash"])
+def test_deleted_newest_consume_queue_files_are_rebuilt(
+    pristine: Pristine, tmp_path: Path, damage: str, abort: bool
+) -> None:
+    """A queue's newest segment deleted (its older ones full: no gap shows), every segment or
+    the queue's or topic's directory deleted, after a clean stop or a crash: nothing in what is
+    left looks damaged, the queue is only short. Open finds the records no queue holds, reports
+    each such queue, and re-dispatch writes it again byte for byte: every message reads back
+    through its queue, with its offset."""
+    root = _copy(pristine, tmp_path)
+    topic, qid = QUEUES[0]
+    segments = _queue_segments(root, topic, qid)
+    assert len(segments) == 2
+    wants = {q: _queue_bytes(root, *q) for q in QUEUES}
+    if damage == "newest-segment-deleted":
+        segments[1].unlink()
+        hit = [(topic, qid)]
+    elif damage == "every-segment-deleted":
+        for seg in segments:
+            seg.unlink()
+        hit = [(topic, qid)]
+    elif damage == "queue-dir-deleted":
+        shutil.rmtree(segments[0].parent)
+        hit = [(topic, qid)]
+    else:
+        shutil.rmtree(segments[0].parent.parent)
+        hit = [q for q in QUEUES if q[0] == topic]
+    if abort:
+        (root / "abort").touch()
+    with _recovered(root, pristine, pristine.recs, [], f"cq-gone-{damage}-{abort}") as store:
+        rep = store.recovery
+        assert rep is not None
+        assert [line.split(":")[0] for line in rep.rebuilt] == [f"consume queue {t}/{q}" for t, q in hit]
+        assert store.wait_dispatched(10)
+        for q in QUEUES:
+            assert _queue_bytes(root, *q)[: len(wants[q])] == wants[q], q
+
+
+@pytest.mark.parametrize("damage", ["newest-segment", "queue-dir"])
+def test_queue_files_deleted_under_a_live_writer_then_a_crash_are_rebuilt(
+    tmp_path: Path, damage: str
+) -> None:
+    """The newest segment of a queue, or its directory, deleted under a running writer (which
+    goes on writing the deleted file), then the writer killed: the next open rebuilds the queue
+    from the commitlog, every message of it in order, and reports it."""
+    root = tmp_path / "store"
+    writer = LiveWriter(root, CFG)
+    writer.put("T", 60, queues=1)  # two segments of 40 entries, durable
+    writer.close()
+    writer = LiveWriter(root, CFG)
+    try:
+        segments = _queue_segments(root, "T", 0)
+        assert len(segments) == 2
+        if damage == "newest-segment":
+            segments[1].unlink()
+        else:
+            shutil.rmtree(segments[0].parent)
+        writer.put("T", 10, queues=1)
+    finally:
+        writer.kill()
+    assert (root / "abort").exists()
+    with MessageStore.open(root, CFG) as store:
+        rep = store.recovery
+        assert rep is not None and rep.abnormal
+        assert [line.split(":")[0] for line in rep.rebuilt] == ["consume queue T/0"]
+        assert store.wait_dispatched(10)
+        got = _read_queue(store, "T", 0)
+        assert [m.queue_offset for m in got] == list(range(70))
+        assert [m.body for m in got] == [f"T-{i}".encode() for i in [*range(60), *range(10)]]
+
+
+def _old_queue_store(root: Path) -> tuple[list[bytes], int]:
+    """A store whose queue OldTopic/0 (90 entries: segments of 40, 40, 10) is written first, then
+    more than three commitlog segments of another topic: its records lie before the stretch a
+    clean open scans. Returns its bodies and the store time after the last record."""
+    clock = ManualClock(T0)
+    bodies = [b"old-%03d-" % i + bytes(200) for i in range(90)]
+    with MessageStore.open(root, CFG, clock=clock) as store:
+        results = store.put_messages([Message("OldTopic", body, queue_id=0) for body in bodies])
+        assert all(r.status is PutStatus.PUT_OK for r in results)
+        for _ in range(5):
+            clock.advance(STEP_MS)
+            store.put_messages([Message("NewTopic", bytes(1000), queue_id=0) for _ in range(60)])
+        assert store.wait_dispatched(10)
+    assert len(_segments(root)) >= 5
+    return bodies, clock.now_ms() + 60_000
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "crash"])
+def test_deleted_newest_segment_of_a_queue_older_than_the_scanned_log_is_rebuilt(
+    tmp_path: Path, abort: bool
+) -> None:
+    """A queue whose records all lie before the commitlog segments a clean open scans, its
+    newest segment deleted: the older segment before it is full, so the queue may go on past it;
+    open looks for its records from its end, rebuilds it and reports it."""
+    root = tmp_path / "store"
+    bodies, end_time = _old_queue_store(root)
+    segments = _queue_segments(root, "OldTopic", 0)
+    assert [p.stat().st_size for p in segments] == [40 * CQ_ENTRY] * 3
+    segments[2].unlink()
+    if abort:
+        (root / "abort").touch()
+    with _open(root, end_time) as store:
+        rep = store.recovery
+        assert rep is not None
+        assert rep.rebuilt == (
+            "consume queue OldTopic/0: entries at queue offsets 80..89 missing for records the commitlog "
+            "holds (its newest segment or directory deleted)",
+        )
+        assert store.wait_dispatched(10)
+        got = _read_queue(store, "OldTopic", 0)
+        assert [m.queue_offset for m in got] == list(range(90))
+        assert [m.body for m in got] == bodies
+        assert len(_read_queue(store, "NewTopic", 0)) == 300
+    with _open(root, end_time) as again:
+        assert again.recovery is not None and again.recovery.rebuilt == ()
+        assert len(_read_queue(again, "OldTopic", 0)) == 90
+
+
+@pytest.mark.parametrize("deleted", ["newest", "every"])
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "crash"])
+def test_deleted_index_files_are_rebuilt(
+    pristine: Pristine, tmp_path: Path, abort: bool, deleted: str
+) -> None:
+    """The newest index file deleted (the one before it is full), or every one: every key is
+    found again after open."""
+    root = _copy(pristine, tmp_path)
+    files = sorted((root / "index").iterdir())
+    for f in files[-1:] if deleted == "newest" else files:
+        f.unlink()
+    full_end = _index_headers(root)[-1][2] if deleted == "newest" else 0
+    if abort:
+        (root / "abort").touch()
+    with _recovered(root, pristine, pristine.recs, [], f"index-gone-{deleted}-{abort}") as store:
+        rep = store.recovery
+        assert rep is not None
+        if deleted == "newest":
+            assert rep.rebuilt == (
+                f"index: {files[-2]} is full and the commitlog goes on past its last record (the index file "
+                f"after it deleted): indexed again from {full_end}",
+            )
+        else:
+            assert rep.rebuilt == (
+                "index: no index file left for the commitlog's records: indexed again from 0",
+            )
+
+
+def test_a_queue_ending_exactly_at_a_full_segment_reports_nothing_rebuilt(tmp_path: Path) -> None:
+    """A queue whose last segment is exactly full may lack the next one; the log is checked
+    from its end, finds nothing missing, and the open reports nothing."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, CFG, clock=ManualClock(T0)) as store:
+        store.put_messages([Message("T", b"m%d" % i, queue_id=0) for i in range(80)])
+        store.put_messages([Message("U", b"u%d" % i, queue_id=0) for i in range(10)])
+        assert store.wait_dispatched(10)
+    assert [p.stat().st_size for p in _queue_segments(root, "T", 0)] == [40 * CQ_ENTRY] * 2
+    with MessageStore.open(root, CFG, clock=ManualClock(T0)) as store:
+        assert store.recovery is not None and store.recovery.rebuilt == ()
+        assert store.max_offset_in_queue("T", 0) == 80 and store.max_offset_in_queue("U", 0) == 10
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["clean", "crash"])
+def test_healthy_store_reports_nothing_rebuilt(pristine: Pristine, tmp_path: Path, abort: bool) -> None:
+    root = _copy(pristine, tmp_path)
+    if abort:
+        (root / "abort").touch()
+    with _recovered(root, pristine, pristine.recs, [], f"healthy-{abort}") as store:
+        rep = store.recovery
+        assert rep is not None and rep.rebuilt == ()
 
 
 # --- 5. unclean stop whose abort file is missing -----------------------------------------------------------

@@ -159,6 +159,15 @@ class ConsumeQueue:
         self.files.truncate(end)
         return damaged
 
+    @property
+    def may_lack_newest_segment(self) -> bool:
+        """Whether the queue's newest segment may have been deleted: it has none left, or its
+        last one is full (a queue only moves on to a new segment once the last is full). Rare in
+        a healthy store (a queue that exactly fills its segment, a queue directory created just
+        before a crash), and then costs a re-dispatch that finds nothing to add."""
+        files = self.files.files
+        return not files or files[-1].wrote_position >= files[-1].size
+
     def _find_holes(self, mf: MappedFile, entries: npt.NDArray[np.void]) -> None:
         """Runs of invalid entries in a segment that later segments follow (each one a hole)."""
         bad = (entries["offset"] < 0) | (entries["size"] <= 0)

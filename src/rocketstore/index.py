@@ -17,6 +17,7 @@ from rocketstore.codec.java_hash import index_key_hash, index_key_hashes
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError, StorePathError
+from rocketstore.message import MessageExt
 from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import (
@@ -314,6 +315,33 @@ class IndexService:
             return -1
         h = self.files[-1].header
         return h.end_phy_offset if h.index_count > 1 or h.end_phy_offset > 0 else -1
+
+    def lost_newest(
+        self, log_start: int, log_end: int, record_at: Callable[[int], MessageExt | None]
+    ) -> str | None:
+        """Index files lost after the last one left (the newest deleted, or every one), as a line
+        for the recovery report, None when none seem lost: none left while the log's first
+        record has keys, or the last one full while the log goes on past the record it ends at
+        (the next file is started by the next record with keys). Records from where the lost
+        files began are indexed again."""
+        if not self.files:
+            first = record_at(log_start) if log_start < log_end else None
+            if first is None or not (first.keys or first.uniq_key):
+                return None
+            self._rebuild_from(log_start)
+            return f"index: no index file left for the commitlog's records: indexed again from {log_start}"
+        last = self.files[-1]
+        h = last.header
+        if h.index_count < self.max_entries:
+            return None
+        record = record_at(h.end_phy_offset)
+        if record is None or h.end_phy_offset + record.store_size >= log_end:
+            return None
+        self._rebuild_from(h.end_phy_offset)  # load did so already: the last record's keys may be split
+        return (
+            f"index: {last.path} is full and the commitlog goes on past its last record (the index file "
+            f"after it deleted): indexed again from {h.end_phy_offset}"
+        )
 
     @property
     def reindex_from(self) -> int | None:

@@ -6,6 +6,13 @@ shutdown, or after a crash from the newest segment whose first record is older t
 checkpoint says is safe; everything past that record is cut, and consume-queue entries and
 index files pointing past it are dropped. The dispatcher then resumes from ``reput_from``, the
 earliest point the queues or the index may lack (dispatch is idempotent).
+
+A queue whose newest segment or whole directory was deleted leaves nothing damaged behind, only
+a short queue: records of the scanned stretch that no queue holds show it, and so (for a queue
+whose records are older) does a queue ending at a full segment, or with no segment left: the
+log is then checked from that queue's end (its start). A healthy store pays a walk of record
+headers over the stretch recovery scans anyway, and the longer one only for a queue that
+happens to end exactly at a segment's end.
 """
 
 from __future__ import annotations
@@ -13,11 +20,20 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
+
 from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.codec.commitlog_scan import Extent, next_record_start, scan_extent
+from rocketstore.codec.commitlog_scan import (
+    Extent,
+    message_starts,
+    next_record_start,
+    record_fields,
+    scan_extent,
+)
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.dispatch_request import gets_queue_entry
 from rocketstore.index import IndexService
 from rocketstore.storage.mapped_file import MappedFile
 
@@ -44,8 +60,10 @@ class RecoveryReport:
     # damaged stretches of segments older than the last one holding data: stepped over, kept
     stepped_over: tuple[DamagedRange, ...] = ()
     queue_holes: int = 0  # missing entries between valid ones of consume queues, rebuilt by re-dispatch
-    # index files found damaged at open and rebuilt from the commitlog, one line each: consume-queue
-    # segments emptied, cut short or after a gap (dropped), an unreadable checkpoint (ignored)
+    # index files found damaged or lost at open and rebuilt from the commitlog, one line each:
+    # consume-queue segments emptied, cut short or after a gap (dropped), queues short of entries
+    # for records the commitlog holds (their newest segment or directory deleted), index files
+    # after the last one left deleted, an unreadable checkpoint (ignored)
     rebuilt: tuple[str, ...] = ()
 
 
@@ -103,6 +121,23 @@ def recover(
         reput_from = min(reput_from, max(cq.max_physical_offset, commitlog.min_offset, 0))
     if abnormal:
         reput_from = min(reput_from, scan_start)
+    if not commitlog.files.readonly:  # a read-only view re-dispatches nothing
+        # A queue whose newest segment, or whole directory, was deleted shows no damage in what
+        # is left: it is only short. Records no queue holds are looked for in the stretch just
+        # scanned, and from the end of each queue that may lack its newest segment.
+        check_from = min(
+            [scan_start]
+            + [
+                max(cq.max_physical_offset, commitlog.min_offset, 0)
+                for cq in queues
+                if cq.may_lack_newest_segment
+            ]
+        )
+        flushed = checkpoint.value.logics_msg_timestamp if abnormal else None
+        first_lost, lines = _entries_lost(commitlog, queues, check_from, end, flushed)
+        if first_lost is not None:
+            reput_from = min(reput_from, first_lost)
+        rebuilt += lines
     queue_holes = 0
     for cq in queues:
         for first, stop in cq.holes:
@@ -111,6 +146,11 @@ def recover(
             prior = cq.entry_at(first - 1) if first > cq.min_offset else None
             after = prior[0] + prior[1] if prior is not None and 0 < prior[1] < 0x7FFFFFFF else 0
             reput_from = min(reput_from, max(after, commitlog.min_offset, 0))
+    if index is not None and not commitlog.files.readonly:
+        lost_index = index.lost_newest(commitlog.min_offset, end, commitlog.message_at)
+        if lost_index is not None and index.reindex_from is not None:
+            rebuilt += (lost_index,)
+            reput_from = min(reput_from, max(index.reindex_from, commitlog.min_offset))
     if index is not None:
         # The dispatcher writes queues before the index: after an unclean stop the index may
         # lack the last records the queues have. Resume from the last indexed record.
@@ -147,6 +187,61 @@ def recover(
         queue_holes,
         rebuilt,
     )
+
+
+def _entries_lost(
+    commitlog: CommitLog, queues: ConsumeQueueSet, start: int, end: int, flushed_until: int | None
+) -> tuple[int | None, tuple[str, ...]]:
+    """Records in ``[start, end)`` that should have a queue entry
+    and have none: the first one's offset (None if none), and one line per queue whose entries
+    were lost rather than never written: every one after a clean stop; after a crash, those of
+    records no newer than ``flushed_until`` (the checkpoint's time up to which the queues were
+    flushed; later ones were never flushed, which is no damage). Queues load already found
+    damaged (segments dropped, holes) are reported there."""
+    queued = queues.physical_offsets_from(start)
+    first: int | None = None
+    lost: dict[tuple[str, int], list[int]] = {}
+    for mf in commitlog.files.files:
+        base = mf.from_offset
+        if base + mf.size <= start or base >= end:
+            continue
+        starts, _, _ = message_starts(mf.buf, max(0, start - base), min(mf.size, end - base))
+        if len(queued) and len(starts):
+            at = np.minimum(np.searchsorted(queued, starts + base), len(queued) - 1)
+            starts = starts[queued[at] != starts + base]
+        if not len(starts):
+            continue
+        fields = record_fields(mf.buf, starts)
+        wanted = gets_queue_entry(fields["sys_flag"])
+        if not wanted.any():
+            continue  # transaction halves (PREPARED, ROLLBACK) get no entry
+        if first is None:
+            first = base + int(starts[wanted][0])
+        if flushed_until is not None:
+            wanted &= fields["store_timestamp"] <= flushed_until
+        columns = (
+            fields[name][wanted].tolist() for name in ("topic_at", "topic_len", "queue_id", "queue_offset")
+        )
+        for topic_at, topic_len, queue_id, queue_offset in zip(*columns, strict=True):
+            topic = bytes(mf.buf[topic_at : topic_at + topic_len]).decode("utf-8", "replace")
+            lost.setdefault((topic, queue_id), []).append(queue_offset)
+    lines = []
+    for (topic, queue_id), offsets in sorted(lost.items()):
+        cq = queues.get(topic, queue_id)
+        queue_end = cq.max_offset if cq is not None else 0
+        if min(offsets) > queue_end and first is not None:
+            # its records between its end and the scanned stretch are lost too: from its end on
+            # (from the log's start for a queue with no entry left)
+            resume = cq.max_physical_offset if cq is not None else 0
+            first = min(first, max(resume, commitlog.min_offset, 0))
+        if cq is not None and (cq.dropped or cq.holes):
+            continue
+        lines.append(
+            f"consume queue {topic}/{queue_id}: entries at queue offsets {min(min(offsets), queue_end)}.."
+            f"{max(offsets)} missing for records the commitlog holds (its newest segment or directory "
+            "deleted)"
+        )
+    return first, tuple(lines)
 
 
 def log_report(report: RecoveryReport, *, readonly: bool) -> None:
