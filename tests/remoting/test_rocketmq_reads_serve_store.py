@@ -146,8 +146,11 @@ def test_rocketmq_broker_serves_what_serve_wrote(
             resumed = sorted((e["queueId"], e["next"]) for e in events if e["event"] == "queue")
             assert resumed == [(q, high) for q, _, high in before[topic][1]], topic
 
+        # level 4 is 30 s after the send; RocketMQ's schedule service resumes from delayOffset.json
         wait_until(
-            lambda: stored_count(rocketmq_dist, rmq.namesrv, "RdLater") >= 1, "the delivery of RdLater"
+            lambda: stored_count(rocketmq_dist, rmq.namesrv, "RdLater") >= 1,
+            "the delivery of RdLater",
+            timeout=400,
         )
         later_msgs, _ = consumed(java, rmq.namesrv, "rd_later", "RdLater")
         assert [m[2] for m in later_msgs] == ["body-0"]
