@@ -23,7 +23,8 @@ the median over ``--repeat`` runs and the range.
 
 ``--profile FILE`` adds one run of ``rocketstore serve`` under cProfile after the measured ones (the
 first flush mode and size; its figures are left out of the table, cProfile slows the broker), writes
-its profile to FILE and prints the top functions: where the broker's time goes.
+its profile to FILE and prints the top functions: where the broker's time goes (cProfile sees the
+thread that runs the event loop: framing, headers, handlers; not the store's own threads).
 
 The ``Consumer``'s group is new, and both brokers start a new group at the queues' first offset, so
 it drains the backlog of the two producing phases while the ``BatchProducer`` adds to it: consume TPS
