@@ -312,21 +312,25 @@ class RocketMQServers:
             p.stop()
 
 
-def start_rocketmq(dist: RocketMQDist, work: Path) -> RocketMQServers:
-    """Start RocketMQ's name server and a broker (its ``mkbrokerconf`` settings) on free ports; return
+def start_rocketmq(
+    dist: RocketMQDist, work: Path, store: Path | None = None, settings: str = ""
+) -> RocketMQServers:
+    """Start RocketMQ's name server and a broker (its ``mkbrokerconf`` settings, then ``settings``:
+    broker.conf lines, which win) over ``store`` (default: ``work/store``) on free ports; return
     once the broker has registered with the name server (its route for ``TBW102`` is served)."""
     work.mkdir(parents=True, exist_ok=True)
+    store = store or work / "store"
     ns_port = free_port()
     broker_port = free_port(also=(-2, 1))
     (work / "namesrv.conf").write_text(f"listenPort={ns_port}\n")
     conf = subprocess.run(
-        [str(dist.home / "bin" / "mkbrokerconf"), str(work / "store"), str(broker_port)],
+        [str(dist.home / "bin" / "mkbrokerconf"), str(store), str(broker_port)],
         env={**dist.env(), "COMMITLOG_FILE_SIZE": str(32 << 20), "CQ_FILE_SIZE": str(20 * 20000)},
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    (work / "broker.conf").write_text(conf + "diskMaxUsedSpaceRatio=95\n")
+    (work / "broker.conf").write_text(conf + "diskMaxUsedSpaceRatio=95\n" + settings)
     namesrv = f"127.0.0.1:{ns_port}"
     started: list[Process] = []
     try:
@@ -338,7 +342,7 @@ def start_rocketmq(dist: RocketMQDist, work: Path) -> RocketMQServers:
         )
         started.append(broker)
         broker.wait_for(lambda p: "boot success" in p.output, "the broker's 'boot success'")
-        servers = RocketMQServers(namesrv, f"127.0.0.1:{broker_port}", work / "store", started)
+        servers = RocketMQServers(namesrv, f"127.0.0.1:{broker_port}", store, started)
         wait_until(
             lambda: dist.mqadmin("topicRoute", "-n", namesrv, "-t", "TBW102").returncode == 0,
             "the broker's registration with the name server",

@@ -38,7 +38,8 @@ public final class PullConsume {
                         for (MessageExt m : r.getMsgFoundList()) {
                             Out.emit("consumed", "topic", m.getTopic(),
                                 "body", new String(m.getBody(), StandardCharsets.UTF_8), "msgId", m.getMsgId(),
-                                "queueId", m.getQueueId(), "queueOffset", m.getQueueOffset(), "tags", m.getTags());
+                                "queueId", m.getQueueId(), "queueOffset", m.getQueueOffset(), "tags", m.getTags(),
+                                "keys", m.getKeys());
                         }
                     }
                     if (r.getNextBeginOffset() == offset && r.getPullStatus() != PullStatus.FOUND) {

@@ -1,0 +1,356 @@
+"""RocketMQ's own benchmark programs against RocketMQ 4.9.8's broker and against ``rocketstore serve``
+(remoting protocol), on this machine in the same run.
+
+For each flush mode (``--flush``), body size (``--sizes``) and repeat, each broker is started fresh on
+an empty store with the same file geometry, its benchmark topic created with 8 queues, and three
+phases run one after the other, each for ``--seconds`` rounded up to whole 10-s windows of the
+programs' output and at least two of them:
+
+* ``send``: ``benchmark Producer -w THREADS -s SIZE`` (sync single sends),
+* ``batch``: ``benchmark BatchProducer -b 16 -w THREADS -s SIZE``,
+* ``consume``: ``benchmark Consumer`` with a ``BatchProducer`` feeding it at the same time (a
+  consumer alone could drain the backlog within its first window, and its rate would be the
+  backlog's size).
+
+The programs print one line every 10 s; the first window (JVM start, JIT, connection set-up) is left
+out and the figures are the other windows': send TPS (messages/s; ``BatchProducer``'s "MPS"),
+consume TPS, the mean of the windows' average RT and the largest max RT (ms; for the consumer, the
+store-to-client latency), and the broker's CPU seconds per million messages over the same windows
+(``/proc/PID/stat`` user + system, sampled as each line arrives; RocketMQ: its name server and
+broker JVMs, rocketstore: the ``serve`` process; in the consume phase per message consumed, with
+the feeding producer's work included). Brokers alternate in order between repeats; the table gives
+the median over ``--repeat`` runs and the range.
+
+``--profile FILE`` adds one run of ``rocketstore serve`` under cProfile after the measured ones (the
+first flush mode and size; its figures are left out of the table, cProfile slows the broker), writes
+its profile to FILE and prints the top functions: where the broker's time goes (cProfile sees the
+thread that runs the event loop: framing, headers, handlers; not the store's own threads).
+
+The ``Consumer``'s group is new, and both brokers start a new group at the queues' first offset, so
+it drains the backlog of the two producing phases while the ``BatchProducer`` adds to it: consume TPS
+is the broker's delivery rate with work always waiting, and the store-to-client RT includes the time
+a message waited in that backlog (it is not a delivery latency).
+
+Needs ``ROCKETMQ_HOME`` (a RocketMQ 4.9.8 distribution with ``bin/benchmark``) and ``java``. Only
+127.0.0.1 and free ports are used; every process started is stopped at the end.
+
+Run: ``python benchmarks/remoting.py [--seconds 20] [--repeat 3] [--sizes 128 1024]
+[--flush ASYNC_FLUSH SYNC_FLUSH] [--threads 32] [--profile /tmp/serve.prof]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import pstats
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = str(ROOT / "src")
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from tests.remoting.harness import (  # noqa: E402  (the Java harness: processes, ports, RocketMQ's servers)
+    Process,
+    RocketMQDist,
+    accepts,
+    free_port,
+    start_rocketmq,
+)
+
+from broker import cpu_seconds  # noqa: E402  (this directory's)
+
+TOPIC = "BenchTopic"  # "BenchmarkTest" is a system topic to mqadmin updateTopic
+WINDOW = 10.0  # the benchmark programs print one line per 10 s
+# the same file geometry for both brokers; the shared disk may be fuller than the default limits
+GEOMETRY = (
+    "mappedFileSizeCommitLog=134217728\nmappedFileSizeConsumeQueue=6000000\n"
+    "maxHashSlotNum=5000000\nmaxIndexNum=20000000\ndiskMaxUsedSpaceRatio=95\n"
+)
+SERVE_ONLY = "disk_warning_ratio=100\ndisk_clean_forcibly_ratio=100\nbrokerName=broker-a\n"
+STAT = re.compile(
+    r"(Send TPS|Send MPS|Max RT\(ms\)|Average RT\(ms\)|Send Failed|Response Failed|TPS|FAIL|"
+    r"AVG\(B2C\) RT\(ms\)|AVG\(S2C\) RT\(ms\)|MAX\(B2C\) RT\(ms\)|MAX\(S2C\) RT\(ms\)):\s*(-?[\d.]+)"
+)
+
+
+class BenchDist(RocketMQDist):
+    """The distribution with the launchers' own heap defaults (the test harness shrinks them)."""
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        del env["RMQ_HEAP"]
+        return env
+
+
+@dataclass
+class Broker:
+    """A running broker under test: its name server address and the processes whose CPU is its."""
+
+    kind: str
+    namesrv: str
+    broker: str
+    pids: list[int]
+    stop: Any
+
+    def cpu(self) -> float:
+        return sum(cpu_seconds(pid) for pid in self.pids)
+
+
+@dataclass
+class Window:
+    """One line of a benchmark program: its figures and the broker's CPU seconds when it came."""
+
+    stats: dict[str, float]
+    cpu: float
+
+
+@dataclass
+class Program:
+    """A benchmark program whose stats lines are collected with the broker's CPU at each."""
+
+    process: Process
+    broker: Broker
+    windows: list[Window] = field(default_factory=list)
+
+    def poll(self) -> None:
+        while len(self.windows) < sum(1 for line in self.process.lines if "Current Time" in line):
+            line = [x for x in self.process.lines if "Current Time" in x][len(self.windows)]
+            self.windows.append(Window({k: float(v) for k, v in STAT.findall(line)}, self.broker.cpu()))
+
+
+def run_programs(dist: BenchDist, broker: Broker, argvs: list[list[str]], windows: int) -> list[Program]:
+    """Start the programs together; sample the broker's CPU as each line arrives; stop them all once
+    the first one (the measured one) printed ``windows`` lines."""
+    programs = [
+        Program(
+            Process([str(dist.home / "bin" / "benchmark"), *argv, "-n", broker.namesrv], dist.env()), broker
+        )
+        for argv in argvs
+    ]
+    try:
+        measured = programs[0]
+        deadline = time.monotonic() + windows * WINDOW + 300
+        while len(measured.windows) < windows:
+            if time.monotonic() > deadline or not measured.process.alive():
+                raise RuntimeError(
+                    f"benchmark {' '.join(argvs[0])} stalled:\n{measured.process.output[-3000:]}"
+                )
+            time.sleep(0.05)
+            for p in programs:
+                p.poll()
+    finally:
+        for p in programs:
+            p.process.kill()
+    return programs
+
+
+def steady(windows: list[Window], rate: str) -> dict[str, float]:
+    """The figures of every window but the first (warm-up)."""
+    ws = windows[1:]
+    messages = sum(w.stats.get(rate, 0.0) for w in ws) * WINDOW
+    cpu = ws[-1].cpu - windows[0].cpu
+    return {"tps": messages / (len(ws) * WINDOW), "cpu_per_m": cpu / messages * 1e6 if messages else math.nan}
+
+
+def measure(dist: BenchDist, broker: Broker, size: int, threads: int, windows: int) -> dict[str, float]:
+    common = ["-t", TOPIC, "-s", str(size), "-w", str(threads)]
+    row: dict[str, float] = {}
+    [send] = run_programs(dist, broker, [["Producer", *common]], windows)
+    s = steady(send.windows, "Send TPS")
+    row |= {
+        "send_tps": s["tps"],
+        "send_avg_rt": statistics.fmean(w.stats["Average RT(ms)"] for w in send.windows[1:]),
+        "send_max_rt": max(w.stats["Max RT(ms)"] for w in send.windows[1:]),
+        "send_cpu": s["cpu_per_m"],
+        "send_failed": sum(w.stats["Send Failed"] + w.stats["Response Failed"] for w in send.windows),
+    }
+    [batch] = run_programs(dist, broker, [["BatchProducer", *common, "-b", "16"]], windows)
+    b = steady(batch.windows, "Send MPS")
+    row |= {
+        "batch_tps": b["tps"],
+        "batch_avg_rt": statistics.fmean(w.stats["Average RT(ms)"] for w in batch.windows[1:]),
+        "batch_max_rt": max(w.stats["Max RT(ms)"] for w in batch.windows[1:]),
+        "batch_cpu": b["cpu_per_m"],
+    }
+    consumer, _ = run_programs(
+        dist, broker, [["Consumer", "-t", TOPIC], ["BatchProducer", *common, "-b", "16"]], windows
+    )
+    c = steady(consumer.windows, "TPS")
+    row |= {
+        "consume_tps": c["tps"],
+        "consume_avg_rt": statistics.fmean(w.stats["AVG(S2C) RT(ms)"] for w in consumer.windows[1:]),
+        "consume_max_rt": max(w.stats["MAX(S2C) RT(ms)"] for w in consumer.windows[1:]),
+        "consume_cpu": c["cpu_per_m"],
+    }
+    return row
+
+
+def create_topic(dist: BenchDist, broker: Broker) -> None:
+    out = dist.mqadmin(
+        "updateTopic", "-n", broker.namesrv, "-b", broker.broker, "-t", TOPIC, "-r", "8", "-w", "8"
+    )
+    if out.returncode != 0 or "success" not in out.stdout:
+        raise RuntimeError(f"mqadmin updateTopic failed:\n{out.stdout}\n{out.stderr}")
+
+
+def start_rocketmq_broker(dist: BenchDist, work: Path, flush: str) -> Broker:
+    servers = start_rocketmq(dist, work, settings=GEOMETRY + f"flushDiskType={flush}\n")
+    return Broker(
+        "RocketMQ 4.9.8",
+        servers.namesrv,
+        servers.broker,
+        [p.proc.pid for p in servers.processes],
+        servers.stop,
+    )
+
+
+def start_rocketstore(work: Path, flush: str, profile: str | None) -> Broker:
+    work.mkdir(parents=True)
+    conf = work / "broker.conf"
+    conf.write_text(GEOMETRY + SERVE_ONLY + f"flushDiskType={flush}\n")
+    namesrv, broker = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    argv = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else [])]
+    argv += ["-m", "rocketstore.cli", "serve", str(work / "store"), "--create", "--config", str(conf)]
+    argv += ["--namesrv", namesrv, "--remoting", broker, "--listen", "off"]
+    p = Process(argv, {**os.environ, "PYTHONPATH": SRC})
+    try:
+        p.wait_for(lambda _p: accepts(namesrv) and accepts(broker), "rocketstore serve accepting connections")
+    except BaseException:
+        p.kill()
+        raise
+    return Broker("rocketstore serve", namesrv, broker, [p.proc.pid], p.stop)
+
+
+def fmt(values: list[float], digits: int = 0) -> str:
+    """Median and range of ``values``."""
+    values = [v for v in values if not math.isnan(v)]
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return f"{med:,.{digits}f}"
+    return f"{med:,.{digits}f} ({min(values):,.{digits}f}-{max(values):,.{digits}f})"
+
+
+COLUMNS = [
+    ("send TPS", "send_tps", 0),
+    ("send avg RT ms", "send_avg_rt", 2),
+    ("send max RT ms", "send_max_rt", 0),
+    ("send CPU s/M", "send_cpu", 1),
+    ("batch TPS", "batch_tps", 0),
+    ("batch avg RT ms", "batch_avg_rt", 2),
+    ("batch max RT ms", "batch_max_rt", 0),
+    ("batch CPU s/M", "batch_cpu", 1),
+    ("consume TPS", "consume_tps", 0),
+    ("consume avg S2C RT ms", "consume_avg_rt", 2),
+    ("consume max S2C RT ms", "consume_max_rt", 0),
+    ("consume CPU s/M", "consume_cpu", 1),
+]
+
+
+def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: argparse.Namespace) -> str:
+    lines = [
+        f"RocketMQ's benchmark programs (`Producer`, `BatchProducer -b 16`, `Consumer` fed by a "
+        f"`BatchProducer`), {args.threads} producer threads, {args.repeat} run(s) of "
+        f"{args.windows - 1} measured 10-s window(s) per phase; median (range). CPU: the broker's "
+        f"CPU seconds per million messages. Machine: {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f} at the end.",
+        "",
+        "| flush | body | broker | " + " | ".join(c[0] for c in COLUMNS) + " |",
+        "|---|---|---|" + "---|" * len(COLUMNS),
+    ]
+    for (flush, size, kind), rows in results.items():
+        cells = [fmt([r[key] for r in rows], digits) for _, key, digits in COLUMNS]
+        lines.append(f"| {flush} | {size} B | {kind} | " + " | ".join(cells) + " |")
+    failed = {k: sum(r["send_failed"] for r in rows) for k, rows in results.items()}
+    if any(failed.values()):
+        lines += [
+            "",
+            "Failed single sends (all windows): " + ", ".join(f"{k}: {v:.0f}" for k, v in failed.items()),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--seconds", type=float, default=20.0, help="per phase (whole 10-s windows, at least 2)"
+    )
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[128, 1024])
+    parser.add_argument(
+        "--flush", nargs="+", default=["ASYNC_FLUSH", "SYNC_FLUSH"], choices=["ASYNC_FLUSH", "SYNC_FLUSH"]
+    )
+    parser.add_argument("--threads", type=int, default=32, help="producer threads (-w)")
+    parser.add_argument(
+        "--brokers", nargs="+", default=["rocketmq", "rocketstore"], choices=["rocketmq", "rocketstore"]
+    )
+    parser.add_argument(
+        "--profile", help="profile one extra run of rocketstore serve with cProfile into FILE"
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "remoting.md")
+    args = parser.parse_args()
+    args.windows = 1 + max(1, math.ceil(args.seconds / WINDOW))
+    home = os.environ.get("ROCKETMQ_HOME")
+    if not home or not (Path(home) / "bin" / "benchmark").exists():
+        sys.exit("set ROCKETMQ_HOME to a RocketMQ 4.9.8 distribution (with bin/benchmark)")
+    with tempfile.TemporaryDirectory(prefix="bench-remoting-") as tmp:
+        root = Path(tmp)
+        dist = BenchDist(Path(home).resolve(), root / "logs")
+        results: dict[tuple[str, int, str], list[dict[str, float]]] = {}
+        run = 0
+        for repeat in range(args.repeat):
+            for flush in args.flush:
+                for size in args.sizes:
+                    order = args.brokers if repeat % 2 == 0 else args.brokers[::-1]
+                    for which in order:
+                        run += 1
+                        work = root / f"run{run}"
+                        if which == "rocketmq":
+                            broker = start_rocketmq_broker(dist, work, flush)
+                        else:
+                            broker = start_rocketstore(work, flush, None)
+                        try:
+                            create_topic(dist, broker)
+                            row = measure(dist, broker, size, args.threads, args.windows)
+                        finally:
+                            broker.stop()
+                        results.setdefault((flush, size, broker.kind), []).append(row)
+                        print(
+                            f"# {broker.kind} {flush} {size} B: "
+                            + ", ".join(f"{k}={v:.1f}" for k, v in row.items()),
+                            file=sys.stderr,
+                            flush=True,
+                        )
+        report = table(dict(sorted(results.items())), args)
+        if args.profile:
+            broker = start_rocketstore(root / "profiled", args.flush[0], args.profile)
+            try:
+                create_topic(dist, broker)
+                measure(dist, broker, args.sizes[0], args.threads, args.windows)
+            finally:
+                broker.stop()
+    print(report)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report)
+    if args.profile:
+        print(
+            f"Top functions of rocketstore serve under cProfile ({args.flush[0]}, {args.sizes[0]} B), "
+            "by own time:"
+        )
+        pstats.Stats(args.profile).sort_stats("tottime").print_stats(25)
+        print("By cumulative time:")
+        pstats.Stats(args.profile).sort_stats("cumulative").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
