@@ -1208,3 +1208,16 @@ def test_numpy_ints_are_ints(tmp_path: Path) -> None:
         store.commit_offset("g", "T", q, np.int64(1))  # type: ignore[arg-type]
         assert store.query_offset("g", "T", 1) == 1
         assert type(store.consumer_offsets()[("T", "g")][1]) is int
+
+
+def test_messages_read_before_a_close_stay_readable_after_it(tmp_path: Path) -> None:
+    # a consumer holds messages decoded lazily from the segment's mapping while a follower or the
+    # store closes the segment (a new writer, the map cache, close): the mapping must outlive them
+    store = MessageStore.open(tmp_path / "s", CFG)
+    store.put_messages([Message("T", b"b%d" % i, queue_id=0, keys=[f"k{i}"]) for i in range(10)])
+    store.wait_dispatched()
+    batch = store.get_message("g", "T", 0, 0, 10).messages
+    single = store.get_message("g", "T", 0, 3, 1).messages
+    store.close()
+    assert [m.body for m in batch] == [b"b%d" % i for i in range(10)]
+    assert [(m.queue_offset, m.keys) for m in single] == [(3, ["k3"])]

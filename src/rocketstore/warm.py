@@ -64,6 +64,10 @@ def _workload(root: Path) -> None:
         consume_queue_entries=1000,
         index_hash_slots=64,
         index_max_entries=1024,
+        # a few MB in a temporary directory: a nearly full disk must not refuse them
+        disk_max_used_space_ratio=100,
+        disk_clean_forcibly_ratio=100,
+        disk_warning_ratio=100,
     )
     with MessageStore.open(root, cfg) as store:
         store.put_messages(

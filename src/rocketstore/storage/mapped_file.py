@@ -450,11 +450,10 @@ class MappedFile:
             if self.write_buffer is not None and self._on_buffer_free is not None:
                 self._on_buffer_free(self.write_buffer)
             self.write_buffer = None
-            view = self.__dict__.get("buf")
             mm = self.__dict__.get("mm")
+            # the view is dropped, never released: a reader that took ``buf`` before this (and
+            # messages decoded lazily from it) keeps a working view, and with it the mapping
             self.buf = memoryview(b"")
-        if view is not None:
-            view.release()
         if mm is None:
             return
         try:
