@@ -156,7 +156,7 @@ def _scan(
 # 1 GB/s), and a receive thread that gives the GIL up waits to get it back behind the replica's
 # dispatcher at every transfer (on a loaded machine the check's time per 237 MB received went
 # from 2.6 s with the GIL given up to 0.4 s holding it).
-@kernel(cache=True)
+@kernel(cache=True, nogil=True)
 def _check_transfer(
     u8: npt.NDArray[np.uint8], start: int, base: int, segment_size: int, tables: npt.NDArray[np.uint32]
 ) -> tuple[int, int, int]:

@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 _READ_WAIT = 0.1  # s: the select bound; then reports, housekeeping and stopping are checked
 _CONNECT_TIMEOUT = 5.0  # s, as RocketMQ's slave
 _FIRST_RETRY = 0.25  # s: the first retry after a failed try or a dropped link; then doubling
+_PREPARE_WAIT = 60.0  # s: the most the first transfer waits for the compiled code to load
 _MAX_RETRY = 5.0  # s: the longest pause between tries (RocketMQ's HAClient tries every 5 s)
 
 
@@ -76,6 +77,7 @@ class HASlave:
         self.connects = 0
         self._taken_to: int | None = None  # the end of the last frame taken from this connection
         self._stopping = threading.Event()
+        self._prepared = threading.Event()  # the compiled check and parser are loaded
         self._thread = threading.Thread(target=self._run, name="rocketstore-ha-slave", daemon=True)
 
     def start(self) -> None:
@@ -85,8 +87,11 @@ class HASlave:
         self._thread.start()
 
     def _prepare(self) -> None:
-        self._commitlog.prepare_replica()
-        prepare_transfer_check()
+        try:
+            self._commitlog.prepare_replica()
+            prepare_transfer_check()
+        finally:
+            self._prepared.set()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
@@ -202,6 +207,9 @@ class HASlave:
         report is a send and a wakeup of the master). Raises what is wrong with a record after
         writing and acking the good bytes before it."""
         commitlog = self._commitlog
+        # the first transfers wait for the loading (which would stall the check, or the
+        # dispatcher, mid-stream) rather than compete with it
+        self._prepared.wait(_PREPARE_WAIT)
         for offset, bodies in _runs(frames, self._config.commitlog_segment_size):
             pieces, bad = check.accept(offset, *bodies)
             if not bodies[0] and not check.held:  # a heartbeat: an empty log starts where it says
