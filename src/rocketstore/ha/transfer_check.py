@@ -39,6 +39,7 @@ class TransferCheck:
         self._held_at = 0  # their log offset
         self._filler_to = 0  # after a checked BLANK: the end of its segment (filler up to there)
         self._refused: CorruptDataError | None = None
+        self._span = bytearray()  # where a held record and several bodies are joined to be checked
 
     @property
     def held(self) -> int:
@@ -47,9 +48,10 @@ class TransferCheck:
 
     def accept(self, offset: int, *bodies: memoryview) -> tuple[list[Piece], CorruptDataError | None]:
         """The checked bytes that ``bodies``, consecutive transfers from ``offset`` in one
-        segment, complete, as at most one (offset, bytes) piece (a view of the one body unless a
-        record began in an earlier transfer or several bodies came), and what is wrong with the
-        rest of them, if anything (then nothing more is accepted)."""
+        segment, complete, as at most one (offset, bytes) piece (a view of the one body, or,
+        when a record began in an earlier transfer or several bodies came, of a buffer the next
+        call reuses: write it before), and what is wrong with the rest of them, if anything
+        (then nothing more is accepted)."""
         pieces: list[Piece] = []
         if self._refused is not None:
             return pieces, self._refused
@@ -68,7 +70,7 @@ class TransferCheck:
         span: memoryview
         if self._held or len(bodies) != 1:
             base = self._held_at if self._held else offset
-            span = memoryview(bytearray().join((self._held, *bodies)))
+            span = self._joined_span((self._held, *bodies))
             self._held = bytearray()
         else:
             span, base = bodies[0], offset
@@ -91,6 +93,19 @@ class TransferCheck:
             self._filler_to = base + reached + self._segment_size - (base + reached) % self._segment_size
             if self._filler(base, span, reached, pieces) < len(span):
                 raise CorruptDataError("a transfer runs past the end of its segment", offset=offset)
+
+    def _joined_span(self, parts: tuple[bytearray | memoryview, ...]) -> memoryview:
+        """``parts`` copied one after the other into the reused span buffer (a fresh buffer per
+        read would fault in its pages each time)."""
+        size = sum(len(part) for part in parts)
+        if len(self._span) < size:
+            self._span = bytearray(max(size, 2 * len(self._span)))
+        span = memoryview(self._span)[:size]
+        at = 0
+        for part in parts:
+            span[at : at + len(part)] = part
+            at += len(part)
+        return span
 
     def _filler(self, offset: int, body: memoryview, pos: int, pieces: list[Piece]) -> int:
         """Give the bytes after a checked BLANK up to its segment's end; where they end in ``body``."""
