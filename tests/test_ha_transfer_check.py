@@ -101,6 +101,42 @@ def test_a_cut_record_is_held_back_until_whole(master_log: bytes) -> None:
     assert check.held == 0
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_transfers_checked_together_come_out_whole(master_log: bytes, seed: int) -> None:
+    """A slave checks every transfer one read brought in one call: consecutive transfers of a
+    segment, records cut anywhere between them and by the read before, give the same bytes."""
+    rng = random.Random(seed)
+    cuts = sorted(rng.randrange(len(master_log)) for _ in range(rng.choice([40, 400])))
+    frames = transfers(master_log, 0, cuts)
+    check = TransferCheck(SEG)
+    got = bytearray()
+    i = 0
+    while i < len(frames):
+        offset = frames[i][0]
+        run_end = min(len(frames), i + rng.randrange(1, 12))
+        bodies = [memoryview(body) for at, body in frames[i:run_end] if at // SEG == offset // SEG]
+        pieces, bad = check.accept(offset, *bodies)
+        assert bad is None
+        for at, piece in pieces:
+            assert at == len(got), (at, len(got))
+            got += piece
+        i += len(bodies)
+    assert bytes(got) == master_log and check.held == 0
+
+
+def test_the_good_records_before_a_bad_one_in_a_transfer_are_given(master_log: bytes) -> None:
+    """The log ends at the last good byte: records ahead of the bad one, in the same transfer
+    (or the same read's transfers), are written."""
+    starts = record_starts(master_log)
+    p = starts[20]
+    damaged = _flip(master_log, p + 11)  # the stored CRC
+    check = TransferCheck(SEG)
+    first, second = memoryview(damaged[: starts[5] + 7]), memoryview(damaged[starts[5] + 7 : SEG])
+    pieces, bad = check.accept(0, first, second)
+    assert bad is not None and bad.offset == p and "body CRC mismatch" in str(bad)
+    assert [(at, bytes(piece)) for at, piece in pieces] == [(0, master_log[:p])]
+
+
 def _flip(log: bytes, at: int, mask: int = 0x01) -> bytes:
     b = bytearray(log)
     b[at] ^= mask

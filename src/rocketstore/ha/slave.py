@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 _READ_WAIT = 0.1  # s: the select bound; then reports, housekeeping and stopping are checked
 _CONNECT_TIMEOUT = 5.0  # s, as RocketMQ's slave
 _FIRST_RETRY = 0.25  # s: the first retry after a failed try or a dropped link; then doubling
+_PREPARE_WAIT = 60.0  # s: the most the first transfer waits for the compiled code to load
 _MAX_RETRY = 5.0  # s: the longest pause between tries (RocketMQ's HAClient tries every 5 s)
 
 
@@ -74,8 +75,9 @@ class HASlave:
         self.master_offset: int | None = None  # the master's position as its frames tell it
         self.last_read: float | None = None
         self.connects = 0
-        self._transfer = TransferCheck(config.commitlog_segment_size)
+        self._taken_to: int | None = None  # the end of the last frame taken from this connection
         self._stopping = threading.Event()
+        self._prepared = threading.Event()  # the compiled check and parser are loaded
         self._thread = threading.Thread(target=self._run, name="rocketstore-ha-slave", daemon=True)
 
     def start(self) -> None:
@@ -85,8 +87,11 @@ class HASlave:
         self._thread.start()
 
     def _prepare(self) -> None:
-        self._commitlog.prepare_replica()
-        prepare_transfer_check()
+        try:
+            self._commitlog.prepare_replica()
+            prepare_transfer_check()
+        finally:
+            self._prepared.set()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
@@ -149,7 +154,8 @@ class HASlave:
         interval = config.ha_send_heartbeat_interval / 1000
         housekeeping = config.ha_housekeeping_interval / 1000
         reader = FrameReader()
-        check = self._transfer = TransferCheck(config.commitlog_segment_size)
+        check = TransferCheck(config.commitlog_segment_size)
+        self._taken_to = None
         reported = commitlog.max_offset
         start = reported if reported else (config.ha_start_offset or 0)
         sock.settimeout(_CONNECT_TIMEOUT)
@@ -166,30 +172,60 @@ class HASlave:
                     raise ConnectionError("the master closed the connection")
                 self.last_read = now
                 reader.received(received)
+                frames: list[tuple[int, memoryview]] = []  # every whole frame this read completed
+                refused: _Stop | None = None  # a frame that does not continue: the ones before it go in
                 while reader.header is not None:
-                    self._check_header(reader.header[0])
+                    try:
+                        self._check_header(reader.header[0])
+                    except _Stop as stop:
+                        refused = stop
+                        break
                     frame = reader.take()
                     if frame is None:
                         break
-                    offset, body = frame
-                    pieces, bad = check.accept(offset, body)
-                    if not body and not check.held:  # a heartbeat: an empty log starts where it says
-                        pieces = [(offset, body)]
-                    for at, piece in pieces:
-                        commitlog.append_raw(at, piece)
-                    if bad is not None:
-                        self._on_appended()
-                        with contextlib.suppress(OSError):  # the ack of the good bytes, if it can go
-                            self._report(sock, commitlog.max_offset)
-                        raise bad
-                    self._on_appended()
-                    self.master_offset = offset + len(body)
-                    if commitlog.max_offset > reported:  # as RocketMQ: a report per frame that adds
-                        reported, last_report = self._report(sock, commitlog.max_offset)
+                    frames.append(frame)
+                    self._taken_to = frame[0] + len(frame[1])
+                if frames:
+                    reported, last_report = self._ingest(sock, check, frames, reported, last_report)
+                if refused is not None:
+                    raise refused
             elif now - self.last_read > housekeeping:
                 raise ConnectionError(f"nothing heard from the master for {housekeeping * 1000:.0f} ms")
             if now - last_report >= interval:
                 reported, last_report = self._report(sock, commitlog.max_offset)
+
+    def _ingest(
+        self,
+        sock: socket.socket,
+        check: TransferCheck,
+        frames: list[tuple[int, memoryview]],
+        reported: int,
+        last_report: float,
+    ) -> tuple[int, float]:
+        """Check and write what ``frames`` (one read's) hold, then one report if the log grew
+        (RocketMQ reports per frame; a read holds many when the slave is behind, and each
+        report is a send and a wakeup of the master). Raises what is wrong with a record after
+        writing and acking the good bytes before it."""
+        commitlog = self._commitlog
+        # the first transfers wait for the loading (which would stall the check, or the
+        # dispatcher, mid-stream) rather than compete with it
+        self._prepared.wait(_PREPARE_WAIT)
+        for offset, bodies in _runs(frames, self._config.commitlog_segment_size):
+            pieces, bad = check.accept(offset, *bodies)
+            if not bodies[0] and not check.held:  # a heartbeat: an empty log starts where it says
+                pieces = [(offset, bodies[0])]
+            for at, piece in pieces:
+                commitlog.append_raw(at, piece)
+            if bad is not None:
+                self._on_appended()
+                with contextlib.suppress(OSError):  # the ack of the good bytes, if it can go
+                    self._report(sock, commitlog.max_offset)
+                raise bad
+        self._on_appended()
+        self.master_offset = self._taken_to
+        if commitlog.max_offset > reported:
+            return self._report(sock, commitlog.max_offset)
+        return reported, last_report
 
     def _report(self, sock: socket.socket, offset: int) -> tuple[int, float]:
         sock.sendall(encode_report(offset))
@@ -199,7 +235,7 @@ class HASlave:
         """Before a body is read: the frame must continue this log and what is held back of
         an incomplete record (RocketMQ's check, which applies to heartbeats too); an empty log
         takes a segment boundary."""
-        mine = self._transfer.expected
+        mine = self._taken_to
         if mine is None:
             mine = self._commitlog.max_offset
         if mine == 0:
@@ -239,3 +275,17 @@ class HASlave:
             "problem": self.problem,
             "connects": self.connects,
         }
+
+
+def _runs(frames: list[tuple[int, memoryview]], segment_size: int) -> list[tuple[int, list[memoryview]]]:
+    """``frames`` (consecutive) as runs checked in one call each: the bodies of frames in one
+    segment together; a heartbeat (no body) alone."""
+    runs: list[tuple[int, list[memoryview]]] = []
+    segment = -1
+    for offset, body in frames:
+        if body and runs and runs[-1][1][0] and offset // segment_size == segment:
+            runs[-1][1].append(body)
+        else:
+            runs.append((offset, [body]))
+            segment = offset // segment_size
+    return runs

@@ -39,46 +39,73 @@ class TransferCheck:
         self._held_at = 0  # their log offset
         self._filler_to = 0  # after a checked BLANK: the end of its segment (filler up to there)
         self._refused: CorruptDataError | None = None
+        self._span = bytearray()  # where a held record and several bodies are joined to be checked
 
     @property
     def held(self) -> int:
         """Bytes received but not given out: the start of an incomplete record."""
         return len(self._held)
 
-    def accept(self, offset: int, body: memoryview) -> tuple[list[Piece], CorruptDataError | None]:
-        """The checked bytes that ``body``, bytes from ``offset``, completes, as at most one
-        (offset, bytes) piece (a view of ``body`` unless a record began in an earlier transfer),
-        and what is wrong with the rest of it, if anything (then nothing more is accepted)."""
+    def accept(self, offset: int, *bodies: memoryview) -> tuple[list[Piece], CorruptDataError | None]:
+        """The checked bytes that ``bodies``, consecutive transfers from ``offset`` in one
+        segment, complete, as at most one (offset, bytes) piece (a view of the one body, or,
+        when a record began in an earlier transfer or several bodies came, of a buffer the next
+        call reuses: write it before), and what is wrong with the rest of them, if anything
+        (then nothing more is accepted)."""
         pieces: list[Piece] = []
         if self._refused is not None:
             return pieces, self._refused
         try:
-            self._accept(offset, body, pieces)
+            self._accept(offset, bodies, pieces)
         except CorruptDataError as exc:
             self._refused = exc
             return _joined(pieces), exc
         return _joined(pieces), None
 
-    def _accept(self, offset: int, body: memoryview, pieces: list[Piece]) -> None:
+    def _accept(self, offset: int, bodies: tuple[memoryview, ...], pieces: list[Piece]) -> None:
         if self.expected is not None and offset != self.expected:
             raise CorruptDataError(f"a transfer from offset {offset} does not continue at {self.expected}")
-        self.expected = offset + len(body)
-        pos = self._filler(offset, body, 0, pieces)
-        while self._held and pos < len(body):
-            pos = self._complete_held(offset, body, pos, pieces)
-            pos = self._filler(offset, body, pos, pieces)
-        if self._held or pos == len(body):
+        self.expected = offset + sum(len(body) for body in bodies)
+        # one walk over the held record and every body (a copy once, not a call per transfer)
+        span: memoryview
+        if self._held or len(bodies) != 1:
+            base = self._held_at if self._held else offset
+            span = self._joined_span((self._held, *bodies))
+            self._held = bytearray()
+        else:
+            span, base = bodies[0], offset
+        pos = self._filler(base, span, 0, pieces)
+        if pos == len(span):
             return
-        reached, stop, _ = check_transfer(body, offset, pos, self._segment_size)
+        try:
+            reached, stop, _ = check_transfer(span, base, pos, self._segment_size)
+        except CorruptDataError as exc:  # the records before the bad one are good
+            assert exc.offset is not None
+            if exc.offset > base + pos:
+                pieces.append((base + pos, span[pos : exc.offset - base]))
+            raise
         if reached > pos:
-            pieces.append((offset + pos, body[pos:reached]))
+            pieces.append((base + pos, span[pos:reached]))
         if stop == "incomplete":
-            self._held[:] = body[reached:]
-            self._held_at = offset + reached
+            self._held = bytearray(span[reached:])
+            self._held_at = base + reached
         elif stop == "blank":
-            self._filler_to = offset + reached + self._segment_size - (offset + reached) % self._segment_size
-            if self._filler(offset, body, reached, pieces) < len(body):
+            self._filler_to = base + reached + self._segment_size - (base + reached) % self._segment_size
+            if self._filler(base, span, reached, pieces) < len(span):
                 raise CorruptDataError("a transfer runs past the end of its segment", offset=offset)
+
+    def _joined_span(self, parts: tuple[bytearray | memoryview, ...]) -> memoryview:
+        """``parts`` copied one after the other into the reused span buffer (a fresh buffer per
+        read would fault in its pages each time)."""
+        size = sum(len(part) for part in parts)
+        if len(self._span) < size:
+            self._span = bytearray(max(size, 2 * len(self._span)))
+        span = memoryview(self._span)[:size]
+        at = 0
+        for part in parts:
+            span[at : at + len(part)] = part
+            at += len(part)
+        return span
 
     def _filler(self, offset: int, body: memoryview, pos: int, pieces: list[Piece]) -> int:
         """Give the bytes after a checked BLANK up to its segment's end; where they end in ``body``."""
@@ -87,26 +114,6 @@ class TransferCheck:
             return pos
         pieces.append((offset + pos, body[pos:end]))
         return end
-
-    def _complete_held(self, offset: int, body: memoryview, pos: int, pieces: list[Piece]) -> int:
-        """Add to the held record what it lacks from ``body[pos:]``, give it once it checks out."""
-        held = self._held
-        reached, stop, wanted = check_transfer(held, self._held_at, 0, self._segment_size)
-        while stop == "incomplete":
-            more = min(wanted - len(held), len(body) - pos)
-            if more <= 0:
-                return pos
-            held += body[pos : pos + more]
-            pos += more
-            reached, stop, wanted = check_transfer(held, self._held_at, 0, self._segment_size)
-        pieces.append((self._held_at, bytes(held[:reached])))
-        if stop == "blank":
-            at = self._held_at + reached
-            self._filler_to = at + self._segment_size - at % self._segment_size
-        # a BLANK's 8 bytes were all that was wanted; nothing else can follow a whole record here
-        assert reached == len(held)
-        held.clear()
-        return pos
 
 
 def _joined(pieces: list[Piece]) -> list[Piece]:
