@@ -19,6 +19,7 @@ __all__ = [
     "PROPERTY_FIRST_POP_TIME",
     "PROPERTY_ORIGIN_MESSAGE_ID",
     "PROPERTY_RETRY_TOPIC",
+    "consumer_copy",
     "dead_letter",
     "dlq_topic",
     "retry_copy",
@@ -44,7 +45,7 @@ def dlq_topic(group: str) -> str:
 def retry_copy(msg: MessageExt, group: str, topic: str, deliveries: int, first_pop_ms: int) -> Message:
     """``msg`` (of ``topic``, or of its retry topic) for the retry topic: ``RETRY_TOPIC`` (the
     subscribed topic), ``ORIGIN_MESSAGE_ID`` and ``1ST_POP_TIME`` set unless it has them."""
-    copy = _copy(msg, retry_topic(group, topic), deliveries)
+    copy = consumer_copy(msg, retry_topic(group, topic), deliveries)
     props = copy.properties
     assert isinstance(props, dict)
     props.setdefault(PROPERTY_RETRY_TOPIC, topic)
@@ -55,7 +56,7 @@ def retry_copy(msg: MessageExt, group: str, topic: str, deliveries: int, first_p
 
 def dead_letter(msg: MessageExt, group: str, topic: str, deliveries: int) -> Message:
     """``msg`` for ``%DLQ%{group}``, with ``DLQ_ORIGIN_TOPIC`` and ``DLQ_ORIGIN_MESSAGE_ID``."""
-    copy = _copy(msg, dlq_topic(group), deliveries)
+    copy = consumer_copy(msg, dlq_topic(group), deliveries)
     props = copy.properties
     assert isinstance(props, dict)
     props[PROPERTY_DLQ_ORIGIN_TOPIC] = topic
@@ -63,7 +64,21 @@ def dead_letter(msg: MessageExt, group: str, topic: str, deliveries: int) -> Mes
     return copy
 
 
-def _copy(msg: MessageExt, topic: str, reconsume_times: int) -> Message:
+# the body's compression (and the multi-tags bit) travel with a copy
+_KEPT_SYSFLAG = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS
+
+
+def consumer_copy(
+    msg: MessageExt,
+    topic: str,
+    reconsume_times: int,
+    *,
+    delay_level: int = 0,
+    kept_sys_flag: int = _KEPT_SYSFLAG,
+) -> Message:
+    """A consumed message re-put for a retry or a dead letter: the body as stored, flag, tags,
+    keys, UNIQ_KEY, user properties, born time and host; ``sys_flag`` bits beyond
+    ``kept_sys_flag`` dropped."""
     props = {k: v for k, v in msg.properties.items() if k not in RESERVED_PROPERTIES}
     return Message(
         topic,
@@ -76,6 +91,7 @@ def _copy(msg: MessageExt, topic: str, reconsume_times: int) -> Message:
         uniq_key=msg.uniq_key,
         born_timestamp=msg.born_timestamp,
         born_host=msg.born_host,
-        sys_flag=msg.sys_flag & (SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS),
+        sys_flag=msg.sys_flag & kept_sys_flag,
         reconsume_times=reconsume_times,
+        delay_level=delay_level,
     )

@@ -19,9 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from rocketstore.broker.pop_copies import PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC, dlq_topic
+from rocketstore.broker.pop_copies import (
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    consumer_copy,
+    dlq_topic,
+)
 from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED, SYSFLAG_MULTI_TAGS
-from rocketstore.message import RESERVED_PROPERTIES, Message, MessageExt
+from rocketstore.message import Message, MessageExt
 
 __all__ = [
     "DEFAULT_MAX_RECONSUME_TIMES",
@@ -58,22 +63,9 @@ def send_back(msg: MessageExt, group: str, delay_level: int, max_reconsume_times
     else:
         topic = retry_topic(group)
         level = delay_level if delay_level > 0 else FIRST_RETRY_DELAY_LEVEL + msg.reconsume_times
-    props = {k: v for k, v in msg.properties.items() if k not in RESERVED_PROPERTIES}
+    copy = consumer_copy(msg, topic, msg.reconsume_times + 1, delay_level=level, kept_sys_flag=_KEPT_SYSFLAG)
+    props = copy.properties
+    assert isinstance(props, dict)
     props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
     props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.msg_id)
-    copy = Message(
-        topic,
-        msg.body,
-        tags=msg.tags,
-        keys=msg.keys,
-        properties=props,
-        queue_id=0,
-        flag=msg.flag,
-        delay_level=level,
-        uniq_key=msg.uniq_key,
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-        sys_flag=msg.sys_flag & _KEPT_SYSFLAG,
-        reconsume_times=msg.reconsume_times + 1,
-    )
     return SendBack(copy, dead)
