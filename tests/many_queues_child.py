@@ -66,6 +66,9 @@ def main() -> None:
         index_hash_slots=4096,
         index_max_entries=40_000,
         max_mapped_files=cap,
+        disk_max_used_space_ratio=100,
+        disk_clean_forcibly_ratio=100,
+        disk_warning_ratio=100,
     )
     out: dict[str, object] = {}
     with MessageStore.open(root, cfg) as store:

@@ -233,9 +233,11 @@ def test_tail_and_consumers_started_on_an_empty_store_get_every_message_a_later_
     before its first message, then another process puts: each reader gets every message, the
     two consumers of a group each a share, none twice."""
     root = tmp_path / "store"
-    conf = tmp_path / "small.toml"
-    conf.write_text("commitlog_segment_size = 65536\nconsume_queue_entries = 40\n")
-    geometry = ["--config", str(conf)] if small else []
+    conf = tmp_path / "cli.toml"
+    # the disk ratios: how full this machine's disk is must not refuse the put
+    roomy = "disk_max_used_space_ratio = 100\ndisk_clean_forcibly_ratio = 100\ndisk_warning_ratio = 100\n"
+    conf.write_text(roomy + ("commitlog_segment_size = 65536\nconsume_queue_entries = 40\n" if small else ""))
+    geometry = ["--config", str(conf)]
     cli = [sys.executable, "-m", "rocketstore.cli"]
     subprocess.run([*cli, *geometry, "topics", "create", str(root), "Orders", "--create"], check=True)
     readers = [
@@ -255,7 +257,7 @@ def test_tail_and_consumers_started_on_an_empty_store_get_every_message_a_later_
         n = 600  # 100 KB of records: two commitlog segments of the small geometry, queue segments rolled
         bodies = [f"order-{i}-{'x' * 100}" for i in range(n)]
         subprocess.run(
-            [*cli, "put", str(root), "-t", "Orders", "--key", "k", "--lines"],
+            [*cli, *geometry, "put", str(root), "-t", "Orders", "--key", "k", "--lines"],
             input="\n".join(bodies).encode(),
             check=True,
             stdout=subprocess.DEVNULL,

@@ -17,9 +17,17 @@ from rocketstore import Message, MessageStore, StoreConfig
 from rocketstore.cli import main
 from rocketstore.cli.output import CHUNK
 
+# the disk ratios: how full this machine's disk is must not refuse the child processes' puts
 CFG = StoreConfig(
-    commitlog_segment_size=1 << 20, consume_queue_entries=4000, index_hash_slots=64, index_max_entries=256
+    commitlog_segment_size=1 << 20,
+    consume_queue_entries=4000,
+    index_hash_slots=64,
+    index_max_entries=256,
+    disk_max_used_space_ratio=100,
+    disk_clean_forcibly_ratio=100,
+    disk_warning_ratio=100,
 )
+ROOMY_DISK = "disk_max_used_space_ratio = 100\ndisk_clean_forcibly_ratio = 100\ndisk_warning_ratio = 100\n"
 MESSAGES = 3000  # ~600 KB of plain output: far more than a pipe's buffer
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -110,8 +118,19 @@ def test_sigterm_closes_the_store_cleanly_in_the_cli(tmp_path: Path) -> None:
     root = tmp_path / "s"
     with MessageStore.open(root, CFG) as store:
         store.put_message(Message("T", b"first", queue_id=0))
+    conf = tmp_path / "roomy.toml"
+    conf.write_text(ROOMY_DISK)
     proc = cli(
-        "put", str(root), "-t", "T", "--lines", "--json", stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        "--config",
+        str(conf),
+        "put",
+        str(root),
+        "-t",
+        "T",
+        "--lines",
+        "--json",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     proc.stdin.write(b"one\n")

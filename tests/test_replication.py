@@ -352,7 +352,8 @@ import sys, threading, time
 from rocketstore import Message, MessageStore, StoreConfig
 role, root, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 base = StoreConfig(commitlog_segment_size=65536, consume_queue_entries=64, index_hash_slots=64,
-                   index_max_entries=256, ha_listen_host="127.0.0.1", ha_send_heartbeat_interval=100)
+                   index_max_entries=256, ha_listen_host="127.0.0.1", ha_send_heartbeat_interval=100,
+                   disk_max_used_space_ratio=100, disk_clean_forcibly_ratio=100, disk_warning_ratio=100)
 if role == "master":
     store = MessageStore.open(root, base.replace(ha_listen_port=port))
     print("UP", flush=True)
