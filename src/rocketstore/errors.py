@@ -28,8 +28,12 @@
     ├── DataLossError                a reader was promised messages that are gone (reclaimed)
     ├── StoreWriteError              the store did not take a write whose durability a caller
     │                                waits on (a pop consumer's ack); carries the PutStatus
-    └── InvalidReceiptHandleError    a pop receipt handle that is malformed, or names no message
-                                     this consumer group was handed (also a ValueError)
+    ├── InvalidReceiptHandleError    a pop receipt handle that is malformed, or names no message
+    │                                this consumer group was handed (also a ValueError)
+    └── RequestRefusedError          a broker request refused for what it names or who sends it;
+                                     carries the ``Refusal`` (why, in no protocol's words) and the
+                                     text the client is shown: each protocol adapter answers it
+                                     with its own code
 
 Bad input is rejected before anything is written. Corrupt files are reported with a
 ``CorruptDataError`` naming the file and offset; readers never loop on them.
@@ -37,6 +41,7 @@ Bad input is rejected before anything is written. Corrupt files are reported wit
 
 from __future__ import annotations
 
+import enum
 import errno
 import os
 from typing import TYPE_CHECKING
@@ -51,6 +56,8 @@ __all__ = [
     "InvalidMessageError",
     "InvalidReceiptHandleError",
     "NotAStoreError",
+    "Refusal",
+    "RequestRefusedError",
     "RocketStoreError",
     "StoreAccessError",
     "StoreClosedError",
@@ -207,3 +214,25 @@ class InvalidReceiptHandleError(RocketStoreError, ValueError):
         super().__init__(f"invalid receipt handle {handle!r}: {reason}")
         self.handle = handle
         self.reason = reason
+
+
+class Refusal(enum.Enum):
+    """Why the broker refuses a request, whichever protocol carries it."""
+
+    ILLEGAL_TOPIC = "illegal topic"  # not a valid name, or one of the broker's own topics
+    ILLEGAL_GROUP = "illegal group"  # not a valid consumer group name, or a system group
+    UNAUTHORIZED = "unauthorized"  # no valid signature of a known access key
+    FORBIDDEN = "forbidden"  # the signing account may not use the topic or group named
+    OVER_LIMIT = "over limit"  # a bound the broker keeps (client ids on one connection)
+    UNKNOWN_TRANSACTION = "unknown transaction"  # malformed, names no half, or already ended
+
+
+class RequestRefusedError(RocketStoreError):
+    """A request the broker's core refuses: ``reason`` says why in no protocol's words, and
+    ``message`` names what was wrong, as the client is to be shown it. The protocol adapters
+    answer it with their own codes (the gRPC adapter's ``status.refusal_status``)."""
+
+    def __init__(self, reason: Refusal, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message

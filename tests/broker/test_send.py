@@ -13,7 +13,7 @@ from rocketmq.grpc_protocol import service_pb2 as rpc
 from rocketmq.v5.producer import TransactionChecker
 
 from rocketstore.broker import BrokerConfig
-from rocketstore.broker.send import delay_level_for
+from rocketstore.broker.grpc.sent_message import delay_level_for
 from rocketstore.broker.transactions import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from rocketstore.codec.java_hash import java_hash
 from rocketstore.message import SCHEDULE_TOPIC, MessageExt

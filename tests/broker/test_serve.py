@@ -222,7 +222,7 @@ def test_a_client_flooding_its_telemetry_stream_leaves_the_brokers_memory_flat(
 def test_importing_the_broker_leaves_the_official_client_out() -> None:
     code = (
         "import sys, rocketstore.cli, rocketstore.broker, rocketstore.broker.serve, "
-        "rocketstore.broker.service, rocketstore.broker.server\n"
+        "rocketstore.broker.grpc.messaging_service, rocketstore.broker.server\n"
         "print(sorted(m for m in sys.modules if m == 'rocketmq' or m.startswith('rocketmq.')))"
     )
     out = subprocess.run(

@@ -2,9 +2,9 @@
 (settings, routes, assignments, sends, transaction ends, receives, acks, invisible-time changes,
 dead-letter forwards), whichever RPC carries it.
 
-A name is refused, in this order, when it is not a valid name, when it is the broker's own
-(ILLEGAL_TOPIC / ILLEGAL_CONSUMER_GROUP, as RocketMQ's proxy does), or when the caller's account
-does not list it (FORBIDDEN; without an ACL file every valid name is allowed).
+A name is refused (``RequestRefusedError``), in this order, when it is not a valid name, when it
+is the broker's own (ILLEGAL_TOPIC / ILLEGAL_GROUP, as RocketMQ's proxy does), or when the
+caller's account does not list it (FORBIDDEN; without an ACL file every valid name is allowed).
 
 The broker's own topics, refused to every client in any letter case: ``SCHEDULE_TOPIC_XXXX``,
 everything starting with ``RMQ_SYS_`` (the transaction and pop logs among them) and RocketMQ's
@@ -21,7 +21,7 @@ import enum
 from typing import Final
 
 from rocketstore.broker.auth import Account
-from rocketstore.broker.status import Code, StatusError
+from rocketstore.errors import Refusal, RequestRefusedError
 from rocketstore.message import SCHEDULE_TOPIC, TOPIC_PATTERN
 
 __all__ = ["Use", "check_group", "check_subscription", "check_topic"]
@@ -55,43 +55,47 @@ class Use(enum.Enum):
 
 
 def check_topic(account: Account | None, topic: str, use: Use) -> str:
-    """``topic`` if ``account`` (None: no ACL) may ``use`` it; StatusError ILLEGAL_TOPIC or
-    FORBIDDEN naming why not."""
+    """``topic`` if ``account`` (None: no ACL) may ``use`` it; RequestRefusedError ILLEGAL_TOPIC
+    or FORBIDDEN naming why not."""
     if not isinstance(topic, str) or not TOPIC_PATTERN.fullmatch(topic):
-        raise StatusError(Code.ILLEGAL_TOPIC, f"topic {topic!r} is not a valid topic name")
+        raise RequestRefusedError(Refusal.ILLEGAL_TOPIC, f"topic {topic!r} is not a valid topic name")
     upper = topic.upper()
     if upper in _SYSTEM_TOPICS or upper.startswith(_SYSTEM_TOPIC_PREFIX):
-        raise StatusError(Code.ILLEGAL_TOPIC, f"topic {topic!r} is a system topic: clients may not use it")
+        raise RequestRefusedError(
+            Refusal.ILLEGAL_TOPIC, f"topic {topic!r} is a system topic: clients may not use it"
+        )
     if upper.startswith(_RETRY_PREFIX):
-        raise StatusError(
-            Code.ILLEGAL_TOPIC,
+        raise RequestRefusedError(
+            Refusal.ILLEGAL_TOPIC,
             f"topic {topic!r} is a retry topic: a group reads it through its receives of the topic",
         )
     if upper.startswith(_DLQ_PREFIX) and use is Use.SEND:
-        raise StatusError(
-            Code.ILLEGAL_TOPIC, f"topic {topic!r} is a dead-letter topic: only the broker writes it"
+        raise RequestRefusedError(
+            Refusal.ILLEGAL_TOPIC, f"topic {topic!r} is a dead-letter topic: only the broker writes it"
         )
     if account is not None and topic not in account.topics and "*" not in account.topics:
-        raise StatusError(
-            Code.FORBIDDEN, f"access key {account.access_key!r} may not {use.value} topic {topic!r}"
+        raise RequestRefusedError(
+            Refusal.FORBIDDEN, f"access key {account.access_key!r} may not {use.value} topic {topic!r}"
         )
     return topic
 
 
 def check_group(account: Account | None, group: str) -> str:
-    """``group`` if ``account`` (None: no ACL) may consume as it; StatusError
-    ILLEGAL_CONSUMER_GROUP or FORBIDDEN naming why not."""
+    """``group`` if ``account`` (None: no ACL) may consume as it; RequestRefusedError
+    ILLEGAL_GROUP or FORBIDDEN naming why not."""
     if (
         not isinstance(group, str)
         or not TOPIC_PATTERN.fullmatch(group)
         or group.startswith("%")
         or group.upper().startswith(_SYSTEM_GROUP_PREFIXES)
     ):
-        raise StatusError(
-            Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {group!r} is not a valid group name for a client"
+        raise RequestRefusedError(
+            Refusal.ILLEGAL_GROUP, f"consumer group {group!r} is not a valid group name for a client"
         )
     if account is not None and group not in account.groups and "*" not in account.groups:
-        raise StatusError(Code.FORBIDDEN, f"access key {account.access_key!r} may not use group {group!r}")
+        raise RequestRefusedError(
+            Refusal.FORBIDDEN, f"access key {account.access_key!r} may not use group {group!r}"
+        )
     return group
 
 
@@ -101,8 +105,8 @@ def check_subscription(account: Account | None, group: str, topic: str) -> tuple
     check_group(account, group)
     check_topic(account, topic, Use.CONSUME)
     if len(group) + len(topic) + len(_RETRY_PREFIX) + 1 > 127:
-        raise StatusError(
-            Code.ILLEGAL_CONSUMER_GROUP,
+        raise RequestRefusedError(
+            Refusal.ILLEGAL_GROUP,
             f"group {group!r} and topic {topic!r}: their retry topic would be longer than 127 characters",
         )
     return group, topic

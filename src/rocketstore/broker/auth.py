@@ -31,8 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocketstore.broker.status import Code, StatusError
-from rocketstore.errors import StoreConfigError
+from rocketstore.errors import Refusal, RequestRefusedError, StoreConfigError
 
 __all__ = ["Account", "Acl", "log_refusal"]
 
@@ -90,11 +89,13 @@ class Acl:
         return self._accounts.get(access_key)
 
     def authenticate(self, metadata: Mapping[str, str]) -> Account:
-        """The account that signed the request; StatusError UNAUTHORIZED if none did."""
+        """The account that signed the request; RequestRefusedError UNAUTHORIZED if none did."""
         header = metadata.get("authorization", "")
         scheme, _, rest = header.partition(" ")
         if scheme != "MQv2-HMAC-SHA1":
-            raise StatusError(Code.UNAUTHORIZED, "the request carries no MQv2-HMAC-SHA1 authorization")
+            raise RequestRefusedError(
+                Refusal.UNAUTHORIZED, "the request carries no MQv2-HMAC-SHA1 authorization"
+            )
         fields = {}
         for part in rest.split(","):
             name, _, value = part.strip().partition("=")
@@ -102,16 +103,18 @@ class Acl:
         ak = fields.get("Credential", "").split("/", 1)[0]
         account = self._accounts.get(ak)
         if account is None:
-            raise StatusError(Code.UNAUTHORIZED, f"unknown access key {ak!r}")
+            raise RequestRefusedError(Refusal.UNAUTHORIZED, f"unknown access key {ak!r}")
         date = metadata.get("x-mq-date-time", "")
         expected = hmac.new(account.secret_key.encode(), date.encode(), hashlib.sha1).hexdigest()
         if not date or not hmac.compare_digest(expected, fields.get("Signature", "").lower()):
-            raise StatusError(Code.UNAUTHORIZED, f"the signature of access key {ak!r} does not match")
+            raise RequestRefusedError(
+                Refusal.UNAUTHORIZED, f"the signature of access key {ak!r} does not match"
+            )
         return account
 
 
-def log_refusal(call: str, client: str, exc: StatusError) -> None:
-    """One log line for a request refused for its keys or permissions (other errors are the
+def log_refusal(call: str, client: str, exc: RequestRefusedError) -> None:
+    """One log line for a request refused for its keys or permissions (other refusals are the
     client's to report)."""
-    if exc.code in (Code.UNAUTHORIZED, Code.FORBIDDEN):
-        log.warning("refused %s of client %s: %s: %s", call, client, Code.Name(exc.code), exc.message)
+    if exc.reason in (Refusal.UNAUTHORIZED, Refusal.FORBIDDEN):
+        log.warning("refused %s of client %s: %s: %s", call, client, exc.reason.name, exc.message)

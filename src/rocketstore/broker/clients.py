@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocketstore.broker.auth import Account
-from rocketstore.broker.status import Code, StatusError
+from rocketstore.errors import Refusal, RequestRefusedError
 
 __all__ = ["ClientInfo", "ClientRegistry", "CommandQueue"]
 
@@ -108,7 +108,7 @@ class ClientRegistry:
     """client id -> ClientInfo; a client is forgotten on NotifyClientTermination or after
     ``expire_ms`` without a request (clients heartbeat every 10 s). One connection (peer) may
     bring at most ``max_per_peer`` client ids: a client inventing ids is refused
-    (TOO_MANY_REQUESTS) rather than held without bound."""
+    (``RequestRefusedError`` OVER_LIMIT) rather than held without bound."""
 
     def __init__(self, expire_ms: int = 120_000, max_per_peer: int = 64) -> None:
         self._clients: dict[str, ClientInfo] = {}
@@ -125,8 +125,8 @@ class ClientRegistry:
                 log.warning(
                     "client %s from %s refused: %d client ids on that connection", client_id, peer, held
                 )
-                raise StatusError(
-                    Code.TOO_MANY_REQUESTS,
+                raise RequestRefusedError(
+                    Refusal.OVER_LIMIT,
                     f"{held} client ids on this connection already: at most {self._max_per_peer}",
                 )
             self._per_peer[peer] = held + 1

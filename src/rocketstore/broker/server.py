@@ -1,6 +1,7 @@
-"""The broker's lifecycle: a grpc.aio server and the remoting listeners (``remoting/``) over an
-open store, the workers that touch the disk, the arrival watcher, the transaction checker of
-both protocols, the state file for ``rocketstore status``, and the metrics endpoint.
+"""The broker's lifecycle: the gRPC listener (``grpc/``) and the remoting listeners
+(``remoting/``) over an open store, the workers that touch the disk, the arrival watcher, the
+transaction checker of both protocols, the state file for ``rocketstore status``, and the
+metrics endpoint.
 
 ``Broker`` serves a store the caller opened (and closes nothing of it); ``start``/``stop`` run it
 on the caller's event loop, ``start_in_thread``/``stop_in_thread`` on a loop of its own (tests,
@@ -19,26 +20,23 @@ import os
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Any
-
-import grpc
 
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.group_commit import GroupCommit
+from rocketstore.broker.grpc.endpoint import GrpcEndpoint
+from rocketstore.broker.grpc.messaging_service import MessagingService
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.endpoint import RemotingEndpoint, bind_listener
 from rocketstore.broker.remoting.server import RemotingLimits
-from rocketstore.broker.service import MessagingService
 from rocketstore.broker.state import STATE_FILE, read_state
 from rocketstore.broker.transaction_check import OrphanSender, TransactionChecker
 from rocketstore.broker.transactions import TransactionLog
 from rocketstore.errors import StoreConfigError
-from rocketstore.protocol import service_pb2_grpc
 from rocketstore.storage.paths import atomic_write
 from rocketstore.store import MessageStore
 
@@ -69,8 +67,7 @@ class Broker:
         self.metrics_port: int | None = None
         self.remoting_port: int | None = None
         self.namesrv_port: int | None = None
-        self._server: Any = None
-        self._service: MessagingService | None = None
+        self._grpc: GrpcEndpoint | None = None
         self._remoting: RemotingEndpoint | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._arrival: ArrivalSignal | None = None
@@ -85,8 +82,9 @@ class Broker:
 
     @property
     def service(self) -> MessagingService:
-        assert self._service is not None, "the broker is not started, or serves no gRPC"
-        return self._service
+        service = self._grpc.service if self._grpc is not None else None
+        assert service is not None, "the broker is not started, or serves no gRPC"
+        return service
 
     @property
     def remoting(self) -> RemotingEndpoint:
@@ -149,25 +147,7 @@ class Broker:
         config = self.config
         assert self._executor is not None and self._arrival is not None
         self._pop = PopService(self.store, broker_name=config.broker_name)
-        host, _, port_text = listen.rpartition(":")
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", config.max_body_size + 1024 * 1024),
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                ("grpc.max_concurrent_streams", config.max_concurrent_streams),
-            ],
-        )
-        address = f"{host}:{port_text}"
-        if config.tls_cert and config.tls_key:
-            credentials = grpc.ssl_server_credentials(
-                [(Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes())]
-            )
-            port: int = server.add_secure_port(address, credentials)
-        else:
-            port = server.add_insecure_port(address)
-        advertise = config.advertise or f"{host.strip('[]')}:{port}"
-        ad_host, _, ad_port = advertise.rpartition(":")
-        self._service = MessagingService(
+        endpoint = GrpcEndpoint(
             self.store,
             config,
             self._executor,
@@ -175,17 +155,15 @@ class Broker:
             self.metrics,
             pop=self._pop,
             acl=acl,
-            advertise=(ad_host.strip("[]"), int(ad_port)),
             transactions=transactions,
         )
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self._service, server)
-        await server.start()
-        self._server = server
+        port = await endpoint.start(listen)
+        self._grpc = endpoint
         self.port = port
         log.info(
             "serving %s on %s%s (RocketMQ 5 gRPC)",
             self.store.layout.root,
-            address.rsplit(":", 1)[0] + f":{port}",
+            listen.rpartition(":")[0] + f":{port}",
             " with TLS" if config.tls_cert else "",
         )
 
@@ -260,7 +238,7 @@ class Broker:
                 log.exception("broker task %s failed", getattr(job, "__name__", job))
 
     async def _write_state(self) -> None:
-        service = self._service
+        service = self._grpc.service if self._grpc is not None else None
         remoting = self._remoting
         connections = remoting.connection_count() if remoting is not None else 0
         remoting_clients = remoting.clients() if remoting is not None else []
@@ -310,9 +288,8 @@ class Broker:
         if self._remoting is not None:
             await self._remoting.stop()
             self._remoting = None
-        if self._server is not None:
-            await self._server.stop(grace)
-            self._server = None
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
         if self._pop is not None:
             self._pop.stop()
         if self._arrival is not None:

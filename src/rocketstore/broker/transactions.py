@@ -27,11 +27,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from rocketstore.broker.group_commit import GroupCommit, PutOutcome
-from rocketstore.broker.send import PROPERTY_CHECK_IMMUNITY, PROPERTY_TRANSACTION
-from rocketstore.broker.status import Code, StatusError
 from rocketstore.codec.commitlog_record import SYSFLAG_CONTENT, SYSFLAG_TX_MASK, TX_COMMIT
 from rocketstore.codec.message_id import decode_offset_msg_id
-from rocketstore.errors import CorruptDataError
+from rocketstore.errors import CorruptDataError, Refusal, RequestRefusedError
 from rocketstore.message import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -46,6 +44,10 @@ __all__ = [
     "CHECK_MAX_TOPIC",
     "HALF_TOPIC",
     "OP_TOPIC",
+    "PROPERTY_CHECK_IMMUNITY",
+    "PROPERTY_CHECK_TIMES",
+    "PROPERTY_PRODUCER_GROUP",
+    "PROPERTY_TRANSACTION",
     "Orphan",
     "TransactionLog",
     "end_transaction",
@@ -60,6 +62,10 @@ CHECK_MAX_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
 TRANS_GROUP: Final = "CID_SYS_RMQ_TRANS"
 OP_TAG: Final = "d"
 PROPERTY_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
+# what a sent transactional message carries (RocketMQ's MessageConst names)
+PROPERTY_TRANSACTION: Final = "TRAN_MSG"
+PROPERTY_PRODUCER_GROUP: Final = "PGROUP"
+PROPERTY_CHECK_IMMUNITY: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 
 
 def transaction_id(result: PutMessageResult) -> str:
@@ -160,11 +166,14 @@ class TransactionLog:
         self._progress = max(committed, store.min_offset_in_queue(HALF_TOPIC, 0))
 
     def half_of(self, txid: str, message_id: str, topic: str) -> MessageExt:
-        """The unresolved half a transaction id names; StatusError INVALID_TRANSACTION_ID if none."""
+        """The unresolved half a transaction id names; RequestRefusedError UNKNOWN_TRANSACTION if
+        none."""
         try:
             _, _, offset = decode_offset_msg_id(txid)
         except CorruptDataError:
-            raise StatusError(Code.INVALID_TRANSACTION_ID, f"transaction id {txid!r} is malformed") from None
+            raise RequestRefusedError(
+                Refusal.UNKNOWN_TRANSACTION, f"transaction id {txid!r} is malformed"
+            ) from None
         half = self._store.look_message_by_offset(offset)
         if (
             half is None
@@ -172,11 +181,11 @@ class TransactionLog:
             or (message_id and half.uniq_key != message_id)
             or (topic and half.properties.get(PROPERTY_REAL_TOPIC) != topic)
         ):
-            raise StatusError(
-                Code.INVALID_TRANSACTION_ID, f"no transaction {txid!r} of message {message_id!r}"
+            raise RequestRefusedError(
+                Refusal.UNKNOWN_TRANSACTION, f"no transaction {txid!r} of message {message_id!r}"
             )
         if half.queue_offset in self._done or half.queue_offset in self._pending:
-            raise StatusError(Code.INVALID_TRANSACTION_ID, f"transaction {txid!r} has already ended")
+            raise RequestRefusedError(Refusal.UNKNOWN_TRANSACTION, f"transaction {txid!r} has already ended")
         return half
 
     def half_at(self, physical_offset: int) -> MessageExt | None:

@@ -28,8 +28,7 @@ from rocketstore.broker.remoting.producer import ProducerProcessor
 from rocketstore.broker.remoting.pull import PullProcessor
 from rocketstore.broker.remoting.queue_offsets import QueueOffsetsProcessor
 from rocketstore.broker.remoting.server import Connection, Handler, RemotingLimits, RemotingServer
-from rocketstore.broker.send import PROPERTY_PRODUCER_GROUP
-from rocketstore.broker.transactions import PROPERTY_CHECK_TIMES, Orphan
+from rocketstore.broker.transactions import PROPERTY_CHECK_TIMES, PROPERTY_PRODUCER_GROUP, Orphan
 from rocketstore.codec.commitlog_record import encode_message
 from rocketstore.codec.properties import encode_properties
 from rocketstore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC

@@ -31,8 +31,13 @@ from rocketstore.broker.remoting.headers import SendMessageHeader, flag, number,
 from rocketstore.broker.remoting.namesrv import DEFAULT_TOPIC, PERM_INHERIT, default_topic_config
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
-from rocketstore.broker.send import PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION
-from rocketstore.broker.transactions import HALF_TOPIC, end_transaction, half_message
+from rocketstore.broker.transactions import (
+    HALF_TOPIC,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION,
+    end_transaction,
+    half_message,
+)
 from rocketstore.codec.commitlog_record import (
     SYSFLAG_CONTENT,
     SYSFLAG_TX_MASK,

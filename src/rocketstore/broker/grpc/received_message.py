@@ -9,13 +9,13 @@ from typing import Any
 
 from google.protobuf import timestamp_pb2
 
-from rocketstore.broker.send import (
+from rocketstore.broker.grpc.sent_message import (
     PROPERTY_BORN_HOST,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRACE_CONTEXT,
-    PROPERTY_TRANSACTION,
     SYSTEM_PROPERTIES,
 )
+from rocketstore.broker.transactions import PROPERTY_TRANSACTION
 from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED
 from rocketstore.message import PROPERTY_DELAY, MessageExt
 from rocketstore.protocol import definition_pb2

@@ -2,18 +2,20 @@
 
 Every unary response (and the first message of a receive stream) carries ``Status{code,
 message}`` (BROKER.md §3). The service turns a ``StatusError`` raised while handling a request
-into that status; anything else unexpected becomes INTERNAL_ERROR with the exception's text,
-never a dropped call.
+into that status, and so a ``RequestRefusedError`` of the broker's core, with the code its
+reason maps to (``refusal_status``); anything else unexpected becomes INTERNAL_ERROR with the
+exception's text, never a dropped call.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rocketstore.errors import Refusal, RequestRefusedError
 from rocketstore.protocol import definition_pb2
 from rocketstore.results import PutStatus
 
-__all__ = ["Code", "StatusError", "put_status_code", "status"]
+__all__ = ["Code", "StatusError", "put_status_code", "refusal_status", "status"]
 
 Code: Any = definition_pb2.Code
 
@@ -48,3 +50,21 @@ def put_status_code(put: PutStatus) -> int:
     own refusals, a full disk or a failed service, are server errors)."""
     code: int = _PUT_CODES.get(put, Code.INTERNAL_SERVER_ERROR)
     return code
+
+
+_REFUSAL_CODES = {
+    Refusal.ILLEGAL_TOPIC: Code.ILLEGAL_TOPIC,
+    Refusal.ILLEGAL_GROUP: Code.ILLEGAL_CONSUMER_GROUP,
+    Refusal.UNAUTHORIZED: Code.UNAUTHORIZED,
+    Refusal.FORBIDDEN: Code.FORBIDDEN,
+    Refusal.OVER_LIMIT: Code.TOO_MANY_REQUESTS,
+    Refusal.UNKNOWN_TRANSACTION: Code.INVALID_TRANSACTION_ID,
+}
+
+
+def refusal_status(exc: StatusError | RequestRefusedError) -> Any:
+    """The Status a refused request is answered with: a StatusError's own code, or the Code the
+    reason of a core refusal maps to."""
+    if isinstance(exc, RequestRefusedError):
+        return status(_REFUSAL_CODES[exc.reason], exc.message)
+    return status(exc.code, exc.message)

@@ -3,8 +3,8 @@ protocol's status, and turned into store, transaction and pop calls (BROKER.md Â
 
 Every handler runs on the event loop; whatever touches the disk (puts, pops, acks, topic
 creation) runs on the broker's worker threads. A request that is refused gets its Status and a
-message (``StatusError``); an unexpected failure gets INTERNAL_ERROR and a log line, never a
-broken call.
+message (``StatusError`` here, ``RequestRefusedError`` from the broker's core: ``refusal_status``);
+an unexpected failure gets INTERNAL_ERROR and a log line, never a broken call.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from rocketstore.broker.auth import Account, Acl, log_refusal
 from rocketstore.broker.clients import ClientInfo, ClientRegistry, CommandQueue
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.config import BrokerConfig
-from rocketstore.broker.convert import timestamp, to_proto_message
 from rocketstore.broker.group_commit import GroupCommit, PutOutcome
+from rocketstore.broker.grpc.received_message import timestamp, to_proto_message
+from rocketstore.broker.grpc.sent_message import SentMessage, to_store_message
+from rocketstore.broker.grpc.status import Code, StatusError, put_status_code, refusal_status, status
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
-from rocketstore.broker.send import SentMessage, to_store_message
-from rocketstore.broker.status import Code, StatusError, put_status_code, status
 from rocketstore.broker.transactions import (
     Orphan,
     TransactionLog,
@@ -43,6 +43,7 @@ from rocketstore.broker.transactions import (
 from rocketstore.errors import (
     InvalidMessageError,
     InvalidReceiptHandleError,
+    RequestRefusedError,
     RocketStoreError,
     StoreWriteError,
 )
@@ -112,19 +113,26 @@ def _client_of(context: Any) -> str:
     return f"{client_id} ({context.peer()})"
 
 
+def _refused(call: str, context: Any, exc: StatusError | RequestRefusedError) -> Any:
+    """The Status a refused request is answered with; a refusal of its keys or permissions is
+    logged (``log_refusal``)."""
+    if isinstance(exc, RequestRefusedError):
+        log_refusal(call, _client_of(context), exc)
+    return refusal_status(exc)
+
+
 def _answer(
     response: Callable[..., Any],
 ) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
-    """A unary handler whose StatusError (or unexpected error) becomes ``response(status=...)``."""
+    """A unary handler whose refusal (or unexpected error) becomes ``response(status=...)``."""
 
     def wrap(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(handler)
         async def run(self: MessagingService, request: Any, context: Any) -> Any:
             try:
                 return await handler(self, request, context)
-            except StatusError as exc:
-                log_refusal(handler.__name__, _client_of(context), exc)
-                return response(status=status(exc.code, exc.message))
+            except (StatusError, RequestRefusedError) as exc:
+                return response(status=_refused(handler.__name__, context, exc))
             except StoreWriteError as exc:  # stored but not known durable, or not stored
                 return response(status=status(put_status_code(exc.status), str(exc)))
             except Exception as exc:
@@ -157,7 +165,7 @@ def _client_type(value: int) -> str:
 def _may_send(account: Account | None, topic: str) -> bool:
     try:
         check_topic(account, topic, Use.SEND)
-    except StatusError:
+    except RequestRefusedError:
         return False
     return True
 
@@ -290,9 +298,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def Telemetry(self, request_iterator: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
         try:
             caller = self._client(context)
-        except StatusError as exc:
-            log_refusal("Telemetry", _client_of(context), exc)
-            yield rpc.TelemetryCommand(status=status(exc.code, exc.message))
+        except (StatusError, RequestRefusedError) as exc:
+            yield rpc.TelemetryCommand(status=_refused("Telemetry", context, exc))
             return
         info = caller.info
         queue = CommandQueue(info.client_id, _MAX_PENDING_COMMANDS, _MAX_PENDING_COMMAND_BYTES)
@@ -331,9 +338,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         naming a topic or group its account may not use are refused as a whole, unrecorded."""
         try:
             self._check_settings(caller.account, settings)
-        except StatusError as exc:
+        except (StatusError, RequestRefusedError) as exc:
             log.warning("settings of client %s refused: %s", caller.info.client_id, exc.message)
-            return rpc.TelemetryCommand(status=status(exc.code, exc.message))
+            return rpc.TelemetryCommand(status=refusal_status(exc))
         info = caller.info
         info.client_type = _client_type(settings.client_type)
         answer = pb.Settings(client_type=settings.client_type)
@@ -552,9 +559,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         try:
             async for item in self._receive(request, context):
                 yield item
-        except StatusError as exc:
-            log_refusal("ReceiveMessage", _client_of(context), exc)
-            yield rpc.ReceiveMessageResponse(status=status(exc.code, exc.message))
+        except (StatusError, RequestRefusedError) as exc:
+            yield rpc.ReceiveMessageResponse(status=_refused("ReceiveMessage", context, exc))
         except StoreWriteError as exc:
             yield rpc.ReceiveMessageResponse(status=status(put_status_code(exc.status), str(exc)))
         except Exception as exc:

@@ -11,7 +11,7 @@ message_group              ``__SHARDINGKEY``: the store puts a group in one queu
 delivery_timestamp         ``TIMER_DELIVER_MS`` (ms), and ``DELAY`` = the first delay level
                            not earlier than the wait (else the longest)
 TRANSACTION                ``TRAN_MSG=true``, ``PGROUP`` = topic (kept back as a half: see
-                           transactions.py), ``CHECK_IMMUNITY_TIME_IN_SECONDS``
+                           broker/transactions.py), ``CHECK_IMMUNITY_TIME_IN_SECONDS``
 delivery_attempt           ``RECONSUME_TIME``
 born_host / born_timestamp ``__BORNHOST`` / ``BORN_TIMESTAMP``; the record's born host is
                            the peer's address, its born time the client's
@@ -26,21 +26,23 @@ import bisect
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rocketstore.broker.status import Code, StatusError
+from rocketstore.broker.grpc.status import Code, StatusError
+from rocketstore.broker.transactions import (
+    PROPERTY_CHECK_IMMUNITY,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TRANSACTION,
+)
 from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED
 from rocketstore.message import Message
 from rocketstore.protocol import definition_pb2
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
-__all__ = ["PROPERTY_TRANSACTION", "SYSTEM_PROPERTIES", "SentMessage", "delay_level_for", "to_store_message"]
+__all__ = ["SYSTEM_PROPERTIES", "SentMessage", "delay_level_for", "to_store_message"]
 
 MessageType: Any = definition_pb2.MessageType
 Encoding: Any = definition_pb2.Encoding
 
-PROPERTY_TRANSACTION: Final = "TRAN_MSG"
-PROPERTY_PRODUCER_GROUP: Final = "PGROUP"
 PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
-PROPERTY_CHECK_IMMUNITY: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_RECONSUME_TIME: Final = "RECONSUME_TIME"
 PROPERTY_BORN_HOST: Final = "__BORNHOST"
 PROPERTY_BORN_TIMESTAMP: Final = "BORN_TIMESTAMP"
