@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: run test lint bench crash fuzz clean java jdk node
 
-$(STAMP): pyproject.toml setup.py
+# (after `java`: warm also records the class archive local Spark jobs start from)
+$(STAMP): pyproject.toml setup.py | java
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,fuzz]'

@@ -242,8 +242,12 @@ def test_warm_leaves_every_kernel_in_numbas_cache(tmp_path: Path) -> None:
     assert "preparing the compiled kernels" in runs[0].stderr
 
 
-def test_a_local_job_over_a_small_store_gets_a_quicker_jvm(small_store: Path, tmp_path: Path) -> None:
+def test_a_local_job_over_a_small_store_gets_a_quicker_jvm(
+    small_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rocketstore import spark
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "no-class-archive"))  # (test_spark_class_archive)
 
     quick = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
     two_segments = tmp_path / "store"

@@ -41,10 +41,13 @@ def register(spark: SparkSession) -> None:
 def small_job_conf(store: str | os.PathLike[str], master: str) -> dict[str, str]:
     """Spark settings for a job over ``store`` on ``master``, given before the session starts:
     for a local master and a store with at most ``SMALL_STORE_BYTES`` of commitlog data, a driver
-    JVM without C2 and with the serial collector; nothing otherwise."""
+    JVM without C2, with the serial collector and mapping the class archive when one was built
+    (``class_archive``); nothing otherwise."""
     if not master.startswith("local") or _commitlog_bytes(store) > SMALL_STORE_BYTES:
         return {}
-    return {"spark.driver.extraJavaOptions": _QUICK_JVM}
+    from rocketstore.spark.class_archive import java_options
+
+    return {"spark.driver.extraJavaOptions": f"{_QUICK_JVM} {java_options()}".strip()}
 
 
 def _commitlog_bytes(store: str | os.PathLike[str]) -> int:
