@@ -12,7 +12,7 @@ the cache is already there it loads in about a second. The cache follows the sou
 edited module compiles again on its next use (or the next ``warm``).
 
 With Java and PySpark present it also records, once, the class archive that local Spark jobs'
-driver JVM maps to start quicker (``rocketstore.spark.class_archive``: about a minute, some 200 MB
+driver JVM maps to start quicker (``rocketstore.spark.class_archive``: about a minute, about 180 MB
 in the user's cache directory).
 """
 

@@ -10,7 +10,7 @@ that a JVM maps it; ``java_options`` names it for later sessions. ``python -m ro
 The archive belongs to one Java and one Spark installation: its name carries a key of both, and
 the JVM itself checks the class path and ignores an archive recorded for another (silently: its
 warning would go to the job's standard output). It lives in the user's cache directory
-(``$XDG_CACHE_HOME/rocketstore``, else ``~/.cache/rocketstore``), some 200 MB; deleting it only
+(``$XDG_CACHE_HOME/rocketstore``, else ``~/.cache/rocketstore``), about 180 MB; deleting it only
 makes the next local jobs start slower. An archive whose size is not the one recorded in its
 name is never used: a cut-short archive crashes JDK 17 with SIGBUS instead of being refused.
 
