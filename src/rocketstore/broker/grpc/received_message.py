@@ -47,8 +47,11 @@ _host = functools.lru_cache(maxsize=64)(format_host)
 def message_type_of(props: dict[str, str]) -> int:
     if props.get(PROPERTY_TRANSACTION) == "true":
         return _TRANSACTION
-    if PROPERTY_DELAY in props or any(k.startswith("TIMER_") for k in props):
+    if PROPERTY_DELAY in props:
         return _DELAY
+    for name in props:
+        if name.startswith("TIMER_"):
+            return _DELAY
     if PROPERTY_SHARDING_KEY in props:
         return _FIFO
     return _NORMAL
