@@ -10,7 +10,6 @@ an unexpected failure gets INTERNAL_ERROR and a log line, never a broken call.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import functools
 import logging
@@ -454,12 +453,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         entries = []
         # the sends counted per (kind, code), not per message: a labels() lookup costs as much
         # as building the entry
-        counts: collections.Counter[tuple[str, int]] = collections.Counter()
+        counts: dict[tuple[str, int], int] = {}
         kind_of_request = pb.MessageType.Name(msgs[0].system_properties.message_type)
         for s, o in zip(sent, outcomes):
             entry, code = self._entry(s, o)
             entries.append(entry)
-            counts["TRANSACTION" if s.transactional else kind_of_request, code] += 1
+            key = ("TRANSACTION" if s.transactional else kind_of_request, code)
+            counts[key] = counts.get(key, 0) + 1
         for (kind, code), n in counts.items():
             self._metrics.sends.labels(topic, kind, Code.Name(code)).inc(n)
         codes = {code for _, code in counts}
