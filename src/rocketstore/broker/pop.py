@@ -250,7 +250,8 @@ class PopService:
         if not (popped or to_dlq or fresh):
             return []
         self._write_receive(group, topic, max_attempts, popped, to_dlq, fresh, now)
-        return [self._popped(entry, msg, start, now, invisible_ms) for entry, msg, start in popped]
+        bound = binding(group, topic)  # every handle of a receive carries the same
+        return [self._popped(entry, msg, start, now, invisible_ms, bound) for entry, msg, start in popped]
 
     def _take_expired(
         self,
@@ -413,14 +414,14 @@ class PopService:
         return records
 
     def _popped(
-        self, entry: InFlight, msg: MessageExt, start: int, now: int, invisible_ms: int
+        self, entry: InFlight, msg: MessageExt, start: int, now: int, invisible_ms: int, bound: int
     ) -> PoppedMessage:
         queue = entry.queue
         handle = ReceiptHandle(
             start,
             now,
             invisible_ms,
-            binding(queue.group, queue.topic),
+            bound,
             queue.topic_type,
             self.broker_name,
             queue.queue_id,

@@ -28,7 +28,7 @@ from rocketstore.broker.clients import ClientInfo, ClientRegistry, CommandQueue
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.group_commit import GroupCommit, PutOutcome
-from rocketstore.broker.grpc.received_message import timestamp, to_proto_message
+from rocketstore.broker.grpc.received_message import message_fields, timestamp, to_proto_message
 from rocketstore.broker.grpc.sent_message import SentMessage, to_store_message
 from rocketstore.broker.grpc.status import Code, StatusError, put_status_code, refusal_status, status
 from rocketstore.broker.metrics import BrokerMetrics
@@ -87,6 +87,9 @@ _DEADLINE_MARGIN_S = 0.5
 # how long a waiting receive trusts the arrival signal alone (in-place FIFO redelivery and
 # invisible-time expiry make no new message)
 _RECHECK_S = 1.0
+_OK: int = Code.OK
+# copied into each answer that holds it (upb copies a submessage it is given)
+_OK_STATUS = status(Code.OK)
 
 
 def _duration_ms(d: Any) -> int:
@@ -447,15 +450,19 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             outcomes = await self._put_halves(sent, queues)
         else:
             outcomes = await self._sends.put([s.message for s in sent])
-        entries = [self._entry(s, o) for s, o in zip(sent, outcomes)]
-        codes = {e.status.code for e in entries}
-        for s, e in zip(sent, entries):
-            kind = (
-                "TRANSACTION"
-                if s.transactional
-                else pb.MessageType.Name(msgs[0].system_properties.message_type)
-            )
-            self._metrics.sends.labels(topic, kind, Code.Name(e.status.code)).inc()
+        entries = []
+        # the sends counted per (kind, code), not per message: a labels() lookup costs as much
+        # as building the entry
+        counts: dict[tuple[str, int], int] = {}
+        kind_of_request = pb.MessageType.Name(msgs[0].system_properties.message_type)
+        for s, o in zip(sent, outcomes):
+            entry, code = self._entry(s, o)
+            entries.append(entry)
+            key = ("TRANSACTION" if s.transactional else kind_of_request, code)
+            counts[key] = counts.get(key, 0) + 1
+        for (kind, code), n in counts.items():
+            self._metrics.sends.labels(topic, kind, Code.Name(code)).inc(n)
+        codes = {code for _, code in counts}
         head = entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS)
         return rpc.SendMessageResponse(status=head, entries=entries)
 
@@ -469,30 +476,40 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         return await self._system_puts.put(halves)
 
     @staticmethod
-    def _entry(sent: SentMessage, outcome: PutOutcome) -> Any:
+    def _entry(sent: SentMessage, outcome: PutOutcome) -> tuple[Any, int]:
+        """The SendResultEntry of one message, and its status code."""
         if isinstance(outcome, PutMessageResult):
-            code = put_status_code(outcome.status)
-            entry = rpc.SendResultEntry(
-                status=status(code, "" if outcome.ok else f"store answered {outcome.status.name}"),
-                message_id=sent.client_message_id,
-            )
-            if outcome.ok or outcome.physical_offset >= 0:
-                entry.offset = outcome.queue_offset
-                if sent.transactional:
-                    entry.transaction_id = transaction_id(outcome)
-            return entry
+            if outcome.ok:
+                code = _OK
+                entry = rpc.SendResultEntry(
+                    status=_OK_STATUS, message_id=sent.client_message_id, offset=outcome.queue_offset
+                )
+            else:
+                code = put_status_code(outcome.status)
+                entry = rpc.SendResultEntry(
+                    status=status(code, f"store answered {outcome.status.name}"),
+                    message_id=sent.client_message_id,
+                )
+                if outcome.physical_offset >= 0:
+                    entry.offset = outcome.queue_offset
+            if sent.transactional and (outcome.ok or outcome.physical_offset >= 0):
+                entry.transaction_id = transaction_id(outcome)
+            return entry, code
         if isinstance(outcome, InvalidMessageError):
             code = (
                 Code.MESSAGE_BODY_TOO_LARGE
                 if outcome.status is PutStatus.MESSAGE_SIZE_EXCEEDED
                 else Code.BAD_REQUEST
             )
-            return rpc.SendResultEntry(status=status(code, str(outcome)), message_id=sent.client_message_id)
+            entry = rpc.SendResultEntry(status=status(code, str(outcome)), message_id=sent.client_message_id)
+            return entry, code
         if isinstance(outcome, RocketStoreError):
-            return rpc.SendResultEntry(
-                status=status(Code.INTERNAL_SERVER_ERROR, f"{type(outcome).__name__}: {outcome}"),
+            code = Code.INTERNAL_SERVER_ERROR
+            entry = rpc.SendResultEntry(
+                status=status(code, f"{type(outcome).__name__}: {outcome}"),
                 message_id=sent.client_message_id,
             )
+            return entry, code
         raise outcome
 
     @_answer(rpc.EndTransactionResponse)
@@ -642,7 +659,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             if attempt > 1:
                 self._metrics.retries.labels(group, topic).inc()
             yield rpc.ReceiveMessageResponse(
-                message=to_proto_message(
+                message=message_fields(
                     p.message,
                     topic=p.topic,
                     receipt_handle=p.receipt_handle,
@@ -660,24 +677,31 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         caller = self._client(context)
         group, topic = check_subscription(caller.account, request.group.name, request.topic.name)
         entries = []
-        handles = [entry.receipt_handle for entry in request.entries]
+        asked = request.entries
+        handles = [entry.receipt_handle for entry in asked]
         outcomes = await self._acks.submit((group, topic, handles)) if handles else []
-        for entry, outcome in zip(request.entries, outcomes):
+        refused = 0
+        for entry, handle, outcome in zip(asked, handles, outcomes):
             if outcome is None:
-                code, text = Code.OK, ""
+                answer = _OK_STATUS
             else:
-                code, text = Code.INVALID_RECEIPT_HANDLE, str(outcome)
-            self._metrics.acks.labels(group, topic, Code.Name(code)).inc()
+                refused += 1
+                answer = status(Code.INVALID_RECEIPT_HANDLE, str(outcome))
             entries.append(
-                rpc.AckMessageResultEntry(
-                    message_id=entry.message_id,
-                    receipt_handle=entry.receipt_handle,
-                    status=status(code, text),
-                )
+                rpc.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=handle, status=answer)
             )
-        codes = {e.status.code for e in entries}
-        head = entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS)
-        return rpc.AckMessageResponse(status=head if entries else status(Code.OK), entries=entries)
+        # counted per code, not per entry: a labels() lookup costs as much as building the entry
+        if len(entries) > refused:
+            self._metrics.acks.labels(group, topic, "OK").inc(len(entries) - refused)
+        if refused:
+            self._metrics.acks.labels(group, topic, "INVALID_RECEIPT_HANDLE").inc(refused)
+        if not entries:
+            head = _OK_STATUS
+        elif refused == 0 or refused == len(entries):
+            head = entries[0].status
+        else:
+            head = status(Code.MULTIPLE_RESULTS)
+        return rpc.AckMessageResponse(status=head, entries=entries)
 
     @_answer(rpc.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:

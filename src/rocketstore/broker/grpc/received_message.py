@@ -4,6 +4,7 @@ RocketMQ 5 derives from the record."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
@@ -17,11 +18,12 @@ from rocketstore.broker.grpc.sent_message import (
 )
 from rocketstore.broker.transactions import PROPERTY_TRANSACTION
 from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED
+from rocketstore.codec.host import format_host
 from rocketstore.message import PROPERTY_DELAY, MessageExt
 from rocketstore.protocol import definition_pb2
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
-__all__ = ["timestamp", "to_proto_message"]
+__all__ = ["message_fields", "timestamp", "to_proto_message"]
 
 MessageType: Any = definition_pb2.MessageType
 # looked up once: each attribute of a protobuf enum wrapper costs a Python call per message
@@ -38,14 +40,80 @@ def timestamp(ms: int) -> Any:
     return timestamp_pb2.Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
+# the store hosts of a broker's messages: a handful of (address, port) pairs
+_host = functools.lru_cache(maxsize=64)(format_host)
+
+
 def message_type_of(props: dict[str, str]) -> int:
     if props.get(PROPERTY_TRANSACTION) == "true":
         return _TRANSACTION
-    if PROPERTY_DELAY in props or any(k.startswith("TIMER_") for k in props):
+    if PROPERTY_DELAY in props:
         return _DELAY
+    for name in props:
+        if name.startswith("TIMER_"):
+            return _DELAY
     if PROPERTY_SHARDING_KEY in props:
         return _FIFO
     return _NORMAL
+
+
+def message_fields(
+    msg: MessageExt,
+    *,
+    topic: str,
+    receipt_handle: str = "",
+    delivery_attempt: int = 0,
+    dead_letter_queue: str | None = None,
+) -> dict[str, Any]:
+    """``msg`` as the fields of a protobuf Message of ``topic`` (the original topic, for
+    retries and halves), nested as dicts: upb builds a message from them in C, about twice as
+    fast as from submessage objects it would copy (``to_proto_message``; a receive puts them
+    straight into its response)."""
+    props = msg.properties
+    rec = msg.record
+    body = msg.body
+    born, stored = rec.born_timestamp, rec.store_timestamp
+    sp: dict[str, Any] = {
+        "message_id": props.get("UNIQ_KEY") or msg.msg_id,
+        "body_digest": {"type": _MD5, "checksum": hashlib.md5(body).hexdigest().upper()},
+        "body_encoding": _GZIP if rec.sys_flag & SYSFLAG_COMPRESSED else _IDENTITY,
+        "message_type": message_type_of(props),
+        "born_timestamp": {"seconds": born // 1000, "nanos": (born % 1000) * 1_000_000},
+        "born_host": props.get(PROPERTY_BORN_HOST) or msg.born_host.rpartition(":")[0],
+        "store_timestamp": {"seconds": stored // 1000, "nanos": (stored % 1000) * 1_000_000},
+        "store_host": _host(rec.store_addr, rec.store_port),
+        "queue_id": rec.queue_id,
+        "queue_offset": rec.queue_offset,
+    }
+    tags = props.get("TAGS")
+    if tags:
+        sp["tag"] = tags
+    if "KEYS" in props:
+        keys = msg.keys
+        if keys:
+            sp["keys"] = keys
+    group = props.get(PROPERTY_SHARDING_KEY)
+    if group:
+        sp["message_group"] = group
+    deliver = props.get(PROPERTY_TIMER_DELIVER_MS)
+    if deliver and deliver.isdigit():
+        ms = int(deliver)
+        sp["delivery_timestamp"] = {"seconds": ms // 1000, "nanos": (ms % 1000) * 1_000_000}
+    trace = props.get(PROPERTY_TRACE_CONTEXT)
+    if trace:
+        sp["trace_context"] = trace
+    if receipt_handle:
+        sp["receipt_handle"] = receipt_handle
+    if delivery_attempt:
+        sp["delivery_attempt"] = delivery_attempt
+    if dead_letter_queue:
+        sp["dead_letter_queue"] = {"topic": dead_letter_queue}
+    return {
+        "topic": {"name": topic},
+        "system_properties": sp,
+        "body": body,
+        "user_properties": {name: value for name, value in props.items() if name not in SYSTEM_PROPERTIES},
+    }
 
 
 def to_proto_message(
@@ -57,44 +125,12 @@ def to_proto_message(
     dead_letter_queue: str | None = None,
 ) -> Any:
     """``msg`` as a protobuf Message of ``topic`` (the original topic, for retries and halves)."""
-    props = msg.properties
-    body = msg.body
-    sp = definition_pb2.SystemProperties(
-        message_id=props.get("UNIQ_KEY") or msg.msg_id,
-        body_digest=definition_pb2.Digest(type=_MD5, checksum=hashlib.md5(body).hexdigest().upper()),
-        body_encoding=_GZIP if msg.sys_flag & SYSFLAG_COMPRESSED else _IDENTITY,
-        message_type=message_type_of(props),
-        born_timestamp=timestamp(msg.born_timestamp),
-        born_host=props.get(PROPERTY_BORN_HOST) or msg.born_host.rpartition(":")[0],
-        store_timestamp=timestamp(msg.store_timestamp),
-        store_host=msg.store_host,
-        queue_id=msg.queue_id,
-        queue_offset=msg.queue_offset,
-    )
-    tags = props.get("TAGS")
-    if tags:
-        sp.tag = tags
-    keys = msg.keys
-    if keys:
-        sp.keys.extend(keys)
-    group = props.get(PROPERTY_SHARDING_KEY)
-    if group:
-        sp.message_group = group
-    deliver = props.get(PROPERTY_TIMER_DELIVER_MS)
-    if deliver and deliver.isdigit():
-        sp.delivery_timestamp.CopyFrom(timestamp(int(deliver)))
-    trace = props.get(PROPERTY_TRACE_CONTEXT)
-    if trace:
-        sp.trace_context = trace
-    if receipt_handle:
-        sp.receipt_handle = receipt_handle
-    if delivery_attempt:
-        sp.delivery_attempt = delivery_attempt
-    if dead_letter_queue:
-        sp.dead_letter_queue.topic = dead_letter_queue
     return definition_pb2.Message(
-        topic=definition_pb2.Resource(name=topic),
-        system_properties=sp,
-        body=body,
-        user_properties={name: value for name, value in props.items() if name not in SYSTEM_PROPERTIES},
+        **message_fields(
+            msg,
+            topic=topic,
+            receipt_handle=receipt_handle,
+            delivery_attempt=delivery_attempt,
+            dead_letter_queue=dead_letter_queue,
+        )
     )

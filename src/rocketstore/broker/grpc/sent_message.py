@@ -119,6 +119,14 @@ _MESSAGE_TYPES = frozenset(
     )
 )
 _ENCODINGS = frozenset((Encoding.ENCODING_UNSPECIFIED, Encoding.IDENTITY, Encoding.GZIP))
+# looked up once: each attribute of a protobuf enum wrapper costs a Python call per message
+_TRANSACTION: Final = int(MessageType.TRANSACTION)
+_GZIP: Final = int(Encoding.GZIP)
+
+
+def _has_separator(text: str) -> bool:
+    """Whether ``text`` holds a character a record's property text uses to separate entries."""
+    return "\x01" in text or "\x02" in text
 
 
 def _enum_name(enum: Any, value: int) -> str:
@@ -179,14 +187,14 @@ def to_store_message(
             Code.MESSAGE_BODY_TOO_LARGE, f"message body of {len(body)} bytes exceeds {max_body_size} bytes"
         )
     message_id = sp.message_id
-    if not message_id or any(c in message_id for c in "\x01\x02"):
+    if not message_id or _has_separator(message_id):
         raise StatusError(Code.ILLEGAL_MESSAGE_ID, f"message_id {message_id!r} is empty or not printable")
     tag = sp.tag or None
-    if tag is not None and (not tag.strip() or "|" in tag or any(c in tag for c in "\x01\x02")):
+    if tag is not None and (not tag.strip() or "|" in tag or _has_separator(tag)):
         raise StatusError(Code.ILLEGAL_MESSAGE_TAG, f"tag {tag!r} is blank or holds '|'")
     keys = list(sp.keys)
     for key in keys:
-        if not key or any(c in key for c in " \x01\x02"):
+        if not key or " " in key or _has_separator(key):
             raise StatusError(Code.ILLEGAL_MESSAGE_KEY, f"key {key!r} is empty or holds a space")
     props: dict[str, str] = {}
     size = 0
@@ -195,7 +203,7 @@ def to_store_message(
             raise StatusError(
                 Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {name!r} is a system property's name"
             )
-        if not name or any(c in name + value for c in "\x01\x02"):
+        if not name or _has_separator(name) or _has_separator(value):
             raise StatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property {name!r} is empty or not text")
         size += len(name) + len(value)
         props[name] = value
@@ -206,7 +214,7 @@ def to_store_message(
         )
 
     message_type = sp.message_type
-    transactional = message_type == MessageType.TRANSACTION
+    transactional = message_type == _TRANSACTION
     delay_level = 0
     if sp.message_group:
         if transactional:
@@ -261,7 +269,7 @@ def to_store_message(
             uniq_key=message_id,
             born_timestamp=born_ms,
             born_host=peer_host,
-            sys_flag=SYSFLAG_COMPRESSED if sp.body_encoding == Encoding.GZIP else 0,
+            sys_flag=SYSFLAG_COMPRESSED if sp.body_encoding == _GZIP else 0,
         ),
         message_id,
         transactional,

@@ -29,8 +29,12 @@ class StatusError(Exception):
         self.message = message
 
 
+# Code.Name is a Python call through protobuf's enum wrapper: looked up once for every code
+_CODE_NAMES: dict[int, str] = {number: name for name, number in Code.items()}
+
+
 def status(code: int, message: str = "") -> Any:
-    return definition_pb2.Status(code=code, message=message or Code.Name(code))
+    return definition_pb2.Status(code=code, message=message or _CODE_NAMES.get(code) or Code.Name(code))
 
 
 _PUT_CODES = {
