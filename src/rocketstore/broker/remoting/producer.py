@@ -239,12 +239,13 @@ class ProducerProcessor:
         props: dict[str, str],
         header: SendMessageHeader,
         flag_value: int,
-        conn: Connection,
+        born_host: str,
     ) -> Message:
-        tags = props.pop(PROPERTY_TAGS, None)
-        keys_text = props.pop(PROPERTY_KEYS, None)
-        uniq = props.pop(PROPERTY_UNIQ_KEY, None)
-        delay_text = props.pop(PROPERTY_DELAY, None)
+        pop = props.pop
+        tags = pop(PROPERTY_TAGS, None)
+        keys_text = pop(PROPERTY_KEYS, None)
+        uniq = pop(PROPERTY_UNIQ_KEY, None)
+        delay_text = pop(PROPERTY_DELAY, None)
         delay = 0
         if delay_text is not None:
             try:
@@ -254,20 +255,24 @@ class ProducerProcessor:
                     ResponseCode.MESSAGE_ILLEGAL, f"DELAY {delay_text!r} is not a level"
                 ) from None
         props[PROPERTY_CLUSTER] = self.ctx.config.cluster_name
+        # positional: the fields in Message's order (topic, body, tags, keys, properties,
+        # queue_id, flag, delay_level, uniq_key, born_timestamp, born_host, sys_flag,
+        # prepared_transaction_offset, reconsume_times); this runs once per message of a batch
         return Message(
-            topic=topic,
-            body=body if isinstance(body, bytes) else bytes(body),
-            tags=tags,
-            keys=[k for k in keys_text.split(" ") if k] if keys_text else (),
-            properties=props,
-            queue_id=queue_id,
-            flag=flag_value,
-            delay_level=delay,
-            uniq_key=uniq,
-            born_timestamp=header.born_timestamp,
-            born_host=conn.peer,
-            sys_flag=header.sys_flag & SYSFLAG_CONTENT,
-            reconsume_times=header.reconsume_times,
+            topic,
+            body if type(body) is bytes else bytes(body),
+            tags,
+            [k for k in keys_text.split(" ") if k] if keys_text else (),
+            props,
+            queue_id,
+            flag_value,
+            delay,
+            uniq,
+            header.born_timestamp,
+            born_host,
+            header.sys_flag & SYSFLAG_CONTENT,
+            0,
+            header.reconsume_times,
         )
 
     async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -287,7 +292,7 @@ class ProducerProcessor:
         ) == "true"
         if transactional:
             props.pop(PROPERTY_DELAY, None)
-        msg = self._message(target.topic, target.queue_id, cmd.body, props, header, header.flag, conn)
+        msg = self._message(target.topic, target.queue_id, cmd.body, props, header, header.flag, conn.peer)
         if target.topic.startswith(DLQ_PREFIX):
             msg.delay_level = 0
         if transactional:
@@ -330,16 +335,17 @@ class ProducerProcessor:
             ) from None
         if not entries:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+        if PROPERTY_DELAY in batch_props:
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed")
         msgs = []
+        message, topic, queue_id, born_host = self._message, target.topic, target.queue_id, conn.peer
+        # the header's sysflag has no transaction bits here (refused above): _message's is the stored one
         for entry in entries:
             props = decode_properties(entry.properties)
-            if PROPERTY_DELAY in props or PROPERTY_DELAY in batch_props:
+            if PROPERTY_DELAY in props:
                 raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed")
             props.update(batch_props)
-            msgs.append(
-                self._message(target.topic, target.queue_id, entry.body, props, header, entry.flag, conn)
-            )
-            msgs[-1].sys_flag &= ~SYSFLAG_TX_MASK
+            msgs.append(message(topic, queue_id, entry.body, props, header, entry.flag, born_host))
         outcomes = await self.ctx.sends.put(msgs)
         first = outcomes[0]
         if not isinstance(first, PutMessageResult) or first.physical_offset < 0:
