@@ -84,6 +84,7 @@ FORBIDDEN_TOPICS: Final = frozenset(
 _RESPONSE_EXTRAS: Final = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 # stored with the message: the transaction type is set by the path taken, hosts by the store
 _SENT_SYSFLAG: Final = SYSFLAG_CONTENT | SYSFLAG_TX_MASK
+_MAX_SENDABLE_CACHED: Final = 4096
 
 _PUT_CODES: Final = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -140,6 +141,8 @@ class ProducerProcessor:
         self.ctx = ctx
         # the sends counter's children by (topic, kind, code): labels() costs a lock per call
         self._counted: dict[tuple[str, str, str], Any] = {}
+        # topic names that passed _check_topic (a fixed rule of the name): checked once
+        self._sendable: set[str] = set()
 
     def _count(self, topic: str, kind: str, code: ResponseCode, n: int = 1) -> None:
         key = (topic, kind, code.name)
@@ -186,6 +189,8 @@ class ProducerProcessor:
         return created
 
     def _check_topic(self, topic: str) -> None:
+        if topic in self._sendable:
+            return
         if not TOPIC_PATTERN.fullmatch(topic):
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
@@ -195,6 +200,8 @@ class ProducerProcessor:
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
+        if len(self._sendable) < _MAX_SENDABLE_CACHED:
+            self._sendable.add(topic)
 
     async def _target(self, header: SendMessageHeader, version: int) -> tuple[_Target, TopicConfig]:
         topic = header.topic
@@ -353,7 +360,14 @@ class ProducerProcessor:
         code = put_status_code(first.status)
         if code not in _STORED_CODES:
             raise _refusal(first)
-        ids = ",".join(o.msg_id or "" for o in outcomes if isinstance(o, PutMessageResult))
+        # PutMessageResult.msg_id, without a property call per message
+        ids = ",".join(
+            [
+                f"{o.id_prefix}{o.physical_offset:016X}" if o.physical_offset >= 0 else ""
+                for o in outcomes
+                if isinstance(o, PutMessageResult)
+            ]
+        )
         self._count(target.topic, "REMOTING_BATCH", code, len(msgs))
         return cmd.response(
             code,
