@@ -9,6 +9,7 @@ import struct
 import pytest
 
 from rocketstore.broker.remoting.batch_body import BatchEntry, decode_batch, encode_batch_body
+from rocketstore.broker.remoting.codes import LANGUAGES
 from rocketstore.broker.remoting.command import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -214,3 +215,108 @@ def test_batch_body_round_trip_and_damage() -> None:
     struct.pack_into(">h", bad, 23, 3)  # properties length short of TOTALSIZE
     with pytest.raises(CorruptDataError, match="properties length 3"):
         decode_batch(bytes(bad))
+
+
+def _reference_decode_binary(data: bytes) -> tuple[int, int, int, int, int, str | None, dict[str, str]]:
+    """The binary header read field by field, straight from REMOTING.md §1.4 (the codec's
+    unrolled reading must agree with it on every input)."""
+    code, language, version, opaque, flag_value, remark_len = struct.unpack_from(">hbhiii", data, 0)
+    pos = 17
+    remark = data[pos : pos + remark_len].decode() if remark_len else None
+    pos += remark_len
+    (ext_len,) = struct.unpack_from(">i", data, pos)
+    pos += 4
+    end = pos + ext_len
+    fields = {}
+    while pos < end:
+        (klen,) = struct.unpack_from(">h", data, pos)
+        key = data[pos + 2 : pos + 2 + klen].decode()
+        pos += 2 + klen
+        (vlen,) = struct.unpack_from(">i", data, pos)
+        value = data[pos + 4 : pos + 4 + vlen].decode()
+        pos += 4 + vlen
+        if key and value:
+            fields[key] = value
+    return code, language, version, opaque, flag_value, remark, fields
+
+
+def _send_request_header() -> bytes:
+    header = SendMessageHeader(
+        producer_group="pg",
+        topic="Tópic",
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=3,
+        sys_flag=0,
+        born_timestamp=1700000000000,
+        flag=0,
+        properties="UNIQ_KEY\x01abc\x02WAIT\x01true\x02",
+        reconsume_times=0,
+        unit_mode=False,
+        max_reconsume_times=16,
+        batch=False,
+        broker_name="broker-a",
+    )
+    cmd = RemotingCommand(
+        code=310, opaque=9, remark="rémark", ext_fields=header.to_ext(), serialize_type=SERIALIZE_ROCKETMQ
+    )
+    return frame(cmd)[8:]
+
+
+def test_binary_header_decoding_agrees_with_the_field_by_field_reading_on_damaged_headers() -> None:
+    good = _send_request_header()
+    damaged = [good[:cut] for cut in range(len(good))]
+    for i in range(len(good)):
+        for byte in (0x00, 0x7F, 0x80, 0xFF, good[i] ^ 0x01):
+            damaged.append(good[:i] + bytes([byte]) + good[i + 1 :])
+    decoded = refused = 0
+    for header in [good, *damaged]:
+        try:
+            cmd = decode_command(struct.pack(">i", (SERIALIZE_ROCKETMQ << 24) | len(header)) + header)
+        except CorruptDataError as exc:
+            assert str(exc).startswith("binary header")  # never an IndexError or struct.error
+            refused += 1
+            continue
+        decoded += 1
+        code, language, *rest = _reference_decode_binary(header)
+        assert (cmd.code, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields) == (code, *rest)
+        assert cmd.language == (LANGUAGES[language] if 0 <= language < len(LANGUAGES) else "OTHER")
+    assert decoded > 100 and refused > 100
+
+
+def test_binary_header_encoding_is_the_field_by_field_writing() -> None:
+    ext = {"msgId": "AC11000100002A9F0000000000001234", "queueId": "3", "ключ": "значение", "e": ""}
+    cmd = RemotingCommand(code=0, opaque=5, flag=FLAG_RESPONSE, ext_fields=ext, remark="r", serialize_type=1)
+    entries = b"".join(
+        struct.pack(">h", len(k.encode())) + k.encode() + struct.pack(">i", len(v.encode())) + v.encode()
+        for k, v in ext.items()
+    )
+    expected = struct.pack(">hbhiii", 0, 0, 409, 5, FLAG_RESPONSE, 1) + b"r" + struct.pack(">i", len(entries))
+    for _ in range(2):  # the second time from the encoded-key cache
+        assert frame(cmd)[8:] == expected + entries
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_send_header_reading_agrees_with_the_field_by_field_reading(v2: bool) -> None:
+    good = SendMessageHeader(
+        "pg", "T", "TBW102", 4, 1, 0, 1700000000000, 0, "WAIT\x01true", 2, True, 16, False, "broker-a"
+    ).to_ext(v2=v2)
+    variants = [good]
+    for key in good:
+        for value in (None, "", "x", " 7 ", "-1", "TRUE", "1.5"):
+            ext = dict(good)
+            if value is None:
+                del ext[key]
+            else:
+                ext[key] = value
+            variants.append(ext)
+    for ext in variants:
+        try:
+            expected: object = SendMessageHeader._from_ext_by_field(ext, v2=v2)
+        except RequestRefused as exc:
+            expected = (exc.code, exc.remark)
+        try:
+            got: object = SendMessageHeader.from_ext(ext, v2=v2)
+        except RequestRefused as exc:
+            got = (exc.code, exc.remark)
+        assert got == expected, ext

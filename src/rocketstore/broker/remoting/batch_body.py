@@ -35,36 +35,37 @@ class BatchEntry:
 
 def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchEntry]:
     """The inner messages of a batch body."""
-    view = memoryview(data)
-    n = len(view)
+    buf = data if type(data) is bytes else bytes(data)  # one copy; slices of bytes are one object
+    n = len(buf)
     pos = 0
     out: list[BatchEntry] = []
+    head, head_size, props_len_at = _HEAD.unpack_from, _HEAD.size, _PROPS_LEN.unpack_from
     while pos < n:
-        if n - pos < _HEAD.size + 2:
+        if n - pos < head_size + 2:
             raise CorruptDataError(f"batch message {len(out)} at byte {pos} is cut short", offset=pos)
-        total, _magic, _crc, flag, body_len = _HEAD.unpack_from(view, pos)
-        if total < _HEAD.size + 2 or total > n - pos:
+        total, _magic, _crc, flag, body_len = head(buf, pos)
+        if total < head_size + 2 or total > n - pos:
             raise CorruptDataError(
-                f"batch message {len(out)}: TOTALSIZE {total} outside {_HEAD.size + 2}..{n - pos}", offset=pos
+                f"batch message {len(out)}: TOTALSIZE {total} outside {head_size + 2}..{n - pos}", offset=pos
             )
         end = pos + total
-        body_start = pos + _HEAD.size
+        body_start = pos + head_size
         if body_len < 0 or body_len > end - body_start - 2:
             raise CorruptDataError(f"batch message {len(out)}: body length {body_len} exceeds it", offset=pos)
         props_pos = body_start + body_len
-        (props_len,) = _PROPS_LEN.unpack_from(view, props_pos)
+        (props_len,) = props_len_at(buf, props_pos)
         if props_len < 0 or props_pos + 2 + props_len != end:
             raise CorruptDataError(
                 f"batch message {len(out)}: properties length {props_len} does not end at TOTALSIZE",
                 offset=pos,
             )
         try:
-            props = str(view[props_pos + 2 : end], "utf-8")
+            props = buf[props_pos + 2 : end].decode()
         except UnicodeDecodeError:
             raise CorruptDataError(
                 f"batch message {len(out)}: properties are not UTF-8", offset=pos
             ) from None
-        out.append(BatchEntry(flag, bytes(view[body_start:props_pos]), props))
+        out.append(BatchEntry(flag, buf[body_start:props_pos], props))
         pos = end
     return out
 

@@ -213,72 +213,88 @@ def _decode_json(header: memoryview) -> RemotingCommand:
 
 
 # --- ROCKETMQ (binary) ------------------------------------------------------------------------
-def _encode_binary(cmd: RemotingCommand) -> bytes:
-    remark = cmd.remark.encode() if cmd.remark else b""
-    entries = bytearray()
-    for key, value in cmd.ext_fields.items():
-        k = key.encode()
-        v = value.encode()
-        entries += _I16.pack(len(k))
-        entries += k
-        entries += _I32.pack(len(v))
-        entries += v
-    out = bytearray(
-        _BINARY_FIXED.pack(cmd.code, _LANGUAGE_CODES.get(cmd.language, 0), cmd.version, cmd.opaque, cmd.flag)
-    )
-    out += _I32.pack(len(remark))
-    out += remark
-    out += _I32.pack(len(entries))
-    out += entries
-    return bytes(out)
-
-
+# a key's bytes on the wire (length + UTF-8), encoded once: response keys repeat
+_KEY_BYTES: dict[str, bytes] = {}
 # extFields keys repeat from request to request: decoded once
 _KEYS: dict[bytes, str] = {}
 _MAX_CACHED_KEYS: Final = 4096
+_HEAD_AND_REMARK = struct.Struct(">hbhiii")  # the fixed fields and the remark's length
+_I16_FROM = _I16.unpack_from
+_I32_FROM = _I32.unpack_from
+_I32_PACK = _I32.pack
+
+
+def _encode_binary(cmd: RemotingCommand) -> bytes:
+    remark = cmd.remark.encode() if cmd.remark else b""
+    parts: list[bytes] = []
+    key_bytes = _KEY_BYTES
+    for key, value in cmd.ext_fields.items():
+        k = key_bytes.get(key)
+        if k is None:
+            raw = key.encode()
+            k = _I16.pack(len(raw)) + raw
+            if len(key_bytes) < _MAX_CACHED_KEYS:
+                key_bytes[key] = k
+        v = value.encode()
+        parts.append(k)
+        parts.append(_I32_PACK(len(v)))
+        parts.append(v)
+    entries = b"".join(parts)
+    return b"".join(
+        (
+            _HEAD_AND_REMARK.pack(
+                cmd.code,
+                _LANGUAGE_CODES.get(cmd.language, 0),
+                cmd.version,
+                cmd.opaque,
+                cmd.flag,
+                len(remark),
+            ),
+            remark,
+            _I32_PACK(len(entries)),
+            entries,
+        )
+    )
 
 
 def _decode_binary(header: memoryview) -> RemotingCommand:
     data = bytes(header)
     h = len(data)
-    fixed = _BINARY_FIXED.size
-    if h < fixed + 8:
-        raise CorruptDataError(f"binary header of {h} bytes is shorter than its fixed {fixed + 8}")
-    code, language, version, opaque, flag = _BINARY_FIXED.unpack_from(data, 0)
-    pos = fixed
-    remark_len = int.from_bytes(data[pos : pos + 4], "big", signed=True)
-    pos += 4
+    pos = _HEAD_AND_REMARK.size
+    if h < pos + 4:
+        raise CorruptDataError(f"binary header of {h} bytes is shorter than its fixed {pos + 4}")
+    code, language, version, opaque, flag, remark_len = _HEAD_AND_REMARK.unpack_from(data, 0)
     if remark_len < 0 or remark_len > h - pos - 4:
         raise CorruptDataError(f"binary header: remark length {remark_len} exceeds the header")
     what = "remark"  # what is being decoded, for the error
     value_of: str | None = None  # or the value of this key
+    i16, i32, keys = _I16_FROM, _I32_FROM, _KEYS
     try:
         remark = data[pos : pos + remark_len].decode() if remark_len else None
         pos += remark_len
-        ext_len = int.from_bytes(data[pos : pos + 4], "big", signed=True)
+        (ext_len,) = i32(data, pos)
         pos += 4
         if ext_len < 0 or ext_len > h - pos:
             raise CorruptDataError(f"binary header: extFields length {ext_len} exceeds the header")
         end = pos + ext_len
         fields: dict[str, str] = {}
-        keys = _KEYS
         while pos < end:
             if end - pos < 6:
                 raise CorruptDataError(f"binary header: extFields entry at byte {pos} is cut short")
-            klen = int.from_bytes(data[pos : pos + 2], "big", signed=True)
+            (klen,) = i16(data, pos)
             if klen < 0 or klen > end - pos - 6:
                 raise CorruptDataError(f"binary header: key length {klen} at byte {pos} exceeds extFields")
             pos += 2
-            raw_key = data[pos : pos + klen]
+            kend = pos + klen
+            raw_key = data[pos:kend]
             key = keys.get(raw_key)
             if key is None:
                 what, value_of = "an extFields key", None
                 key = raw_key.decode()
                 if len(keys) < _MAX_CACHED_KEYS:
                     keys[raw_key] = key
-            pos += klen
-            vlen = int.from_bytes(data[pos : pos + 4], "big", signed=True)
-            pos += 4
+            (vlen,) = i32(data, kend)
+            pos = kend + 4
             if vlen < 0 or vlen > end - pos:
                 raise CorruptDataError(f"binary header: value length {vlen} of {key!r} exceeds extFields")
             if klen and vlen:  # an empty key or value is absent (Java's readStr gives null)
@@ -290,11 +306,12 @@ def _decode_binary(header: memoryview) -> RemotingCommand:
             what = f"the value of {value_of!r}"
         raise CorruptDataError(f"binary header: {what} is not UTF-8") from None
     return RemotingCommand(
-        code=code,
-        opaque=opaque,
-        flag=flag,
-        ext_fields=fields,
-        remark=remark,
-        language=LANGUAGES[language] if 0 <= language < len(LANGUAGES) else "OTHER",
-        version=version,
+        code,
+        opaque,
+        flag,
+        fields,
+        remark,
+        b"",
+        LANGUAGES[language] if 0 <= language < len(LANGUAGES) else "OTHER",
+        version,
     )

@@ -88,6 +88,9 @@ SEND_V2_NAMES: Final = {
 
 
 _SEND_V1_NAMES: Final = {name: name for name in SEND_V2_NAMES}
+# the names in SendMessageHeader's field order
+_SEND_V2_KEYS: Final = tuple(SEND_V2_NAMES.values())
+_SEND_V1_KEYS: Final = tuple(SEND_V2_NAMES)
 
 
 @dataclass(slots=True)
@@ -111,6 +114,37 @@ class SendMessageHeader:
 
     @classmethod
     def from_ext(cls, ext: Mapping[str, str], *, v2: bool) -> SendMessageHeader:
+        # every send reads this header: the fields in one pass, and on anything missing or not a
+        # number the field-by-field reading below, which names the first bad field
+        a, b, c, d, e, f, g, h, i, j, k, l_, m, n_ = _SEND_V2_KEYS if v2 else _SEND_V1_KEYS
+        get = ext.get
+        producer_group, topic, default_topic = get(a), get(b), get(c)
+        if producer_group is not None and topic is not None and default_topic is not None:
+            reconsume_text, max_reconsume_text = get(j), get(l_)
+            unit_mode_text, batch_text = get(k), get(m)
+            try:
+                return cls(
+                    producer_group,
+                    topic,
+                    default_topic,
+                    int(get(d)),  # type: ignore[arg-type]  # None: TypeError, read again below
+                    int(get(e)),  # type: ignore[arg-type]
+                    int(get(f)),  # type: ignore[arg-type]
+                    int(get(g)),  # type: ignore[arg-type]
+                    int(get(h)),  # type: ignore[arg-type]
+                    get(i, ""),
+                    int(reconsume_text) if reconsume_text is not None else 0,
+                    unit_mode_text is not None and unit_mode_text.lower() == "true",
+                    int(max_reconsume_text) if max_reconsume_text is not None else None,
+                    batch_text is not None and batch_text.lower() == "true",
+                    get(n_),
+                )
+            except (TypeError, ValueError):
+                pass
+        return cls._from_ext_by_field(ext, v2=v2)
+
+    @classmethod
+    def _from_ext_by_field(cls, ext: Mapping[str, str], *, v2: bool) -> SendMessageHeader:
         n = SEND_V2_NAMES if v2 else _SEND_V1_NAMES
         return cls(
             producer_group=_text_as(ext, n["producerGroup"], "producerGroup"),

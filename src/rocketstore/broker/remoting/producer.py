@@ -84,6 +84,7 @@ FORBIDDEN_TOPICS: Final = frozenset(
 _RESPONSE_EXTRAS: Final = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 # stored with the message: the transaction type is set by the path taken, hosts by the store
 _SENT_SYSFLAG: Final = SYSFLAG_CONTENT | SYSFLAG_TX_MASK
+_MAX_SENDABLE_CACHED: Final = 4096
 
 _PUT_CODES: Final = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -140,6 +141,8 @@ class ProducerProcessor:
         self.ctx = ctx
         # the sends counter's children by (topic, kind, code): labels() costs a lock per call
         self._counted: dict[tuple[str, str, str], Any] = {}
+        # topic names that passed _check_topic (a fixed rule of the name): checked once
+        self._sendable: set[str] = set()
 
     def _count(self, topic: str, kind: str, code: ResponseCode, n: int = 1) -> None:
         key = (topic, kind, code.name)
@@ -186,6 +189,8 @@ class ProducerProcessor:
         return created
 
     def _check_topic(self, topic: str) -> None:
+        if topic in self._sendable:
+            return
         if not TOPIC_PATTERN.fullmatch(topic):
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
@@ -195,6 +200,8 @@ class ProducerProcessor:
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
+        if len(self._sendable) < _MAX_SENDABLE_CACHED:
+            self._sendable.add(topic)
 
     async def _target(self, header: SendMessageHeader, version: int) -> tuple[_Target, TopicConfig]:
         topic = header.topic
@@ -239,12 +246,13 @@ class ProducerProcessor:
         props: dict[str, str],
         header: SendMessageHeader,
         flag_value: int,
-        conn: Connection,
+        born_host: str,
     ) -> Message:
-        tags = props.pop(PROPERTY_TAGS, None)
-        keys_text = props.pop(PROPERTY_KEYS, None)
-        uniq = props.pop(PROPERTY_UNIQ_KEY, None)
-        delay_text = props.pop(PROPERTY_DELAY, None)
+        pop = props.pop
+        tags = pop(PROPERTY_TAGS, None)
+        keys_text = pop(PROPERTY_KEYS, None)
+        uniq = pop(PROPERTY_UNIQ_KEY, None)
+        delay_text = pop(PROPERTY_DELAY, None)
         delay = 0
         if delay_text is not None:
             try:
@@ -254,20 +262,24 @@ class ProducerProcessor:
                     ResponseCode.MESSAGE_ILLEGAL, f"DELAY {delay_text!r} is not a level"
                 ) from None
         props[PROPERTY_CLUSTER] = self.ctx.config.cluster_name
+        # positional: the fields in Message's order (topic, body, tags, keys, properties,
+        # queue_id, flag, delay_level, uniq_key, born_timestamp, born_host, sys_flag,
+        # prepared_transaction_offset, reconsume_times); this runs once per message of a batch
         return Message(
-            topic=topic,
-            body=body if isinstance(body, bytes) else bytes(body),
-            tags=tags,
-            keys=[k for k in keys_text.split(" ") if k] if keys_text else (),
-            properties=props,
-            queue_id=queue_id,
-            flag=flag_value,
-            delay_level=delay,
-            uniq_key=uniq,
-            born_timestamp=header.born_timestamp,
-            born_host=conn.peer,
-            sys_flag=header.sys_flag & SYSFLAG_CONTENT,
-            reconsume_times=header.reconsume_times,
+            topic,
+            body if type(body) is bytes else bytes(body),
+            tags,
+            [k for k in keys_text.split(" ") if k] if keys_text else (),
+            props,
+            queue_id,
+            flag_value,
+            delay,
+            uniq,
+            header.born_timestamp,
+            born_host,
+            header.sys_flag & SYSFLAG_CONTENT,
+            0,
+            header.reconsume_times,
         )
 
     async def send(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -287,7 +299,7 @@ class ProducerProcessor:
         ) == "true"
         if transactional:
             props.pop(PROPERTY_DELAY, None)
-        msg = self._message(target.topic, target.queue_id, cmd.body, props, header, header.flag, conn)
+        msg = self._message(target.topic, target.queue_id, cmd.body, props, header, header.flag, conn.peer)
         if target.topic.startswith(DLQ_PREFIX):
             msg.delay_level = 0
         if transactional:
@@ -330,16 +342,17 @@ class ProducerProcessor:
             ) from None
         if not entries:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+        if PROPERTY_DELAY in batch_props:
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed")
         msgs = []
+        message, topic, queue_id, born_host = self._message, target.topic, target.queue_id, conn.peer
+        # the header's sysflag has no transaction bits here (refused above): _message's is the stored one
         for entry in entries:
             props = decode_properties(entry.properties)
-            if PROPERTY_DELAY in props or PROPERTY_DELAY in batch_props:
+            if PROPERTY_DELAY in props:
                 raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed")
             props.update(batch_props)
-            msgs.append(
-                self._message(target.topic, target.queue_id, entry.body, props, header, entry.flag, conn)
-            )
-            msgs[-1].sys_flag &= ~SYSFLAG_TX_MASK
+            msgs.append(message(topic, queue_id, entry.body, props, header, entry.flag, born_host))
         outcomes = await self.ctx.sends.put(msgs)
         first = outcomes[0]
         if not isinstance(first, PutMessageResult) or first.physical_offset < 0:
@@ -347,7 +360,14 @@ class ProducerProcessor:
         code = put_status_code(first.status)
         if code not in _STORED_CODES:
             raise _refusal(first)
-        ids = ",".join(o.msg_id or "" for o in outcomes if isinstance(o, PutMessageResult))
+        # PutMessageResult.msg_id, without a property call per message
+        ids = ",".join(
+            [
+                f"{o.id_prefix}{o.physical_offset:016X}" if o.physical_offset >= 0 else ""
+                for o in outcomes
+                if isinstance(o, PutMessageResult)
+            ]
+        )
         self._count(target.topic, "REMOTING_BATCH", code, len(msgs))
         return cmd.response(
             code,

@@ -111,30 +111,42 @@ class Connection:
     _out: list[bytes | bytearray | memoryview] = field(default_factory=list)
     _flush_scheduled: bool = False
     _drain_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    peer: str = field(init=False)
+    """``host:port`` of the client, as RocketMQ prints a channel's remote address."""
+    _loop: asyncio.AbstractEventLoop = field(init=False, repr=False)
+    _transport: asyncio.WriteTransport = field(init=False, repr=False)
 
-    @property
-    def peer(self) -> str:
-        """``host:port`` of the client, as RocketMQ prints a channel's remote address."""
+    def __post_init__(self) -> None:
         host = f"[{self.peer_host}]" if ":" in self.peer_host else self.peer_host
-        return f"{host}:{self.peer_port}"
+        self.peer = f"{host}:{self.peer_port}"
+        self._loop = asyncio.get_running_loop()
+        self._transport = self.writer.transport
 
     async def send(self, cmd: RemotingCommand) -> None:
         """Write one command (a response, or a request without waiting for its answer). The
         commands sent in one turn of the loop go out in one write (a group commit answers many
         sends of a connection at once)."""
+        if self._queue(cmd):
+            await self._drain()
+
+    def _queue(self, cmd: RemotingCommand) -> bool:
+        """Queue ``cmd`` for this turn's write; True when the socket's buffer is full and the
+        writer must wait for it (``_drain``) before going on."""
         if self.closed:
-            return
+            return False
         self._out.extend(encode_command(cmd))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-        if self.writer.transport.get_write_buffer_size() > _WRITE_HIGH_WATER:
-            try:
-                async with self._drain_lock:
-                    await self.writer.drain()
-            except (ConnectionError, RuntimeError) as exc:
-                log.debug("write to %s failed: %s", self.peer, exc)
-                self.close()
+            self._loop.call_soon(self._flush)
+        return self._transport.get_write_buffer_size() > _WRITE_HIGH_WATER
+
+    async def _drain(self) -> None:
+        try:
+            async with self._drain_lock:
+                await self.writer.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            log.debug("write to %s failed: %s", self.peer, exc)
+            self.close()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -343,8 +355,8 @@ class RemotingServer:
     async def _handle(self, conn: Connection, cmd: RemotingCommand, length: int) -> None:
         try:
             response = await self._answer(conn, cmd)
-            if response is not None and not cmd.is_oneway:
-                await conn.send(response)
+            if response is not None and not cmd.flag & FLAG_ONEWAY and conn._queue(response):
+                await conn._drain()
             if self._metrics is not None:
                 self._count(cmd.code, response.code if response is not None else -1)
         finally:
