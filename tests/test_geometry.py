@@ -43,6 +43,24 @@ def test_a_store_written_with_an_unusual_split(tmp_path: Path) -> None:
     assert survey_geometry(root)[1] == []
 
 
+def test_a_split_no_ratio_guesses_comes_from_the_writers_record_or_the_config(tmp_path: Path) -> None:
+    """64 slots and 1,000 entries (a ratio no guess tries): the split the writer recorded in
+    ``.dispatch-seq``, or the one the config gives, makes the files' size and is taken."""
+    odd = CFG.replace(index_hash_slots=64, index_max_entries=1000)
+    root = tmp_path / "s"
+    with MessageStore.open(root, odd) as store:
+        store.put_messages([Message("T", b"x", keys=[f"k{i}"]) for i in range(50)])
+    assert geometry(detect_geometry(root)) == geometry(odd)
+    (root / ".dispatch-seq").unlink()  # no record: only the config can tell
+    with pytest.raises(StoreConfigError, match="cannot tell the hash slots"):
+        detect_geometry(root)
+    assert geometry(detect_geometry(root, StoreConfig(index_hash_slots=64, index_max_entries=1000))) == (
+        geometry(odd)
+    )
+    with MessageStore.open(root, detect_geometry(root, odd), readonly=True) as store:
+        assert [m.body for m in store.query_message("T", "k7")] == [b"x"]
+
+
 def test_disagreeing_files_are_refused_but_surveyed(tmp_path: Path) -> None:
     root = written(tmp_path / "s")
     odd = sorted((root / "consumequeue" / "T" / "0").iterdir())[0]

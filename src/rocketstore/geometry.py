@@ -85,16 +85,20 @@ def survey_geometry(
             changes["consume_queue_entries"] = cq // CQ_ENTRY_SIZE
     index_sizes = _file_sizes([paths.index] if with_index else [], is_index_name)
     index_size = _most_common(index_sizes, "index files", problems)
-    # the newest file of the usual size whose contents settle the split; a newest file that
-    # cannot be split is a problem even when an older one can
-    for k, p in enumerate(reversed([p for p, size in index_sizes if size == index_size])):
+    cfg = base or StoreConfig()
+    # the split the config gives, else the one the writer recorded, when it makes the files'
+    # size (as fit_geometry); otherwise the newest file of the usual size whose contents settle
+    # it: a newest file that cannot be split is a problem even when an older one can
+    known = _known_split(paths, cfg, index_size) if index_size is not None else None
+    if known is not None:
+        changes["index_hash_slots"], changes["index_max_entries"] = known
+    for k, p in enumerate(reversed([p for p, size in index_sizes if size == index_size and known is None])):
         try:
             changes["index_hash_slots"], changes["index_max_entries"] = index_split(p)
             break
         except StoreConfigError as exc:
             if k == 0:
                 problems.append(str(exc))
-    cfg = base or StoreConfig()
     for name, value in changes.items():
         try:
             cfg = cfg.replace(**{name: value})
@@ -168,6 +172,19 @@ def fit_geometry(root: str | os.PathLike[str], config: StoreConfig) -> StoreConf
             f"{'; '.join(wrong)} (or leave these settings at their defaults to take them from the files)"
         )
     return config.replace(**changes) if changes else config
+
+
+def _known_split(paths: StoreLayout, config: StoreConfig, size: int) -> tuple[int, int] | None:
+    """The (slots, entries) of ``config``, or else of the writer's recorded geometry, that make
+    index files of ``size`` bytes; None when neither does."""
+    splits = [(config.index_hash_slots, config.index_max_entries)]
+    published = _published_geometry(paths)
+    if published is not None:
+        splits.append((published.index_hash_slots, published.index_max_entries))
+    for slots, entries in splits:
+        if layout.HEADER_SIZE + slots * layout.SLOT_SIZE + entries * layout.ENTRY_SIZE == size:
+            return slots, entries
+    return None
 
 
 def _published_geometry(paths: StoreLayout) -> SignalGeometry | None:
