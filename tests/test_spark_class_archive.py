@@ -10,19 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore import Message, MessageStore, StoreConfig, spark
+from rocketstore import Message, MessageStore, spark
 from rocketstore.spark import class_archive
+from rocketstore.warm import scratch_config
 
 QUICK = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-CFG = StoreConfig(
-    commitlog_segment_size=1 << 20,
-    consume_queue_entries=1000,
-    index_hash_slots=64,
-    index_max_entries=1024,
-    disk_max_used_space_ratio=100,
-    disk_clean_forcibly_ratio=100,
-    disk_warning_ratio=100,
-)
+CFG = scratch_config()
 
 
 @pytest.fixture

@@ -92,13 +92,14 @@ def survey_geometry(
     known = _known_split(paths, cfg, index_size) if index_size is not None else None
     if known is not None:
         changes["index_hash_slots"], changes["index_max_entries"] = known
-    for k, p in enumerate(reversed([p for p, size in index_sizes if size == index_size and known is None])):
-        try:
-            changes["index_hash_slots"], changes["index_max_entries"] = index_split(p)
-            break
-        except StoreConfigError as exc:
-            if k == 0:
-                problems.append(str(exc))
+    else:
+        for k, p in enumerate(reversed([p for p, size in index_sizes if size == index_size])):
+            try:
+                changes["index_hash_slots"], changes["index_max_entries"] = index_split(p)
+                break
+            except StoreConfigError as exc:
+                if k == 0:
+                    problems.append(str(exc))
     for name, value in changes.items():
         try:
             cfg = cfg.replace(**{name: value})

@@ -26,6 +26,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocketstore.config import StoreConfig
 
 __all__ = ["warm", "warm_spark"]
 
@@ -57,23 +61,29 @@ def warm(say: Callable[[str], None] = print) -> tuple[int, int]:
     return compiled, hits
 
 
-def _workload(root: Path) -> None:
+def scratch_config() -> StoreConfig:
+    """The geometry of a throwaway store in a temporary directory (warm's, the class archive's
+    job): a few MB, which a nearly full disk must not refuse."""
     from rocketstore.config import StoreConfig
+
+    return StoreConfig(
+        commitlog_segment_size=1 << 20,
+        consume_queue_entries=1000,
+        index_hash_slots=64,
+        index_max_entries=1024,
+        disk_max_used_space_ratio=100,
+        disk_clean_forcibly_ratio=100,
+        disk_warning_ratio=100,
+    )
+
+
+def _workload(root: Path) -> None:
     from rocketstore.ha.transfer_check import prepare_transfer_check
     from rocketstore.message import Message
     from rocketstore.store import MessageStore
     from rocketstore.verify import verify_store
 
-    cfg = StoreConfig(
-        commitlog_segment_size=1 << 20,
-        consume_queue_entries=1000,
-        index_hash_slots=64,
-        index_max_entries=1024,
-        # a few MB in a temporary directory: a nearly full disk must not refuse them
-        disk_max_used_space_ratio=100,
-        disk_clean_forcibly_ratio=100,
-        disk_warning_ratio=100,
-    )
+    cfg = scratch_config()
     with MessageStore.open(root, cfg) as store:
         store.put_messages(
             [

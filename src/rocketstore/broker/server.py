@@ -145,18 +145,24 @@ class Broker:
 
     async def _start_grpc(self, listen: str, acl: Acl | None, transactions: TransactionLog) -> None:
         config = self.config
-        assert self._executor is not None and self._arrival is not None
-        self._pop = PopService(self.store, broker_name=config.broker_name)
-        endpoint = GrpcEndpoint(
-            self.store,
-            config,
-            self._executor,
-            self._arrival,
-            self.metrics,
-            pop=self._pop,
-            acl=acl,
-            transactions=transactions,
-        )
+        executor, arrival = self._executor, self._arrival
+        assert executor is not None and arrival is not None
+        pop = self._pop = PopService(self.store, broker_name=config.broker_name)
+
+        def make_service(advertise: tuple[str, int]) -> MessagingService:
+            return MessagingService(
+                self.store,
+                config,
+                executor,
+                arrival,
+                self.metrics,
+                pop=pop,
+                acl=acl,
+                advertise=advertise,
+                transactions=transactions,
+            )
+
+        endpoint = GrpcEndpoint(config, make_service)
         port = await endpoint.start(listen)
         self._grpc = endpoint
         self.port = port

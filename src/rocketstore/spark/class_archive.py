@@ -150,23 +150,14 @@ def _tail(text: str) -> str:
 def _record(out: Path) -> int:
     """Run a small export on a local session whose JVM records every class it loaded into
     ``out`` as it exits; write its class path beside ``out``. Returns the JVM's exit code."""
-    from rocketstore.config import StoreConfig
     from rocketstore.message import Message
     from rocketstore.spark import _QUICK_JVM, jobs, session
     from rocketstore.store import MessageStore
+    from rocketstore.warm import scratch_config
 
-    config = StoreConfig(
-        commitlog_segment_size=1 << 20,
-        consume_queue_entries=1000,
-        index_hash_slots=64,
-        index_max_entries=1024,
-        disk_max_used_space_ratio=100,
-        disk_clean_forcibly_ratio=100,
-        disk_warning_ratio=100,
-    )
     with tempfile.TemporaryDirectory(prefix="rocketstore-classes-job-") as tmp:
         store = Path(tmp) / "store"
-        with MessageStore.open(store, config) as opened:
+        with MessageStore.open(store, scratch_config()) as opened:
             opened.put_messages([Message("Classes", b"x" * i, keys=[f"k{i}"]) for i in range(16)])
         options = f"{_QUICK_JVM} -XX:ArchiveClassesAtExit={out} {_QUIET}"
         spark = session("local[1]", "rocketstore-class-archive", **{"spark.driver.extraJavaOptions": options})

@@ -3,49 +3,28 @@ its message-size and stream limits and, when the broker has a certificate, TLS."
 
 from __future__ import annotations
 
-import concurrent.futures
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from rocketstore.broker.arrival import ArrivalSignal
-from rocketstore.broker.auth import Acl
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.grpc.messaging_service import MessagingService
-from rocketstore.broker.metrics import BrokerMetrics
-from rocketstore.broker.pop import PopService
-from rocketstore.broker.transactions import TransactionLog
 from rocketstore.protocol import service_pb2_grpc
-from rocketstore.store import MessageStore
 
 __all__ = ["GrpcEndpoint"]
 
 
 class GrpcEndpoint:
-    """One listener serving ``MessagingService``; ``start`` binds and serves, ``stop`` ends the
-    RPCs."""
+    """One listener serving the ``MessagingService`` that ``make_service`` makes once the port is
+    bound; ``start`` binds and serves, ``stop`` ends the RPCs."""
 
     def __init__(
-        self,
-        store: MessageStore,
-        config: BrokerConfig,
-        executor: concurrent.futures.Executor,
-        arrival: ArrivalSignal,
-        metrics: BrokerMetrics,
-        *,
-        pop: PopService,
-        acl: Acl | None,
-        transactions: TransactionLog,
+        self, config: BrokerConfig, make_service: Callable[[tuple[str, int]], MessagingService]
     ) -> None:
-        self._store = store
         self._config = config
-        self._executor = executor
-        self._arrival = arrival
-        self._metrics = metrics
-        self._pop = pop
-        self._acl = acl
-        self._transactions = transactions
+        self._make_service = make_service  # given the (host, port) clients are told to use
         self._server: Any = None
         self.service: MessagingService | None = None
         self.port: int | None = None
@@ -71,17 +50,7 @@ class GrpcEndpoint:
             port = server.add_insecure_port(address)
         advertise = config.advertise or f"{host.strip('[]')}:{port}"
         ad_host, _, ad_port = advertise.rpartition(":")
-        self.service = MessagingService(
-            self._store,
-            config,
-            self._executor,
-            self._arrival,
-            self._metrics,
-            pop=self._pop,
-            acl=self._acl,
-            advertise=(ad_host.strip("[]"), int(ad_port)),
-            transactions=self._transactions,
-        )
+        self.service = self._make_service((ad_host.strip("[]"), int(ad_port)))
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
         await server.start()
         self._server = server
