@@ -55,7 +55,7 @@ def test_batch_records_equal_per_message_records(
         start, length = int(batch.starts[i]), int(batch.lengths[i])
         assert blob[start : start + length] == p.record, i
         assert (batch.queue_ids[i], batch.tags_codes[i], batch.keys[i]) == (p.queue_id, p.tags_code, p.keys)
-    assert batch.timestamp_position == singles[0].timestamp_position
+    assert batch.sys_flags.tolist() == [p.sys_flag for p in singles]
 
 
 def test_generated_uniq_keys_are_in_the_records() -> None:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from rocketstore.cleanup import ReclaimReport
     from rocketstore.clock import Clock, ManualClock, SystemClock
     from rocketstore.codec.config_json import TopicConfig
+    from rocketstore.codec.message_batch import EncodedBatch
     from rocketstore.config import BrokerRole, FlushDiskType, StoreConfig
     from rocketstore.errors import (
         CorruptDataError,
@@ -45,6 +46,7 @@ _WHERE = {
     "Clock": "rocketstore.clock",
     "CorruptDataError": "rocketstore.errors",
     "DataLossError": "rocketstore.errors",
+    "EncodedBatch": "rocketstore.codec.message_batch",
     "FlushDiskType": "rocketstore.config",
     "GetMessageResult": "rocketstore.results",
     "GetStatus": "rocketstore.results",
@@ -78,6 +80,7 @@ __all__ = [
     "Clock",
     "CorruptDataError",
     "DataLossError",
+    "EncodedBatch",
     "FlushDiskType",
     "GetMessageResult",
     "GetStatus",

@@ -258,9 +258,7 @@ class CommitLog:
                     mf = self._roll(mf)
                     continue
                 phys[i:k] = starts[i:k] + (mf.from_offset + mf.wrote_position - int(starts[i]))
-                patch_positions_many(
-                    blob, starts[i:k], batch.timestamp_position, queue_offsets[i:k], phys[i:k], now
-                )
+                patch_positions_many(blob, starts[i:k], queue_offsets[i:k], phys[i:k], now)
                 self._copy_run(mf, mf.wrote_position, blob.data[int(starts[i]) : int(ends[k - 1])], now)
                 i = k
             table.update(zip(keys, (bases + counts).tolist()))
@@ -274,7 +272,7 @@ class CommitLog:
                     queue_offsets,
                     batch.tags_codes,
                     np.full(n, now, dtype=np.int64),
-                    np.full(n, batch.sys_flag, dtype=np.int64),
+                    batch.sys_flags,
                     batch.keys,
                     batch.uniq_keys,
                 )

@@ -38,15 +38,18 @@ from rocketstore.codec.commitlog_record import (
     RecordTemplate,
     encode_batch,
     encode_message,
+    encode_records_from,
     store_timestamp_position,
 )
 from rocketstore.codec.host import parse_host
 from rocketstore.codec.java_hash import tags_code
+from rocketstore.codec.message_batch import EncodedBatch, scan_batch
 from rocketstore.codec.message_id import UniqKeyGenerator
 from rocketstore.codec.properties import encode_plain_properties, encode_properties, validate_property
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.config import StoreConfig
-from rocketstore.errors import InvalidMessageError
+from rocketstore.dispatch_columns import dispatch_batch
+from rocketstore.errors import CorruptDataError, InvalidMessageError
 from rocketstore.jit import kernel
 from rocketstore.message import (
     PROPERTY_DELAY,
@@ -90,11 +93,23 @@ _KEYS_TYPES: Final = frozenset((list, tuple, str, _NONE))
 _INT64_MIN: Final = -(1 << 63)
 _INT64_MAX: Final = (1 << 63) - 1
 _TAGS_CACHE_SIZE: Final = 4096
+# properties a producer's batch may not carry: the store sets them (a batch is never delayed)
+_NOT_IN_A_BATCH: Final = (PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID)
 # what the batch path reads of every message, in one C-level pass (columns 9.. decide the path)
 _MESSAGE_FIELDS: Final = operator.attrgetter(
     "topic", "body", "tags", "keys", "properties", "queue_id", "flag", "born_timestamp", "uniq_key",
     "delay_level", "sys_flag", "born_host", "reconsume_times",
 )  # fmt: skip
+
+
+def _why_not(name: str) -> str:
+    """Why a batch may not carry property ``name``."""
+    return "batch messages cannot be delayed" if name == PROPERTY_DELAY else "the store sets it"
+
+
+def _topic_name(batch: object) -> str:
+    topic = getattr(batch, "topic", None)
+    return f"topic {topic!r}" if isinstance(topic, str) else "no topic"
 
 
 def validate_topic(topic: object, *, allow_system: bool = False) -> str:
@@ -129,8 +144,8 @@ class PreparedBatch:
     """Plain messages (no delay, no transaction, store host as born host) encoded back to back.
 
     ``blob[starts[i] : starts[i] + lengths[i]]`` is record i, of topic ``topics[topic_ids[i]]``;
-    all share one sysflag and so one STORETIMESTAMP position. ``keys`` holds each record's KEYS
-    text and ``uniq_keys`` its UNIQ_KEY (empty: none), for the index.
+    ``sys_flags[i]`` is its sysflag. ``keys`` holds each record's KEYS text and ``uniq_keys``
+    its UNIQ_KEY (empty: none), for the index.
     """
 
     blob: npt.NDArray[np.uint8]
@@ -142,8 +157,7 @@ class PreparedBatch:
     tags_codes: npt.NDArray[np.int64]
     keys: TextColumn
     uniq_keys: TextColumn
-    sys_flag: int
-    timestamp_position: int
+    sys_flags: npt.NDArray[np.int64]
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -174,9 +188,7 @@ class MessageEncoder:
         self._store_v6 = SYSFLAG_STOREHOST_V6 if len(self._store_addr) == 16 else 0
         # a plain batch is born at the store host: its records share these
         self._store_host_bytes = self._store_addr + self._store_port.to_bytes(4, "big")
-        self._plain_timestamp_position = store_timestamp_position(
-            SYSFLAG_BORNHOST_V6 if self._store_v6 else 0
-        )
+        self._plain_sys_flag = (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) if self._store_v6 else 0
         self._max_body = config.max_message_size
         self._max_record = min(
             config.max_message_size, config.commitlog_segment_size - END_FILE_MIN_BLANK_LENGTH
@@ -187,6 +199,7 @@ class MessageEncoder:
         self._system_topics: dict[str, bytes] = {}
         self._templates: dict[str, RecordTemplate] = {}
         self._tags_texts: dict[str | None, str] = {}  # tags value -> its validated TAGS entry
+        self._batch_props: dict[tuple[tuple[str, str], ...], bytes] = {}
 
     # --- batches -------------------------------------------------------------------------
     def prepare_batch(
@@ -228,8 +241,7 @@ class MessageEncoder:
             np.array([p.tags_code for p in prepared], dtype=np.int64),
             TextColumn.from_texts([p.keys for p in prepared]),
             TextColumn.from_texts([p.uniq_key for p in prepared]),
-            self._store_v6,
-            self._plain_timestamp_position,
+            np.full(n, self._plain_sys_flag, dtype=np.int64),
         )
 
     def _prepare_plain(
@@ -409,9 +421,139 @@ class MessageEncoder:
             codes[tag_ids] if len(codes) else np.zeros(n, dtype=np.int64),
             keys,
             uniqs,
-            self._store_v6,
-            self._plain_timestamp_position,
+            np.full(n, self._plain_sys_flag, dtype=np.int64),
         )
+
+    def prepare_encoded(self, batches: Sequence[EncodedBatch]) -> tuple[PreparedBatch, list[int]]:
+        """Validate and encode producers' batches (RocketMQ's batch encoding) as one columnar
+        batch: each inner message keeps its flag, body and properties bytes, the batch's
+        properties added, as RocketMQ's ``MessageExtBatchEncoder`` stores them; TAGS, KEYS and
+        UNIQ_KEY are read from the records for the queues and the index. Also returns how many
+        messages each batch holds (their records follow one another in order). Raises
+        InvalidMessageError naming the batch and message (nothing kept): a damaged encoding, an
+        empty batch, a DELAY or another property the store reserves, sizes over the limits."""
+        parts = []
+        for b, batch in enumerate(batches):
+            try:
+                parts.append(self._encode_one_batch(batch))
+            except InvalidMessageError as exc:
+                raise InvalidMessageError(f"batch {b} ({_topic_name(batch)}): {exc}", exc.status) from None
+        blob = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
+        lengths = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+        n = len(lengths)
+        starts = np.zeros(n, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        info, _ = dispatch_batch(blob.data, starts, lengths, 0, self._delay_levels)
+        prepared = PreparedBatch(
+            blob,
+            starts,
+            lengths,
+            info.topics,
+            info.topic_ids,
+            info.queue_ids,
+            info.tags_codes,
+            info.keys,
+            info.uniq_keys,
+            info.sys_flags,
+        )
+        return prepared, [len(p[1]) for p in parts]
+
+    def _encode_one_batch(self, batch: EncodedBatch) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """(records, their lengths) of one producer's batch; InvalidMessageError names what is wrong."""
+        if not isinstance(batch, EncodedBatch):
+            raise InvalidMessageError(f"expected a EncodedBatch, got {type(batch).__name__}", _ILLEGAL)
+        topic = batch.topic
+        topic_bytes = self._topics.get(topic) if type(topic) is str else None
+        if topic_bytes is None:
+            validate_topic(topic)
+            topic_bytes = self._topics[topic] = topic.encode()
+        queue_id, sys_flag, reconsume = batch.queue_id, batch.sys_flag, batch.reconsume_times
+        if type(queue_id) is not int or not 0 <= queue_id <= MAX_QUEUE_ID:
+            raise InvalidMessageError(
+                f"queue_id must be an int in 0..{MAX_QUEUE_ID}, not {queue_id!r}", _ILLEGAL
+            )
+        if type(sys_flag) is not int or sys_flag & ~SYSFLAG_CONTENT:
+            raise InvalidMessageError(
+                f"sys_flag {sys_flag!r}: a batch takes only the body's bits ({SYSFLAG_CONTENT:#x}), "
+                "no transaction",
+                _ILLEGAL,
+            )
+        if type(reconsume) is not int or not 0 <= reconsume <= 0x7FFFFFFF:
+            raise InvalidMessageError(
+                f"reconsume_times must be a 32-bit int >= 0, not {reconsume!r}", _ILLEGAL
+            )
+        born_ts = batch.born_timestamp
+        if type(born_ts) is not int or not _INT64_MIN <= born_ts <= _INT64_MAX:
+            raise InvalidMessageError(f"born_timestamp must be a 64-bit int, not {born_ts!r}", _ILLEGAL)
+        try:
+            born_addr, born_port = parse_host(batch.born_host)
+        except (ValueError, TypeError) as exc:
+            raise InvalidMessageError(f"born_host: {exc}", _ILLEGAL) from None
+        extra = self._batch_properties(batch.properties)
+        if type(batch.data) is not bytes:
+            raise InvalidMessageError(f"data must be bytes, not {type(batch.data).__name__}", _ILLEGAL)
+        try:
+            spans = scan_batch(batch.data, _NOT_IN_A_BATCH)
+        except CorruptDataError as exc:
+            raise InvalidMessageError(f"the encoding is damaged: {exc}", _ILLEGAL) from None
+        n = len(spans)
+        if n == 0:
+            raise InvalidMessageError("the batch holds no message", _ILLEGAL)
+        if spans.named >= 0:
+            name = _NOT_IN_A_BATCH[spans.name]
+            raise _bad_row(spans.named, f"property {name!r}: {_why_not(name)}")
+        _first_bad(
+            spans.body_lengths > self._max_body,
+            lambda i: f"body of {spans.body_lengths[i]} bytes exceeds max_message_size {self._max_body}",
+        )
+        blob, _, lengths, props_lengths = encode_records_from(
+            np.frombuffer(batch.data, dtype=np.uint8),
+            spans.body_at,
+            spans.body_lengths,
+            spans.properties_at,
+            spans.properties_lengths,
+            extra,
+            topic_bytes,
+            queue_id,
+            spans.flags,
+            born_ts,
+            born_addr + born_port.to_bytes(4, "big"),
+            self._store_host_bytes,
+            sys_flag,
+            reconsume,
+        )
+        _first_bad(
+            props_lengths > _MAX_PROPERTIES_BYTES,
+            lambda i: f"properties take {props_lengths[i]} bytes, more than {_MAX_PROPERTIES_BYTES}",
+            PutStatus.PROPERTIES_SIZE_EXCEEDED,
+        )
+        _first_bad(
+            lengths > self._max_record,
+            lambda i: (
+                f"record of {lengths[i]} bytes exceeds the limit of {self._max_record} "
+                "(max_message_size, and a commitlog segment less 8 bytes)"
+            ),
+            PutStatus.MESSAGE_SIZE_EXCEEDED,
+        )
+        return blob, lengths
+
+    def _batch_properties(self, props: Mapping[str, str]) -> bytes:
+        """A batch's own properties as the bytes added to each of its messages' (cached: a
+        broker adds the same few to every batch)."""
+        if not isinstance(props, Mapping):
+            raise InvalidMessageError(f"properties must be a mapping, not {type(props).__name__}", _ILLEGAL)
+        key = tuple(props.items())
+        encoded = self._batch_props.get(key)
+        if encoded is None:
+            for name, value in key:
+                _check_property(name, value)
+                if name in _NOT_IN_A_BATCH:
+                    raise InvalidMessageError(f"property {name!r} of the batch: {_why_not(name)}", _ILLEGAL)
+            encoded = _properties_bytes(encode_properties(props)) if props else b""
+            if len(self._batch_props) >= _TAGS_CACHE_SIZE:
+                self._batch_props.clear()
+            self._batch_props[key] = encoded
+        return encoded
 
     def prepare_many(
         self, msgs: Sequence[Message], queue_ids: Sequence[int] | None = None, *, internal: bool = False

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from rocketstore.cleanup import CleanService
 from rocketstore.clock import Clock
 from rocketstore.codec.config_json import PERM_WRITE
+from rocketstore.codec.message_batch import EncodedBatch
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
@@ -270,6 +271,55 @@ class MessageWriter:
             self._commitlog.id_prefix,
             batch.uniq_keys,
         )
+
+    def put_encoded_batches(self, batches: Sequence[EncodedBatch]) -> list[PutBatchResult]:
+        """``MessageStore.put_encoded_batches`` on an open, writable store."""
+        if isinstance(batches, EncodedBatch) or not isinstance(batches, Sequence):
+            raise InvalidMessageError(
+                f"expected a sequence of EncodedBatch, got {type(batches).__name__}", _ILLEGAL
+            )
+        if not batches:
+            return []
+        prepared, counts = self._encoder.prepare_encoded(batches)
+        for batch in batches:
+            self._open_topic(batch.topic, batch.queue_id)
+        refused = self._refusal()
+        status = refused
+        if refused is None:
+            try:
+                phys, queue_offsets, now = self._commitlog.append_batch(prepared)
+            except OSError as exc:
+                log.error("put failed, could not create or write a commitlog segment: %s", exc)
+                status = PutStatus.CREATE_MAPPED_FILE_FAILED
+        if status is not None:
+            phys = queue_offsets = np.full(len(prepared), -1, dtype=np.int64)
+            now = 0
+        else:
+            self._stats.count_put(len(prepared), int(prepared.lengths.sum()))
+            self._wake_dispatcher()
+            # as put_batch: a batch's messages cannot say WAIT=false to skip the flush wait
+            end = int(phys[-1] + prepared.lengths[-1])
+            status = self._make_durable(end) if self._durability_work else _PUT_OK
+        sizes = prepared.lengths if now else np.full(len(prepared), -1, dtype=np.int64)
+        results = []
+        first = 0
+        for batch, count in zip(batches, counts):
+            last = first + count
+            results.append(
+                PutBatchResult(
+                    status,
+                    batch.topic,
+                    prepared.queue_ids[first:last],
+                    queue_offsets[first:last],
+                    phys[first:last],
+                    sizes[first:last],
+                    now,
+                    self._commitlog.id_prefix,
+                    prepared.uniq_keys.cut(first, last),
+                )
+            )
+            first = last
+        return results
 
     def _unstored(
         self, status: PutStatus, topic: str, queue_ids: npt.NDArray[np.int64], uniq_keys: TextColumn

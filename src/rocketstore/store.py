@@ -15,6 +15,7 @@ import numpy.typing as npt
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.cleanup import CleanService, DiskUsage, ReclaimReport, disk_used_ratio
 from rocketstore.clock import Clock, SystemClock
+from rocketstore.codec.message_batch import EncodedBatch
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import BrokerRole, FlushDiskType, StoreConfig
@@ -513,6 +514,21 @@ class MessageStore:
         self._check_writable("puts")
         assert self._writer is not None  # every store open for writing has one
         return self._writer.put_batch(topic, bodies, queue_ids, tags, keys, flag, born_timestamp)
+
+    def put_encoded_batches(self, batches: Sequence[EncodedBatch]) -> list[PutBatchResult]:
+        """Store producers' batches in RocketMQ's batch encoding (what SEND_BATCH_MESSAGE
+        carries, ``codec.message_batch``), all or none, in one append: each inner message keeps
+        its flag, body and properties bytes (TAGS, KEYS, UNIQ_KEY as the producer set them; no
+        UNIQ_KEY is generated), with the batch's ``properties`` added, as RocketMQ's broker
+        stores them. One result per batch, as ``put_batch``'s.
+
+        Raises InvalidMessageError naming the batch and message for a damaged encoding, an
+        empty batch, a DELAY (batches are never delayed) or another property the store sets,
+        transaction bits, or sizes over the limits; nothing is stored then.
+        """
+        self._check_writable("puts")
+        assert self._writer is not None  # every store open for writing has one
+        return self._writer.put_encoded_batches(batches)
 
     @property
     def failure(self) -> BaseException | None:

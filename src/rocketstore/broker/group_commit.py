@@ -1,5 +1,6 @@
 """Group commit of sends: the SendMessage calls that arrive while the store is busy are appended
-by one ``put_messages`` call, off the event loop (issue item 5), through ``Coalescer``.
+by one ``put_messages`` call (producers' encoded batches: one ``put_encoded_batches`` call), off
+the event loop (issue item 5), through ``Coalescer``.
 
 SYNC_FLUSH: ``put_messages`` returns only once the group commit fsynced the batch (or
 FLUSH_DISK_TIMEOUT after ``sync_flush_timeout``), so a round of many sends waits for one flush.
@@ -13,14 +14,16 @@ import concurrent.futures
 from collections.abc import Callable, Sequence
 
 from rocketstore.broker.coalesce import Coalescer
+from rocketstore.codec.message_batch import EncodedBatch
 from rocketstore.errors import InvalidMessageError
 from rocketstore.message import Message
-from rocketstore.results import PutMessageResult
+from rocketstore.results import PutBatchResult, PutMessageResult
 from rocketstore.store import MessageStore
 
-__all__ = ["GroupCommit", "PutOutcome"]
+__all__ = ["EncodedBatchCommit", "GroupCommit", "PutOutcome"]
 
 PutOutcome = PutMessageResult | BaseException
+BatchOutcome = PutBatchResult | BaseException
 
 
 class GroupCommit:
@@ -84,3 +87,46 @@ class GroupCommit:
             return list(self._store.put_messages(group, internal=self._internal))
         except InvalidMessageError as exc:
             return [exc] * len(group)
+
+
+class EncodedBatchCommit:
+    """Batches producers' encoded batches, at most ``max_batches`` of them in one store call; a
+    call the store refuses (one bad batch refuses all) is made again batch by batch.
+
+    Thread safety: ``put`` is called on the event loop only; the store call runs on ``executor``.
+    """
+
+    def __init__(
+        self,
+        store: MessageStore,
+        executor: concurrent.futures.Executor,
+        *,
+        max_batches: int = 64,
+        rounds: int = 2,
+        on_batch: Callable[[], object] | None = None,
+    ) -> None:
+        self._store = store
+        self._rounds: Coalescer[EncodedBatch, BatchOutcome] = Coalescer(
+            self._put_all, executor, max_weight=max_batches, rounds=rounds, on_round=on_batch
+        )
+
+    async def put(self, batch: EncodedBatch) -> BatchOutcome:
+        """Store one producer's batch, all or none, within a round."""
+        try:
+            return await self._rounds.submit(batch)
+        except Exception as exc:  # the store is closed, a flush failed
+            return exc
+
+    def _put_all(self, batches: list[EncodedBatch]) -> list[BatchOutcome]:
+        try:
+            return list(self._store.put_encoded_batches(batches))
+        except InvalidMessageError:
+            if len(batches) == 1:
+                raise
+        out: list[BatchOutcome] = []
+        for batch in batches:
+            try:
+                out.extend(self._store.put_encoded_batches([batch]))
+            except InvalidMessageError as exc:
+                out.append(exc)
+        return out

@@ -25,7 +25,7 @@ from typing import Any
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.config import BrokerConfig
-from rocketstore.broker.group_commit import GroupCommit
+from rocketstore.broker.group_commit import EncodedBatchCommit, GroupCommit
 from rocketstore.broker.grpc.endpoint import GrpcEndpoint
 from rocketstore.broker.grpc.messaging_service import MessagingService
 from rocketstore.broker.metrics import BrokerMetrics
@@ -208,6 +208,7 @@ class Broker:
                 max_batch=config.max_messages_per_send,
                 on_batch=self.metrics.batches.inc,
             ),
+            batch_sends=EncodedBatchCommit(self.store, self._executor, on_batch=self.metrics.batches.inc),
             system_puts=GroupCommit(
                 self.store, self._executor, internal=True, max_batch=config.max_messages_per_send
             ),

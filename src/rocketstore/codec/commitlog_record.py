@@ -79,6 +79,7 @@ __all__ = [
     "encode_batch",
     "encode_blank",
     "encode_message",
+    "encode_records_from",
     "patch_positions",
     "patch_positions_many",
     "record_length",
@@ -283,19 +284,82 @@ def encode_batch(
     properties come concatenated with their lengths; every field is as ``RecordTemplate.encode``
     writes it (positions and store time left 0). Callers validate: nothing here is checked."""
     v6 = len(host) == 20
-    return _encode_records(
+    host_u8 = np.frombuffer(host, dtype=np.uint8)
+    blob, starts, lengths, _ = _encode_records(
         np.frombuffer(bodies, dtype=np.uint8),
+        _starts_of(body_lengths),
         body_lengths,
-        np.frombuffer(bytes((len(topic),)) + topic, dtype=np.uint8),
         properties,
+        _starts_of(properties_lengths),
         properties_lengths,
+        _NOTHING,
+        np.frombuffer(bytes((len(topic),)) + topic, dtype=np.uint8),
         queue_ids,
         flags,
         born_timestamps,
         (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) if v6 else 0,
-        np.frombuffer(host, dtype=np.uint8),
+        host_u8,
+        host_u8,
+        0,
         CRC_TABLES,
     )
+    return blob, starts, lengths
+
+
+def encode_records_from(
+    src: npt.NDArray[np.uint8],
+    body_at: npt.NDArray[np.int64],
+    body_lengths: npt.NDArray[np.int64],
+    properties_at: npt.NDArray[np.int64],
+    properties_lengths: npt.NDArray[np.int64],
+    extra_properties: bytes,
+    topic: bytes,
+    queue_id: int,
+    flags: npt.NDArray[np.int64],
+    born_timestamp: int,
+    born_host: bytes,
+    store_host: bytes,
+    sys_flag: int,
+    reconsume_times: int,
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Records of one topic and queue whose bodies and properties are spans of ``src`` (a
+    producer's batch, as RocketMQ's ``MessageExtBatchEncoder`` writes them): record i has the body
+    at ``body_at[i]`` and the properties at ``properties_at[i]``, followed by
+    ``extra_properties`` (with a 0x02 between when the message's own do not end with one).
+    Hosts are address + big-endian int port (8 or 20 bytes); ``sys_flag`` gets their v6 bits
+    here. (blob, starts, lengths, each record's properties length); positions and store time
+    are left 0. Callers validate: nothing here is checked."""
+    n = len(body_at)
+    sys_flag |= (SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0) | (
+        SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0
+    )
+    return _encode_records(
+        src,
+        body_at,
+        body_lengths,
+        src,
+        properties_at,
+        properties_lengths,
+        np.frombuffer(extra_properties, dtype=np.uint8),
+        np.frombuffer(bytes((len(topic),)) + topic, dtype=np.uint8),
+        np.full(n, queue_id, dtype=np.int64),
+        flags,
+        np.full(n, born_timestamp, dtype=np.int64),
+        sys_flag,
+        np.frombuffer(born_host, dtype=np.uint8),
+        np.frombuffer(store_host, dtype=np.uint8),
+        reconsume_times,
+        CRC_TABLES,
+    )
+
+
+_NOTHING: Final = np.zeros(0, dtype=np.uint8)
+
+
+def _starts_of(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    starts = np.zeros(len(lengths), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return starts
 
 
 # Lets the GIL go: the dispatcher works through earlier batches on the other core meanwhile
@@ -305,57 +369,69 @@ def encode_batch(
 @kernel(cache=True, nogil=True)
 def _encode_records(
     bodies: npt.NDArray[np.uint8],
+    body_at: npt.NDArray[np.int64],
     body_lengths: npt.NDArray[np.int64],
-    tail: npt.NDArray[np.uint8],
     props: npt.NDArray[np.uint8],
+    props_at: npt.NDArray[np.int64],
     props_lengths: npt.NDArray[np.int64],
+    extra: npt.NDArray[np.uint8],
+    tail: npt.NDArray[np.uint8],
     queue_ids: npt.NDArray[np.int64],
     flags: npt.NDArray[np.int64],
     born: npt.NDArray[np.int64],
     sys_flag: int,
-    host: npt.NDArray[np.uint8],
+    born_host: npt.NDArray[np.uint8],
+    store_host: npt.NDArray[np.uint8],
+    reconsume_times: int,
     tables: npt.NDArray[np.uint32],
-) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     n = len(body_lengths)
-    h = len(host)
+    bh = len(born_host)
+    sh = len(store_host)
     t = len(tail)
-    head = 72 + 2 * h  # TOTALSIZE .. BODYLENGTH, born and store hosts included
+    e = len(extra)
+    head = 72 + bh + sh  # TOTALSIZE .. BODYLENGTH, born and store hosts included
     starts = np.empty(n, dtype=np.int64)
     lengths = np.empty(n, dtype=np.int64)
+    stored_props = np.empty(n, dtype=np.int64)
+    separate = np.zeros(n, dtype=np.bool_)  # a 0x02 between the record's properties and extra
     total = 0
     for i in range(n):
+        plen = props_lengths[i]
+        if e > 0:
+            separate[i] = plen > 0 and props[props_at[i] + plen - 1] != 2
+            plen += e + (1 if separate[i] else 0)
+        stored_props[i] = plen
         starts[i] = total
-        lengths[i] = head + body_lengths[i] + t + 2 + props_lengths[i]
+        lengths[i] = head + body_lengths[i] + t + 2 + plen
         total += lengths[i]
     out = np.zeros(total, dtype=np.uint8)
-    body_at = 0
-    props_at = 0
     for i in range(n):
         p = starts[i]
         blen = body_lengths[i]
-        plen = props_lengths[i]
         put_int(out, p, lengths[i], 4)
         put_int(out, p + 4, MESSAGE_MAGIC_V1, 4)
-        put_int(out, p + 8, crc32(bodies, body_at, blen, tables) & 0x7FFFFFFF, 4)
+        put_int(out, p + 8, crc32(bodies, body_at[i], blen, tables) & 0x7FFFFFFF, 4)
         put_int(out, p + 12, queue_ids[i], 4)
         put_int(out, p + 16, flags[i], 4)
         # QUEUEOFFSET, PHYSICALOFFSET (p + 20 .. 36): zero until the append lock patches them
         put_int(out, p + 36, sys_flag, 4)
         put_int(out, p + 40, born[i], 8)
-        q = p + 48
-        copy_bytes(out, q, host, 0, h)  # BORNHOST, then STORETIMESTAMP (patched under the lock)
-        copy_bytes(out, q + h + 8, host, 0, h)  # STOREHOST
-        q += 2 * h + 8 + 4 + 8  # RECONSUMETIMES, PREPAREDTRANSACTIONOFFSET: 0
+        q = copy_bytes(out, p + 48, born_host, 0, bh)
+        q = copy_bytes(out, q + 8, store_host, 0, sh)  # after STORETIMESTAMP (patched under the lock)
+        put_int(out, q, reconsume_times, 4)
+        q += 4 + 8  # PREPAREDTRANSACTIONOFFSET: 0
         put_int(out, q, blen, 4)
-        q += 4
-        q = copy_bytes(out, q, bodies, body_at, blen)
+        q = copy_bytes(out, q + 4, bodies, body_at[i], blen)
         q = copy_bytes(out, q, tail, 0, t)  # TOPICLENGTH, TOPIC
-        put_int(out, q, plen, 2)
-        q += 2
-        copy_bytes(out, q, props, props_at, plen)
-        body_at += blen
-        props_at += plen
-    return out, starts, lengths
+        put_int(out, q, stored_props[i], 2)
+        q = copy_bytes(out, q + 2, props, props_at[i], props_lengths[i])
+        if e > 0:
+            if separate[i]:
+                out[q] = 2
+                q += 1
+            copy_bytes(out, q, extra, 0, e)
+    return out, starts, lengths, stored_props
 
 
 def patch_positions(
@@ -378,35 +454,32 @@ def patch_positions(
 def patch_positions_many(
     blob: npt.NDArray[np.uint8],
     starts: npt.NDArray[np.int64],
-    timestamp_position: int,
     queue_offsets: npt.NDArray[np.int64],
     physical_offsets: npt.NDArray[np.int64],
     store_timestamp: int,
 ) -> None:
-    """``patch_positions`` for many records of ``blob`` at once (records at ``starts``)."""
+    """``patch_positions`` for many records of ``blob`` at once (records at ``starts``; each
+    record's own sysflag says where its STORETIMESTAMP sits)."""
     n = len(starts)
     if n == 0:
         return
-    _patch_positions(
-        blob, starts, _QUEUE_OFFSET_POS, timestamp_position, queue_offsets, physical_offsets, store_timestamp
-    )
+    _patch_positions(blob, starts, queue_offsets, physical_offsets, store_timestamp)
 
 
 @kernel(cache=True)
 def _patch_positions(
     blob: npt.NDArray[np.uint8],
     starts: npt.NDArray[np.int64],
-    queue_offset_position: int,
-    timestamp_position: int,
     queue_offsets: npt.NDArray[np.int64],
     physical_offsets: npt.NDArray[np.int64],
     store_timestamp: int,
 ) -> None:
     for i in range(len(starts)):
         p = starts[i]
-        put_int(blob, p + queue_offset_position, queue_offsets[i], 8)
-        put_int(blob, p + queue_offset_position + 8, physical_offsets[i], 8)
-        put_int(blob, p + timestamp_position, store_timestamp, 8)
+        put_int(blob, p + _QUEUE_OFFSET_POS, queue_offsets[i], 8)
+        put_int(blob, p + _QUEUE_OFFSET_POS + 8, physical_offsets[i], 8)
+        born_v6 = blob[p + 39] & SYSFLAG_BORNHOST_V6  # SYSFLAG's low byte
+        put_int(blob, p + 48 + (20 if born_v6 else 8), store_timestamp, 8)
 
 
 def body_span(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:

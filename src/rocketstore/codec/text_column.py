@@ -53,6 +53,11 @@ class TextColumn:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    def cut(self, start: int, stop: int) -> TextColumn:
+        """Texts ``start`` to ``stop`` (exclusive) as a column of their own."""
+        offsets = self.offsets[start : stop + 1]
+        return TextColumn(self.data[int(offsets[0]) : int(offsets[-1])], offsets - offsets[0])
+
     @property
     def lengths(self) -> npt.NDArray[np.int64]:
         return np.diff(self.offsets)

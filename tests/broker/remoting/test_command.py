@@ -8,7 +8,6 @@ import struct
 
 import pytest
 
-from rocketstore.broker.remoting.batch_body import BatchEntry, decode_batch, encode_batch_body
 from rocketstore.broker.remoting.codes import LANGUAGES
 from rocketstore.broker.remoting.command import (
     FLAG_ONEWAY,
@@ -22,6 +21,7 @@ from rocketstore.broker.remoting.command import (
 )
 from rocketstore.broker.remoting.headers import SendMessageHeader, flag, number, text, to_ext
 from rocketstore.broker.remoting.refusal import RequestRefused
+from rocketstore.codec.message_batch import BatchEntry, decode_batch, encode_batch_body
 from rocketstore.errors import CorruptDataError
 
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from rocketstore.broker import BrokerConfig
-from rocketstore.broker.remoting.batch_body import BatchEntry, encode_batch_body
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import SERIALIZE_JSON, SERIALIZE_ROCKETMQ, RemotingCommand
 from rocketstore.broker.remoting.headers import SendMessageHeader
 from rocketstore.codec.commitlog_record import decode_record
+from rocketstore.codec.message_batch import BatchEntry, encode_batch_body
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.codec.properties import encode_properties
 

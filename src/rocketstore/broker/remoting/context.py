@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.config import BrokerConfig
-from rocketstore.broker.group_commit import GroupCommit
+from rocketstore.broker.group_commit import EncodedBatchCommit, GroupCommit
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.remoting.producers import ProducerGroups
 from rocketstore.broker.transactions import TransactionLog
@@ -36,8 +36,10 @@ class RemotingContext:
     transactions: TransactionLog
     # the broker's advertised ip:port: routes, STOREHOST of new records, offset message ids
     broker_address: str
-    # sends of clients (group commit) and the broker's own records (halves, ops, retries)
+    # sends of clients (group commit), their batches, and the broker's own records (halves,
+    # ops, retries)
     sends: GroupCommit
+    batch_sends: EncodedBatchCommit
     system_puts: GroupCommit
     producers: ProducerGroups = field(default_factory=ProducerGroups)
     # run by HEART_BEAT with the parsed HeartbeatData, and by UNREGISTER_CLIENT with its header,

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from rocketstore.broker.group_commit import PutOutcome
-from rocketstore.broker.remoting.batch_body import decode_batch
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
@@ -46,8 +45,9 @@ from rocketstore.codec.commitlog_record import (
     TX_ROLLBACK,
 )
 from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig
+from rocketstore.codec.message_batch import EncodedBatch
 from rocketstore.codec.properties import decode_properties
-from rocketstore.errors import CorruptDataError, InvalidMessageError, StoreClosedError
+from rocketstore.errors import InvalidMessageError, StoreClosedError
 from rocketstore.message import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -59,7 +59,7 @@ from rocketstore.message import (
     Message,
 )
 from rocketstore.prepare import SYSTEM_TOPIC_PREFIX
-from rocketstore.results import PutMessageResult, PutStatus
+from rocketstore.results import PutBatchResult, PutMessageResult, PutStatus
 
 __all__ = ["DLQ_PREFIX", "RETRY_PREFIX", "ProducerProcessor", "put_status_code"]
 
@@ -264,7 +264,7 @@ class ProducerProcessor:
         props[PROPERTY_CLUSTER] = self.ctx.config.cluster_name
         # positional: the fields in Message's order (topic, body, tags, keys, properties,
         # queue_id, flag, delay_level, uniq_key, born_timestamp, born_host, sys_flag,
-        # prepared_transaction_offset, reconsume_times); this runs once per message of a batch
+        # prepared_transaction_offset, reconsume_times)
         return Message(
             topic,
             body if type(body) is bytes else bytes(body),
@@ -334,48 +334,36 @@ class ProducerProcessor:
     ) -> RemotingCommand:
         if header.sys_flag & SYSFLAG_TX_MASK:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support transaction")
-        try:
-            entries = decode_batch(cmd.body)
-        except CorruptDataError as exc:
-            raise RequestRefused(
-                ResponseCode.MESSAGE_ILLEGAL, f"the batch body is malformed: {exc}"
-            ) from None
-        if not entries:
-            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-        if PROPERTY_DELAY in batch_props:
-            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed")
-        msgs = []
-        message, topic, queue_id, born_host = self._message, target.topic, target.queue_id, conn.peer
-        # the header's sysflag has no transaction bits here (refused above): _message's is the stored one
-        for entry in entries:
-            props = decode_properties(entry.properties)
-            if PROPERTY_DELAY in props:
-                raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch messages cannot be delayed")
-            props.update(batch_props)
-            msgs.append(message(topic, queue_id, entry.body, props, header, entry.flag, born_host))
-        outcomes = await self.ctx.sends.put(msgs)
-        first = outcomes[0]
-        if not isinstance(first, PutMessageResult) or first.physical_offset < 0:
-            raise _refusal(first)
-        code = put_status_code(first.status)
-        if code not in _STORED_CODES:
-            raise _refusal(first)
-        # PutMessageResult.msg_id, without a property call per message
-        ids = ",".join(
-            [
-                f"{o.id_prefix}{o.physical_offset:016X}" if o.physical_offset >= 0 else ""
-                for o in outcomes
-                if isinstance(o, PutMessageResult)
-            ]
+        batch_props.pop(PROPERTY_WAIT, None)  # the inner messages carry their own
+        batch_props[PROPERTY_CLUSTER] = self.ctx.config.cluster_name
+        outcome = await self.ctx.batch_sends.put(
+            EncodedBatch(
+                target.topic,
+                target.queue_id,
+                bytes(cmd.body),
+                conn.peer,
+                header.born_timestamp,
+                batch_props,
+                header.sys_flag & SYSFLAG_CONTENT,
+                header.reconsume_times,
+            )
         )
-        self._count(target.topic, "REMOTING_BATCH", code, len(msgs))
+        if not isinstance(outcome, PutBatchResult) or outcome.physical_offsets[0] < 0:
+            raise _refusal(outcome[0] if isinstance(outcome, PutBatchResult) else outcome)
+        code = put_status_code(outcome.status)
+        if code not in _STORED_CODES:
+            raise _refusal(outcome[0])
+        # offset message ids, as PutMessageResult.msg_id writes each
+        prefix = outcome.id_prefix
+        ids = ",".join([f"{prefix}{offset:016X}" for offset in outcome.physical_offsets.tolist()])
+        self._count(target.topic, "REMOTING_BATCH", code, len(outcome))
         return cmd.response(
             code,
-            None if code == ResponseCode.SUCCESS else f"stored, but {first.status.name}",
+            None if code == ResponseCode.SUCCESS else f"stored, but {outcome.status.name}",
             ext_fields={
                 "msgId": ids,
                 "queueId": str(target.queue_id),
-                "queueOffset": str(first.queue_offset),
+                "queueOffset": str(int(outcome.queue_offsets[0])),
                 **_RESPONSE_EXTRAS,
             },
         )

@@ -1,0 +1,164 @@
+"""MessageStore.put_encoded_batches: producers' batches in RocketMQ's batch encoding, stored all or
+none in one append, each inner message's properties bytes kept as sent with the batch's added (as
+RocketMQ's MessageExtBatchEncoder stores them).
+
+What is checked: the records on disk field by field (and their properties byte for byte), what
+the queues, the tags filter, the key and id lookups, ``verify_store`` and a reopen see, the
+per-batch results, and the errors (naming batch and message) with nothing written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rocketstore import EncodedBatch, InvalidMessageError, ManualClock, MessageStore, PutStatus, StoreConfig
+from rocketstore.codec.commitlog_record import SYSFLAG_BORNHOST_V6, SYSFLAG_COMPRESSED, decode_record
+from rocketstore.codec.java_hash import tags_code
+from rocketstore.codec.message_batch import BatchEntry, encode_batch_body
+from rocketstore.verify import verify_store
+from tests.test_store_api import CFG, T0, drain
+
+BORN = 1_600_000_000_123
+ENTRIES = [
+    # the Java client's shape: KEYS, TAGS, WAIT, UNIQ_KEY, a trailing separator
+    BatchEntry(7, b"first body", "KEYS\x01k1 k2\x02TAGS\x01red\x02WAIT\x01true\x02UNIQ_KEY\x01AAAA0001\x02"),
+    BatchEntry(0, b"", "TAGS\x01blue\x01x\x02UNIQ_KEY\x01AAAA0002"),  # no trailing separator; "blue\x01x"
+    BatchEntry(-5, bytes(range(256)), ""),  # no properties at all
+    BatchEntry(1, "é body".encode(), "own\x01v\x02TAGS\x01red\x02UNIQ_KEY\x01AAAA0004\x02"),
+]
+
+
+def open_store(path: Path, cfg: StoreConfig = CFG) -> MessageStore:
+    return MessageStore.open(path, cfg, clock=ManualClock(T0))
+
+
+def batch(
+    topic: str = "Orders",
+    queue_id: int = 1,
+    entries: list[BatchEntry] = ENTRIES,
+    born_host: str = "10.1.2.3:40001",
+    **kwargs: object,
+) -> EncodedBatch:
+    return EncodedBatch(topic, queue_id, encode_batch_body(entries), born_host, BORN, **kwargs)  # type: ignore[arg-type]
+
+
+def expected_properties(inner: str, extra: str) -> bytes:
+    """RocketMQ's MessageExtBatchEncoder: the inner bytes, a separator when they do not end
+    with one and both are non-empty, then the batch's."""
+    sep = "\x02" if inner and extra and not inner.endswith("\x02") else ""
+    return (inner + sep + extra).encode()
+
+
+def test_records_keep_each_message_and_add_the_batch_properties(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        [result] = store.put_encoded_batches([batch(properties={"CLUSTER": "c1"}, reconsume_times=2)])
+        drain(store)
+        assert result.status is PutStatus.PUT_OK and result.topic == "Orders" and len(result) == 4
+        assert result.queue_ids.tolist() == [1] * 4 and result.queue_offsets.tolist() == [0, 1, 2, 3]
+        assert result.uniq_keys.to_list() == ["AAAA0001", "AAAA0002", None, "AAAA0004"]
+        for i, entry in enumerate(ENTRIES):
+            msg = store.look_message_by_offset(int(result.physical_offsets[i]))
+            assert msg is not None
+            rec = decode_record(msg.record_view, 0, check_crc=True)
+            assert rec.total_size == result.sizes[i]
+            assert (rec.topic, rec.queue_id, rec.queue_offset) == ("Orders", 1, i)
+            assert (rec.flag, msg.body) == (entry.flag, entry.body)
+            assert (rec.born_timestamp, msg.born_host) == (BORN, "10.1.2.3:40001")
+            assert rec.store_timestamp == result.store_timestamp == T0
+            assert (rec.sys_flag, rec.reconsume_times, rec.prepared_transaction_offset) == (0, 2, 0)
+            assert rec.properties.encode() == expected_properties(entry.properties, "CLUSTER\x01c1")
+            assert msg.properties["CLUSTER"] == "c1"
+        first = store.look_message_by_offset(int(result.physical_offsets[0]))
+        assert first is not None
+        assert (first.tags, first.keys, first.uniq_key) == ("red", ["k1", "k2"], "AAAA0001")
+        assert first.tags_code == tags_code("red")
+        red = store.get_message("g", "Orders", 1, 0, 32, tags=("red",))
+        assert [m.body for m in red.messages] == [ENTRIES[0].body, ENTRIES[3].body]
+        assert [m.body for m in store.query_message("Orders", "k2")] == [b"first body"]
+        found = store.query_by_uniq_key("Orders", "AAAA0004")
+        assert found is not None and found.body == ENTRIES[3].body
+    report = verify_store(tmp_path, CFG)
+    assert report.clean, report.damage
+    assert report.records == report.queue_entries == 4
+    with open_store(tmp_path) as store:
+        assert store.max_offset_in_queue("Orders", 1) == 4
+        again = store.get_message("g", "Orders", 1, 0, 32)
+        assert [m.body for m in again.messages] == [e.body for e in ENTRIES]
+
+
+def test_several_batches_one_append_in_order_with_v6_born_hosts(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        results = store.put_encoded_batches(
+            [
+                batch("A", 0, ENTRIES[:2]),
+                batch("B", 3, ENTRIES[2:], born_host="[::1]:9", sys_flag=SYSFLAG_COMPRESSED),
+                batch("A", 0, ENTRIES[1:2]),
+            ]
+        )
+        drain(store)
+        assert [r.topic for r in results] == ["A", "B", "A"] and [len(r) for r in results] == [2, 2, 1]
+        offsets = [int(o) for r in results for o in r.physical_offsets]
+        sizes = [int(s) for r in results for s in r.sizes]
+        assert all(a + n == b for a, n, b in zip(offsets, sizes, offsets[1:]))  # back to back
+        assert results[2].queue_offsets.tolist() == [2]
+        for offset in offsets[2:4]:
+            msg = store.look_message_by_offset(offset)
+            assert msg is not None
+            rec = decode_record(msg.record_view, 0, check_crc=True)
+            assert msg.born_host == "[0:0:0:0:0:0:0:1]:9" and rec.sys_flag == SYSFLAG_BORNHOST_V6 | SYSFLAG_COMPRESSED
+            assert rec.store_timestamp == T0  # written where a v6 born host puts it
+            assert (rec.topic, rec.queue_id) == ("B", 3)
+        assert store.max_offset_in_queue("B", 3) == 2
+    report = verify_store(tmp_path, CFG)
+    assert report.clean, report.damage
+    assert report.records == 5
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        (batch(entries=[]), "batch 1 (topic 'Orders'): the batch holds no message"),
+        (
+            EncodedBatch("Orders", 1, encode_batch_body(ENTRIES)[:-3], "1.2.3.4:5", BORN),
+            "batch 1 (topic 'Orders'): the encoding is damaged: batch message 3 at byte",
+        ),
+        (
+            batch(entries=[ENTRIES[0], BatchEntry(0, b"x", "DELAY\x013")]),
+            "message 1 of the batch: property 'DELAY': batch messages cannot be delayed",
+        ),
+        (batch(entries=[BatchEntry(0, b"x", "REAL_TOPIC\x01T")]), "message 0 of the batch: property 'REAL_TOPIC'"),
+        (batch(properties={"DELAY": "2"}), "property 'DELAY' of the batch: batch messages cannot be delayed"),
+        (batch(sys_flag=0x4), "a batch takes only the body's bits"),
+        (batch(queue_id=70000), "queue_id must be an int in 0..65535"),
+        (batch(born_host="nowhere"), "born_host:"),
+        (batch("bad/topic"), "batch 1 (topic 'bad/topic')"),
+        (batch(entries=[ENTRIES[0], BatchEntry(0, bytes(5000), "")]), "message 1 of the batch: body of 5000 bytes exceeds"),
+        (
+            batch(entries=[BatchEntry(0, b"x", "a\x01" + "v" * 32760)], properties={"CLUSTER": "c"}),
+            "message 0 of the batch: properties take",
+        ),
+    ],
+)
+def test_a_bad_batch_refuses_the_call_and_stores_nothing(tmp_path: Path, bad: EncodedBatch, words: str) -> None:
+    cfg = StoreConfig(
+        commitlog_segment_size=CFG.commitlog_segment_size,
+        consume_queue_entries=40,
+        index_hash_slots=64,
+        index_max_entries=256,
+        max_message_size=4096,
+    )
+    with open_store(tmp_path, cfg) as store:
+        store.put_encoded_batches([batch("Kept", 0, ENTRIES[:1])])
+        before = store.max_phy_offset()
+        with pytest.raises(InvalidMessageError) as caught:
+            store.put_encoded_batches([batch("Other", 0, ENTRIES[:1]), bad])
+        assert words in str(caught.value)
+        if "properties take" in words:
+            assert caught.value.status is PutStatus.PROPERTIES_SIZE_EXCEEDED
+        assert store.max_phy_offset() == before
+        assert store.max_offset_in_queue("Other", 0) == 0
+        with pytest.raises(InvalidMessageError, match="expected a sequence of EncodedBatch"):
+            store.put_encoded_batches(bad)  # type: ignore[arg-type]
+        assert store.put_encoded_batches([]) == []
