@@ -107,7 +107,8 @@ def test_several_batches_one_append_in_order_with_v6_born_hosts(tmp_path: Path) 
             msg = store.look_message_by_offset(offset)
             assert msg is not None
             rec = decode_record(msg.record_view, 0, check_crc=True)
-            assert msg.born_host == "[0:0:0:0:0:0:0:1]:9" and rec.sys_flag == SYSFLAG_BORNHOST_V6 | SYSFLAG_COMPRESSED
+            assert msg.born_host == "[0:0:0:0:0:0:0:1]:9"
+            assert rec.sys_flag == SYSFLAG_BORNHOST_V6 | SYSFLAG_COMPRESSED
             assert rec.store_timestamp == T0  # written where a v6 born host puts it
             assert (rec.topic, rec.queue_id) == ("B", 3)
         assert store.max_offset_in_queue("B", 3) == 2
@@ -128,20 +129,28 @@ def test_several_batches_one_append_in_order_with_v6_born_hosts(tmp_path: Path) 
             batch(entries=[ENTRIES[0], BatchEntry(0, b"x", "DELAY\x013")]),
             "message 1 of the batch: property 'DELAY': batch messages cannot be delayed",
         ),
-        (batch(entries=[BatchEntry(0, b"x", "REAL_TOPIC\x01T")]), "message 0 of the batch: property 'REAL_TOPIC'"),
+        (
+            batch(entries=[BatchEntry(0, b"x", "REAL_TOPIC\x01T")]),
+            "message 0 of the batch: property 'REAL_TOPIC'",
+        ),
         (batch(properties={"DELAY": "2"}), "property 'DELAY' of the batch: batch messages cannot be delayed"),
         (batch(sys_flag=0x4), "a batch takes only the body's bits"),
         (batch(queue_id=70000), "queue_id must be an int in 0..65535"),
         (batch(born_host="nowhere"), "born_host:"),
         (batch("bad/topic"), "batch 1 (topic 'bad/topic')"),
-        (batch(entries=[ENTRIES[0], BatchEntry(0, bytes(5000), "")]), "message 1 of the batch: body of 5000 bytes exceeds"),
+        (
+            batch(entries=[ENTRIES[0], BatchEntry(0, bytes(5000), "")]),
+            "message 1 of the batch: body of 5000 bytes exceeds",
+        ),
         (
             batch(entries=[BatchEntry(0, b"x", "a\x01" + "v" * 32760)], properties={"CLUSTER": "c"}),
             "message 0 of the batch: properties take",
         ),
     ],
 )
-def test_a_bad_batch_refuses_the_call_and_stores_nothing(tmp_path: Path, bad: EncodedBatch, words: str) -> None:
+def test_a_bad_batch_refuses_the_call_and_stores_nothing(
+    tmp_path: Path, bad: EncodedBatch, words: str
+) -> None:
     cfg = StoreConfig(
         commitlog_segment_size=CFG.commitlog_segment_size,
         consume_queue_entries=40,
