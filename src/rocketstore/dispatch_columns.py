@@ -15,13 +15,11 @@ against their master's queues and index keep the rules the store's own.
 
 from __future__ import annotations
 
-import itertools
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
-from rocketstore.codec.byte_copy import copy_bytes
 from rocketstore.codec.commitlog_scan import Buffer, record_header, record_is_well_formed, record_layout
 from rocketstore.codec.crc import CRC_TABLES
 from rocketstore.codec.java_hash import java_hash_utf8, signed32, tags_code
@@ -120,38 +118,8 @@ def _columns(
     return out, valid, slow_tags, topic_at[:distinct].copy(), topic_len[:distinct].copy(), distinct
 
 
-@kernel(cache=True, nogil=True)
-def _gather(u8: npt.NDArray[np.uint8], at: I64, length: I64) -> tuple[npt.NDArray[np.uint8], I64]:
-    """The bytes of each span (absent: ``at`` < 0) back to back, and their offsets."""
-    n = len(at)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    for i in range(n):
-        offsets[i + 1] = offsets[i] + (length[i] if at[i] >= 0 else 0)
-    data = np.empty(offsets[n], dtype=np.uint8)
-    for i in range(n):
-        a = at[i]
-        if a >= 0:
-            copy_bytes(data, offsets[i], u8, a, length[i])
-    return data, offsets
-
-
 def _decoded(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
-
-
-def _texts(u8: npt.NDArray[np.uint8], at: I64, length: I64) -> TextColumn:
-    """The text at each span as a column (absent: ``at`` < 0), bad UTF-8 read with U+FFFD."""
-    data, offsets = _gather(u8, at, length)
-    raw = data.tobytes()
-    if len(data) and data.max() >= 0x80:
-        try:
-            raw.decode()
-        except UnicodeDecodeError:
-            bounds = offsets.tolist()
-            return TextColumn.from_texts(
-                [_decoded(raw[a:b]) if b > a else None for a, b in itertools.pairwise(bounds)]
-            )
-    return TextColumn(raw, offsets)
 
 
 def dispatch_batch(
@@ -201,8 +169,8 @@ def dispatch_batch(
             tags_codes=tags_codes,
             store_timestamps=store_ts,
             sys_flags=table[_SYS_FLAG],
-            keys=_texts(u8, value_at[_KEYS], value_len[_KEYS]),
-            uniq_keys=_texts(u8, value_at[_UNIQ], value_len[_UNIQ]),
+            keys=TextColumn.from_spans(u8, value_at[_KEYS], value_len[_KEYS]),
+            uniq_keys=TextColumn.from_spans(u8, value_at[_UNIQ], value_len[_UNIQ]),
         )
     finally:
         del u8  # an mmap cannot close while a numpy view of it lives

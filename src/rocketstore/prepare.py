@@ -38,18 +38,24 @@ from rocketstore.codec.commitlog_record import (
     RecordTemplate,
     encode_batch,
     encode_message,
-    encode_records_from,
     store_timestamp_position,
+    write_record,
 )
+from rocketstore.codec.crc import CRC_TABLES
 from rocketstore.codec.host import parse_host
-from rocketstore.codec.java_hash import tags_code
-from rocketstore.codec.message_batch import EncodedBatch, scan_batch
+from rocketstore.codec.java_hash import java_hash_utf8, signed32, tags_code
+from rocketstore.codec.message_batch import EncodedBatch, inner_message, problem_text
 from rocketstore.codec.message_id import UniqKeyGenerator
-from rocketstore.codec.properties import encode_plain_properties, encode_properties, validate_property
+from rocketstore.codec.properties import (
+    encode_plain_properties,
+    encode_properties,
+    is_name,
+    property_entry,
+    validate_property,
+)
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.config import StoreConfig
-from rocketstore.dispatch_columns import dispatch_batch
-from rocketstore.errors import CorruptDataError, InvalidMessageError
+from rocketstore.errors import InvalidMessageError
 from rocketstore.jit import kernel
 from rocketstore.message import (
     PROPERTY_DELAY,
@@ -95,6 +101,16 @@ _INT64_MAX: Final = (1 << 63) - 1
 _TAGS_CACHE_SIZE: Final = 4096
 # properties a producer's batch may not carry: the store sets them (a batch is never delayed)
 _NOT_IN_A_BATCH: Final = (PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QUEUE_ID)
+# ... nor the batch's own properties (which every message of it gets): these are each message's
+_EACH_MESSAGE_OWN: Final = (PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_UNIQ_KEY)
+_BATCH_NAMES_TEXT: Final = (*_NOT_IN_A_BATCH, *_EACH_MESSAGE_OWN)
+_BATCH_NAMES_ENCODED: Final = [n.encode() for n in _BATCH_NAMES_TEXT]
+_BATCH_NAMES: Final = np.frombuffer(b"".join(_BATCH_NAMES_ENCODED), dtype=np.uint8)
+_BATCH_NAME_OFFSETS: Final = np.cumsum([0, *map(len, _BATCH_NAMES_ENCODED)]).astype(np.int64)
+_N_REFUSED: Final = len(_NOT_IN_A_BATCH)
+_V_TAGS, _V_KEYS, _V_UNIQ = range(3)  # rows of _encode_batches' value spans
+# _encode_batches' problem codes beside inner_message's
+_EMPTY_BATCH, _NAMED, _BODY_TOO_BIG, _PROPERTIES_TOO_BIG, _RECORD_TOO_BIG = range(100, 105)
 # what the batch path reads of every message, in one C-level pass (columns 9.. decide the path)
 _MESSAGE_FIELDS: Final = operator.attrgetter(
     "topic", "body", "tags", "keys", "properties", "queue_id", "flag", "born_timestamp", "uniq_key",
@@ -104,7 +120,11 @@ _MESSAGE_FIELDS: Final = operator.attrgetter(
 
 def _why_not(name: str) -> str:
     """Why a batch may not carry property ``name``."""
-    return "batch messages cannot be delayed" if name == PROPERTY_DELAY else "the store sets it"
+    if name == PROPERTY_DELAY:
+        return "batch messages cannot be delayed"
+    if name in _EACH_MESSAGE_OWN:
+        return "each message of a batch carries its own"
+    return "the store sets it"
 
 
 def _topic_name(batch: object) -> str:
@@ -200,6 +220,7 @@ class MessageEncoder:
         self._templates: dict[str, RecordTemplate] = {}
         self._tags_texts: dict[str | None, str] = {}  # tags value -> its validated TAGS entry
         self._batch_props: dict[tuple[tuple[str, str], ...], bytes] = {}
+        self._born_hosts: dict[str, bytes] = {}  # host:port -> address + big-endian int port
 
     # --- batches -------------------------------------------------------------------------
     def prepare_batch(
@@ -426,42 +447,127 @@ class MessageEncoder:
 
     def prepare_encoded(self, batches: Sequence[EncodedBatch]) -> tuple[PreparedBatch, list[int]]:
         """Validate and encode producers' batches (RocketMQ's batch encoding) as one columnar
-        batch: each inner message keeps its flag, body and properties bytes, the batch's
-        properties added, as RocketMQ's ``MessageExtBatchEncoder`` stores them; TAGS, KEYS and
-        UNIQ_KEY are read from the records for the queues and the index. Also returns how many
-        messages each batch holds (their records follow one another in order). Raises
-        InvalidMessageError naming the batch and message (nothing kept): a damaged encoding, an
-        empty batch, a DELAY or another property the store reserves, sizes over the limits."""
-        parts = []
+        batch, in one compiled pass over all of them: each inner message keeps its flag, body
+        and properties bytes, the batch's properties added, as RocketMQ's
+        ``MessageExtBatchEncoder`` stores them; TAGS, KEYS and UNIQ_KEY are read from the
+        messages' properties for the queues and the index. Also returns how many messages each
+        batch holds (their records follow one another in order). Raises InvalidMessageError
+        naming the batch and message (nothing kept): a damaged encoding, an empty batch, a DELAY
+        or another property the store sets, sizes over the limits."""
+        nb = len(batches)
+        topic_index: dict[str, int] = {}
+        tails: list[bytes] = []
+        datas: list[bytes] = []
+        fields = np.empty((6, nb), dtype=np.int64)  # topic, queue, sysflag, born time, reconsume, data length
+        hosts: list[bytes] = []
+        extras: list[bytes] = []
         for b, batch in enumerate(batches):
             try:
-                parts.append(self._encode_one_batch(batch))
+                topic_bytes, born_host, extra = self._check_batch(batch)
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"batch {b} ({_topic_name(batch)}): {exc}", exc.status) from None
-        blob = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
-        lengths = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
-        n = len(lengths)
-        starts = np.zeros(n, dtype=np.int64)
-        np.cumsum(lengths[:-1], out=starts[1:])
-        info, _ = dispatch_batch(blob.data, starts, lengths, 0, self._delay_levels)
+            t = topic_index.get(batch.topic)
+            if t is None:
+                t = topic_index[batch.topic] = len(tails)
+                tails.append(bytes((len(topic_bytes),)) + topic_bytes)
+            v6 = (SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0) | self._store_v6
+            fields[:, b] = (
+                t,
+                batch.queue_id,
+                batch.sys_flag | v6,
+                batch.born_timestamp,
+                batch.reconsume_times,
+                len(batch.data),
+            )
+            datas.append(batch.data)
+            hosts.append(born_host)
+            extras.append(extra)
+        data = b"".join(datas)
+        u8 = np.frombuffer(data, dtype=np.uint8)
+        (
+            problem, bad_batch, bad_message, where,
+            blob, starts, lengths, counts, tags_codes, slow_tags, value_at, value_len,
+        ) = _encode_batches(
+            u8,
+            fields[5],
+            fields[0],
+            _joined(tails),
+            np.fromiter(map(len, tails), dtype=np.int64, count=len(tails)),
+            fields[1],
+            fields[2],
+            fields[3],
+            fields[4],
+            _joined(hosts),
+            np.fromiter(map(len, hosts), dtype=np.int64, count=nb),
+            _joined(extras),
+            np.fromiter(map(len, extras), dtype=np.int64, count=nb),
+            np.frombuffer(self._store_host_bytes, dtype=np.uint8),
+            _BATCH_NAMES,
+            _BATCH_NAME_OFFSETS,
+            self._max_body,
+            self._max_record,
+            CRC_TABLES,
+        )  # fmt: skip
+        if problem:
+            raise self._batch_problem(batches, datas, problem, bad_batch, bad_message, where)
+        for row in np.flatnonzero(slow_tags).tolist():
+            a, n = int(value_at[_V_TAGS, row]), int(value_len[_V_TAGS, row])
+            tags_codes[row] = tags_code(data[a : a + n].decode("utf-8", "replace"))
+        batch_of = np.repeat(np.arange(nb), counts)
         prepared = PreparedBatch(
             blob,
             starts,
             lengths,
-            info.topics,
-            info.topic_ids,
-            info.queue_ids,
-            info.tags_codes,
-            info.keys,
-            info.uniq_keys,
-            info.sys_flags,
+            list(topic_index),
+            fields[0][batch_of],
+            fields[1][batch_of],
+            tags_codes,
+            TextColumn.from_spans(u8, value_at[_V_KEYS], value_len[_V_KEYS]),
+            TextColumn.from_spans(u8, value_at[_V_UNIQ], value_len[_V_UNIQ]),
+            fields[2][batch_of],
         )
-        return prepared, [len(p[1]) for p in parts]
+        return prepared, counts.tolist()
 
-    def _encode_one_batch(self, batch: EncodedBatch) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-        """(records, their lengths) of one producer's batch; InvalidMessageError names what is wrong."""
+    def _batch_problem(
+        self,
+        batches: Sequence[EncodedBatch],
+        datas: list[bytes],
+        problem: int,
+        b: int,
+        message: int,
+        where: int,
+    ) -> InvalidMessageError:
+        """The error for ``_encode_batches``' problem with message ``message`` of batch ``b``."""
+        status = _ILLEGAL
+        if problem == _EMPTY_BATCH:
+            why = "the batch holds no message"
+        elif problem == _NAMED:
+            name = _BATCH_NAMES_TEXT[where]
+            why = f"message {message} of the batch: property {name!r}: {_why_not(name)}"
+        elif problem == _BODY_TOO_BIG:
+            why = f"message {message} of the batch: body of {where} bytes exceeds max_message_size "
+            why += str(self._max_body)
+        elif problem == _PROPERTIES_TOO_BIG:
+            status = PutStatus.PROPERTIES_SIZE_EXCEEDED
+            why = f"message {message} of the batch: properties take {where} bytes, more than "
+            why += str(_MAX_PROPERTIES_BYTES)
+        elif problem == _RECORD_TOO_BIG:
+            status = PutStatus.MESSAGE_SIZE_EXCEEDED
+            why = (
+                f"message {message} of the batch: record of {where} bytes exceeds the limit of "
+                f"{self._max_record} (max_message_size, and a commitlog segment less 8 bytes)"
+            )
+        else:
+            where -= sum(map(len, datas[:b]))
+            text = problem_text(datas[b], problem, where)
+            why = f"the encoding is damaged: batch message {message} at byte {where}: {text}"
+        return InvalidMessageError(f"batch {b} ({_topic_name(batches[b])}): {why}", status)
+
+    def _check_batch(self, batch: EncodedBatch) -> tuple[bytes, bytes, bytes]:
+        """(topic bytes, born host bytes, the batch's properties bytes) of a batch whose fields
+        are valid; InvalidMessageError names the first that is not."""
         if not isinstance(batch, EncodedBatch):
-            raise InvalidMessageError(f"expected a EncodedBatch, got {type(batch).__name__}", _ILLEGAL)
+            raise InvalidMessageError(f"expected an EncodedBatch, got {type(batch).__name__}", _ILLEGAL)
         topic = batch.topic
         topic_bytes = self._topics.get(topic) if type(topic) is str else None
         if topic_bytes is None:
@@ -485,57 +591,18 @@ class MessageEncoder:
         born_ts = batch.born_timestamp
         if type(born_ts) is not int or not _INT64_MIN <= born_ts <= _INT64_MAX:
             raise InvalidMessageError(f"born_timestamp must be a 64-bit int, not {born_ts!r}", _ILLEGAL)
-        try:
-            born_addr, born_port = parse_host(batch.born_host)
-        except (ValueError, TypeError) as exc:
-            raise InvalidMessageError(f"born_host: {exc}", _ILLEGAL) from None
-        extra = self._batch_properties(batch.properties)
+        born_host = self._born_hosts.get(batch.born_host)
+        if born_host is None:
+            try:
+                addr, port = parse_host(batch.born_host)
+            except (ValueError, TypeError) as exc:
+                raise InvalidMessageError(f"born_host: {exc}", _ILLEGAL) from None
+            if len(self._born_hosts) >= _TAGS_CACHE_SIZE:
+                self._born_hosts.clear()
+            born_host = self._born_hosts[batch.born_host] = addr + port.to_bytes(4, "big")
         if type(batch.data) is not bytes:
             raise InvalidMessageError(f"data must be bytes, not {type(batch.data).__name__}", _ILLEGAL)
-        try:
-            spans = scan_batch(batch.data, _NOT_IN_A_BATCH)
-        except CorruptDataError as exc:
-            raise InvalidMessageError(f"the encoding is damaged: {exc}", _ILLEGAL) from None
-        n = len(spans)
-        if n == 0:
-            raise InvalidMessageError("the batch holds no message", _ILLEGAL)
-        if spans.named >= 0:
-            name = _NOT_IN_A_BATCH[spans.name]
-            raise _bad_row(spans.named, f"property {name!r}: {_why_not(name)}")
-        _first_bad(
-            spans.body_lengths > self._max_body,
-            lambda i: f"body of {spans.body_lengths[i]} bytes exceeds max_message_size {self._max_body}",
-        )
-        blob, _, lengths, props_lengths = encode_records_from(
-            np.frombuffer(batch.data, dtype=np.uint8),
-            spans.body_at,
-            spans.body_lengths,
-            spans.properties_at,
-            spans.properties_lengths,
-            extra,
-            topic_bytes,
-            queue_id,
-            spans.flags,
-            born_ts,
-            born_addr + born_port.to_bytes(4, "big"),
-            self._store_host_bytes,
-            sys_flag,
-            reconsume,
-        )
-        _first_bad(
-            props_lengths > _MAX_PROPERTIES_BYTES,
-            lambda i: f"properties take {props_lengths[i]} bytes, more than {_MAX_PROPERTIES_BYTES}",
-            PutStatus.PROPERTIES_SIZE_EXCEEDED,
-        )
-        _first_bad(
-            lengths > self._max_record,
-            lambda i: (
-                f"record of {lengths[i]} bytes exceeds the limit of {self._max_record} "
-                "(max_message_size, and a commitlog segment less 8 bytes)"
-            ),
-            PutStatus.MESSAGE_SIZE_EXCEEDED,
-        )
-        return blob, lengths
+        return topic_bytes, born_host, self._batch_properties(batch.properties)
 
     def _batch_properties(self, props: Mapping[str, str]) -> bytes:
         """A batch's own properties as the bytes added to each of its messages' (cached: a
@@ -547,7 +614,7 @@ class MessageEncoder:
         if encoded is None:
             for name, value in key:
                 _check_property(name, value)
-                if name in _NOT_IN_A_BATCH:
+                if name in _NOT_IN_A_BATCH or name in _EACH_MESSAGE_OWN:
                     raise InvalidMessageError(f"property {name!r} of the batch: {_why_not(name)}", _ILLEGAL)
             encoded = _properties_bytes(encode_properties(props)) if props else b""
             if len(self._batch_props) >= _TAGS_CACHE_SIZE:
@@ -957,3 +1024,206 @@ def _check_property(name: str, value: str) -> None:
         validate_property(name, value)
     except ValueError as exc:
         raise InvalidMessageError(str(exc), _ILLEGAL) from None
+
+
+def _joined(parts: list[bytes]) -> npt.NDArray[np.uint8]:
+    return np.frombuffer(b"".join(parts), dtype=np.uint8)
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _offsets(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Where each of parts of these lengths starts when they are joined, and the end."""
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    for i in range(len(lengths)):
+        out[i + 1] = out[i] + lengths[i]
+    return out
+
+
+@kernel(cache=True, nogil=True)
+def _encode_batches(
+    data: npt.NDArray[np.uint8],
+    data_lengths: npt.NDArray[np.int64],
+    batch_topic: npt.NDArray[np.int64],
+    tails: npt.NDArray[np.uint8],
+    tail_lengths: npt.NDArray[np.int64],
+    queue_ids: npt.NDArray[np.int64],
+    sys_flags: npt.NDArray[np.int64],
+    born: npt.NDArray[np.int64],
+    reconsume: npt.NDArray[np.int64],
+    hosts: npt.NDArray[np.uint8],
+    host_lengths: npt.NDArray[np.int64],
+    extras: npt.NDArray[np.uint8],
+    extra_lengths: npt.NDArray[np.int64],
+    store_host: npt.NDArray[np.uint8],
+    names: npt.NDArray[np.uint8],
+    name_offsets: npt.NDArray[np.int64],
+    max_body: int,
+    max_record: int,
+    tables: npt.NDArray[np.uint32],
+) -> tuple[
+    int, int, int, int,
+    npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64],
+    npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.int64], npt.NDArray[np.int64],
+]:  # fmt: skip
+    """``prepare_encoded``'s pass: batch b is the next ``data_lengths[b]`` bytes of ``data``, with
+    topic tail ``batch_topic[b]`` of ``tails``, and the next born host and extra properties of
+    ``hosts`` and ``extras``. Returns (a problem (0: none), its batch, its message, its position,
+    name or size; the records, their starts and lengths, how many each batch holds, their tags
+    codes, which tags are not strict UTF-8, and the value spans of TAGS, KEYS and UNIQ_KEY)."""
+    nb = len(data_lengths)
+    batch_at = _offsets(data_lengths)
+    tail_at = _offsets(tail_lengths)
+    host_at = _offsets(host_lengths)
+    extra_at = _offsets(extra_lengths)
+    cap = len(data) // 22 + 1
+    batch_of = np.empty(cap, dtype=np.int64)
+    flags = np.empty(cap, dtype=np.int64)
+    body_len = np.empty(cap, dtype=np.int64)
+    props_at = np.empty(cap, dtype=np.int64)
+    props_len = np.empty(cap, dtype=np.int64)
+    separate = np.zeros(cap, dtype=np.bool_)
+    starts = np.empty(cap, dtype=np.int64)
+    lengths = np.empty(cap, dtype=np.int64)
+    counts = np.zeros(nb, dtype=np.int64)
+    value_at = np.full((3, cap), -1, dtype=np.int64)
+    value_len = np.zeros((3, cap), dtype=np.int64)
+    tags_codes = np.zeros(cap, dtype=np.int64)
+    slow = np.zeros(cap, dtype=np.bool_)
+    none = np.zeros(0, dtype=np.uint8)
+    n_names = len(name_offsets) - 1
+    n = 0
+    total = 0
+    for b in range(nb):
+        pos = batch_at[b]
+        end = batch_at[b + 1]
+        if pos == end:
+            return _EMPTY_BATCH, b, 0, 0, none, starts, lengths, counts, tags_codes, slow, value_at, value_len
+        e = extra_at[b + 1] - extra_at[b]
+        head = 72 + (host_at[b + 1] - host_at[b]) + len(store_host)
+        tail = tail_at[batch_topic[b] + 1] - tail_at[batch_topic[b]]
+        m = 0
+        while pos < end:
+            problem, size, flag, blen, pat, plen = inner_message(data, pos, end)
+            if problem:
+                return (
+                    problem,
+                    b,
+                    m,
+                    pos,
+                    none,
+                    starts,
+                    lengths,
+                    counts,
+                    tags_codes,
+                    slow,
+                    value_at,
+                    value_len,
+                )
+            if blen > max_body:
+                return (
+                    _BODY_TOO_BIG,
+                    b,
+                    m,
+                    blen,
+                    none,
+                    starts,
+                    lengths,
+                    counts,
+                    tags_codes,
+                    slow,
+                    value_at,
+                    value_len,
+                )
+            q = pat
+            pend = pat + plen
+            while q < pend:  # the last of a name wins, as decode_properties reads them
+                sep, stop = property_entry(data, q, pend)
+                if q < sep < stop - 1:
+                    for j in range(n_names):
+                        if is_name(data, q, sep - q, names, name_offsets, j):
+                            if j < _N_REFUSED:
+                                return (
+                                    _NAMED,
+                                    b,
+                                    m,
+                                    j,
+                                    none,
+                                    starts,
+                                    lengths,
+                                    counts,
+                                    tags_codes,
+                                    slow,
+                                    value_at,
+                                    value_len,
+                                )
+                            value_at[j - _N_REFUSED, n] = sep + 1
+                            value_len[j - _N_REFUSED, n] = stop - sep - 1
+                q = stop + 1
+            stored = plen
+            if e > 0:
+                separate[n] = plen > 0 and data[pend - 1] != 2
+                stored += e + (1 if separate[n] else 0)
+            if stored > _MAX_PROPERTIES_BYTES:
+                return (
+                    _PROPERTIES_TOO_BIG,
+                    b,
+                    m,
+                    stored,
+                    none,
+                    starts,
+                    lengths,
+                    counts,
+                    tags_codes,
+                    slow,
+                    value_at,
+                    value_len,
+                )
+            length = head + blen + tail + 2 + stored
+            if length > max_record:
+                return (
+                    _RECORD_TOO_BIG,
+                    b,
+                    m,
+                    length,
+                    none,
+                    starts,
+                    lengths,
+                    counts,
+                    tags_codes,
+                    slow,
+                    value_at,
+                    value_len,
+                )
+            batch_of[n] = b
+            flags[n] = flag
+            body_len[n] = blen
+            props_at[n] = pat
+            props_len[n] = plen
+            starts[n] = total
+            lengths[n] = length
+            total += length
+            tags = value_at[_V_TAGS, n]
+            if tags >= 0:
+                h, ok = java_hash_utf8(data, tags, tags + value_len[_V_TAGS, n], 0)
+                if ok:
+                    tags_codes[n] = signed32(h)
+                else:
+                    slow[n] = True
+            n += 1
+            m += 1
+            pos += size
+        counts[b] = m
+    out = np.zeros(total, dtype=np.uint8)
+    for i in range(n):
+        b = batch_of[i]
+        t = batch_topic[b]
+        write_record(
+            out, starts[i], lengths[i], data, props_at[i] - 2 - body_len[i], body_len[i], data, props_at[i],
+            props_len[i], extras, extra_at[b], extra_at[b + 1] - extra_at[b], separate[i],
+            tails, tail_at[t], tail_at[t + 1] - tail_at[t], queue_ids[b], flags[i], sys_flags[b], born[b],
+            hosts, host_at[b], host_at[b + 1] - host_at[b], store_host, reconsume[b], tables,
+        )  # fmt: skip
+    return (
+        0, 0, 0, 0, out, starts[:n], lengths[:n], counts, tags_codes[:n], slow[:n], value_at[:, :n],
+        value_len[:, :n],
+    )  # fmt: skip

@@ -79,11 +79,11 @@ __all__ = [
     "encode_batch",
     "encode_blank",
     "encode_message",
-    "encode_records_from",
     "patch_positions",
     "patch_positions_many",
     "record_length",
     "store_timestamp_position",
+    "write_record",
 ]
 
 MESSAGE_MAGIC_V1: Final = -626843481  # 0xDAA320A7
@@ -284,82 +284,79 @@ def encode_batch(
     properties come concatenated with their lengths; every field is as ``RecordTemplate.encode``
     writes it (positions and store time left 0). Callers validate: nothing here is checked."""
     v6 = len(host) == 20
-    host_u8 = np.frombuffer(host, dtype=np.uint8)
-    blob, starts, lengths, _ = _encode_records(
+    return _encode_records(
         np.frombuffer(bodies, dtype=np.uint8),
-        _starts_of(body_lengths),
         body_lengths,
-        properties,
-        _starts_of(properties_lengths),
-        properties_lengths,
-        _NOTHING,
         np.frombuffer(bytes((len(topic),)) + topic, dtype=np.uint8),
+        properties,
+        properties_lengths,
         queue_ids,
         flags,
         born_timestamps,
         (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) if v6 else 0,
-        host_u8,
-        host_u8,
-        0,
+        np.frombuffer(host, dtype=np.uint8),
         CRC_TABLES,
     )
-    return blob, starts, lengths
 
 
-def encode_records_from(
-    src: npt.NDArray[np.uint8],
-    body_at: npt.NDArray[np.int64],
-    body_lengths: npt.NDArray[np.int64],
-    properties_at: npt.NDArray[np.int64],
-    properties_lengths: npt.NDArray[np.int64],
-    extra_properties: bytes,
-    topic: bytes,
+@kernel(cache=True, nogil=True, inline="always")
+def write_record(
+    out: npt.NDArray[np.uint8],
+    p: int,
+    length: int,
+    bodies: npt.NDArray[np.uint8],
+    body_at: int,
+    body_length: int,
+    props: npt.NDArray[np.uint8],
+    props_at: int,
+    props_length: int,
+    extra: npt.NDArray[np.uint8],
+    extra_at: int,
+    extra_length: int,
+    separate: bool,
+    tails: npt.NDArray[np.uint8],
+    tail_at: int,
+    tail_length: int,
     queue_id: int,
-    flags: npt.NDArray[np.int64],
-    born_timestamp: int,
-    born_host: bytes,
-    store_host: bytes,
+    flag: int,
     sys_flag: int,
+    born_timestamp: int,
+    born_hosts: npt.NDArray[np.uint8],
+    born_host_at: int,
+    born_host_length: int,
+    store_host: npt.NDArray[np.uint8],
     reconsume_times: int,
-) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Records of one topic and queue whose bodies and properties are spans of ``src`` (a
-    producer's batch, as RocketMQ's ``MessageExtBatchEncoder`` writes them): record i has the body
-    at ``body_at[i]`` and the properties at ``properties_at[i]``, followed by
-    ``extra_properties`` (with a 0x02 between when the message's own do not end with one).
-    Hosts are address + big-endian int port (8 or 20 bytes); ``sys_flag`` gets their v6 bits
-    here. (blob, starts, lengths, each record's properties length); positions and store time
-    are left 0. Callers validate: nothing here is checked."""
-    n = len(body_at)
-    sys_flag |= (SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0) | (
-        SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0
-    )
-    return _encode_records(
-        src,
-        body_at,
-        body_lengths,
-        src,
-        properties_at,
-        properties_lengths,
-        np.frombuffer(extra_properties, dtype=np.uint8),
-        np.frombuffer(bytes((len(topic),)) + topic, dtype=np.uint8),
-        np.full(n, queue_id, dtype=np.int64),
-        flags,
-        np.full(n, born_timestamp, dtype=np.int64),
-        sys_flag,
-        np.frombuffer(born_host, dtype=np.uint8),
-        np.frombuffer(store_host, dtype=np.uint8),
-        reconsume_times,
-        CRC_TABLES,
-    )
-
-
-_NOTHING: Final = np.zeros(0, dtype=np.uint8)
-
-
-def _starts_of(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    starts = np.zeros(len(lengths), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    return starts
+    tables: npt.NDArray[np.uint32],
+) -> None:
+    """One MESSAGE record of ``length`` bytes at ``out[p:]`` (zeroed), for compiled encoders:
+    the body and properties (then, when ``extra_length``, a 0x02 if ``separate`` and the extra
+    properties) are spans of their arrays; the tail (TOPICLENGTH, TOPIC) and born host (address
+    + big-endian int port) too. QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are left 0 for
+    the append lock; ``sys_flag`` must carry the host v6 bits."""
+    put_int(out, p, length, 4)
+    put_int(out, p + 4, MESSAGE_MAGIC_V1, 4)
+    put_int(out, p + 8, crc32(bodies, body_at, body_length, tables) & 0x7FFFFFFF, 4)
+    put_int(out, p + 12, queue_id, 4)
+    put_int(out, p + 16, flag, 4)
+    put_int(out, p + 36, sys_flag, 4)
+    put_int(out, p + 40, born_timestamp, 8)
+    q = copy_bytes(out, p + 48, born_hosts, born_host_at, born_host_length)
+    q = copy_bytes(out, q + 8, store_host, 0, len(store_host))  # after STORETIMESTAMP
+    put_int(out, q, reconsume_times, 4)
+    q += 4 + 8  # PREPAREDTRANSACTIONOFFSET: 0
+    put_int(out, q, body_length, 4)
+    q = copy_bytes(out, q + 4, bodies, body_at, body_length)
+    q = copy_bytes(out, q, tails, tail_at, tail_length)
+    stored = props_length
+    if extra_length > 0:
+        stored += extra_length + (1 if separate else 0)
+    put_int(out, q, stored, 2)
+    q = copy_bytes(out, q + 2, props, props_at, props_length)
+    if extra_length > 0:
+        if separate:
+            out[q] = 2
+            q += 1
+        copy_bytes(out, q, extra, extra_at, extra_length)
 
 
 # Lets the GIL go: the dispatcher works through earlier batches on the other core meanwhile
@@ -369,69 +366,41 @@ def _starts_of(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 @kernel(cache=True, nogil=True)
 def _encode_records(
     bodies: npt.NDArray[np.uint8],
-    body_at: npt.NDArray[np.int64],
     body_lengths: npt.NDArray[np.int64],
-    props: npt.NDArray[np.uint8],
-    props_at: npt.NDArray[np.int64],
-    props_lengths: npt.NDArray[np.int64],
-    extra: npt.NDArray[np.uint8],
     tail: npt.NDArray[np.uint8],
+    props: npt.NDArray[np.uint8],
+    props_lengths: npt.NDArray[np.int64],
     queue_ids: npt.NDArray[np.int64],
     flags: npt.NDArray[np.int64],
     born: npt.NDArray[np.int64],
     sys_flag: int,
-    born_host: npt.NDArray[np.uint8],
-    store_host: npt.NDArray[np.uint8],
-    reconsume_times: int,
+    host: npt.NDArray[np.uint8],
     tables: npt.NDArray[np.uint32],
-) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     n = len(body_lengths)
-    bh = len(born_host)
-    sh = len(store_host)
+    h = len(host)
     t = len(tail)
-    e = len(extra)
-    head = 72 + bh + sh  # TOTALSIZE .. BODYLENGTH, born and store hosts included
+    head = 72 + 2 * h  # TOTALSIZE .. BODYLENGTH, born and store hosts included
     starts = np.empty(n, dtype=np.int64)
     lengths = np.empty(n, dtype=np.int64)
-    stored_props = np.empty(n, dtype=np.int64)
-    separate = np.zeros(n, dtype=np.bool_)  # a 0x02 between the record's properties and extra
     total = 0
     for i in range(n):
-        plen = props_lengths[i]
-        if e > 0:
-            separate[i] = plen > 0 and props[props_at[i] + plen - 1] != 2
-            plen += e + (1 if separate[i] else 0)
-        stored_props[i] = plen
         starts[i] = total
-        lengths[i] = head + body_lengths[i] + t + 2 + plen
+        lengths[i] = head + body_lengths[i] + t + 2 + props_lengths[i]
         total += lengths[i]
     out = np.zeros(total, dtype=np.uint8)
+    body_at = 0
+    props_at = 0
     for i in range(n):
-        p = starts[i]
         blen = body_lengths[i]
-        put_int(out, p, lengths[i], 4)
-        put_int(out, p + 4, MESSAGE_MAGIC_V1, 4)
-        put_int(out, p + 8, crc32(bodies, body_at[i], blen, tables) & 0x7FFFFFFF, 4)
-        put_int(out, p + 12, queue_ids[i], 4)
-        put_int(out, p + 16, flags[i], 4)
-        # QUEUEOFFSET, PHYSICALOFFSET (p + 20 .. 36): zero until the append lock patches them
-        put_int(out, p + 36, sys_flag, 4)
-        put_int(out, p + 40, born[i], 8)
-        q = copy_bytes(out, p + 48, born_host, 0, bh)
-        q = copy_bytes(out, q + 8, store_host, 0, sh)  # after STORETIMESTAMP (patched under the lock)
-        put_int(out, q, reconsume_times, 4)
-        q += 4 + 8  # PREPAREDTRANSACTIONOFFSET: 0
-        put_int(out, q, blen, 4)
-        q = copy_bytes(out, q + 4, bodies, body_at[i], blen)
-        q = copy_bytes(out, q, tail, 0, t)  # TOPICLENGTH, TOPIC
-        put_int(out, q, stored_props[i], 2)
-        q = copy_bytes(out, q + 2, props, props_at[i], props_lengths[i])
-        if e > 0:
-            if separate[i]:
-                out[q] = 2
-                q += 1
-            copy_bytes(out, q, extra, 0, e)
-    return out, starts, lengths, stored_props
+        plen = props_lengths[i]
+        write_record(
+            out, starts[i], lengths[i], bodies, body_at, blen, props, props_at, plen, props, 0, 0, False,
+            tail, 0, t, queue_ids[i], flags[i], sys_flag, born[i], host, 0, h, host, 0, tables,
+        )  # fmt: skip
+        body_at += blen
+        props_at += plen
+    return out, starts, lengths
 
 
 def patch_positions(

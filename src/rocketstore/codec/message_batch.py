@@ -24,11 +24,19 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec.big_endian import read_i32
-from rocketstore.codec.properties import is_name, property_entry
 from rocketstore.errors import CorruptDataError
 from rocketstore.jit import kernel
 
-__all__ = ["BatchEntry", "BatchSpans", "EncodedBatch", "decode_batch", "encode_batch_body", "scan_batch"]
+__all__ = [
+    "BatchEntry",
+    "BatchSpans",
+    "EncodedBatch",
+    "decode_batch",
+    "encode_batch_body",
+    "inner_message",
+    "problem_text",
+    "scan_batch",
+]
 
 _HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLENGTH
 _PROPS_LEN = struct.Struct(">h")
@@ -57,17 +65,13 @@ class EncodedBatch:
 class BatchSpans:
     """Where each inner message's parts lie in the batch: message i has flag ``flags[i]``, its
     body at ``body_at[i]`` (``body_lengths[i]`` bytes) and its properties string at
-    ``properties_at[i]`` (``properties_lengths[i]`` bytes). ``named`` is the first message that
-    holds a property of the names ``scan_batch`` looked for, and ``name`` which one (-1, -1:
-    none does)."""
+    ``properties_at[i]`` (``properties_lengths[i]`` bytes)."""
 
     flags: I64
     body_at: I64
     body_lengths: I64
     properties_at: I64
     properties_lengths: I64
-    named: int
-    name: int
 
     def __len__(self) -> int:
         return len(self.flags)
@@ -80,81 +84,74 @@ class BatchEntry:
     properties: str
 
 
-_CUT_SHORT, _BAD_TOTAL, _BAD_BODY, _BAD_PROPERTIES = 1, 2, 3, 4
+_CUT_SHORT, _BAD_TOTAL, _BAD_BODY, _BAD_PROPERTIES = 1, 2, 3, 4  # inner_message's problem codes
 
 
-def scan_batch(data: bytes | bytearray | memoryview, names: Sequence[str] = ()) -> BatchSpans:
+def scan_batch(data: bytes | bytearray | memoryview) -> BatchSpans:
     """The spans of a batch's inner messages, every length checked (``CorruptDataError`` names
-    the first bad one), and the first message holding a property named in ``names``."""
+    the first bad one)."""
     u8 = np.frombuffer(data, dtype=np.uint8)
-    encoded = [n.encode() for n in names]
-    name_bytes = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    name_offsets = np.cumsum([0, *map(len, encoded)]).astype(np.int64)
-    table, count, problem, pos, named, name = _scan(u8, name_bytes, name_offsets)
+    table, count, problem, pos = _scan(u8)
     if problem:
-        if problem == _CUT_SHORT:
-            why = "is cut short"
-        elif problem == _BAD_TOTAL:
-            why = f"TOTALSIZE {_HEAD.unpack_from(data, pos)[0]} outside {_MIN_ENTRY}..{len(u8) - pos}"
-        else:
-            body_len = _HEAD.unpack_from(data, pos)[4]
-            if problem == _BAD_BODY:
-                why = f"body length {body_len} exceeds it"
-            else:
-                props_len = _PROPS_LEN.unpack_from(data, pos + _HEAD.size + body_len)[0]
-                why = f"properties length {props_len} does not end at TOTALSIZE"
-        raise CorruptDataError(f"batch message {count} at byte {pos}: {why}", offset=pos)
+        raise CorruptDataError(
+            f"batch message {count} at byte {pos}: {problem_text(data, problem, pos)}", offset=pos
+        )
     table = table[:, :count]
-    return BatchSpans(table[0], table[1], table[2], table[3], table[4], named, name)
+    return BatchSpans(table[0], table[1], table[2], table[3], table[4])
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def inner_message(u8: npt.NDArray[np.uint8], pos: int, end: int) -> tuple[int, int, int, int, int, int]:
+    """The inner message at ``u8[pos:end]`` (``pos < end``): (a problem code, 0 when none; its
+    TOTALSIZE, FLAG, body length, properties start and length). Its body starts at ``pos + 20``."""
+    if end - pos < _MIN_ENTRY:
+        return _CUT_SHORT, 0, 0, 0, 0, 0
+    total = read_i32(u8, pos)
+    if total < _MIN_ENTRY or total > end - pos:
+        return _BAD_TOTAL, 0, 0, 0, 0, 0
+    stop = pos + total
+    body_len = read_i32(u8, pos + 16)
+    if body_len < 0 or body_len > total - _MIN_ENTRY:
+        return _BAD_BODY, 0, 0, 0, 0, 0
+    props_len_at = pos + 20 + body_len
+    props_len = (np.int64(u8[props_len_at]) << 8) | u8[props_len_at + 1]
+    if props_len >= 0x8000 or props_len_at + 2 + props_len != stop:  # a Java short: < 0 is bad
+        return _BAD_PROPERTIES, 0, 0, 0, 0, 0
+    return 0, total, read_i32(u8, pos + 12), body_len, props_len_at + 2, props_len
+
+
+def problem_text(data: bytes | bytearray | memoryview, problem: int, pos: int) -> str:
+    """What is wrong with the inner message at ``pos`` (``inner_message``'s problem code)."""
+    if problem == _CUT_SHORT:
+        return "is cut short"
+    if problem == _BAD_TOTAL:
+        return f"TOTALSIZE {_HEAD.unpack_from(data, pos)[0]} outside {_MIN_ENTRY}..{len(data) - pos}"
+    body_len = _HEAD.unpack_from(data, pos)[4]
+    if problem == _BAD_BODY:
+        return f"body length {body_len} exceeds it"
+    props_len = _PROPS_LEN.unpack_from(data, pos + _HEAD.size + body_len)[0]
+    return f"properties length {props_len} does not end at TOTALSIZE"
 
 
 @kernel(cache=True, nogil=True)
-def _scan(
-    u8: npt.NDArray[np.uint8], names: npt.NDArray[np.uint8], name_offsets: I64
-) -> tuple[I64, int, int, int, int, int]:
-    """(a row per span field, how many messages, a problem code (0: none) and where, the first
-    message with a wanted name and which)."""
+def _scan(u8: npt.NDArray[np.uint8]) -> tuple[I64, int, int, int]:
+    """(a row per span field, how many messages, a problem code (0: none) and where)."""
     n = len(u8)
     table = np.empty((5, n // _MIN_ENTRY + 1), dtype=np.int64)
-    n_names = len(name_offsets) - 1
-    named = -1
-    name = -1
     count = 0
     pos = 0
     while pos < n:
-        if n - pos < _MIN_ENTRY:
-            return table, count, _CUT_SHORT, pos, named, name
-        total = read_i32(u8, pos)
-        if total < _MIN_ENTRY or total > n - pos:
-            return table, count, _BAD_TOTAL, pos, named, name
-        end = pos + total
-        body_at = pos + 20
-        body_len = read_i32(u8, pos + 16)
-        if body_len < 0 or body_len > end - body_at - 2:
-            return table, count, _BAD_BODY, pos, named, name
-        props_len_at = body_at + body_len
-        props_len = (np.int64(u8[props_len_at]) << 8) | u8[props_len_at + 1]
-        if props_len >= 0x8000 or props_len_at + 2 + props_len != end:  # a Java short: < 0 is bad
-            return table, count, _BAD_PROPERTIES, pos, named, name
-        table[0, count] = read_i32(u8, pos + 12)
-        table[1, count] = body_at
+        problem, total, flag, body_len, props_at, props_len = inner_message(u8, pos, n)
+        if problem:
+            return table, count, problem, pos
+        table[0, count] = flag
+        table[1, count] = pos + 20
         table[2, count] = body_len
-        table[3, count] = props_len_at + 2
+        table[3, count] = props_at
         table[4, count] = props_len
-        if named < 0 and n_names > 0:
-            q = props_len_at + 2
-            while q < end and named < 0:
-                sep, stop = property_entry(u8, q, end)
-                if q < sep < stop - 1:
-                    for j in range(n_names):
-                        if is_name(u8, q, sep - q, names, name_offsets, j):
-                            named = count
-                            name = j
-                            break
-                q = stop + 1
         count += 1
-        pos = end
-    return table, count, 0, pos, named, name
+        pos += total
+    return table, count, 0, pos
 
 
 def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchEntry]:

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.byte_copy import copy_bytes
+from rocketstore.jit import kernel
+
 __all__ = ["TextColumn"]
 
 
@@ -41,6 +44,24 @@ class TextColumn:
         else:
             np.cumsum(np.fromiter((len(t.encode()) for t in plain), dtype=np.int64, count=n), out=offsets[1:])
         return cls(data, offsets)
+
+    @classmethod
+    def from_spans(
+        cls, u8: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
+    ) -> TextColumn:
+        """The text of ``length[i]`` bytes at ``u8[at[i]:]`` for each i (absent: ``at[i] < 0``),
+        bytes that are not UTF-8 read as U+FFFD (as the store's decoder reads them)."""
+        data, offsets = _gather(u8, at, length)
+        raw = data.tobytes()
+        if len(data) and data.max() >= 0x80:
+            try:
+                raw.decode()
+            except UnicodeDecodeError:
+                bounds = offsets.tolist()
+                return cls.from_texts(
+                    [raw[a:b].decode("utf-8", "replace") or None for a, b in itertools.pairwise(bounds)]
+                )
+        return cls(raw, offsets)
 
     @classmethod
     def concat(cls, columns: Sequence[TextColumn]) -> TextColumn:
@@ -80,3 +101,20 @@ class TextColumn:
             return [self[i] for i in range(len(self))]
         bounds = self.offsets.tolist()
         return [data[a:b] or None for a, b in itertools.pairwise(bounds)]
+
+
+@kernel(cache=True, nogil=True)
+def _gather(
+    u8: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """The bytes of each span (absent: ``at`` < 0) back to back, and their offsets."""
+    n = len(at)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        offsets[i + 1] = offsets[i] + (length[i] if at[i] >= 0 else 0)
+    data = np.empty(offsets[n], dtype=np.uint8)
+    for i in range(n):
+        a = at[i]
+        if a >= 0:
+            copy_bytes(data, offsets[i], u8, a, length[i])
+    return data, offsets
