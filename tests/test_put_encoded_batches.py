@@ -134,7 +134,7 @@ def test_several_batches_one_append_in_order_with_v6_born_hosts(tmp_path: Path) 
             "message 0 of the batch: property 'REAL_TOPIC'",
         ),
         (batch(properties={"DELAY": "2"}), "property 'DELAY' of the batch: batch messages cannot be delayed"),
-        (batch(properties={"TAGS": "t"}), "property 'TAGS' of the batch: each message of a batch carries its own"),
+        (batch(properties={"TAGS": "t"}), "property 'TAGS' of the batch: each message of a batch carries"),
         (batch(sys_flag=0x4), "a batch takes only the body's bits"),
         (batch(queue_id=70000), "queue_id must be an int in 0..65535"),
         (batch(born_host="nowhere"), "born_host:"),
