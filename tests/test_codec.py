@@ -208,18 +208,6 @@ def test_properties_decode_partitions_on_first_separator() -> None:
     assert decode_properties("a\x01x\x01y\x02b\x01z") == {"a": "x\x01y", "b": "z"}
 
 
-@FAST
-@given(st.dictionaries(PROP_TEXT, PROP_TEXT, max_size=8), st.booleans())
-def test_without_property_drops_only_that_name(props: dict[str, str], trailing: bool) -> None:
-    from rocketstore.codec.properties import without_property
-
-    text = encode_properties({**props, "WAIT": "true"}) + (PROPERTY_SEPARATOR if trailing else "")
-    expected = {k: v for k, v in props.items() if k != "WAIT"}
-    assert decode_properties(without_property(text, "WAIT")) == expected
-    assert without_property("WAITING\x01x\x02WAIT\x01y", "WAIT") == "WAITING\x01x"
-    assert without_property("a\x01b", "WAIT") == "a\x01b"
-
-
 def test_properties_decode_trailing_separator() -> None:
     assert decode_properties("a\x011\x02b\x012\x02") == {"a": "1", "b": "2"}
     assert decode_properties("a\x011\x02b\x012") == {"a": "1", "b": "2"}

@@ -33,7 +33,6 @@ __all__ = [
     "EncodedBatch",
     "decode_batch",
     "encode_batch_body",
-    "encode_inner_message",
     "inner_message",
     "problem_text",
     "scan_batch",
@@ -179,10 +178,12 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchEntry]:
 
 def encode_batch_body(entries: Sequence[BatchEntry]) -> bytes:
     """A batch body as the Java client writes it."""
-    return b"".join([encode_inner_message(e.flag, e.body, e.properties.encode()) for e in entries])
-
-
-def encode_inner_message(flag: int, body: bytes | bytearray | memoryview, properties: bytes) -> bytes:
-    """One inner message (at most 32767 bytes of properties; struct.error past it)."""
-    head = _HEAD.pack(_HEAD.size + len(body) + 2 + len(properties), 0, 0, flag, len(body))
-    return b"".join((head, body, _PROPS_LEN.pack(len(properties)), properties))
+    out = bytearray()
+    for e in entries:
+        props = e.properties.encode()
+        total = _HEAD.size + len(e.body) + 2 + len(props)
+        out += _HEAD.pack(total, 0, 0, e.flag, len(e.body))
+        out += e.body
+        out += _PROPS_LEN.pack(len(props))
+        out += props
+    return bytes(out)

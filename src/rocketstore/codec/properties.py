@@ -28,7 +28,6 @@ __all__ = [
     "property_spans",
     "split_properties",
     "validate_property",
-    "without_property",
 ]
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -61,15 +60,6 @@ def decode_properties(text: str) -> dict[str, str]:
         if sep and name and value:
             result[name] = value
     return result
-
-
-def without_property(text: str, name: str) -> str:
-    """A properties string with every entry of ``name`` cut out, the others as they were."""
-    entry = name + NAME_VALUE_SEPARATOR
-    if entry not in text:
-        return text
-    kept = [e for e in text.split(PROPERTY_SEPARATOR) if not e.startswith(entry)]
-    return PROPERTY_SEPARATOR.join(kept)
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,8 @@ from rocketstore.codec.commitlog_record import (
     TX_ROLLBACK,
 )
 from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig
-from rocketstore.codec.message_batch import EncodedBatch, encode_inner_message
-from rocketstore.codec.properties import decode_properties, without_property
+from rocketstore.codec.message_batch import EncodedBatch
+from rocketstore.codec.properties import decode_properties
 from rocketstore.errors import InvalidMessageError, StoreClosedError
 from rocketstore.message import (
     PROPERTY_DELAY,
@@ -85,11 +85,6 @@ _RESPONSE_EXTRAS: Final = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 # stored with the message: the transaction type is set by the path taken, hosts by the store
 _SENT_SYSFLAG: Final = SYSFLAG_CONTENT | SYSFLAG_TX_MASK
 _MAX_SENDABLE_CACHED: Final = 4096
-# a single send takes the encoded path with a UNIQ_KEY and none of these (the general path delays
-# it, refuses a reserved property, or names a properties string too long)
-_UNIQ_KEY_ENTRY: Final = PROPERTY_UNIQ_KEY + "\x01"
-_NOT_AS_ENCODED: Final = (PROPERTY_DELAY + "\x01", "REAL_")
-_MAX_PROPERTIES_BYTES: Final = 32767  # a Java short
 
 _PUT_CODES: Final = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -295,26 +290,9 @@ class ProducerProcessor:
                 ResponseCode.MESSAGE_ILLEGAL, f"the message body size {len(cmd.body)} exceeds {max_size}"
             )
         target, _config = await self._target(header, cmd.version)
+        props = decode_properties(header.properties)
         if header.batch:
-            if header.sys_flag & SYSFLAG_TX_MASK:
-                raise RequestRefused(
-                    ResponseCode.MESSAGE_ILLEGAL, "batch request does not support transaction"
-                )
-            return await self._send_encoded(cmd, conn, header, target, bytes(cmd.body), "REMOTING_BATCH")
-        text_props = header.properties
-        if (
-            header.sys_flag & SYSFLAG_TX_MASK != TX_PREPARED
-            and _UNIQ_KEY_ENTRY in text_props
-            and not any(name in text_props for name in _NOT_AS_ENCODED)
-        ):
-            # a plain message (no delay, not a half, a UNIQ_KEY of its own): RocketMQ's encoding
-            # of a one-message batch, stored by the same compiled path as batches
-            # RocketMQ 4.9 stores a single message without its WAIT entry
-            raw_props = without_property(text_props, PROPERTY_WAIT).encode()
-            if len(raw_props) <= _MAX_PROPERTIES_BYTES:
-                data = encode_inner_message(header.flag, cmd.body, raw_props)
-                return await self._send_encoded(cmd, conn, header, target, data, "REMOTING")
-        props = decode_properties(text_props)
+            return await self._send_batch(cmd, conn, header, target, props)
         props.pop(PROPERTY_WAIT, None)
         transactional = (header.sys_flag & SYSFLAG_TX_MASK) == TX_PREPARED and props.get(
             PROPERTY_TRANSACTION
@@ -331,29 +309,38 @@ class ProducerProcessor:
             (outcome,) = await self.ctx.sends.put([msg])
         if not isinstance(outcome, PutMessageResult) or outcome.physical_offset < 0:
             raise _refusal(outcome)
-        return self._stored(
-            cmd, target, outcome.status, outcome.msg_id or "", outcome.queue_offset, "REMOTING", 1
+        code = put_status_code(outcome.status)
+        if code not in _STORED_CODES:
+            raise _refusal(outcome)
+        self._count(target.topic, "REMOTING", code)
+        return cmd.response(
+            code,
+            None if code == ResponseCode.SUCCESS else f"stored, but {outcome.status.name}",
+            ext_fields={
+                "msgId": outcome.msg_id or "",
+                "queueId": str(target.queue_id),
+                "queueOffset": str(outcome.queue_offset),
+                **_RESPONSE_EXTRAS,
+            },
         )
 
-    async def _send_encoded(
+    async def _send_batch(
         self,
         cmd: RemotingCommand,
         conn: Connection,
         header: SendMessageHeader,
         target: _Target,
-        data: bytes,
-        kind: str,
+        batch_props: dict[str, str],
     ) -> RemotingCommand:
-        """Store messages in RocketMQ's batch encoding (a batch's body, or one plain message)
-        with the header's properties (a batch's own) or none, and CLUSTER, as RocketMQ's broker
-        stores them."""
-        batch_props = decode_properties(header.properties) if header.batch else {}
+        if header.sys_flag & SYSFLAG_TX_MASK:
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support transaction")
+        batch_props.pop(PROPERTY_WAIT, None)  # the inner messages carry their own
         batch_props[PROPERTY_CLUSTER] = self.ctx.config.cluster_name
         outcome = await self.ctx.batch_sends.put(
             EncodedBatch(
                 target.topic,
                 target.queue_id,
-                data,
+                bytes(cmd.body),
                 conn.peer,
                 header.born_timestamp,
                 batch_props,
@@ -363,36 +350,20 @@ class ProducerProcessor:
         )
         if not isinstance(outcome, PutBatchResult) or outcome.physical_offsets[0] < 0:
             raise _refusal(outcome[0] if isinstance(outcome, PutBatchResult) else outcome)
+        code = put_status_code(outcome.status)
+        if code not in _STORED_CODES:
+            raise _refusal(outcome[0])
         # offset message ids, as PutMessageResult.msg_id writes each
         prefix = outcome.id_prefix
         ids = ",".join([f"{prefix}{offset:016X}" for offset in outcome.physical_offsets.tolist()])
-        return self._stored(
-            cmd, target, outcome.status, ids, int(outcome.queue_offsets[0]), kind, len(outcome)
-        )
-
-    def _stored(
-        self,
-        cmd: RemotingCommand,
-        target: _Target,
-        status: PutStatus,
-        ids: str,
-        queue_offset: int,
-        kind: str,
-        n: int,
-    ) -> RemotingCommand:
-        """The answer to a send the store took with ``status``: refused, or stored (maybe not
-        yet flushed or replicated) with its offset message ids and first queue offset."""
-        code = put_status_code(status)
-        if code not in _STORED_CODES:
-            raise _refusal(PutMessageResult(status))
-        self._count(target.topic, kind, code, n)
+        self._count(target.topic, "REMOTING_BATCH", code, len(outcome))
         return cmd.response(
             code,
-            None if code == ResponseCode.SUCCESS else f"stored, but {status.name}",
+            None if code == ResponseCode.SUCCESS else f"stored, but {outcome.status.name}",
             ext_fields={
                 "msgId": ids,
                 "queueId": str(target.queue_id),
-                "queueOffset": str(queue_offset),
+                "queueOffset": str(int(outcome.queue_offsets[0])),
                 **_RESPONSE_EXTRAS,
             },
         )
