@@ -9,8 +9,6 @@ Modules:
                     that packs or unpacks a RemotingCommand
 ``codes``           request, response and language codes
 ``headers``         custom headers <-> extFields (typed reading, Java-style writing, SEND_V2 names)
-``batch_body``      the SEND_BATCH_MESSAGE body (properties strings: ``codec.properties``; stored
-                    records: ``codec.commitlog_record``)
 ``refusal``         ``RequestRefused(code, remark)``: how a handler answers anything but SUCCESS
 ``server``          asyncio TCP server: connections, dispatch, oneway, server requests, limits
 ``acl``             RocketMQ 4.9's plain ACL (AccessKey/Signature) against the broker's ACL file
@@ -19,7 +17,8 @@ Modules:
 ``namesrv``         name-server requests (routes, cluster, topic list, KV config)
 ``heartbeat``       HEART_BEAT, UNREGISTER_CLIENT (producer groups -> ``producers``)
 ``producers``       producer groups and their connections (for CHECK_TRANSACTION_STATE)
-``producer``        SEND_MESSAGE(_V2), SEND_BATCH_MESSAGE, END_TRANSACTION
+``producer``        SEND_MESSAGE(_V2), SEND_BATCH_MESSAGE (its body: ``codec.message_batch``, stored
+                    by ``MessageStore.put_encoded_batches``), END_TRANSACTION
 ==================  ===============================================================================
 
 Adding a processor

@@ -334,7 +334,6 @@ class ProducerProcessor:
     ) -> RemotingCommand:
         if header.sys_flag & SYSFLAG_TX_MASK:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support transaction")
-        batch_props.pop(PROPERTY_WAIT, None)  # the inner messages carry their own
         batch_props[PROPERTY_CLUSTER] = self.ctx.config.cluster_name
         outcome = await self.ctx.batch_sends.put(
             EncodedBatch(
