@@ -138,6 +138,8 @@ def test_several_batches_one_append_in_order_with_v6_born_hosts(tmp_path: Path) 
         (batch(sys_flag=0x4), "a batch takes only the body's bits"),
         (batch(queue_id=70000), "queue_id must be an int in 0..65535"),
         (batch(born_host="nowhere"), "born_host:"),
+        (batch(born_host=["1.2.3.4:5"]), "born_host must be a str"),
+        (batch(properties={"a": ["unhashable"]}), "names and values must be strings"),
         (batch("bad/topic"), "batch 1 (topic 'bad/topic')"),
         (
             batch(entries=[ENTRIES[0], BatchEntry(0, bytes(5000), "")]),

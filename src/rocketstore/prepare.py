@@ -591,11 +591,13 @@ class MessageEncoder:
         born_ts = batch.born_timestamp
         if type(born_ts) is not int or not _INT64_MIN <= born_ts <= _INT64_MAX:
             raise InvalidMessageError(f"born_timestamp must be a 64-bit int, not {born_ts!r}", _ILLEGAL)
+        if type(batch.born_host) is not str:
+            raise InvalidMessageError(f"born_host must be a str 'ip:port', not {batch.born_host!r}", _ILLEGAL)
         born_host = self._born_hosts.get(batch.born_host)
         if born_host is None:
             try:
                 addr, port = parse_host(batch.born_host)
-            except (ValueError, TypeError) as exc:
+            except ValueError as exc:
                 raise InvalidMessageError(f"born_host: {exc}", _ILLEGAL) from None
             if len(self._born_hosts) >= _TAGS_CACHE_SIZE:
                 self._born_hosts.clear()
@@ -610,7 +612,10 @@ class MessageEncoder:
         if not isinstance(props, Mapping):
             raise InvalidMessageError(f"properties must be a mapping, not {type(props).__name__}", _ILLEGAL)
         key = tuple(props.items())
-        encoded = self._batch_props.get(key)
+        try:
+            encoded = self._batch_props.get(key)
+        except TypeError:  # an unhashable value: named below
+            encoded = None
         if encoded is None:
             for name, value in key:
                 _check_property(name, value)
