@@ -18,7 +18,9 @@ consume TPS, the mean of the windows' average RT and the largest max RT (ms; for
 store-to-client latency), and the broker's CPU seconds per million messages over the same windows
 (``/proc/PID/stat`` user + system, sampled as each line arrives; RocketMQ: its name server and
 broker JVMs, rocketstore: the ``serve`` process; in the consume phase per message consumed, with
-the feeding producer's work included). Brokers alternate in order between repeats; the table gives
+the feeding producer's work included), and for rocketstore the part of it its event-loop thread
+spent (``/proc/PID/task/PID/stat``: framing, headers, handlers; the rest is the store's threads).
+Brokers alternate in order between repeats; the table gives
 the median over ``--repeat`` runs and the range.
 
 ``--profile FILE`` adds one run of ``rocketstore serve`` under cProfile after the measured ones (the
@@ -100,9 +102,16 @@ class Broker:
     broker: str
     pids: list[int]
     stop: Any
+    loop_pid: int | None = None  # rocketstore serve: the thread running the event loop (its main)
 
     def cpu(self) -> float:
         return sum(cpu_seconds(pid) for pid in self.pids)
+
+    def loop_cpu(self) -> float:
+        """CPU seconds of the event-loop thread (nan for RocketMQ)."""
+        if self.loop_pid is None:
+            return math.nan
+        return cpu_seconds(self.loop_pid, f"/proc/{self.loop_pid}/task/{self.loop_pid}/stat")
 
 
 @dataclass
@@ -111,6 +120,7 @@ class Window:
 
     stats: dict[str, float]
     cpu: float
+    loop_cpu: float
 
 
 @dataclass
@@ -124,7 +134,8 @@ class Program:
     def poll(self) -> None:
         while len(self.windows) < sum(1 for line in self.process.lines if "Current Time" in line):
             line = [x for x in self.process.lines if "Current Time" in x][len(self.windows)]
-            self.windows.append(Window({k: float(v) for k, v in STAT.findall(line)}, self.broker.cpu()))
+            stats = {k: float(v) for k, v in STAT.findall(line)}
+            self.windows.append(Window(stats, self.broker.cpu(), self.broker.loop_cpu()))
 
 
 def run_programs(dist: BenchDist, broker: Broker, argvs: list[list[str]], windows: int) -> list[Program]:
@@ -158,7 +169,12 @@ def steady(windows: list[Window], rate: str) -> dict[str, float]:
     ws = windows[1:]
     messages = sum(w.stats.get(rate, 0.0) for w in ws) * WINDOW
     cpu = ws[-1].cpu - windows[0].cpu
-    return {"tps": messages / (len(ws) * WINDOW), "cpu_per_m": cpu / messages * 1e6 if messages else math.nan}
+    loop = ws[-1].loop_cpu - windows[0].loop_cpu
+    return {
+        "tps": messages / (len(ws) * WINDOW),
+        "cpu_per_m": cpu / messages * 1e6 if messages else math.nan,
+        "loop_per_m": loop / messages * 1e6 if messages else math.nan,
+    }
 
 
 def measure(dist: BenchDist, broker: Broker, size: int, threads: int, windows: int) -> dict[str, float]:
@@ -171,6 +187,7 @@ def measure(dist: BenchDist, broker: Broker, size: int, threads: int, windows: i
         "send_avg_rt": statistics.fmean(w.stats["Average RT(ms)"] for w in send.windows[1:]),
         "send_max_rt": max(w.stats["Max RT(ms)"] for w in send.windows[1:]),
         "send_cpu": s["cpu_per_m"],
+        "send_loop": s["loop_per_m"],
         "send_failed": sum(w.stats["Send Failed"] + w.stats["Response Failed"] for w in send.windows),
     }
     [batch] = run_programs(dist, broker, [["BatchProducer", *common, "-b", "16"]], windows)
@@ -180,6 +197,7 @@ def measure(dist: BenchDist, broker: Broker, size: int, threads: int, windows: i
         "batch_avg_rt": statistics.fmean(w.stats["Average RT(ms)"] for w in batch.windows[1:]),
         "batch_max_rt": max(w.stats["Max RT(ms)"] for w in batch.windows[1:]),
         "batch_cpu": b["cpu_per_m"],
+        "batch_loop": b["loop_per_m"],
     }
     consumer, _ = run_programs(
         dist, broker, [["Consumer", "-t", TOPIC], ["BatchProducer", *common, "-b", "16"]], windows
@@ -190,6 +208,7 @@ def measure(dist: BenchDist, broker: Broker, size: int, threads: int, windows: i
         "consume_avg_rt": statistics.fmean(w.stats["AVG(S2C) RT(ms)"] for w in consumer.windows[1:]),
         "consume_max_rt": max(w.stats["MAX(S2C) RT(ms)"] for w in consumer.windows[1:]),
         "consume_cpu": c["cpu_per_m"],
+        "consume_loop": c["loop_per_m"],
     }
     return row
 
@@ -227,7 +246,7 @@ def start_rocketstore(work: Path, flush: str, profile: str | None) -> Broker:
     except BaseException:
         p.kill()
         raise
-    return Broker("rocketstore serve", namesrv, broker, [p.proc.pid], p.stop)
+    return Broker("rocketstore serve", namesrv, broker, [p.proc.pid], p.stop, loop_pid=p.proc.pid)
 
 
 def fmt(values: list[float], digits: int = 0) -> str:
@@ -246,14 +265,17 @@ COLUMNS = [
     ("send avg RT ms", "send_avg_rt", 2),
     ("send max RT ms", "send_max_rt", 0),
     ("send CPU s/M", "send_cpu", 1),
+    ("send loop CPU s/M", "send_loop", 1),
     ("batch TPS", "batch_tps", 0),
     ("batch avg RT ms", "batch_avg_rt", 2),
     ("batch max RT ms", "batch_max_rt", 0),
     ("batch CPU s/M", "batch_cpu", 1),
+    ("batch loop CPU s/M", "batch_loop", 1),
     ("consume TPS", "consume_tps", 0),
     ("consume avg S2C RT ms", "consume_avg_rt", 2),
     ("consume max S2C RT ms", "consume_max_rt", 0),
     ("consume CPU s/M", "consume_cpu", 1),
+    ("consume loop CPU s/M", "consume_loop", 1),
 ]
 
 
@@ -262,7 +284,8 @@ def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: arg
         f"RocketMQ's benchmark programs (`Producer`, `BatchProducer -b 16`, `Consumer` fed by a "
         f"`BatchProducer`), {args.threads} producer threads, {args.repeat} run(s) of "
         f"{args.windows - 1} measured 10-s window(s) per phase; median (range). CPU: the broker's "
-        f"CPU seconds per million messages. Machine: {os.cpu_count()} CPUs, load average "
+        f"CPU seconds per million messages (loop: rocketstore's event-loop thread alone). "
+        f"Machine: {os.cpu_count()} CPUs, load average "
         f"{os.getloadavg()[0]:.1f} at the end.",
         "",
         "| flush | body | broker | " + " | ".join(c[0] for c in COLUMNS) + " |",
