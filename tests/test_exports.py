@@ -9,6 +9,7 @@ PUBLIC = {
     "Clock",
     "CorruptDataError",
     "DataLossError",
+    "EncodedBatch",
     "FlushDiskType",
     "GetMessageResult",
     "GetStatus",
