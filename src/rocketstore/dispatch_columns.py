@@ -23,7 +23,7 @@ import numpy.typing as npt
 from rocketstore.codec.commitlog_scan import Buffer, record_header, record_is_well_formed, record_layout
 from rocketstore.codec.crc import CRC_TABLES
 from rocketstore.codec.java_hash import java_hash_utf8, signed32, tags_code
-from rocketstore.codec.properties import is_name, property_entry, same_bytes
+from rocketstore.codec.properties import last_values, same_bytes
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.dispatch_request import DispatchBatch
 from rocketstore.jit import kernel
@@ -63,6 +63,8 @@ def _columns(
     n = len(positions)
     n_wanted = len(name_offsets) - 1
     out = np.zeros((7 + 2 * n_wanted, n), dtype=np.int64)
+    value_at = out[7 : 7 + n_wanted]  # views: the value spans of each wanted name
+    value_len = out[7 + n_wanted :]
     valid = np.zeros(n, dtype=np.bool_)
     slow_tags = np.zeros(n, dtype=np.bool_)
     topic_at = np.empty(n, dtype=np.int64)
@@ -98,16 +100,7 @@ def _columns(
         out[5, i] = topic
         for j in range(n_wanted):
             out[7 + j, i] = -1
-        q = props_at
-        end = props_at + props_len
-        while q < end:
-            sep, stop = property_entry(u8, q, end)
-            if q < sep < stop - 1:  # a name and a value: the last of a name wins
-                for j in range(n_wanted):
-                    if is_name(u8, q, sep - q, names, name_offsets, j):
-                        out[7 + j, i] = sep + 1
-                        out[7 + n_wanted + j, i] = stop - sep - 1
-            q = stop + 1
+        last_values(u8, props_at, props_at + props_len, names, name_offsets, value_at, value_len, i)
         tags_at = out[7, i]
         if tags_at >= 0:
             h, ok = java_hash_utf8(u8, tags_at, tags_at + out[7 + n_wanted, i], 0)

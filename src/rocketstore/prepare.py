@@ -49,8 +49,7 @@ from rocketstore.codec.message_id import UniqKeyGenerator
 from rocketstore.codec.properties import (
     encode_plain_properties,
     encode_properties,
-    is_name,
-    property_entry,
+    last_values,
     validate_property,
 )
 from rocketstore.codec.text_column import TextColumn
@@ -1090,115 +1089,55 @@ def _encode_batches(
     starts = np.empty(cap, dtype=np.int64)
     lengths = np.empty(cap, dtype=np.int64)
     counts = np.zeros(nb, dtype=np.int64)
-    value_at = np.full((3, cap), -1, dtype=np.int64)
-    value_len = np.zeros((3, cap), dtype=np.int64)
+    # the value spans of every name of ``names``: the refused ones, then TAGS, KEYS, UNIQ_KEY
+    value_at = np.full((len(name_offsets) - 1, cap), -1, dtype=np.int64)
+    value_len = np.zeros((len(name_offsets) - 1, cap), dtype=np.int64)
     tags_codes = np.zeros(cap, dtype=np.int64)
     slow = np.zeros(cap, dtype=np.bool_)
-    none = np.zeros(0, dtype=np.uint8)
-    n_names = len(name_offsets) - 1
+    problem = 0
+    bad_batch = 0
+    where = 0
+    m = 0
     n = 0
     total = 0
     for b in range(nb):
         pos = batch_at[b]
         end = batch_at[b + 1]
         if pos == end:
-            return _EMPTY_BATCH, b, 0, 0, none, starts, lengths, counts, tags_codes, slow, value_at, value_len
+            problem = _EMPTY_BATCH
+            bad_batch = b
+            m = 0
+            break
         e = extra_at[b + 1] - extra_at[b]
         head = 72 + (host_at[b + 1] - host_at[b]) + len(store_host)
         tail = tail_at[batch_topic[b] + 1] - tail_at[batch_topic[b]]
         m = 0
         while pos < end:
             problem, size, flag, blen, pat, plen = inner_message(data, pos, end)
+            where = pos
+            if not problem:
+                pend = pat + plen
+                last_values(data, pat, pend, names, name_offsets, value_at, value_len, n)
+                refused = -1  # the refused name that comes first, if any
+                for j in range(_N_REFUSED):
+                    if value_at[j, n] >= 0 and (refused < 0 or value_at[j, n] < value_at[refused, n]):
+                        refused = j
+                stored = plen
+                if e > 0:
+                    separate[n] = plen > 0 and data[pend - 1] != 2
+                    stored += e + (1 if separate[n] else 0)
+                length = head + blen + tail + 2 + stored
+                if blen > max_body:
+                    problem, where = _BODY_TOO_BIG, blen
+                elif refused >= 0:
+                    problem, where = _NAMED, refused
+                elif stored > _MAX_PROPERTIES_BYTES:
+                    problem, where = _PROPERTIES_TOO_BIG, stored
+                elif length > max_record:
+                    problem, where = _RECORD_TOO_BIG, length
             if problem:
-                return (
-                    problem,
-                    b,
-                    m,
-                    pos,
-                    none,
-                    starts,
-                    lengths,
-                    counts,
-                    tags_codes,
-                    slow,
-                    value_at,
-                    value_len,
-                )
-            if blen > max_body:
-                return (
-                    _BODY_TOO_BIG,
-                    b,
-                    m,
-                    blen,
-                    none,
-                    starts,
-                    lengths,
-                    counts,
-                    tags_codes,
-                    slow,
-                    value_at,
-                    value_len,
-                )
-            q = pat
-            pend = pat + plen
-            while q < pend:  # the last of a name wins, as decode_properties reads them
-                sep, stop = property_entry(data, q, pend)
-                if q < sep < stop - 1:
-                    for j in range(n_names):
-                        if is_name(data, q, sep - q, names, name_offsets, j):
-                            if j < _N_REFUSED:
-                                return (
-                                    _NAMED,
-                                    b,
-                                    m,
-                                    j,
-                                    none,
-                                    starts,
-                                    lengths,
-                                    counts,
-                                    tags_codes,
-                                    slow,
-                                    value_at,
-                                    value_len,
-                                )
-                            value_at[j - _N_REFUSED, n] = sep + 1
-                            value_len[j - _N_REFUSED, n] = stop - sep - 1
-                q = stop + 1
-            stored = plen
-            if e > 0:
-                separate[n] = plen > 0 and data[pend - 1] != 2
-                stored += e + (1 if separate[n] else 0)
-            if stored > _MAX_PROPERTIES_BYTES:
-                return (
-                    _PROPERTIES_TOO_BIG,
-                    b,
-                    m,
-                    stored,
-                    none,
-                    starts,
-                    lengths,
-                    counts,
-                    tags_codes,
-                    slow,
-                    value_at,
-                    value_len,
-                )
-            length = head + blen + tail + 2 + stored
-            if length > max_record:
-                return (
-                    _RECORD_TOO_BIG,
-                    b,
-                    m,
-                    length,
-                    none,
-                    starts,
-                    lengths,
-                    counts,
-                    tags_codes,
-                    slow,
-                    value_at,
-                    value_len,
-                )
+                bad_batch = b
+                break
             batch_of[n] = b
             flags[n] = flag
             body_len[n] = blen
@@ -1207,9 +1146,9 @@ def _encode_batches(
             starts[n] = total
             lengths[n] = length
             total += length
-            tags = value_at[_V_TAGS, n]
+            tags = value_at[_N_REFUSED + _V_TAGS, n]
             if tags >= 0:
-                h, ok = java_hash_utf8(data, tags, tags + value_len[_V_TAGS, n], 0)
+                h, ok = java_hash_utf8(data, tags, tags + value_len[_N_REFUSED + _V_TAGS, n], 0)
                 if ok:
                     tags_codes[n] = signed32(h)
                 else:
@@ -1217,7 +1156,27 @@ def _encode_batches(
             n += 1
             m += 1
             pos += size
+        if problem:
+            break
         counts[b] = m
+    wanted_at = value_at[_N_REFUSED:, :n]
+    wanted_len = value_len[_N_REFUSED:, :n]
+    if problem:
+        none = np.zeros(0, dtype=np.uint8)
+        return (
+            problem,
+            bad_batch,
+            m,
+            where,
+            none,
+            starts,
+            lengths,
+            counts,
+            tags_codes,
+            slow,
+            wanted_at,
+            wanted_len,
+        )
     out = np.zeros(total, dtype=np.uint8)
     for i in range(n):
         b = batch_of[i]
@@ -1228,7 +1187,4 @@ def _encode_batches(
             tails, tail_at[t], tail_at[t + 1] - tail_at[t], queue_ids[b], flags[i], sys_flags[b], born[b],
             hosts, host_at[b], host_at[b + 1] - host_at[b], store_host, reconsume[b], tables,
         )  # fmt: skip
-    return (
-        0, 0, 0, 0, out, starts[:n], lengths[:n], counts, tags_codes[:n], slow[:n], value_at[:, :n],
-        value_len[:, :n],
-    )  # fmt: skip
+    return 0, 0, 0, 0, out, starts[:n], lengths[:n], counts, tags_codes[:n], slow[:n], wanted_at, wanted_len

@@ -24,6 +24,7 @@ __all__ = [
     "decode_properties",
     "encode_plain_properties",
     "encode_properties",
+    "last_values",
     "property_span",
     "property_spans",
     "split_properties",
@@ -140,6 +141,30 @@ def same_bytes(u8: npt.NDArray[np.uint8], a: int, b: int, n: int) -> bool:
         if u8[a + j] != u8[b + j]:
             return False
     return True
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def last_values(
+    u8: npt.NDArray[np.uint8],
+    p: int,
+    end: int,
+    names: npt.NDArray[np.uint8],
+    name_offsets: npt.NDArray[np.int64],
+    at: npt.NDArray[np.int64],
+    length: npt.NDArray[np.int64],
+    i: int,
+) -> None:
+    """For each name j of ``names`` (cut at ``name_offsets``) that the properties ``u8[p:end]``
+    hold, the span of its last value, as ``decode_properties`` reads them: ``at[j, i]`` and
+    ``length[j, i]`` (left as they were for the names they lack)."""
+    while p < end:
+        sep, stop = property_entry(u8, p, end)
+        if p < sep < stop - 1:  # a name and a value
+            for j in range(len(name_offsets) - 1):
+                if is_name(u8, p, sep - p, names, name_offsets, j):
+                    at[j, i] = sep + 1
+                    length[j, i] = stop - sep - 1
+        p = stop + 1
 
 
 @kernel(cache=True, nogil=True, inline="always")
