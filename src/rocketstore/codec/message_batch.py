@@ -29,19 +29,16 @@ from rocketstore.jit import kernel
 
 __all__ = [
     "BatchEntry",
-    "BatchSpans",
     "EncodedBatch",
     "decode_batch",
     "encode_batch_body",
     "inner_message",
     "problem_text",
-    "scan_batch",
 ]
 
 _HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLENGTH
 _PROPS_LEN = struct.Struct(">h")
 _MIN_ENTRY: Final = _HEAD.size + 2
-I64 = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,22 +58,6 @@ class EncodedBatch:
     reconsume_times: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class BatchSpans:
-    """Where each inner message's parts lie in the batch: message i has flag ``flags[i]``, its
-    body at ``body_at[i]`` (``body_lengths[i]`` bytes) and its properties string at
-    ``properties_at[i]`` (``properties_lengths[i]`` bytes)."""
-
-    flags: I64
-    body_at: I64
-    body_lengths: I64
-    properties_at: I64
-    properties_lengths: I64
-
-    def __len__(self) -> int:
-        return len(self.flags)
-
-
 @dataclass(slots=True)
 class BatchEntry:
     flag: int
@@ -85,19 +66,6 @@ class BatchEntry:
 
 
 _CUT_SHORT, _BAD_TOTAL, _BAD_BODY, _BAD_PROPERTIES = 1, 2, 3, 4  # inner_message's problem codes
-
-
-def scan_batch(data: bytes | bytearray | memoryview) -> BatchSpans:
-    """The spans of a batch's inner messages, every length checked (``CorruptDataError`` names
-    the first bad one)."""
-    u8 = np.frombuffer(data, dtype=np.uint8)
-    table, count, problem, pos = _scan(u8)
-    if problem:
-        raise CorruptDataError(
-            f"batch message {count} at byte {pos}: {problem_text(data, problem, pos)}", offset=pos
-        )
-    table = table[:, :count]
-    return BatchSpans(table[0], table[1], table[2], table[3], table[4])
 
 
 @kernel(cache=True, nogil=True, inline="always")
@@ -133,46 +101,26 @@ def problem_text(data: bytes | bytearray | memoryview, problem: int, pos: int) -
     return f"properties length {props_len} does not end at TOTALSIZE"
 
 
-@kernel(cache=True, nogil=True)
-def _scan(u8: npt.NDArray[np.uint8]) -> tuple[I64, int, int, int]:
-    """(a row per span field, how many messages, a problem code (0: none) and where)."""
-    n = len(u8)
-    table = np.empty((5, n // _MIN_ENTRY + 1), dtype=np.int64)
-    count = 0
-    pos = 0
-    while pos < n:
-        problem, total, flag, body_len, props_at, props_len = inner_message(u8, pos, n)
-        if problem:
-            return table, count, problem, pos
-        table[0, count] = flag
-        table[1, count] = pos + 20
-        table[2, count] = body_len
-        table[3, count] = props_at
-        table[4, count] = props_len
-        count += 1
-        pos += total
-    return table, count, 0, pos
-
-
 def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchEntry]:
-    """The inner messages of a batch body (properties strings decoded as UTF-8)."""
+    """The inner messages of a batch body (properties strings decoded as UTF-8), every length
+    checked (``CorruptDataError`` names the first bad one)."""
     buf = bytes(data)
-    spans = scan_batch(buf)
-    out = []
-    for i, (flag, b, blen, p, plen) in enumerate(
-        zip(
-            spans.flags.tolist(),
-            spans.body_at.tolist(),
-            spans.body_lengths.tolist(),
-            spans.properties_at.tolist(),
-            spans.properties_lengths.tolist(),
-        )
-    ):
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    out: list[BatchEntry] = []
+    pos = 0
+    while pos < len(buf):
+        problem, total, flag, body_len, props_at, props_len = inner_message(u8, pos, len(buf))
+        if problem:
+            why = problem_text(buf, problem, pos)
+            raise CorruptDataError(f"batch message {len(out)} at byte {pos}: {why}", offset=pos)
         try:
-            props = buf[p : p + plen].decode()
+            props = buf[props_at : props_at + props_len].decode()
         except UnicodeDecodeError:
-            raise CorruptDataError(f"batch message {i}: properties are not UTF-8", offset=p) from None
-        out.append(BatchEntry(flag, buf[b : b + blen], props))
+            raise CorruptDataError(
+                f"batch message {len(out)}: properties are not UTF-8", offset=pos
+            ) from None
+        out.append(BatchEntry(flag, buf[pos + 20 : pos + 20 + body_len], props))
+        pos += total
     return out
 
 
