@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
-from itertools import repeat
+from itertools import accumulate, repeat
 from typing import cast
 
 import numpy as np
@@ -283,43 +283,37 @@ class MessageWriter:
         prepared, counts = self._encoder.prepare_encoded(batches)
         for batch in batches:
             self._open_topic(batch.topic, batch.queue_id)
+        spans = list(zip(batches, accumulate(counts, initial=0), accumulate(counts)))
+        qids, uniqs = prepared.queue_ids, prepared.uniq_keys
         refused = self._refusal()
-        status = refused
         if refused is None:
             try:
                 phys, queue_offsets, now = self._commitlog.append_batch(prepared)
             except OSError as exc:
                 log.error("put failed, could not create or write a commitlog segment: %s", exc)
-                status = PutStatus.CREATE_MAPPED_FILE_FAILED
-        if status is not None:
-            phys = queue_offsets = np.full(len(prepared), -1, dtype=np.int64)
-            now = 0
-        else:
-            self._stats.count_put(len(prepared), int(prepared.lengths.sum()))
-            self._wake_dispatcher()
-            # as put_batch: a batch's messages cannot say WAIT=false to skip the flush wait
-            end = int(phys[-1] + prepared.lengths[-1])
-            status = self._make_durable(end) if self._durability_work else _PUT_OK
-        sizes = prepared.lengths if now else np.full(len(prepared), -1, dtype=np.int64)
-        results = []
-        first = 0
-        for batch, count in zip(batches, counts):
-            last = first + count
-            results.append(
-                PutBatchResult(
-                    status,
-                    batch.topic,
-                    prepared.queue_ids[first:last],
-                    queue_offsets[first:last],
-                    phys[first:last],
-                    sizes[first:last],
-                    now,
-                    self._commitlog.id_prefix,
-                    prepared.uniq_keys.cut(first, last),
-                )
+                refused = PutStatus.CREATE_MAPPED_FILE_FAILED
+        if refused is not None:
+            return [self._unstored(refused, b.topic, qids[i:j], uniqs.cut(i, j)) for b, i, j in spans]
+        self._stats.count_put(len(prepared), int(prepared.lengths.sum()))
+        self._wake_dispatcher()
+        # as put_batch: a batch's messages cannot say WAIT=false to skip the flush wait
+        end = int(phys[-1] + prepared.lengths[-1])
+        status = self._make_durable(end) if self._durability_work else _PUT_OK
+        sizes, prefix = prepared.lengths, self._commitlog.id_prefix
+        return [
+            PutBatchResult(
+                status,
+                b.topic,
+                qids[i:j],
+                queue_offsets[i:j],
+                phys[i:j],
+                sizes[i:j],
+                now,
+                prefix,
+                uniqs.cut(i, j),
             )
-            first = last
-        return results
+            for b, i, j in spans
+        ]
 
     def _unstored(
         self, status: PutStatus, topic: str, queue_ids: npt.NDArray[np.int64], uniq_keys: TextColumn
