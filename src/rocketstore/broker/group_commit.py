@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.codec.message_batch import EncodedBatch
@@ -24,6 +25,8 @@ __all__ = ["EncodedBatchCommit", "GroupCommit", "PutOutcome"]
 
 PutOutcome = PutMessageResult | BaseException
 BatchOutcome = PutBatchResult | BaseException
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class GroupCommit:
@@ -66,27 +69,18 @@ class GroupCommit:
         except Exception as exc:  # the store is closed, a flush failed
             return [exc] * len(msgs)
 
-    def _put_groups(self, groups: list[Sequence[Message]]) -> list[list[PutOutcome]]:
-        """One store call for every group; a refused batch again group by group."""
-        flat = [m for g in groups for m in g]
-        try:
-            results = self._store.put_messages(flat, internal=self._internal)
-        except InvalidMessageError:
-            if len(groups) == 1:
-                raise
-            return [self._put_one_group(g) for g in groups]
+    def _put_groups(self, groups: list[Sequence[Message]]) -> list[list[PutOutcome] | BaseException]:
+        """One store call for every group; a refused call again group by group."""
+        return each_on_refusal(self._put_all, groups)
+
+    def _put_all(self, groups: list[Sequence[Message]]) -> list[list[PutOutcome]]:
+        results = self._store.put_messages([m for g in groups for m in g], internal=self._internal)
         out: list[list[PutOutcome]] = []
         i = 0
         for g in groups:
             out.append(list(results[i : i + len(g)]))
             i += len(g)
         return out
-
-    def _put_one_group(self, group: Sequence[Message]) -> list[PutOutcome]:
-        try:
-            return list(self._store.put_messages(group, internal=self._internal))
-        except InvalidMessageError as exc:
-            return [exc] * len(group)
 
 
 class EncodedBatchCommit:
@@ -118,15 +112,22 @@ class EncodedBatchCommit:
             return exc
 
     def _put_all(self, batches: list[EncodedBatch]) -> list[BatchOutcome]:
+        return each_on_refusal(self._store.put_encoded_batches, batches)
+
+
+def each_on_refusal(put: Callable[[list[T]], Sequence[R]], items: list[T]) -> list[R | BaseException]:
+    """``put(items)``: one outcome per item. When the store refuses the call (one bad item refuses
+    all), each item again on its own, so only the bad one's caller gets the InvalidMessageError
+    (raised when it is the only one)."""
+    try:
+        return list(put(items))
+    except InvalidMessageError:
+        if len(items) == 1:
+            raise
+    out: list[R | BaseException] = []
+    for item in items:
         try:
-            return list(self._store.put_encoded_batches(batches))
-        except InvalidMessageError:
-            if len(batches) == 1:
-                raise
-        out: list[BatchOutcome] = []
-        for batch in batches:
-            try:
-                out.extend(self._store.put_encoded_batches([batch]))
-            except InvalidMessageError as exc:
-                out.append(exc)
-        return out
+            out.extend(put([item]))
+        except InvalidMessageError as exc:
+            out.append(exc)
+    return out
