@@ -42,6 +42,9 @@ public final class PushConsume {
             consumer.setMaxReconsumeTimes(Integer.parseInt(a.get("maxReconsume")));
         }
         consumer.subscribe(Out.need(a, "topic"), Out.get(a, "sub", "*"));
+        // the latch opens inside the listener, before the consume thread records the offset; without a graceful
+        // wait, shutdown persists offsets that miss the last deliveries
+        consumer.setAwaitTerminationMillisWhenShutdown(10_000);
         if (Boolean.parseBoolean(Out.get(a, "orderly", "false"))) {
             consumer.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
                 for (MessageExt m : msgs) {
