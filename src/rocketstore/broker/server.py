@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Any
 
+import uvloop
+
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.config import BrokerConfig
@@ -317,7 +319,7 @@ class Broker:
         namesrv_socket: socket.socket | None = None,
     ) -> int:
         """``start`` on a new event loop in a daemon thread; returns the port."""
-        loop = self._loop = asyncio.new_event_loop()
+        loop = self._loop = uvloop.new_event_loop()  # the loop `rocketstore serve` runs on
 
         def run() -> None:
             asyncio.set_event_loop(loop)
