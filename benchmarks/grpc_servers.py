@@ -75,6 +75,12 @@ async def answer_send(context: Any) -> Any:
     return sent()
 
 
+async def answer_receive(context: Any, responses: list[Any]) -> list[Any]:
+    context.invocation_metadata()
+    await asyncio.sleep(0)  # a handler that awaits its pop
+    return responses
+
+
 class AioServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
     def __init__(self, stream: int) -> None:
         self.responses = received(stream)
@@ -109,6 +115,10 @@ class LoopServicer(ThreadServicer):
 
     def SendMessage(self, request: Any, context: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(answer_send(context), self.loop).result()
+
+    def ReceiveMessage(self, request: Any, context: Any) -> Iterator[Any]:
+        answered = asyncio.run_coroutine_threadsafe(answer_receive(context, self.responses), self.loop)
+        yield from answered.result()
 
 
 def serve(kind: str, stream: int, ports: Any) -> None:
