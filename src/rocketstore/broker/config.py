@@ -74,6 +74,9 @@ class BrokerConfig:
     tls_key: str | None = None
     # the broker's state file for `rocketstore status` (rewritten when clients come and go)
     state_interval_ms: int = 2_000
+    # the settings file these came from (`serve --config`): where mqadmin updateBrokerConfig's
+    # changes are written, as RocketMQ's broker rewrites its broker.conf; None: not kept
+    config_file: str | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -146,6 +146,11 @@ class TransactionLog:
         self._checks: dict[int, int] = {}
         self._progress = 0
 
+    def reconfigure(self, *, timeout_ms: int, check_max: int) -> None:
+        """New settings for the next check (mqadmin updateBrokerConfig)."""
+        self._timeout_ms = timeout_ms
+        self._check_max = check_max
+
     def load(self) -> None:
         """Read the op queue (what is resolved) and where the half queue's checks stand."""
         store = self._store

@@ -101,6 +101,8 @@ def serve_command(
         return None if value.strip().lower() == "off" else value
 
     changes: dict[str, object] = {"listen": address(listen), "namesrv": address(namesrv)}
+    if config_file is not None:
+        changes["config_file"] = str(Path(config_file).resolve())
     given = ctx.get_parameter_source("remoting") is not click.core.ParameterSource.DEFAULT
     # the default gives way to broker.conf's listenPort
     changes["remoting"] = address(remoting) if given or broker.remoting is None else broker.remoting

@@ -13,6 +13,7 @@ import org.apache.rocketmq.common.message.Message;
  * Sends count messages and prints one "sent" event per acknowledged message.
  * Args: namesrv= topic= [count=10] [mode=sync|async|oneway|batch] [group=] [tags=] [keys=PREFIX] [size=BYTES]
  *       [delay=LEVEL] [queue=ID (sync: that queue)] [prop.NAME=VALUE ...]
+ *       [hold=SECONDS (after the sends, stay connected that long, printing "holding")]
  * The body of message i is "body-i" padded with '.' to size bytes (when size is larger).
  */
 public final class Produce {
@@ -97,6 +98,11 @@ public final class Produce {
                     throw new IllegalArgumentException("mode must be sync, async, oneway or batch: " + mode);
             }
             Out.emit("done");
+            int hold = Integer.parseInt(Out.get(a, "hold", "0"));
+            if (hold > 0) {
+                Out.emit("holding");
+                Thread.sleep(hold * 1000L);
+            }
         } catch (Exception e) {
             Out.emit("error", "error", Out.describe(e));
         } finally {

@@ -462,6 +462,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             counts[key] = counts.get(key, 0) + 1
         for (kind, code), n in counts.items():
             self._metrics.sends.labels(topic, kind, Code.Name(code)).inc(n)
+        stored = counts.get((kind_of_request, Code.OK), 0) + counts.get(("TRANSACTION", Code.OK), 0)
+        if stored:
+            self._metrics.stats.count_put(topic, stored, 0)
         codes = {code for _, code in counts}
         head = entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS)
         return rpc.SendMessageResponse(status=head, entries=entries)
@@ -668,6 +671,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 )
             )
         self._metrics.receives.labels(group, topic).inc(len(popped))
+        self._metrics.stats.count_get(topic, group, len(popped), 0)
         # RocketMQ ends a stream with messages so: Python's PushConsumer computes its delivery
         # latency from it and drops the whole batch when it is missing
         yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))

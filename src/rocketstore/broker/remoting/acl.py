@@ -131,6 +131,9 @@ class RemotingAcl:
             groups.append(ext.get("consumerGroup", ""))
         elif code == RequestCode.QUERY_MESSAGE:
             topics.append(ext.get("topic", ""))
+        elif code == RequestCode.INVOKE_BROKER_TO_RESET_OFFSET:
+            topics.append(ext.get("topic", ""))
+            groups.append(ext.get("group", ""))
         elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
             group = ext.get("consumerGroup")
             if group:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -42,6 +42,9 @@ class RemotingContext:
     batch_sends: EncodedBatchCommit
     system_puts: GroupCommit
     producers: ProducerGroups = field(default_factory=ProducerGroups)
+    # applies new broker settings to the whole broker (both doors) and returns them; None: a
+    # remoting endpoint without a broker around it, whose settings cannot change
+    reconfigure: Callable[[Mapping[str, object]], BrokerConfig] | None = None
     # run by HEART_BEAT with the parsed HeartbeatData, and by UNREGISTER_CLIENT with its header,
     # after the producer groups are recorded: how other registries (consumers) learn of clients.
     # A hook's RequestRefused refuses the request.

@@ -4,9 +4,13 @@ configuration, for a name server whose one broker is this process.
 Routes are made from the store's topics at each request, so a topic created by any path (a
 send's auto-creation, mqadmin, a heartbeat's retry topic, gRPC, the CLI) is routable at once and
 a deleted one is gone. Every route names one broker, ``brokerName`` in cluster
-``brokerClusterName``, whose master (id 0) is the remoting address. ``TBW102``, the topic
-producers fall back to for a topic without a route, is routed (8 queues, perm 7) while topic
-auto-creation is on, as RocketMQ's broker registers it then.
+``brokerClusterName``, whose master (id 0) is the remoting address. The topics RocketMQ's broker
+has from its start (``broker_topic_configs``) are listed and routed too: ``TBW102``, the topic
+producers fall back to for a topic without a route (perm 7, while topic auto-creation is on),
+``SELF_TEST_TOPIC``, ``BenchmarkTest``, the cluster's and the broker's own topics,
+``OFFSET_MOVED_EVENT``, ``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_TRANS_HALF_TOPIC`` and
+``<cluster>_REPLY_TOPIC``. A send to one of
+them that the store does not have yet creates it with the routed queues.
 
 The KV configuration (PUT/GET/DELETE_KV_CONFIG, GET_KVLIST_BY_NAMESPACE; mqadmin updateTopic
 ``-o`` writes namespace ``ORDER_TOPIC_CONFIG``) is kept in ``config/kvConfig.json`` of the
@@ -36,6 +40,7 @@ __all__ = [
     "KV_CONFIG_FILE",
     "PERM_INHERIT",
     "NameServerProcessor",
+    "broker_topic_configs",
     "default_topic_config",
     "json_body",
 ]
@@ -55,6 +60,29 @@ def default_topic_config(ctx: RemotingContext) -> TopicConfig:
     ``defaultTopicQueueNums`` queues."""
     queues = ctx.store.config.default_topic_queue_nums
     return TopicConfig(DEFAULT_TOPIC, queues, queues, PERM_READ | PERM_WRITE | PERM_INHERIT)
+
+
+def broker_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
+    """The topics RocketMQ's broker has from its start (TopicConfigManager's constructor), with
+    its queues and permissions; ``BenchmarkTest`` gets ``defaultTopicQueueNums`` queues (RocketMQ:
+    1024), what a benchmark's auto-created topic has here."""
+    config = ctx.config
+    rw, inherit = PERM_READ | PERM_WRITE, PERM_INHERIT
+    queues = ctx.store.config.default_topic_queue_nums
+    topics = [
+        TopicConfig("SELF_TEST_TOPIC", 1, 1, rw),
+        TopicConfig("BenchmarkTest", queues, queues, rw),
+        TopicConfig(config.cluster_name, 16, 16, rw | inherit),
+        TopicConfig(config.broker_name, 1, 1, rw | inherit),
+        TopicConfig("OFFSET_MOVED_EVENT", 1, 1, rw),
+        TopicConfig("SCHEDULE_TOPIC_XXXX", 18, 18, rw),
+        # RocketMQ's transaction check creates it in its first round, a minute after the start
+        TopicConfig("RMQ_SYS_TRANS_HALF_TOPIC", 1, 1, rw),
+        TopicConfig(f"{config.cluster_name}_REPLY_TOPIC", 1, 1, rw),
+    ]
+    if config.auto_create_topic:
+        topics.append(default_topic_config(ctx))
+    return {t.topic: t for t in topics}
 
 
 def json_body(value: object) -> bytes:
@@ -87,11 +115,8 @@ class NameServerProcessor:
 
     # --- what the broker has ----------------------------------------------------------------
     def topic_configs(self) -> dict[str, TopicConfig]:
-        """Every topic the broker serves, TBW102 included while auto-creation is on."""
-        topics = dict(self.ctx.store.topic_configs())
-        if self.ctx.config.auto_create_topic and DEFAULT_TOPIC not in topics:
-            topics[DEFAULT_TOPIC] = default_topic_config(self.ctx)
-        return topics
+        """Every topic the broker serves: the store's, and the broker's own it does not have."""
+        return {**broker_topic_configs(self.ctx), **self.ctx.store.topic_configs()}
 
     def broker_data(self) -> dict[str, Any]:
         config = self.ctx.config
@@ -104,9 +129,7 @@ class NameServerProcessor:
     # --- handlers -----------------------------------------------------------------------------
     async def route(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         topic = text(cmd.ext_fields, "topic")
-        config = self.ctx.store.topic_config(topic)
-        if config is None and topic == DEFAULT_TOPIC and self.ctx.config.auto_create_topic:
-            config = default_topic_config(self.ctx)
+        config = self.ctx.store.topic_config(topic) or broker_topic_configs(self.ctx).get(topic)
         if config is None:
             raise RequestRefused(
                 ResponseCode.TOPIC_NOT_EXIST,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -27,7 +28,12 @@ from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import SendMessageHeader, flag, number, text
-from rocketstore.broker.remoting.namesrv import DEFAULT_TOPIC, PERM_INHERIT, default_topic_config
+from rocketstore.broker.remoting.namesrv import (
+    DEFAULT_TOPIC,
+    PERM_INHERIT,
+    broker_topic_configs,
+    default_topic_config,
+)
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.transactions import (
@@ -169,7 +175,10 @@ class ProducerProcessor:
             return config
         queues: int | None = None
         perm = PERM_READ | PERM_WRITE
-        if topic.startswith(RETRY_PREFIX):
+        routed = broker_topic_configs(self.ctx).get(topic) if topic != DEFAULT_TOPIC else None
+        if routed is not None:  # one of the broker's own topics: as its route says
+            queues, perm = routed.write_queues, routed.perm & ~PERM_INHERIT
+        elif topic.startswith(RETRY_PREFIX):
             queues = 1
         elif default_topic == DEFAULT_TOPIC and self.ctx.config.auto_create_topic:
             queues = max(1, min(queue_nums, default_topic_config(self.ctx).write_queues))
@@ -302,17 +311,22 @@ class ProducerProcessor:
         msg = self._message(target.topic, target.queue_id, cmd.body, props, header, header.flag, conn.peer)
         if target.topic.startswith(DLQ_PREFIX):
             msg.delay_level = 0
+        started = time.monotonic()
         if transactional:
             (outcome,) = await self.ctx.system_puts.put([half_message(msg, target.queue_id)])
         else:
             msg.sys_flag &= ~SYSFLAG_TX_MASK
             (outcome,) = await self.ctx.sends.put([msg])
+        stats = self.ctx.metrics.stats
         if not isinstance(outcome, PutMessageResult) or outcome.physical_offset < 0:
+            stats.count_put_failure()
             raise _refusal(outcome)
         code = put_status_code(outcome.status)
         if code not in _STORED_CODES:
+            stats.count_put_failure()
             raise _refusal(outcome)
         self._count(target.topic, "REMOTING", code)
+        stats.count_put(target.topic, 1, outcome.wrote_bytes, int((time.monotonic() - started) * 1000))
         return cmd.response(
             code,
             None if code == ResponseCode.SUCCESS else f"stored, but {outcome.status.name}",
@@ -335,6 +349,7 @@ class ProducerProcessor:
         if header.sys_flag & SYSFLAG_TX_MASK:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support transaction")
         batch_props[PROPERTY_CLUSTER] = self.ctx.config.cluster_name
+        started = time.monotonic()
         outcome = await self.ctx.batch_sends.put(
             EncodedBatch(
                 target.topic,
@@ -347,15 +362,20 @@ class ProducerProcessor:
                 header.reconsume_times,
             )
         )
+        stats = self.ctx.metrics.stats
         if not isinstance(outcome, PutBatchResult) or outcome.physical_offsets[0] < 0:
+            stats.count_put_failure()
             raise _refusal(outcome[0] if isinstance(outcome, PutBatchResult) else outcome)
         code = put_status_code(outcome.status)
         if code not in _STORED_CODES:
+            stats.count_put_failure()
             raise _refusal(outcome[0])
         # offset message ids, as PutMessageResult.msg_id writes each
         prefix = outcome.id_prefix
         ids = ",".join([f"{prefix}{offset:016X}" for offset in outcome.physical_offsets.tolist()])
         self._count(target.topic, "REMOTING_BATCH", code, len(outcome))
+        elapsed_ms = int((time.monotonic() - started) * 1000)
+        stats.count_put(target.topic, len(outcome), int(outcome.sizes.sum()), elapsed_ms)
         return cmd.response(
             code,
             None if code == ResponseCode.SUCCESS else f"stored, but {outcome.status.name}",

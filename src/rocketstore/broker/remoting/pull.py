@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Final
 
 from rocketstore.broker.consumer_groups import Subscription
@@ -166,7 +167,9 @@ class PullProcessor:
         arrival = self.ctx.arrival
         with arrival.watching():
             mark = arrival.mark()
+            started = time.monotonic()
             result = await self.ctx.run(store.get_message, group, topic, queue_id, offset, max_msgs, tags)
+            read_ms = int((time.monotonic() - started) * 1000)
             code = response_code(result, offset)
             if code is ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND:
                 requested_ms = max(number(ext, "suspendTimeoutMillis"), 0)
@@ -184,4 +187,5 @@ class PullProcessor:
         if code is not ResponseCode.SUCCESS:
             return cmd.response(code, remark=result.status.value, ext_fields=header)
         body = b"".join([m.record_view for m in result.messages])
+        self.ctx.metrics.stats.count_get(topic, group, len(result.messages), len(body), read_ms)
         return cmd.response(ext_fields=header, body=body)
