@@ -137,6 +137,11 @@ class _ItemSet:
             item.catch_up(now_ms)
             return item.snapshot(0), item.snapshot(1), item.snapshot(2)
 
+    def counted(self, key: str) -> tuple[int, int] | None:
+        with self._lock:
+            item = self._items.get(key)
+            return None if item is None else (item.value, item.times)
+
     def forget(self, match: Callable[[str], bool]) -> None:
         with self._lock:
             for key in [k for k in self._items if match(k)]:
@@ -289,6 +294,11 @@ class BrokerStats:
         """The (minute, hour, day) snapshots of an item, or None when it was never counted."""
         item_set = self._sets.get(name)
         return None if item_set is None else item_set.read(key, self._clock())
+
+    def counted(self, name: str, key: str) -> tuple[int, int] | None:
+        """An item's running (value, count), as RocketMQ's StatsItem getValue and getTimes."""
+        item_set = self._sets.get(name)
+        return None if item_set is None else item_set.counted(key)
 
     def forget_topic(self, topic: str) -> None:
         """A deleted topic's items (RocketMQ's onTopicDeleted)."""

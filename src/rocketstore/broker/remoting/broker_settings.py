@@ -300,16 +300,17 @@ def parse_update(body: bytes, config: BrokerConfig) -> tuple[dict[str, str], dic
             f"can not update {', '.join(refused)} while the broker runs (it changes live: "
             f"{', '.join(sorted(LIVE))}); set it in the config file and restart"
         )
-    try:
-        parsed = BrokerConfig.from_mapping(pairs)
-    except StoreConfigError as exc:
-        raise SettingRefused(str(exc)) from None
-    changes = {LIVE[k]: getattr(parsed, LIVE[k]) for k in pairs}
+    changes: dict[str, object] = {}
+    for key, value in pairs.items():
+        try:
+            changes[LIVE[key]] = getattr(BrokerConfig.from_mapping({key: value}), LIVE[key])
+        except StoreConfigError as exc:
+            raise SettingRefused(f"{key}={value}: {exc}") from None
     try:
         config.replace(**changes)
     except StoreConfigError as exc:
         raise SettingRefused(str(exc)) from None
-    return {k: _shown(getattr(parsed, LIVE[k])) for k in pairs}, changes
+    return {k: _shown(changes[LIVE[k]]) for k in pairs}, changes
 
 
 def persist(path: str | Path, pairs: Mapping[str, str]) -> None:
