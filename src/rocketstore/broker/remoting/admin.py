@@ -36,6 +36,7 @@ from rocketstore.broker.remoting.namesrv import broker_topic_configs
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_back import retry_topic
+from rocketstore.broker.stats_items import GROUP_GET_NUMS
 from rocketstore.errors import RocketStoreError
 from rocketstore.message import TOPIC_PATTERN
 
@@ -346,12 +347,15 @@ class AdminProcessor:
         topics = [topic] if topic else sorted({t for (t, g) in offsets if g == group})
         configs = store.topic_configs()
         table: dict[str, Any] = {}
+        consume_tps = 0.0
         for t in topics:
             config = configs.get(t)
             if config is None:
                 continue
             if not topic and online is not None and online.members and t not in online.subscriptions:
                 continue
+            gets = self.ctx.metrics.stats.read(GROUP_GET_NUMS, f"{t}@{group}")
+            consume_tps += gets[0].tps if gets is not None else 0.0  # over the last minute
             committed = offsets.get((t, group), {})
             for q in range(config.write_queues):
                 consumer_offset = max(committed.get(q, 0), 0)
@@ -362,7 +366,7 @@ class AdminProcessor:
                     if consumer_offset > 0
                     else 0,
                 }
-        return {"consumeTps": 0.0, "offsetTable": table}
+        return {"consumeTps": consume_tps, "offsetTable": table}
 
     async def consume_stats(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
