@@ -70,7 +70,7 @@ class Snapshot:
 
 
 class _Item:
-    __slots__ = ("lists", "sampled", "times", "value")
+    __slots__ = ("due", "lists", "sampled", "times", "value")
 
     def __init__(self, now_ms: int, boot_ms: int) -> None:
         self.value = 0
@@ -78,10 +78,13 @@ class _Item:
         # per window: (time ms, times, value) snapshots, and the last tick sampled
         self.lists: tuple[deque[tuple[int, int, int]], ...] = tuple(deque(maxlen=n) for _, n in _WINDOWS)
         self.sampled = [boot_ms + (now_ms - boot_ms) // period * period for period, _ in _WINDOWS]
+        self.due = self.sampled[0] + _WINDOWS[0][0]  # the next tick (of the finest window)
 
     def catch_up(self, now_ms: int) -> None:
         """Take the snapshots of every tick up to ``now_ms`` not taken yet: the value has not
         changed since the last count, which caught up before adding."""
+        if now_ms < self.due:
+            return
         for (period, keep), snapshots, i in zip(_WINDOWS, self.lists, range(len(_WINDOWS))):
             ticks = (now_ms - self.sampled[i]) // period
             if ticks <= 0:
@@ -93,6 +96,7 @@ class _Item:
                 snapshots.append((start - period, 0, 0))
             for t in range(start, self.sampled[i] + 1, period):
                 snapshots.append((t, self.times, self.value))
+        self.due = self.sampled[0] + _WINDOWS[0][0]
 
     def snapshot(self, window: int) -> Snapshot:
         snapshots = self.lists[window]
@@ -106,57 +110,37 @@ class _Item:
 
 
 class _ItemSet:
+    """One stats name's items (the caller holds BrokerStats' lock)."""
+
     def __init__(self, name: str, boot_ms: int) -> None:
         self.name = name
         self._boot_ms = boot_ms
-        self._items: dict[str, _Item] = {}
-        self._lock = threading.Lock()
+        self.items: dict[str, _Item] = {}
         self._full_logged = False
 
     def add(self, key: str, value: int, times: int, now_ms: int) -> None:
-        with self._lock:
-            item = self._items.get(key)
-            if item is None:
-                if len(self._items) >= MAX_ITEMS_PER_NAME:
-                    if not self._full_logged:
-                        self._full_logged = True
-                        log.warning(
-                            "stats %s: %d keys, new keys are not counted", self.name, len(self._items)
-                        )
-                    return
-                item = self._items[key] = _Item(now_ms, self._boot_ms)
-            item.catch_up(now_ms)
-            item.value += value
-            item.times += times
-
-    def read(self, key: str, now_ms: int) -> tuple[Snapshot, Snapshot, Snapshot] | None:
-        with self._lock:
-            item = self._items.get(key)
-            if item is None:
-                return None
-            item.catch_up(now_ms)
-            return item.snapshot(0), item.snapshot(1), item.snapshot(2)
-
-    def counted(self, key: str) -> tuple[int, int] | None:
-        with self._lock:
-            item = self._items.get(key)
-            return None if item is None else (item.value, item.times)
-
-    def forget(self, match: Callable[[str], bool]) -> None:
-        with self._lock:
-            for key in [k for k in self._items if match(k)]:
-                del self._items[key]
+        item = self.items.get(key)
+        if item is None:
+            if len(self.items) >= MAX_ITEMS_PER_NAME:
+                if not self._full_logged:
+                    self._full_logged = True
+                    log.warning("stats %s: %d keys, new keys are not counted", self.name, len(self.items))
+                return
+            item = self.items[key] = _Item(now_ms, self._boot_ms)
+        item.catch_up(now_ms)
+        item.value += value
+        item.times += times
 
 
 class _PutLatency:
     """How long puts took, as RocketMQ's StoreStatsService shows it: the slowest since the start,
     and for the last whole minute a coarse distribution (``putMessageDistributeTime``) and the
-    99th and 99.9th percentiles from fine buckets (``putLatency99``, ``putLatency999``)."""
+    99th and 99.9th percentiles from fine buckets (``putLatency99``, ``putLatency999``). The
+    caller holds BrokerStats' lock."""
 
     def __init__(self, boot_ms: int) -> None:
         self._boot_ms = boot_ms
         self._minute = 0
-        self._lock = threading.Lock()
         self.max_ms = 0
         self._coarse = [0] * len(_COARSE_NAMES)
         self._fine = [0] * (len(_FINE_BOUNDS) + 1)
@@ -175,16 +159,15 @@ class _PutLatency:
         self._minute = minute
 
     def add(self, elapsed_ms: int, now_ms: int) -> None:
-        with self._lock:
-            self._roll(now_ms)
-            self._coarse[bisect.bisect_left(_COARSE_LIMITS, elapsed_ms)] += 1
-            self._fine[bisect.bisect_left(_FINE_BOUNDS, elapsed_ms)] += 1
-            self.max_ms = max(self.max_ms, elapsed_ms)
+        self._roll(now_ms)
+        self._coarse[bisect.bisect_left(_COARSE_LIMITS, elapsed_ms)] += 1
+        self._fine[bisect.bisect_left(_FINE_BOUNDS, elapsed_ms)] += 1
+        if elapsed_ms > self.max_ms:
+            self.max_ms = elapsed_ms
 
     def info(self, now_ms: int) -> dict[str, str]:
-        with self._lock:
-            self._roll(now_ms)
-            coarse, fine = self._last_coarse, list(self._last_fine)
+        self._roll(now_ms)
+        coarse, fine = self._last_coarse, self._last_fine
         shown = "null" if coarse is None else "".join(f"{n}:{c} " for n, c in zip(_COARSE_NAMES, coarse))
         return {
             "putMessageEntireTimeMax": str(self.max_ms),
@@ -242,13 +225,26 @@ _FINE_BOUNDS: Final = _fine_bounds()
 
 
 class BrokerStats:
-    """The stats items of one broker. ``clock_ms``: a monotonic clock in ms (tests pass their own)."""
+    """The stats items of one broker. ``clock_ms``: a monotonic clock in ms (tests pass their own).
+
+    One lock for all: a send counts three items and its time under one acquisition."""
 
     def __init__(self, cluster: str, clock_ms: Callable[[], int] | None = None) -> None:
         self._clock = clock_ms or (lambda: time.monotonic_ns() // 1_000_000)
         self.cluster = cluster
         boot = self._clock()
-        self._sets = {name: _ItemSet(name, boot) for name in STATS_NAMES}
+        self._lock = threading.Lock()
+        sets = self._sets = {name: _ItemSet(name, boot) for name in STATS_NAMES}
+        self._puts, self._put_sizes, self._broker_puts = (
+            sets[TOPIC_PUT_NUMS],
+            sets[TOPIC_PUT_SIZE],
+            sets[BROKER_PUT_NUMS],
+        )
+        self._gets, self._get_sizes, self._broker_gets = (
+            sets[GROUP_GET_NUMS],
+            sets[GROUP_GET_SIZE],
+            sets[BROKER_GET_NUMS],
+        )
         self._latency = _PutLatency(boot)
         self.put_failures = 0
         self.get_max_ms = 0  # the slowest read of messages (RocketMQ's getMessageEntireTimeMax)
@@ -257,22 +253,24 @@ class BrokerStats:
         """Messages stored by a send (RocketMQ's SendMessageProcessor: one count per request),
         and how long the put took when known."""
         now = self._clock()
-        sets = self._sets
-        sets[TOPIC_PUT_NUMS].add(topic, messages, 1, now)
-        if size:
-            sets[TOPIC_PUT_SIZE].add(topic, size, 1, now)
-        sets[BROKER_PUT_NUMS].add(self.cluster, messages, 1, now)
-        if elapsed_ms is not None:
-            self._latency.add(elapsed_ms, now)
+        with self._lock:
+            self._puts.add(topic, messages, 1, now)
+            if size:
+                self._put_sizes.add(topic, size, 1, now)
+            self._broker_puts.add(self.cluster, messages, 1, now)
+            if elapsed_ms is not None:
+                self._latency.add(elapsed_ms, now)
 
     def count_put_failure(self) -> None:
         """A send the store did not take (RocketMQ's putMessageFailedTimes)."""
-        self.put_failures += 1  # (event loop only)
+        with self._lock:
+            self.put_failures += 1
 
     def put_latency(self) -> dict[str, str]:
         """brokerStatus's put-time keys (see _PutLatency)."""
-        info = self._latency.info(self._clock())
-        info["putMessageFailedTimes"] = str(self.put_failures)
+        with self._lock:
+            info = self._latency.info(self._clock())
+            info["putMessageFailedTimes"] = str(self.put_failures)
         return info
 
     def count_get(
@@ -281,29 +279,40 @@ class BrokerStats:
         """Messages handed to a consumer group by one pull or receive, and how long reading them
         took when known."""
         now = self._clock()
-        if elapsed_ms is not None and elapsed_ms > self.get_max_ms:
-            self.get_max_ms = elapsed_ms
         key = f"{topic}@{group}"
-        sets = self._sets
-        sets[GROUP_GET_NUMS].add(key, messages, 1, now)
-        if size:
-            sets[GROUP_GET_SIZE].add(key, size, 1, now)
-        sets[BROKER_GET_NUMS].add(self.cluster, messages, 1, now)
+        with self._lock:
+            if elapsed_ms is not None and elapsed_ms > self.get_max_ms:
+                self.get_max_ms = elapsed_ms
+            self._gets.add(key, messages, 1, now)
+            if size:
+                self._get_sizes.add(key, size, 1, now)
+            self._broker_gets.add(self.cluster, messages, 1, now)
 
     def read(self, name: str, key: str) -> tuple[Snapshot, Snapshot, Snapshot] | None:
         """The (minute, hour, day) snapshots of an item, or None when it was never counted."""
         item_set = self._sets.get(name)
-        return None if item_set is None else item_set.read(key, self._clock())
+        if item_set is None:
+            return None
+        with self._lock:
+            item = item_set.items.get(key)
+            if item is None:
+                return None
+            item.catch_up(self._clock())
+            return item.snapshot(0), item.snapshot(1), item.snapshot(2)
 
     def counted(self, name: str, key: str) -> tuple[int, int] | None:
         """An item's running (value, count), as RocketMQ's StatsItem getValue and getTimes."""
         item_set = self._sets.get(name)
-        return None if item_set is None else item_set.counted(key)
+        with self._lock:
+            item = item_set.items.get(key) if item_set is not None else None
+            return None if item is None else (item.value, item.times)
 
     def forget_topic(self, topic: str) -> None:
         """A deleted topic's items (RocketMQ's onTopicDeleted)."""
-        self._sets[TOPIC_PUT_NUMS].forget(topic.__eq__)
-        self._sets[TOPIC_PUT_SIZE].forget(topic.__eq__)
         prefix = f"{topic}@"
-        self._sets[GROUP_GET_NUMS].forget(lambda k: k.startswith(prefix))
-        self._sets[GROUP_GET_SIZE].forget(lambda k: k.startswith(prefix))
+        with self._lock:
+            for item_set in (self._puts, self._put_sizes):
+                item_set.items.pop(topic, None)
+            for item_set in (self._gets, self._get_sizes):
+                for key in [k for k in item_set.items if k.startswith(prefix)]:
+                    del item_set.items[key]
