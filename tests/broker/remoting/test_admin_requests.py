@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore.broker import BrokerConfig
+from rocketstore.broker.config import load_settings
 from rocketstore.broker.remoting.admin import message_queue_key
 from rocketstore.broker.remoting.broker_settings import SettingRefused, parse_update, persist
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
@@ -194,12 +195,13 @@ def test_update_broker_config_applies_live_settings_and_keeps_them(
 
 def test_settings_files_are_updated_in_place(tmp_path: Path) -> None:
     toml = tmp_path / "serve.toml"
-    toml.write_text('listen = "off"\ntransaction_check_max = 9\n\n[store]\nfile_reserved_time = 1\n')
+    toml.write_text("file_reserved_time = 1\n\n[broker]\ntransaction_check_max = 9\n")
     persist(toml, {"transactionCheckMax": "4", "autoCreateTopicEnable": "false"})
     assert toml.read_text() == (
-        'listen = "off"\ntransactionCheckMax = 4\n\nautoCreateTopicEnable = false\n'
-        "[store]\nfile_reserved_time = 1\n"
+        "file_reserved_time = 1\nautoCreateTopicEnable = false\n\n[broker]\ntransactionCheckMax = 4\n"
     )
+    store, broker = load_settings(toml)  # what the next start reads
+    assert (broker.transaction_check_max, broker.auto_create_topic, store.file_reserved_time) == (4, False, 1)
     with pytest.raises(SettingRefused, match="listenPort"):
         parse_update(b"listenPort=1", BrokerConfig())
     pairs, changes = parse_update(b"# a comment\n transactionTimeOut : 7000\n", BrokerConfig())

@@ -330,8 +330,10 @@ def persist(path: str | Path, pairs: Mapping[str, str]) -> None:
             for i in reversed(found[1:]):
                 del lines[i]
         elif toml:
-            first_table = next((i for i, t in enumerate(lines) if t.lstrip().startswith("[")), len(lines))
-            lines.insert(first_table, line)
+            at = next((i for i, t in enumerate(lines) if t.lstrip().startswith("[")), len(lines))
+            while at > 0 and not lines[at - 1].strip():  # after the top-level keys, not the gap
+                at -= 1
+            lines.insert(at, line)
         else:
             lines.append(line)
     atomic_write(p, ("\n".join(lines) + "\n").encode("utf-8"), mode=p.stat().st_mode & 0o777)
