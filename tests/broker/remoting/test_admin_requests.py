@@ -204,6 +204,14 @@ def test_settings_files_are_updated_in_place(tmp_path: Path) -> None:
     assert (broker.transaction_check_max, broker.auto_create_topic, store.file_reserved_time) == (4, False, 1)
     with pytest.raises(SettingRefused, match="listenPort"):
         parse_update(b"listenPort=1", BrokerConfig())
+    with pytest.raises(SettingRefused, match="at least 1000 ms"):  # the check timer would spin
+        parse_update(b"transactionCheckInterval=0", BrokerConfig())
+    with pytest.raises(SettingRefused, match=r"transactionTimeOut=x{64}\.\.\.: expected milliseconds") as bad:
+        parse_update(b"transactionTimeOut=" + b"x" * 100_000, BrokerConfig())
+    many = b"\n".join(b"k%d%s=1" % (i, b"y" * 1000) for i in range(5000))
+    with pytest.raises(SettingRefused, match="and 4990 more") as refused:
+        parse_update(many, BrokerConfig())
+    assert len(str(bad.value)) < 200 and len(str(refused.value)) < 1200  # answers stay small
     pairs, changes = parse_update(b"# a comment\n transactionTimeOut : 7000\n", BrokerConfig())
     assert pairs == {"transactionTimeOut": "7000"} and changes == {"transaction_timeout_ms": 7000}
 

@@ -103,6 +103,7 @@ class AdminProcessor:
         self.ctx = ctx
         self.groups = consumer_groups(ctx)
         self._config_version = 0
+        self._config_update = asyncio.Lock()
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -237,16 +238,17 @@ class AdminProcessor:
         except SettingRefused as exc:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         path = self.ctx.config.config_file
-        if path is not None:
-            try:
-                await self.ctx.run(persist, path, persisted)
-            except OSError as exc:
-                raise RequestRefused(
-                    ResponseCode.SYSTEM_ERROR,
-                    f"can not write the settings file {path}: {exc}; nothing changed",
-                ) from None
-        reconfigure(changes)
-        self._config_version += 1
+        async with self._config_update:  # one at a time: each rewrites the file
+            if path is not None:
+                try:
+                    await self.ctx.run(persist, path, persisted)
+                except (OSError, UnicodeError) as exc:
+                    raise RequestRefused(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"can not write the settings file {path}: {exc}; nothing changed",
+                    ) from None
+            reconfigure(changes)
+            self._config_version += 1
         log.info(
             "broker settings changed over remoting by %s: %s%s",
             conn.peer,

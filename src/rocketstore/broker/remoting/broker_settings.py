@@ -228,6 +228,21 @@ LIVE: Final = {
 _PROPERTY: Final = re.compile(r"([^=:\s]+)\s*[=:\s]\s*(.*)$")
 
 
+_EXPECTED: Final = {
+    "autoCreateTopicEnable": "true or false",
+    "transactionTimeOut": "milliseconds (a non-negative integer)",
+    "transactionCheckInterval": "milliseconds (a non-negative integer)",
+    "transactionCheckMax": "a non-negative integer",
+}
+# the checks' timer runs this often at most (a client could otherwise make it spin)
+_MIN_CHECK_INTERVAL_MS: Final = 1000
+
+
+def _clip(text: str, limit: int = 64) -> str:
+    """A client's text in an answer, cut short: answers stay small whatever was sent."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class SettingRefused(ValueError):
     """An UPDATE_BROKER_CONFIG this broker does not apply (the message says why)."""
 
@@ -296,16 +311,22 @@ def parse_update(body: bytes, config: BrokerConfig) -> tuple[dict[str, str], dic
         pairs[key] = value.strip()
     refused = sorted(k for k in pairs if k not in LIVE)
     if refused:
+        named = ", ".join(_clip(k) for k in refused[:10])
+        if len(refused) > 10:
+            named += f" and {len(refused) - 10} more"
         raise SettingRefused(
-            f"can not update {', '.join(refused)} while the broker runs (it changes live: "
+            f"can not update {named} while the broker runs (it changes live: "
             f"{', '.join(sorted(LIVE))}); set it in the config file and restart"
         )
     changes: dict[str, object] = {}
     for key, value in pairs.items():
         try:
             changes[LIVE[key]] = getattr(BrokerConfig.from_mapping({key: value}), LIVE[key])
-        except StoreConfigError as exc:
-            raise SettingRefused(f"{key}={value}: {exc}") from None
+        except StoreConfigError:
+            raise SettingRefused(f"{key}={_clip(value)}: expected {_EXPECTED[key]}") from None
+    interval = changes.get("transaction_check_interval_ms")
+    if isinstance(interval, int) and interval < _MIN_CHECK_INTERVAL_MS:
+        raise SettingRefused(f"transactionCheckInterval={interval}: at least {_MIN_CHECK_INTERVAL_MS} ms")
     try:
         config.replace(**changes)
     except StoreConfigError as exc:
