@@ -52,6 +52,7 @@ class BrokerConfig:
     max_connections: int = 1024
     max_requests_per_connection: int = 1024
     max_request_bytes_per_connection: int = 64 * MIB
+    max_answer_bytes_per_connection: int = 64 * MIB
     max_server_requests_per_connection: int = 256
     idle_timeout_ms: int = 120_000
     max_receive_batch: int = 32
