@@ -25,7 +25,11 @@ from .test_heartbeat import on_loop, wait_for
 
 
 def _producer_heartbeat(client_id: str, groups: list[str]) -> bytes:
-    body = {"clientID": client_id, "consumerDataSet": [], "producerDataSet": [{"groupName": g} for g in groups]}
+    body = {
+        "clientID": client_id,
+        "consumerDataSet": [],
+        "producerDataSet": [{"groupName": g} for g in groups],
+    }
     return json.dumps(body).encode()
 
 
@@ -48,7 +52,11 @@ def test_group_names_are_refused_with_a_remark_and_no_traceback(
         back = {"offset": "0", "group": "../x", "delayLevel": "0", "originMsgId": "x", "originTopic": "T"}
         got = c.call(RequestCode.CONSUMER_SEND_MSG_BACK, back)
         assert got.code == ResponseCode.SYSTEM_ERROR and "not valid" in (got.remark or "")
-        lock = {"clientId": "A", "consumerGroup": "../x", "mqSet": [{"brokerName": "b", "queueId": 0, "topic": "T"}]}
+        lock = {
+            "clientId": "A",
+            "consumerGroup": "../x",
+            "mqSet": [{"brokerName": "b", "queueId": 0, "topic": "T"}],
+        }
         got = c.call(RequestCode.LOCK_BATCH_MQ, body=json.dumps(lock).encode())
         assert got.code == ResponseCode.SYSTEM_ERROR and "not valid" in (got.remark or "")
         nested = b"[" * 100_000 + b"]" * 100_000
@@ -65,9 +73,13 @@ def test_producer_groups_per_connection_are_bounded(start_remoting: StartRemotin
     groups = [f"pg{i}" for i in range(MAX_GROUPS_PER_CONNECTION)]
     with RawClient(r.port) as c, RawClient(r.port) as other:
         assert c.call(RequestCode.HEART_BEAT, body=_producer_heartbeat("A", groups)).code == 0
-        assert c.call(RequestCode.HEART_BEAT, body=_producer_heartbeat("A", groups[:10])).code == 0  # renewals
+        assert (
+            c.call(RequestCode.HEART_BEAT, body=_producer_heartbeat("A", groups[:10])).code == 0
+        )  # renewals
         got = c.call(RequestCode.HEART_BEAT, body=_producer_heartbeat("A", ["one-more"]))
-        assert got.code == ResponseCode.SYSTEM_ERROR and f"{MAX_GROUPS_PER_CONNECTION} groups" in (got.remark or "")
+        assert got.code == ResponseCode.SYSTEM_ERROR and f"{MAX_GROUPS_PER_CONNECTION} groups" in (
+            got.remark or ""
+        )
         assert other.call(RequestCode.HEART_BEAT, body=_producer_heartbeat("B", ["one-more"])).code == 0
         assert on_loop(r, lambda: len(registry)) == MAX_GROUPS_PER_CONNECTION + 1
     wait_for(lambda: on_loop(r, registry.groups) == {}, "the closed connections' groups to go")
@@ -196,10 +208,16 @@ def test_query_message_answers_at_most_64_records_within_a_frame(
 ) -> None:
     r = start_remoting()
     r.store.create_topic("T", 1)
-    for i in range(70):
+    for _ in range(70):
         assert r.store.put_message(Message("T", b"b" * 1000, keys="K", queue_id=0)).ok
     r.store.wait_dispatched()
-    query = {"topic": "T", "key": "K", "maxNum": str(2**31 - 1), "beginTimestamp": "0", "endTimestamp": str(2**62)}
+    query = {
+        "topic": "T",
+        "key": "K",
+        "maxNum": str(2**31 - 1),
+        "beginTimestamp": "0",
+        "endTimestamp": str(2**62),
+    }
     with RawClient(r.port) as c:
         got = c.call(RequestCode.QUERY_MESSAGE, query)
         assert got.code == ResponseCode.SUCCESS and len(bodies(got.body)) == admin.MAX_QUERY_RESULTS

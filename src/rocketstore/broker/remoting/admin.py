@@ -173,7 +173,8 @@ class AdminProcessor:
                 if not records:
                     raise RequestRefused(
                         ResponseCode.SYSTEM_ERROR,
-                        f"the message found is {len(record)} bytes, over the {MAX_FRAME_SIZE}-byte frame limit",
+                        f"the message found is {len(record)} bytes, "
+                        f"over the {MAX_FRAME_SIZE}-byte frame limit",
                     )
                 break
             records.append(record)

@@ -195,7 +195,10 @@ class ConsumerProcessor:
         await self._notify(changed)
 
     def _check_bounds(
-        self, conn: Connection, account: str | None, listed: list[tuple[str, dict[str, Any], list[Subscription]]]
+        self,
+        conn: Connection,
+        account: str | None,
+        listed: list[tuple[str, dict[str, Any], list[Subscription]]],
     ) -> None:
         """Refuse a heartbeat that would take ``conn`` (or ``account``) past its bounds, before
         anything of it is registered."""
@@ -208,10 +211,14 @@ class ConsumerProcessor:
                 f"this connection would be in {len(mine) + len(joining)} consumer groups: "
                 f"at most {MAX_GROUPS_PER_CONNECTION}",
             )
-        if account is not None and groups.memberships_of_account(account) + len(joining) > MAX_MEMBERSHIPS_PER_ACCOUNT:
+        if (
+            account is not None
+            and groups.memberships_of_account(account) + len(joining) > MAX_MEMBERSHIPS_PER_ACCOUNT
+        ):
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
-                f"access key {account} would hold more than {MAX_MEMBERSHIPS_PER_ACCOUNT} consumer group memberships",
+                f"access key {account} would hold more than {MAX_MEMBERSHIPS_PER_ACCOUNT} "
+                "consumer group memberships",
             )
         renewed = {group for group, _, _ in listed}
         held = {g: len(info.subscriptions) for g in mine if (info := groups.get(g)) is not None}
@@ -226,7 +233,8 @@ class ConsumerProcessor:
         replaced = sum(n for g, n in held.items() if g in renewed)
         if groups.subscription_count() - replaced + new > MAX_SUBSCRIPTIONS_IN_ALL:
             raise RequestRefused(
-                ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {MAX_SUBSCRIPTIONS_IN_ALL} subscriptions are online already"
+                ResponseCode.SYSTEM_BUSY,
+                f"[OVERLOAD] {MAX_SUBSCRIPTIONS_IN_ALL} subscriptions are online already",
             )
 
     def _expire(self, now: int) -> list[str]:
@@ -305,7 +313,8 @@ class ConsumerProcessor:
         listed = body.get("mqSet") or ()
         if not isinstance(listed, list) or len(listed) > MAX_QUEUES_PER_LOCK_REQUEST:
             raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR, f"{what}: mqSet is not a list of at most {MAX_QUEUES_PER_LOCK_REQUEST} queues"
+                ResponseCode.SYSTEM_ERROR,
+                f"{what}: mqSet is not a list of at most {MAX_QUEUES_PER_LOCK_REQUEST} queues",
             )
         return group, client_id, [_queue_key(mq) for mq in listed]
 
@@ -316,7 +325,11 @@ class ConsumerProcessor:
         configs: dict[str, TopicConfig | None] = {}
         out = []
         for key in queues:
-            config = configs.get(key[0]) if key[0] in configs else configs.setdefault(key[0], store.topic_config(key[0]))
+            config = (
+                configs.get(key[0])
+                if key[0] in configs
+                else configs.setdefault(key[0], store.topic_config(key[0]))
+            )
             if config is not None and 0 <= key[2] < config.read_queues:
                 out.append(key)
         return out

@@ -98,7 +98,9 @@ class HeartbeatProcessor:
         for producer in producers:
             group = producer.get("groupName") if isinstance(producer, dict) else None
             if isinstance(group, str) and group:
-                self.ctx.producers.register(check_group_name(group, consumer=False), client_id, conn, now, account)
+                self.ctx.producers.register(
+                    check_group_name(group, consumer=False), client_id, conn, now, account
+                )
         for hook in self.ctx.heartbeat_hooks:
             await hook(data, conn)
         return cmd.response()

@@ -75,7 +75,9 @@ class NameServerProcessor:
         self._kv_path = ctx.store.layout.root / "config" / KV_CONFIG_FILE
         self._kv_update = asyncio.Lock()  # one change at a time: each rewrites the whole file
         self._kv: dict[str, dict[str, str]] = self._load_kv()
-        self._kv_bytes = sum(_entry_bytes(ns, k, v) for ns, entries in self._kv.items() for k, v in entries.items())
+        self._kv_bytes = sum(
+            _entry_bytes(ns, k, v) for ns, entries in self._kv.items() for k, v in entries.items()
+        )
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -189,7 +191,8 @@ class NameServerProcessor:
         if size > MAX_KV_ENTRY_BYTES:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
-                f"a KV configuration entry of {size} bytes (namespace, key and value): at most {MAX_KV_ENTRY_BYTES}",
+                f"a KV configuration entry of {size} bytes (namespace, key and value): "
+                f"at most {MAX_KV_ENTRY_BYTES}",
             )
         async with self._kv_update:
             old = self._kv.get(namespace, {}).get(key)

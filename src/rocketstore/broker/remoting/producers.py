@@ -74,7 +74,8 @@ class ProducerGroups:
         if mine is not None and len(mine) >= MAX_GROUPS_PER_CONNECTION:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
-                f"producer group {group}: this connection is in {MAX_GROUPS_PER_CONNECTION} groups, the limit",
+                f"producer group {group}: this connection is in {MAX_GROUPS_PER_CONNECTION} groups, "
+                "the limit",
             )
         if account is not None and self._per_account.get(account, 0) >= MAX_REGISTRATIONS_PER_ACCOUNT:
             raise RequestRefused(

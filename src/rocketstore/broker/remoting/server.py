@@ -21,9 +21,10 @@ answers go out in whatever order they finish (the client matches them by opaque)
   connection (past it the connection is not read until some end), bytes of answers queued for
   a connection's socket (past it the connection is not read, and finished requests wait to
   queue their answers, until the client takes some; a read's answer that would make as many
-  bytes again wait is answered SYSTEM_BUSY instead, see ``Connection.answer``), server-initiated requests awaiting an answer per connection,
-  connections (more are closed at accept), and idle time (a connection with no frame for that
-  long is closed, as the RocketMQ broker does after 120 s; clients heartbeat every 30 s).
+  bytes again wait is answered SYSTEM_BUSY instead, see ``Connection.answer``),
+  server-initiated requests awaiting an answer per connection, connections (more are closed
+  at accept), and idle time (a connection with no frame for that long is closed, as the
+  RocketMQ broker does after 120 s; clients heartbeat every 30 s).
   Waiting for one connection's client never holds up another connection.
 * A malformed frame (bad length, header that does not decode) closes its connection with one
   warning line (rate-limited); nothing else is affected.
@@ -152,7 +153,9 @@ class Connection:
         ``max_answer_bytes_per_connection`` a server request is dropped instead: a notice or a
         transaction check is sent again later in any case."""
         if self.queued_bytes > self.server.limits.max_answer_bytes_per_connection and not cmd.is_response:
-            log.debug("%s: dropped request %d to %s: its output is full", self.server.name, cmd.code, self.peer)
+            log.debug(
+                "%s: dropped request %d to %s: its output is full", self.server.name, cmd.code, self.peer
+            )
             return
         parts = encode_command(cmd)
         self._queue(parts, sum(map(len, parts)))
@@ -179,7 +182,9 @@ class Connection:
                 size,
             )
             parts, size = self._replace(
-                cmd, ResponseCode.SYSTEM_ERROR, f"the answer is {size} bytes, over the {limits.max_frame_size}-byte frame limit"
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"the answer is {size} bytes, over the {limits.max_frame_size}-byte frame limit",
             )
         limit = limits.max_answer_bytes_per_connection
         if self.queued_bytes > limit:
@@ -272,7 +277,9 @@ class Connection:
                 ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {limit} requests to {self.peer} await an answer"
             )
         if self.queued_bytes > self.server.limits.max_answer_bytes_per_connection:
-            raise RequestRefused(ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {self.peer} does not read what it is sent")
+            raise RequestRefused(
+                ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {self.peer} does not read what it is sent"
+            )
         cmd.flag &= ~FLAG_ONEWAY
         opaque = cmd.opaque = self.server.next_opaque()
         future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
