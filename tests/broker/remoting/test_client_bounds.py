@@ -15,11 +15,13 @@ import pytest
 from rocketstore.broker.queue_locks import QueueLocks
 from rocketstore.broker.remoting import admin, consumers, namesrv, producers
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.producers import MAX_GROUPS_PER_CONNECTION, ProducerGroups
 from rocketstore.message import Message
 
 from .client import RawClient
 from .conftest import StartRemoting
+from .test_answer_bounds import _slow_reader
 from .test_consumer_requests import bodies, heartbeat
 from .test_heartbeat import on_loop, wait_for
 
@@ -119,6 +121,21 @@ def test_closing_a_connection_visits_only_its_own_registrations(monkeypatch: pyt
             registry.register(f"more{i}", "B", b, 0)  # type: ignore[arg-type]
 
 
+def test_producer_registrations_per_account_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(producers, "MAX_REGISTRATIONS_PER_ACCOUNT", 3)
+    registry = ProducerGroups()
+    a, b, c = _Conn(), _Conn(), _Conn()
+    registry.register("g1", "A", a, 0, "app1")  # type: ignore[arg-type]
+    registry.register("g2", "A", a, 0, "app1")  # type: ignore[arg-type]
+    registry.register("g1", "B", b, 0, "app1")  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="access key app1"):
+        registry.register("g3", "C", c, 0, "app1")  # type: ignore[arg-type]
+    registry.register("g3", "C", c, 0, "app2")  # type: ignore[arg-type]
+    a.close()  # its two registrations no longer count against app1
+    registry.register("g3", "B", b, 0, "app1")  # type: ignore[arg-type]
+    assert len(registry) == 3
+
+
 def test_consumer_groups_and_subscriptions_per_connection_are_bounded(
     start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -208,8 +225,7 @@ def test_query_message_answers_at_most_64_records_within_a_frame(
 ) -> None:
     r = start_remoting()
     r.store.create_topic("T", 1)
-    for _ in range(70):
-        assert r.store.put_message(Message("T", b"b" * 1000, keys="K", queue_id=0)).ok
+    assert all(p.ok for p in r.store.put_messages([Message("T", b"b" * 1000, keys="K", queue_id=0)] * 70))
     r.store.wait_dispatched()
     query = {
         "topic": "T",
@@ -227,3 +243,27 @@ def test_query_message_answers_at_most_64_records_within_a_frame(
         monkeypatch.setattr(admin, "MAX_QUERY_BYTES", 100)
         got = c.call(RequestCode.QUERY_MESSAGE, query)
         assert got.code == ResponseCode.SYSTEM_ERROR and "frame limit" in (got.remark or "")
+
+
+def test_unread_view_answers_of_the_broker_stay_within_its_limit(start_remoting: StartRemoting) -> None:
+    r = start_remoting(max_answer_bytes_per_connection=1024 * 1024)
+    r.store.create_topic("T", 1)
+    [put] = r.store.put_messages([Message("T", b"v" * 200_000, queue_id=0)])
+    r.store.wait_dispatched()
+    view = {"offset": str(put.physical_offset)}
+    with _slow_reader(r.port) as c, RawClient(r.port) as other:
+        opaques = [
+            c.send(RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields=view)) for _ in range(100)
+        ]
+        server = r.broker.remoting.broker
+        assert server is not None
+        conns = lambda: [x for x in server.connections if x.queued_bytes > 1024 * 1024]  # noqa: E731
+        wait_for(lambda: on_loop(r, conns), "the connection's output to fill")
+        [conn] = on_loop(r, conns)
+        assert other.call(RequestCode.VIEW_MESSAGE_BY_ID, view).code == ResponseCode.SUCCESS
+        assert on_loop(r, lambda: conn.queued_bytes) <= 1024 * 1024 + 250_000
+        assert on_loop(r, lambda: conn.waiting_answer_bytes) <= 1024 * 1024
+        codes = [c.response_to(o).code for o in opaques]
+        assert (
+            set(codes) <= {ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY} and ResponseCode.SUCCESS in codes
+        )
