@@ -203,3 +203,19 @@ def test_rate_limited_log_says_how_many_it_left_out(caplog: pytest.LogCaptureFix
         "another kind",
         "bad four (and 2 more of this kind in the last 60 s)",
     ]
+
+
+def test_a_client_that_never_reads_is_closed_when_idle_and_its_output_dropped(
+    big_harness: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    limit = 8 * MIB  # more than the sockets' buffers take, so the transport holds some
+    h = big_harness(max_answer_bytes_per_connection=limit, idle_timeout_s=0.5)
+    with caplog.at_level(logging.WARNING, "rocketstore.broker.remoting"), _slow_reader(h.port) as c:
+        _send_at_once(c, [_big(MIB) for _ in range(24)])
+        h.run(_wait_for(lambda: h.handled == 24))
+        conn = h.connections[0]
+        # not read for the idle time while its output stays full: closed, its buffer dropped,
+        # and the connection forgotten (its reader does not wait on the unread output for ever)
+        h.run(_wait_for(lambda: conn.closed and conn not in h.server.connections))
+        assert conn.queued_bytes == 0
+    assert any("does not read its answers" in r.getMessage() for r in caplog.records)

@@ -302,7 +302,12 @@ class Connection:
             return
         self.closed = True
         with contextlib.suppress(Exception):
-            self.writer.close()
+            if self.queued_bytes > self.server.limits.max_answer_bytes_per_connection:
+                # a client that does not read would keep a closing transport (and its buffer)
+                # waiting for ever to flush: drop what it did not take
+                self._transport.abort()
+            else:
+                self.writer.close()
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(ConnectionClosedError(f"connection {self.peer} closed"))
@@ -448,6 +453,8 @@ class RemotingServer:
                 continue
             # nor while the client leaves its answers unread (this request waits until then)
             await conn.room_to_write()
+            if conn.closed:
+                return
             if conn.requests_in_progress >= self.limits.max_requests_per_connection:
                 if not cmd.is_oneway:
                     await conn.send(
