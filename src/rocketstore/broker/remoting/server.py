@@ -434,6 +434,7 @@ class RemotingServer:
     async def _read(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         max_frame = self.limits.max_frame_size
         max_bytes = self.limits.max_request_bytes_per_connection
+        max_answer_bytes = self.limits.max_answer_bytes_per_connection
         while not conn.closed:
             try:
                 prefix = await reader.readexactly(4)
@@ -451,10 +452,11 @@ class RemotingServer:
             if cmd.is_response:
                 conn._answered(cmd)
                 continue
-            # nor while the client leaves its answers unread (this request waits until then)
-            await conn.room_to_write()
-            if conn.closed:
-                return
+            if conn.queued_bytes > max_answer_bytes:
+                # its client leaves its answers unread: this request waits, and no more are read
+                await conn.room_to_write()
+                if conn.closed:
+                    return
             if conn.requests_in_progress >= self.limits.max_requests_per_connection:
                 if not cmd.is_oneway:
                     await conn.send(
