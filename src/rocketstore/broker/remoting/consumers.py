@@ -325,11 +325,9 @@ class ConsumerProcessor:
         configs: dict[str, TopicConfig | None] = {}
         out = []
         for key in queues:
-            config = (
-                configs.get(key[0])
-                if key[0] in configs
-                else configs.setdefault(key[0], store.topic_config(key[0]))
-            )
+            if key[0] not in configs:
+                configs[key[0]] = store.topic_config(key[0])
+            config = configs[key[0]]
             if config is not None and 0 <= key[2] < config.read_queues:
                 out.append(key)
         return out
