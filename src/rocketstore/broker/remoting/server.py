@@ -90,7 +90,7 @@ class RemotingLimits:
     # taken by it (Redis' client-output-buffer-limit): past it the connection is not read, and
     # finished requests wait to queue their answers, until it drains below; answers with a
     # body that would make as many bytes again wait are answered SYSTEM_BUSY instead
-    max_answer_bytes_per_connection: int = 4 * MAX_FRAME_SIZE
+    max_answer_bytes_per_connection: int = MAX_FRAME_SIZE
     # requests this server sent on one connection and still waits an answer for
     max_server_requests_per_connection: int = 256
     max_connections: int = 1024
