@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from rocketstore.broker.consumer_groups import ConsumerGroups, ConsumerMember, Subscription
 from rocketstore.broker.queue_locks import QueueLocks
 from rocketstore.broker.remoting import admin, consumers, namesrv, producers
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
@@ -119,6 +120,26 @@ def test_closing_a_connection_visits_only_its_own_registrations(monkeypatch: pyt
     with pytest.raises(Exception, match="limit"):
         for i in range(producers.MAX_GROUPS_PER_CONNECTION + 1):
             registry.register(f"more{i}", "B", b, 0)  # type: ignore[arg-type]
+
+
+def test_consumer_groups_forget_a_closed_connection_in_one_visit_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registry = ConsumerGroups()
+    a, b = object(), object()
+    subs = [Subscription("T")]
+    for i in range(1000):
+        for conn, cid in ((a, "A"), (b, "B")) if i < 10 else ((b, "B"),):
+            member = ConsumerMember(cid, conn, "peer", "JAVA", 409, 0, "app1")
+            registry.register(f"g{i}", member, subs, consume_type="", message_model="", consume_from_where="")
+    assert registry.memberships_of_account("app1") == 1010 and registry.subscription_count() == 1000
+    visited: list[str] = []
+    leave = registry._leave
+    monkeypatch.setattr(registry, "_leave", lambda g, info, c: (visited.append(g), leave(g, info, c))[1])
+    assert registry.forget_connection(a) == sorted(f"g{i}" for i in range(10))
+    assert len(visited) == 10 and registry.memberships_of_account("app1") == 1000
+    assert registry.forget_connection(b) and registry.group_count() == 0
+    assert registry.subscription_count() == 0 and registry.memberships_of_account("app1") == 0
 
 
 def test_producer_registrations_per_account_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
