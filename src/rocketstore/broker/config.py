@@ -47,11 +47,13 @@ class BrokerConfig:
     max_messages_per_send: int = 1024
     max_concurrent_streams: int = 1024
     # remoting: frame size, connections, requests in progress per connection (parked pulls
-    # included), server requests awaiting an answer per connection, idle close (0: never)
+    # included), bytes of answers queued per connection, server requests awaiting an answer per
+    # connection, idle close (0: never)
     max_frame_size: int = 16 * MIB
     max_connections: int = 1024
     max_requests_per_connection: int = 1024
     max_request_bytes_per_connection: int = 64 * MIB
+    max_answer_bytes_per_connection: int = 16 * MIB
     max_server_requests_per_connection: int = 256
     idle_timeout_ms: int = 120_000
     max_receive_batch: int = 32

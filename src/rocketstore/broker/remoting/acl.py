@@ -138,7 +138,7 @@ class RemotingAcl:
         elif code == RequestCode.HEART_BEAT:
             try:
                 data = json.loads(bytes(cmd.body))
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 raise _denied("the heartbeat body does not parse") from None
             for consumer in (data.get("consumerDataSet") or []) if isinstance(data, dict) else []:
                 if not isinstance(consumer, dict):
