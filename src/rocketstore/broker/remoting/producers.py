@@ -2,7 +2,9 @@
 transaction check to a live producer of a half message's group (RocketMQ's ProducerManager).
 
 A connection's registration ends when it closes, on UNREGISTER_CLIENT, or after
-``expire_ms`` without a heartbeat (RocketMQ: 120 s; clients heartbeat every 30 s).
+``expire_ms`` without a heartbeat (RocketMQ: 120 s; clients heartbeat every 30 s). It keeps the
+account that signed the heartbeat (with an ACL): a check goes only to a producer whose account
+may see the half.
 
 Thread safety: event loop only.
 """
@@ -10,8 +12,11 @@ Thread safety: event loop only.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from rocketstore.broker.auth import Account
 
 if TYPE_CHECKING:
     from rocketstore.broker.remoting.server import Connection
@@ -24,6 +29,7 @@ class ProducerRegistration:
     client_id: str
     connection: Connection
     last_heartbeat_ms: int
+    account: Account | None = None
 
 
 class ProducerGroups:
@@ -32,12 +38,19 @@ class ProducerGroups:
         self._expire_ms = expire_ms
         self._round_robin = 0
 
-    def register(self, group: str, client_id: str, conn: Connection, now_ms: int | None = None) -> None:
+    def register(
+        self,
+        group: str,
+        client_id: str,
+        conn: Connection,
+        now_ms: int | None = None,
+        account: Account | None = None,
+    ) -> None:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         members = self._groups.setdefault(group, {})
         if conn not in members:
             conn.on_close.append(self._closed)
-        members[conn] = ProducerRegistration(client_id, conn, now)
+        members[conn] = ProducerRegistration(client_id, conn, now, account)
 
     def unregister(self, group: str, client_id: str) -> None:
         members = self._groups.get(group)
@@ -58,9 +71,14 @@ class ProducerGroups:
     def groups(self) -> dict[str, list[ProducerRegistration]]:
         return {g: list(m.values()) for g, m in self._groups.items()}
 
-    def live_connection(self, group: str, now_ms: int | None = None) -> Connection | None:
-        """An open connection of a producer of ``group`` that heartbeated lately (round robin
-        over them), or None."""
+    def live_connection(
+        self,
+        group: str,
+        now_ms: int | None = None,
+        allowed: Callable[[Account | None], bool] | None = None,
+    ) -> Connection | None:
+        """An open connection of a producer of ``group`` that heartbeated lately and whose
+        account is ``allowed`` (None: any), round robin over them; None when there is none."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         members = self._groups.get(group)
         if not members:
@@ -68,7 +86,9 @@ class ProducerGroups:
         live = [
             r.connection
             for r in members.values()
-            if not r.connection.closed and now - r.last_heartbeat_ms <= self._expire_ms
+            if not r.connection.closed
+            and now - r.last_heartbeat_ms <= self._expire_ms
+            and (allowed is None or allowed(r.account))
         ]
         if not live:
             return None
