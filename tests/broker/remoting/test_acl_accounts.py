@@ -270,6 +270,9 @@ def test_queue_locks_and_client_ids_stay_their_owners(start_remoting: StartRemot
         assert refused(resp, "client id app2@1 is held by another connection")
         resp = app1.call(RequestCode.HEART_BEAT, body=heartbeat("app2@1", {"groupA": ["TopicA"]}))
         assert refused(resp, "client id app2@1 is held by another connection")
+        # nor subscribe its own group to groupB's retries
+        resp = app1.call(RequestCode.HEART_BEAT, body=heartbeat("app1@1", {"groupA": ["%RETRY%groupB"]}))
+        assert refused(resp, "No permission for group=groupB (its retry topic %RETRY%groupB)")
         resp = app1.call(RequestCode.UNREGISTER_CLIENT, {"clientID": "app2@1", "consumerGroup": "groupA"})
         assert refused(resp, "client id app2@1 is held by another connection")
         # the same account on another connection: the id is still the first connection's
