@@ -178,9 +178,9 @@ class RemotingAcl:
                 f"{why}: the message at offset {offset} is {topic}'s, accessKey={account.access_key}"
             )
 
-    @staticmethod
-    def allows(account: Account | None, topics: Iterable[str] = (), groups: Iterable[str] = ()) -> bool:
-        """Whether ``account`` (None: no account given) may use ``topics`` and ``groups``."""
+    def allows(self, access_key: str | None, topics: Iterable[str] = (), groups: Iterable[str] = ()) -> bool:
+        """Whether the account of ``access_key`` may use ``topics`` and ``groups``."""
+        account = self._acl.account(access_key) if access_key else None
         return account is not None and _allows(account, topics, groups) is None
 
     @staticmethod

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rocketstore.broker.arrival import ArrivalSignal
-from rocketstore.broker.auth import Account
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.group_commit import EncodedBatchCommit, GroupCommit
 from rocketstore.broker.metrics import BrokerMetrics
@@ -62,10 +61,6 @@ class RemotingContext:
     )
     # processors' own shared state, by name (e.g. the consumer registry)
     extensions: dict[str, Any] = field(default_factory=dict)
-
-    def account(self, cmd: RemotingCommand) -> Account | None:
-        """The account that signed ``cmd`` (None without an ACL)."""
-        return self.acl.account(cmd) if self.acl is not None else None
 
     def claim_client_id(self, client_id: str, cmd: RemotingCommand, conn: Connection) -> None:
         """``client_id`` is the client's on ``conn`` (``ClientIds``); RequestRefused if another's."""

@@ -159,7 +159,7 @@ class RemotingEndpoint:
         acl = self._acl
         conn = self.ctx.producers.live_connection(
             group,
-            allowed=None if acl is None else lambda account: acl.allows(account, (real_topic,), (group,)),
+            allowed=None if acl is None else lambda key: acl.allows(key, (real_topic,), (group,)),
         )
         if conn is None:
             return False

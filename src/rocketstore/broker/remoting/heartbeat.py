@@ -70,7 +70,8 @@ class HeartbeatProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"HeartbeatData: producerDataSet is not a list of at most {MAX_PRODUCER_GROUPS} groups",
             )
-        account = self.ctx.account(cmd)
+        # the access key that signed it (the ACL checked the signature before this handler)
+        account = cmd.ext_fields.get("AccessKey") if self.ctx.acl is not None else None
         for producer in producers:
             group = producer.get("groupName") if isinstance(producer, dict) else None
             if isinstance(group, str) and group:

@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rocketstore.broker.auth import Account
-
 if TYPE_CHECKING:
     from rocketstore.broker.remoting.server import Connection
 
@@ -29,7 +27,7 @@ class ProducerRegistration:
     client_id: str
     connection: Connection
     last_heartbeat_ms: int
-    account: Account | None = None
+    account: str | None = None  # the ACL access key that registered it
 
 
 class ProducerGroups:
@@ -44,7 +42,7 @@ class ProducerGroups:
         client_id: str,
         conn: Connection,
         now_ms: int | None = None,
-        account: Account | None = None,
+        account: str | None = None,
     ) -> None:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         members = self._groups.setdefault(group, {})
@@ -75,10 +73,11 @@ class ProducerGroups:
         self,
         group: str,
         now_ms: int | None = None,
-        allowed: Callable[[Account | None], bool] | None = None,
+        allowed: Callable[[str | None], bool] | None = None,
     ) -> Connection | None:
         """An open connection of a producer of ``group`` that heartbeated lately and whose
-        account is ``allowed`` (None: any), round robin over them; None when there is none."""
+        account (access key) is ``allowed`` (None: any), round robin over them; None when there
+        is none."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         members = self._groups.get(group)
         if not members:
