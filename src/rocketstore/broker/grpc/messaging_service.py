@@ -223,7 +223,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         if not client_id:
             raise StatusError(Code.CLIENT_ID_REQUIRED, "the request has no x-mq-client-id header")
         account = self._acl.authenticate(metadata) if self._acl is not None else None
-        info = self.clients.seen(client_id, context.peer(), int(time.time() * 1000), metadata)
+        info = self.clients.seen(
+            client_id,
+            context.peer(),
+            int(time.time() * 1000),
+            metadata,
+            account.access_key if account is not None else None,
+        )
         self._metrics.clients.set(len(self.clients))
         return _Caller(info, account)
 

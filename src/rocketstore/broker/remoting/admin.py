@@ -186,6 +186,8 @@ class AdminProcessor:
         msg = await self.ctx.run(self.ctx.store.look_message_by_offset, offset)
         if msg is None:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        if self.ctx.acl is not None:
+            self.ctx.acl.require_record(cmd, msg)
         return cmd.response(body=bytes(msg.record_view))
 
     # --- the broker -------------------------------------------------------------------------

@@ -332,19 +332,42 @@ class ConsumerProcessor:
                 out.append(key)
         return out
 
+    def _check_lock_request(
+        self,
+        cmd: RemotingCommand,
+        conn: Connection,
+        group: str,
+        client_id: str,
+        queues: list[tuple[str, str, int]],
+    ) -> None:
+        """The group and the queues' topics are the account's, the client id this connection's."""
+        if self.ctx.acl is not None:
+            self.ctx.acl.require(cmd, {q[0] for q in queues}, (group,))
+        self.ctx.claim_client_id(client_id, cmd, conn)
+
     async def lock(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, client_id, queues = self._lock_request(cmd, "LockBatchRequestBody")
+        self._check_lock_request(cmd, conn, group, client_id, queues)
         held = self.locks.lock(group, self._existing(queues), client_id, _now_ms())
         return cmd.response(body=json_body({"lockOKMQSet": [_queue_json(q) for q in held]}))  # type: ignore[arg-type]
 
     async def unlock(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, client_id, queues = self._lock_request(cmd, "UnlockBatchRequestBody")
+        self._check_lock_request(cmd, conn, group, client_id, queues)
         self.locks.unlock(group, queues, client_id)
         return cmd.response()
 
     async def check_client_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         body = parse_json_body(cmd, "CheckClientRequestBody")
         sub = body.get("subscriptionData")
+        if self.ctx.acl is not None:
+            topic = sub.get("topic") if isinstance(sub, dict) else None
+            self.ctx.acl.require(
+                cmd, (topic,) if isinstance(topic, str) else (), (str(body.get("group", "")),)
+            )
+        client_id = body.get("clientId")
+        if isinstance(client_id, str) and client_id:
+            self.ctx.claim_client_id(client_id, cmd, conn)
         kind = str(sub.get("expressionType") or "TAG").upper() if isinstance(sub, dict) else "TAG"
         if kind != "TAG":
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, SQL92_UNSUPPORTED)
@@ -362,6 +385,8 @@ class ConsumerProcessor:
         msg = await self.ctx.run(self.ctx.store.look_message_by_offset, offset)
         if msg is None:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        if self.ctx.acl is not None:
+            self.ctx.acl.require_record(cmd, msg)
         copy = await self.ctx.run(send_back, msg, group, delay_level, max_times)
         await ensure_topic(self.ctx, copy.message.topic)
         [outcome] = await self.ctx.system_puts.put([copy.message])

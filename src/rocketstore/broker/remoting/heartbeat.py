@@ -1,6 +1,8 @@
 """HEART_BEAT and UNREGISTER_CLIENT (REMOTING.md §6.1): who is connected, as which client, in
 which producer groups (and, by the consumer processor, which consumer groups).
 
+The ``clientID`` is bound to the connection (and account) that used it first
+(``client_ids.py``): a heartbeat or unregister naming another live connection's id is refused.
 The connection remembers the heartbeat's ``clientID``, language and version
 (``conn.attributes``: ``client_id``, ``language``, ``version``); producer groups go to
 ``ctx.producers`` (the transaction checks look there); then ``ctx.heartbeat_hooks`` /
@@ -82,6 +84,7 @@ class HeartbeatProcessor:
         client_id = data.get("clientID")
         if not isinstance(client_id, str) or not client_id:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "HeartbeatData has no clientID")
+        self.ctx.claim_client_id(client_id, cmd, conn)
         if conn.attributes.get("client_id") != client_id:
             log.info("client %s (%s %d) on %s", client_id, cmd.language, cmd.version, conn.peer)
         conn.attributes.update(client_id=client_id, language=cmd.language, version=cmd.version)
@@ -92,8 +95,8 @@ class HeartbeatProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"HeartbeatData: producerDataSet is not a list of at most {MAX_PRODUCER_GROUPS} groups",
             )
-        # a verified account when the ACL is on (it checked the signature before this handler)
-        account = cmd.ext_fields.get("AccessKey") if self.ctx.config.acl_file is not None else None
+        # the access key that signed it (the ACL checked the signature before this handler)
+        account = cmd.ext_fields.get("AccessKey") if self.ctx.acl is not None else None
         conn.attributes[HEARTBEAT_ACCOUNT] = account
         for producer in producers:
             group = producer.get("groupName") if isinstance(producer, dict) else None
@@ -108,6 +111,7 @@ class HeartbeatProcessor:
     async def unregister(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
         client_id = text(ext, "clientID")
+        self.ctx.claim_client_id(client_id, cmd, conn)
         group = ext.get("producerGroup")
         if group:
             self.ctx.producers.unregister(group, client_id)

@@ -2,7 +2,9 @@
 transaction check to a live producer of a half message's group (RocketMQ's ProducerManager).
 
 A connection's registration ends when it closes, on UNREGISTER_CLIENT, or after
-``expire_ms`` without a heartbeat (RocketMQ: 120 s; clients heartbeat every 30 s).
+``expire_ms`` without a heartbeat (RocketMQ: 120 s; clients heartbeat every 30 s). It keeps the
+account that signed the heartbeat (with an ACL): a check goes only to a producer whose account
+may see the half.
 
 Bounded (STYLE §13): at most ``MAX_GROUPS_PER_CONNECTION`` groups per connection,
 ``MAX_REGISTRATIONS_PER_ACCOUNT`` registrations made by one ACL account, and
@@ -15,6 +17,7 @@ Thread safety: event loop only.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -133,9 +136,15 @@ class ProducerGroups:
     def groups(self) -> dict[str, list[ProducerRegistration]]:
         return {g: list(m.values()) for g, m in self._groups.items()}
 
-    def live_connection(self, group: str, now_ms: int | None = None) -> Connection | None:
-        """An open connection of a producer of ``group`` that heartbeated lately (round robin
-        over them), or None."""
+    def live_connection(
+        self,
+        group: str,
+        now_ms: int | None = None,
+        allowed: Callable[[str | None], bool] | None = None,
+    ) -> Connection | None:
+        """An open connection of a producer of ``group`` that heartbeated lately and whose
+        account (access key) is ``allowed`` (None: any), round robin over them; None when there
+        is none."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
         members = self._groups.get(group)
         if not members:
@@ -143,7 +152,9 @@ class ProducerGroups:
         live = [
             r.connection
             for r in members.values()
-            if not r.connection.closed and now - r.last_heartbeat_ms <= self._expire_ms
+            if not r.connection.closed
+            and now - r.last_heartbeat_ms <= self._expire_ms
+            and (allowed is None or allowed(r.account))
         ]
         if not live:
             return None
