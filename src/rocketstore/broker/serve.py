@@ -9,7 +9,9 @@ import os
 import signal
 import socket
 import sys
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
+from typing import Final
 
 import uvloop
 
@@ -19,7 +21,7 @@ from rocketstore.broker.server import Broker, advertised_address
 from rocketstore.config import StoreConfig
 from rocketstore.store import MessageStore
 
-__all__ = ["configure_logging", "serve"]
+__all__ = ["LOG_FILE_BACKUPS", "LOG_FILE_BYTES", "configure_logging", "log_file_of", "serve"]
 
 
 class _JsonFormatter(logging.Formatter):
@@ -35,13 +37,38 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def configure_logging(as_json: bool, level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
+# the log file: rotated at this size, this many old files kept (log.1 ... log.4): at most 80 MiB
+LOG_FILE_BYTES: Final = 16 << 20
+LOG_FILE_BACKUPS: Final = 4
+
+
+def log_file_of(store: Path, config: BrokerConfig) -> Path:
+    """Where ``rocketstore serve`` logs: the broker's ``log_file``, else the store's
+    ``logs/rocketstore.log``."""
+    return Path(config.log_file) if config.log_file else store / "logs" / "rocketstore.log"
+
+
+def configure_logging(as_json: bool, level: int = logging.INFO, log_file: Path | None = None) -> None:
+    """Log lines to stderr and, given ``log_file``, to that file too (its directory made if
+    missing), rotated at ``LOG_FILE_BYTES`` with ``LOG_FILE_BACKUPS`` old files kept."""
+    formatter = (
         _JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(
+            RotatingFileHandler(
+                log_file, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_BACKUPS, encoding="utf-8"
+            )
+        )
+    for handler in handlers:
+        handler.setFormatter(formatter)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    for old in root.handlers:
+        if isinstance(old, RotatingFileHandler):  # a previous call's
+            old.close()
+    root.handlers[:] = handlers
     root.setLevel(level)
 
 

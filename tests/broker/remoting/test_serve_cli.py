@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore.broker import BrokerConfig
+from rocketstore.broker.remoting.codes import ResponseCode
 from rocketstore.broker.remoting.endpoint import bind_listener
 from rocketstore.broker.server import advertised_address
 from rocketstore.codec.message_id import decode_offset_msg_id
@@ -52,8 +53,14 @@ def test_broker_conf_names_the_port_broker_and_cluster(tmp_path: Path) -> None:
             # the record names the remoting address as its store host: the offset id leads there
             addr, id_port, _ = decode_offset_msg_id(resp.ext_fields["msgId"])
             assert (addr, id_port) == (bytes([127, 0, 0, 1]), port)
+            assert c.call(4242).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         s.proc.send_signal(signal.SIGTERM)
         assert s.proc.wait(60) == 128 + signal.SIGTERM, s.log()
+        # the log file in the store: what stderr had, the refusal with its codes among it
+        logged = (tmp_path / "store" / "logs" / "rocketstore.log").read_text()
+        assert "broker bx of cluster CX" in logged and logged.splitlines()[-1].endswith(" closed")
+        assert "refused OTHER (4242) from 127.0.0.1:" in logged
+        assert "REQUEST_CODE_NOT_SUPPORTED (3)" in logged
     finally:
         if s.proc.poll() is None:
             s.proc.kill()
