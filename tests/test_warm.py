@@ -145,3 +145,21 @@ def test_serving_after_warm_compiles_nothing(warmed: dict[str, Any]) -> None:
     run, with the argument types they pass, already loaded."""
     assert warmed["answers"] == [0, 0, 0, 0]
     assert warmed["compiled_after_warm"] == {}
+
+
+def test_preload_loads_the_batch_encoder_without_a_store(tmp_path: Path) -> None:
+    """What `rocketstore serve` runs on a thread as it starts: numba and the batch encoder loaded
+    into the process, no file written (the working directory stays empty)."""
+    child = (
+        "import json, sys; from rocketstore import jit; from rocketstore.warm import preload; "
+        "before = 'numba' in sys.modules; preload(); "
+        "print(json.dumps([before, {n: len(d.signatures) for n, d in jit.kernels() if d is not None}]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    numba_before, loaded = json.loads(done.stdout.splitlines()[-1])
+    assert not numba_before
+    assert loaded["rocketstore.prepare._encode_batches"] == 1
+    assert list(tmp_path.iterdir()) == []

@@ -8,9 +8,11 @@ or Spark read of a fresh install spends tens of seconds compiling, without a wor
 every kernel's work once on a throwaway store in a temporary directory: puts (single, batch,
 columnar, delayed, and producers' encoded batches as the remoting broker's SEND_BATCH_MESSAGE
 stores them), dispatch, reads, queries, recovery, ``verify`` and the Spark source's reads
-(without Spark). ``tests/test_warm.py`` fails when a kernel is reached by none of it. ``make`` runs it after installing and the demo before it times anything; when
-the cache is already there it loads in about a second. The cache follows the source files: an
-edited module compiles again on its next use (or the next ``warm``).
+(without Spark); ``tests/test_warm.py`` fails when a kernel is reached by none of it. ``make``
+runs it after installing and the demo before it times anything; when the cache is already there
+it loads in about a second. The cache follows the source files: an edited module compiles again
+on its next use (or the next ``warm``). ``preload()`` loads the kernels a broker's first sends
+run into the running process (``rocketstore serve`` calls it as it starts).
 
 With Java and PySpark present it also records, once, the class archive that local Spark jobs'
 driver JVM maps to start quicker (``rocketstore.spark.class_archive``: about a minute, about 180 MB
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from rocketstore.config import StoreConfig
     from rocketstore.store import MessageStore
 
-__all__ = ["warm", "warm_spark"]
+__all__ = ["preload", "warm", "warm_spark"]
 
 
 def warm(say: Callable[[str], None] = print) -> tuple[int, int]:
@@ -61,6 +63,23 @@ def warm(say: Callable[[str], None] = print) -> tuple[int, int]:
         f"({compiled} compiled into numba's cache now, {hits} loaded from it)"
     )
     return compiled, hits
+
+
+def preload() -> None:
+    """Load numba and the kernels a broker's first sends run into this process, from numba's
+    cache, without a store (no file written, no log line): ``rocketstore serve`` runs it on a
+    thread as it starts, so its first batch send does not wait a second or more for numba to
+    load (its import, its compiler's start, the kernels)."""
+    from rocketstore.clock import SystemClock
+    from rocketstore.codec.message_batch import BatchEntry, EncodedBatch, encode_batch_body
+    from rocketstore.codec.properties import encode_properties
+    from rocketstore.prepare import MessageEncoder
+
+    props = encode_properties({"TAGS": "a", "KEYS": "k", "UNIQ_KEY": "U"})
+    body = encode_batch_body([BatchEntry(0, b"x", props)])
+    MessageEncoder(scratch_config(), SystemClock()).prepare_encoded(
+        [EncodedBatch("Warm", 0, body, "127.0.0.1:10911", int(time.time() * 1000))]
+    )
 
 
 def scratch_config() -> StoreConfig:

@@ -9,6 +9,8 @@ import os
 import signal
 import socket
 import sys
+import threading
+import time
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Final
@@ -20,6 +22,7 @@ from rocketstore.broker.remoting.endpoint import bind_listener
 from rocketstore.broker.server import Broker, advertised_address
 from rocketstore.config import StoreConfig
 from rocketstore.store import MessageStore
+from rocketstore.warm import preload
 
 __all__ = ["LOG_FILE_BACKUPS", "LOG_FILE_BYTES", "configure_logging", "log_file_of", "serve"]
 
@@ -93,6 +96,18 @@ def serve(
     return 128 + received[0] if received else 0
 
 
+def _preload() -> None:
+    started = time.monotonic()
+    try:
+        preload()
+    except Exception as exc:  # the first requests load what they need themselves: slower, no worse
+        logging.getLogger("rocketstore.broker").warning("the compiled kernels were not preloaded: %r", exc)
+    else:
+        logging.getLogger("rocketstore.broker").info(
+            "compiled kernels loaded in %.1f s", time.monotonic() - started
+        )
+
+
 def _serve(
     path: Path,
     config: BrokerConfig | None,
@@ -130,6 +145,8 @@ def _serve_store(
 ) -> None:
     with MessageStore.open(path, store_config) as store:
         broker = Broker(store, config)
+        # numba loads while the listeners start, not in the first batch send's time
+        threading.Thread(target=_preload, name="preload-kernels").start()
 
         async def run() -> None:
             loop = asyncio.get_running_loop()

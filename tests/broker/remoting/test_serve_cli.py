@@ -61,6 +61,7 @@ def test_broker_conf_names_the_port_broker_and_cluster(tmp_path: Path) -> None:
         assert "broker bx of cluster CX" in logged and logged.splitlines()[-1].endswith(" closed")
         assert "refused OTHER (4242) from 127.0.0.1:" in logged
         assert "REQUEST_CODE_NOT_SUPPORTED (3)" in logged
+        assert "compiled kernels loaded in" in logged  # (warm.preload, on a thread at start)
     finally:
         if s.proc.poll() is None:
             s.proc.kill()
