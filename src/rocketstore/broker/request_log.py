@@ -1,8 +1,10 @@
 """What the broker's doors log about the requests they answer: refusals, with the request and
 the code they were answered with, and requests slower than a threshold, with their code and
-duration. Both are rate-limited (``log_limits.RateLimitedLog``: one line per kind a minute, the
-next one saying how many were left out), so a client repeating a refused request cannot flood
-the log.
+duration. Both are rate-limited (``rate_limited_log.RateLimitedLog``: one line per kind a
+minute, the next one saying how many were left out), so a client repeating a refused request
+cannot flood the log. A kind is the request's and the answer's labels, which callers take from
+fixed sets (a code's name, ``OTHER`` for a code the protocol does not define), never from what
+a client sent: the table of kinds stays bounded.
 
 A request's duration runs from when its frame was read to when its answer is ready, less the
 time it waited on purpose: a long poll (a pull or receive parked until a message arrives) says
@@ -17,7 +19,7 @@ import logging
 from contextvars import ContextVar
 from typing import Final
 
-from rocketstore.broker.log_limits import RateLimitedLog
+from rocketstore.broker.rate_limited_log import RateLimitedLog
 
 __all__ = ["DEFAULT_SLOW_REQUEST_MS", "RequestLog", "parked"]
 
@@ -37,21 +39,16 @@ class RequestLog:
     """The refusal and slow-request lines of one door (``door`` names it in each line).
     ``slow_ms`` 0: no slow-request lines."""
 
-    def __init__(
-        self,
-        logger: logging.Logger,
-        door: str,
-        slow_ms: int = DEFAULT_SLOW_REQUEST_MS,
-        interval_s: float = 60.0,
-    ) -> None:
+    def __init__(self, logger: logging.Logger, door: str, slow_ms: int = DEFAULT_SLOW_REQUEST_MS) -> None:
         self.door = door
         self.slow_s = slow_ms / 1000 if slow_ms > 0 else float("inf")
-        self._lines = RateLimitedLog(logger, interval_s)
+        self._lines = RateLimitedLog(logger)
 
     def refused(self, request: str, code: str, peer: str, remark: str | None) -> None:
-        """``request`` from ``peer`` was answered with the refusal ``code``."""
+        """``request`` from ``peer`` was answered with the refusal ``code`` (both labels from
+        fixed sets)."""
         self._lines.warning(
-            ("refused", request, code),
+            f"refused {request} {code}",
             "%s: refused %s from %s: %s %s",
             self.door,
             request,
@@ -67,7 +64,7 @@ class RequestLog:
         elapsed -= _parked_s.get()
         if elapsed > self.slow_s:
             self._lines.warning(
-                ("slow", request),
+                f"slow {request}",
                 "%s: slow request: %s from %s answered %s after %.0f ms (threshold %.0f ms)",
                 self.door,
                 request,

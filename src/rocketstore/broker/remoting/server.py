@@ -98,6 +98,13 @@ _STORED = frozenset(
 )
 
 
+def _label(codes: type[IntEnum], code: int) -> str:
+    """A log line's label of a code: ``NAME (number)``, or OTHER for a code RocketMQ does not
+    define (so a client cannot make the kinds of rate-limited lines grow without bound)."""
+    name = _code_name(codes, code)
+    return name if name == "OTHER" else f"{name} ({code})"
+
+
 def _code_name(codes: type[IntEnum], code: int) -> str:
     """A metric label: the code's name, OTHER for codes RocketMQ does not define (so a client
     cannot make the label set grow without bound)."""
@@ -400,7 +407,7 @@ class RemotingServer:
             if elapsed > self.requests.slow_s:
                 self.requests.slow(
                     elapsed,
-                    f"{_code_name(RequestCode, cmd.code)} ({cmd.code})",
+                    _label(RequestCode, cmd.code),
                     "NONE" if response is None else _code_name(ResponseCode, response.code),
                     conn.peer,
                 )
@@ -415,10 +422,7 @@ class RemotingServer:
 
     def _refused(self, conn: Connection, cmd: RemotingCommand, response: RemotingCommand) -> None:
         self.requests.refused(
-            f"{_code_name(RequestCode, cmd.code)} ({cmd.code})",
-            f"{_code_name(ResponseCode, response.code)} ({response.code})",
-            conn.peer,
-            response.remark,
+            _label(RequestCode, cmd.code), _label(ResponseCode, response.code), conn.peer, response.remark
         )
 
     def _count(self, request: int, response: int) -> None:

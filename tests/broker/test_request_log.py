@@ -1,8 +1,9 @@
-"""Rate-limited log lines (log_limits), the refusal and slow-request lines built on them
-(request_log), and `rocketstore serve`'s log file (broker.serve.configure_logging)."""
+"""The refusal and slow-request lines (request_log) and `rocketstore serve`'s log file
+(broker.serve.configure_logging)."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Iterator
 from logging.handlers import RotatingFileHandler
@@ -10,67 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from rocketstore.broker import BrokerConfig, log_limits
-from rocketstore.broker.log_limits import RateLimitedLog
+from rocketstore.broker import BrokerConfig
 from rocketstore.broker.request_log import RequestLog, parked
 from rocketstore.broker.serve import LOG_FILE_BACKUPS, LOG_FILE_BYTES, configure_logging, log_file_of
 
-LOGGER = "rocketstore.test.limits"
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    now = [1000.0]
-    monkeypatch.setattr(log_limits.time, "monotonic", lambda: now[0])
-    return now
+LOGGER = "rocketstore.test.requests"
 
 
 def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LOGGER]
-
-
-def test_one_line_per_key_per_interval_then_the_count_left_out(
-    clock: list[float], caplog: pytest.LogCaptureFixture
-) -> None:
-    limited = RateLimitedLog(logging.getLogger(LOGGER), interval_s=10)
-    with caplog.at_level(logging.WARNING, LOGGER):
-        assert limited.warning("a", "refused %s", "x")
-        assert not limited.warning("a", "refused %s", "y")
-        assert not limited.warning("a", "refused %s", "z")
-        assert limited.warning("b", "other")  # its own key
-        clock[0] += 10
-        assert limited.warning("a", "refused %s", "w")
-        clock[0] += 10
-        assert limited.warning("a", "refused %s", "v")
-    assert lines(caplog) == [
-        "refused x",
-        "other",
-        "refused w (2 more like it in the last 10 s not logged)",
-        "refused v",
-    ]
-
-
-def test_the_keys_are_bounded(clock: list[float], caplog: pytest.LogCaptureFixture) -> None:
-    limited = RateLimitedLog(logging.getLogger(LOGGER), interval_s=10, max_keys=2)
-    with caplog.at_level(logging.WARNING, LOGGER):
-        written = [limited.warning(i, "line %d", i) for i in range(1000)]
-        assert written[:3] == [True, True, True] and not any(written[3:])  # two keys, then one shared
-        assert len(limited._last) <= 3
-        clock[0] += 10
-        assert limited.warning(5000, "line %d", 5000)  # the old keys expired: room again
-    assert lines(caplog)[-1] == "line 5000"
-    assert len(lines(caplog)) == 4
-
-
-def test_nothing_is_counted_when_the_level_is_off(clock: list[float]) -> None:
-    logger = logging.getLogger(LOGGER)
-    limited = RateLimitedLog(logger, interval_s=10)
-    logger.setLevel(logging.ERROR)
-    try:
-        assert not limited.warning("a", "quiet")
-        assert not limited._last
-    finally:
-        logger.setLevel(logging.NOTSET)
 
 
 def test_slow_requests_count_parked_time_out(caplog: pytest.LogCaptureFixture) -> None:
@@ -82,8 +31,6 @@ def test_slow_requests_count_parked_time_out(caplog: pytest.LogCaptureFixture) -
         if waited:
             parked(waited)
         requests.slow(elapsed, f"PULL_MESSAGE ({waited})", "SUCCESS", "1.2.3.4:5")
-
-    import contextvars
 
     with caplog.at_level(logging.WARNING, LOGGER):
         contextvars.copy_context().run(request, 15.0, 14.95)  # a long poll that answered at once
