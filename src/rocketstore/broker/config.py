@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocketstore.broker.request_log import DEFAULT_SLOW_REQUEST_MS
 from rocketstore.config import StoreConfig, read_settings_file
 from rocketstore.errors import StoreConfigError
 
@@ -76,6 +77,12 @@ class BrokerConfig:
     tls_key: str | None = None
     # the broker's state file for `rocketstore status` (rewritten when clients come and go)
     state_interval_ms: int = 2_000
+    # `rocketstore serve`'s log file (rotated at 16 MiB, 4 old files kept); None: the store's
+    # logs/rocketstore.log
+    log_file: str | None = None
+    # a request answered later than this is logged, with its code (0: none are); a pull's or
+    # receive's long-poll wait is not counted
+    slow_request_ms: int = DEFAULT_SLOW_REQUEST_MS
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

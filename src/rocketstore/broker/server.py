@@ -223,6 +223,7 @@ class Broker:
             max_server_requests_per_connection=config.max_server_requests_per_connection,
             max_connections=config.max_connections,
             idle_timeout_s=config.idle_timeout_ms / 1000,
+            slow_request_ms=config.slow_request_ms,
         )
         self._remoting = RemotingEndpoint(ctx, limits, acl)
         await self._remoting.start(broker_sock, namesrv_sock)

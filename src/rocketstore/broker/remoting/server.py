@@ -28,6 +28,9 @@ answers go out in whatever order they finish (the client matches them by opaque)
   Waiting for one connection's client never holds up another connection.
 * A malformed frame (bad length, header that does not decode) closes its connection with one
   warning line (rate-limited); nothing else is affected.
+* Logged, rate-limited (``request_log``): a refused request (``_REFUSED``; for a request that
+  stores, any answer but a stored status) with its code, and a request answered more than
+  ``slow_request_ms`` after its frame was read (a pull's parked time not counted).
 
 Thread safety: everything runs on the event loop of ``start``.
 """
@@ -57,6 +60,7 @@ from rocketstore.broker.remoting.command import (
     frame_length,
 )
 from rocketstore.broker.remoting.refusal import RequestRefused
+from rocketstore.broker.request_log import DEFAULT_SLOW_REQUEST_MS, RequestLog
 from rocketstore.errors import CorruptDataError
 
 __all__ = ["Connection", "Handler", "RemotingLimits", "RemotingServer"]
@@ -68,6 +72,43 @@ Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | 
 # write buffer above which a writer waits for the socket (asyncio's default high-water mark)
 _WRITE_HIGH_WATER = 64 * 1024
 _MAX_OPAQUE = 0x7FFFFFFF
+# answers that refuse whatever was asked (an ACL refusal is SYSTEM_ERROR, as RocketMQ's)
+_REFUSED = frozenset(
+    (
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+        ResponseCode.MESSAGE_ILLEGAL,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.VERSION_NOT_SUPPORTED,
+        ResponseCode.NO_PERMISSION,
+    )
+)
+# requests that store a message: any answer but these refused it
+_STORES = frozenset(
+    (
+        RequestCode.SEND_MESSAGE,
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.SEND_BATCH_MESSAGE,
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        RequestCode.END_TRANSACTION,
+    )
+)
+_STORED = frozenset(
+    (
+        ResponseCode.SUCCESS,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    )
+)
+
+
+def _label(codes: type[IntEnum], code: int) -> str:
+    """A log line's label of a code: ``NAME (number)``, or OTHER for a code RocketMQ does not
+    define (so a client cannot make the kinds of rate-limited lines grow without bound)."""
+    name = _code_name(codes, code)
+    return name if name == "OTHER" else f"{name} ({code})"
 
 
 def _code_name(codes: type[IntEnum], code: int) -> str:
@@ -95,6 +136,8 @@ class RemotingLimits:
     max_server_requests_per_connection: int = 256
     max_connections: int = 1024
     idle_timeout_s: float = 120.0
+    # a request answered later than this is logged (0: none are)
+    slow_request_ms: int = DEFAULT_SLOW_REQUEST_MS
 
 
 class ConnectionClosedError(ConnectionError):
@@ -342,6 +385,7 @@ class RemotingServer:
         # what clients cause (malformed frames, unread answers, refused connections): one line
         # per kind and interval, however many clients do it
         self.client_log = RateLimitedLog(log)
+        self.requests = RequestLog(log, name, limits.slow_request_ms)
         self.connections: set[Connection] = set()
         self.port: int | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -458,27 +502,39 @@ class RemotingServer:
                 if conn.closed:
                     return
             if conn.requests_in_progress >= self.limits.max_requests_per_connection:
+                busy = cmd.response(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"[OVERLOAD] {conn.requests_in_progress} requests of this connection are in progress",
+                )
+                self._refused(conn, cmd, busy)
                 if not cmd.is_oneway:
-                    await conn.send(
-                        cmd.response(
-                            ResponseCode.SYSTEM_BUSY,
-                            f"[OVERLOAD] {conn.requests_in_progress} requests of this connection "
-                            "are in progress",
-                        )
-                    )
+                    await conn.send(busy)
                 continue
             conn.requests_in_progress += 1
             conn.bytes_in_progress += length
-            task = asyncio.get_running_loop().create_task(self._handle(conn, cmd, length))
+            task = asyncio.get_running_loop().create_task(self._handle(conn, cmd, length, conn.last_read))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             while conn.bytes_in_progress > max_bytes and not conn.closed:
                 conn._room.clear()
                 await conn._room.wait()  # read no more until requests in progress finish
 
-    async def _handle(self, conn: Connection, cmd: RemotingCommand, length: int) -> None:
+    async def _handle(self, conn: Connection, cmd: RemotingCommand, length: int, started: float) -> None:
+        """Answer ``cmd``, whose frame was read at ``started`` (time.monotonic)."""
         try:
             response = await self._answer(conn, cmd)
+            if response is not None:
+                code = response.code
+                if code and (code in _REFUSED or (cmd.code in _STORES and code not in _STORED)):
+                    self._refused(conn, cmd, response)
+            elapsed = time.monotonic() - started
+            if elapsed > self.requests.slow_s:
+                self.requests.slow(
+                    elapsed,
+                    _label(RequestCode, cmd.code),
+                    "NONE" if response is None else _code_name(ResponseCode, response.code),
+                    conn.peer,
+                )
             if response is not None and not cmd.flag & FLAG_ONEWAY:
                 await conn.answer(response)
             if self._metrics is not None:
@@ -487,6 +543,11 @@ class RemotingServer:
             conn.requests_in_progress -= 1
             conn.bytes_in_progress -= length
             conn._room.set()
+
+    def _refused(self, conn: Connection, cmd: RemotingCommand, response: RemotingCommand) -> None:
+        self.requests.refused(
+            _label(RequestCode, cmd.code), _label(ResponseCode, response.code), conn.peer, response.remark
+        )
 
     def _count(self, request: int, response: int) -> None:
         child = self._counted.get((request, response))
