@@ -308,6 +308,8 @@ class ProducerProcessor:
         ) == "true"
         if transactional:
             props.pop(PROPERTY_DELAY, None)
+            if self.ctx.acl is not None:  # the group its checks go to
+                self.ctx.acl.require(cmd, groups=(props.get(PROPERTY_PRODUCER_GROUP, ""),))
         msg = self._message(target.topic, target.queue_id, cmd.body, props, header, header.flag, conn.peer)
         if target.topic.startswith(DLQ_PREFIX):
             msg.delay_level = 0
@@ -418,6 +420,8 @@ class ProducerProcessor:
                 f"the producer group {group} is not the half message's "
                 f"{half.properties.get(PROPERTY_PRODUCER_GROUP)}",
             )
+        if self.ctx.acl is not None:  # (the group was checked with the header)
+            self.ctx.acl.require_record(cmd, half)
         if half.queue_offset != queue_offset:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
