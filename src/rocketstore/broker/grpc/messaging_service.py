@@ -525,7 +525,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 f"source {request.source} is not SOURCE_UNSPECIFIED, SOURCE_CLIENT or SOURCE_SERVER_CHECK",
             )
         txlog = self.transactions
-        half = txlog.half_of(request.transaction_id, request.message_id, topic)
+        # off the loop: the lookup reads the half queue, and may wait for its dispatch
+        half = await self._run(txlog.half_of, request.transaction_id, request.message_id, topic)
         commit = resolution == pb.TransactionResolution.COMMIT
         failed = await end_transaction(txlog, self._system_puts, half, commit)
         if failed is not None:

@@ -32,7 +32,6 @@ from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.transactions import (
     HALF_TOPIC,
-    PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION,
     end_transaction,
     half_message,
@@ -47,7 +46,7 @@ from rocketstore.codec.commitlog_record import (
 from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig
 from rocketstore.codec.message_batch import EncodedBatch
 from rocketstore.codec.properties import decode_properties
-from rocketstore.errors import InvalidMessageError, StoreClosedError
+from rocketstore.errors import InvalidMessageError, RequestRefusedError, StoreClosedError
 from rocketstore.message import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -387,24 +386,18 @@ class ProducerProcessor:
             )
             return cmd.response()
         txlog = self.ctx.transactions
-        half = await self.ctx.run(txlog.half_at, offset)
-        if half is None:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR, f"no open transaction half message at commitlog offset {offset}"
+        try:
+            half = await self.ctx.run(
+                txlog.half_at,
+                offset,
+                queue_offset,
+                group,
+                text(ext, "msgId"),
+                ext.get("transactionId") or None,
             )
-        if half.properties.get(PROPERTY_PRODUCER_GROUP) != group:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR,
-                f"the producer group {group} is not the half message's "
-                f"{half.properties.get(PROPERTY_PRODUCER_GROUP)}",
-            )
-        if half.queue_offset != queue_offset:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR,
-                f"the transaction state table offset {queue_offset} is not the half message's "
-                f"{half.queue_offset}",
-            )
-        failed = await end_transaction(txlog, self.ctx.system_puts, half, kind == TX_COMMIT)
+            failed = await end_transaction(txlog, self.ctx.system_puts, half, kind == TX_COMMIT)
+        except RequestRefusedError as exc:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, exc.message) from None
         if failed is not None:
             raise _refusal(failed)
         self.ctx.metrics.transactions.labels(
