@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from rocketstore import Message, MessageStore
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 
@@ -38,34 +36,33 @@ def update(c: RawClient, **fields: str) -> tuple[int, str]:
     return resp.code, resp.remark or ""
 
 
-@pytest.mark.parametrize(
-    "fields, code, remark",
-    [
-        ({"commitOffset": BIG}, ResponseCode.SYSTEM_ERROR, f"commitOffset is '{BIG}', not a Java long"),
-        ({"commitOffset": "-1"}, ResponseCode.SYSTEM_ERROR, "commitOffset -1 is out of"),
-        ({"commitOffset": "abc"}, ResponseCode.SYSTEM_ERROR, "commitOffset is 'abc', not a Java long"),
-        ({"commitOffset": "1e3"}, ResponseCode.SYSTEM_ERROR, "commitOffset is '1e3', not a Java long"),
-        ({"commitOffset": "4"}, ResponseCode.SYSTEM_ERROR, "commitOffset 4 is out of topic[T] queueId[0]'s"),
-        ({"commitOffset": LONG_MAX}, ResponseCode.SYSTEM_ERROR, f"commitOffset {LONG_MAX} is out of"),
-        ({"queueId": BIG}, ResponseCode.SYSTEM_ERROR, f"queueId is '{BIG}', not a Java int"),
-        ({"queueId": "2147483648"}, ResponseCode.SYSTEM_ERROR, "not a Java int"),
-        ({"queueId": "-1"}, ResponseCode.SYSTEM_ERROR, "queueId[-1] is illegal"),
-        ({"queueId": "2"}, ResponseCode.SYSTEM_ERROR, "queueId[2] is illegal, topic:[T] has 2 queues"),
-        ({"queueId": "x"}, ResponseCode.SYSTEM_ERROR, "queueId is 'x', not a Java int"),
-        ({"topic": "Nope"}, ResponseCode.TOPIC_NOT_EXIST, "topic[Nope] not exist"),
-        ({"topic": "../x"}, ResponseCode.TOPIC_NOT_EXIST, "not exist"),
-        ({"consumerGroup": "a@b"}, ResponseCode.SYSTEM_ERROR, "consumer group 'a@b'"),
-    ],
-)
-def test_update_consumer_offset_refuses_bad_values_and_stores_nothing(
-    start_remoting: StartRemoting, fields: dict[str, str], code: int, remark: str
-) -> None:
+BAD_UPDATES = [
+    ({"commitOffset": BIG}, ResponseCode.SYSTEM_ERROR, f"commitOffset is '{BIG}', not a Java long"),
+    ({"commitOffset": "-1"}, ResponseCode.SYSTEM_ERROR, "commitOffset -1 is out of"),
+    ({"commitOffset": "abc"}, ResponseCode.SYSTEM_ERROR, "commitOffset is 'abc', not a Java long"),
+    ({"commitOffset": "1e3"}, ResponseCode.SYSTEM_ERROR, "commitOffset is '1e3', not a Java long"),
+    ({"commitOffset": "4"}, ResponseCode.SYSTEM_ERROR, "commitOffset 4 is out of topic[T] queueId[0]'s"),
+    ({"commitOffset": LONG_MAX}, ResponseCode.SYSTEM_ERROR, f"commitOffset {LONG_MAX} is out of"),
+    ({"queueId": BIG}, ResponseCode.SYSTEM_ERROR, f"queueId is '{BIG}', not a Java int"),
+    ({"queueId": "2147483648"}, ResponseCode.SYSTEM_ERROR, "not a Java int"),
+    ({"queueId": "-1"}, ResponseCode.SYSTEM_ERROR, "queueId[-1] is illegal"),
+    ({"queueId": "2"}, ResponseCode.SYSTEM_ERROR, "queueId[2] is illegal, topic:[T] has 2 queues"),
+    ({"queueId": "x"}, ResponseCode.SYSTEM_ERROR, "queueId is 'x', not a Java int"),
+    ({"topic": "Nope"}, ResponseCode.TOPIC_NOT_EXIST, "topic[Nope] not exist"),
+    ({"topic": "../x"}, ResponseCode.TOPIC_NOT_EXIST, "not exist"),
+    ({"consumerGroup": "a@b"}, ResponseCode.SYSTEM_ERROR, "consumer group 'a@b'"),
+]
+
+
+def test_update_consumer_offset_refuses_bad_values_and_stores_nothing(start_remoting: StartRemoting) -> None:
     r = served_topic(start_remoting)
     with RawClient(r.port) as c:
-        got = update(c, **fields)
-        assert got[0] == code and remark in got[1], got
-        assert r.store.consumer_offsets() == {}
-        # the queue's own range, both ends, is taken
+        for fields, code, remark in BAD_UPDATES:
+            got = update(c, **fields)
+            assert got[0] == code and remark in got[1], (fields, got)
+            oneway = {"topic": "T", "queueId": "0", "commitOffset": "1", "consumerGroup": "oneway", **fields}
+            c.oneway(RequestCode.UPDATE_CONSUMER_OFFSET, oneway)
+        # the queue's own range, both ends, is taken (after the oneways: one connection, in order)
         assert update(c, commitOffset="3") == (ResponseCode.SUCCESS, "")
         assert update(c, queueId="1", commitOffset="0") == (ResponseCode.SUCCESS, "")
     assert r.store.consumer_offsets() == {("T", "g"): {0: 3, 1: 0}}
@@ -97,26 +94,23 @@ def test_a_pulls_commit_offset_is_stored_only_in_range(start_remoting: StartRemo
     assert r.store.consumer_offsets() == {("T", "g"): {0: 3}}
 
 
-@pytest.mark.parametrize(
-    "code",
-    [
-        RequestCode.QUERY_CONSUMER_OFFSET,
-        RequestCode.GET_MAX_OFFSET,
-        RequestCode.GET_MIN_OFFSET,
-        RequestCode.GET_EARLIEST_MSG_STORETIME,
-        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-    ],
-)
-def test_queue_ids_past_a_java_int_are_refused_by_every_offset_request(
-    start_remoting: StartRemoting, code: int
-) -> None:
+def test_queue_ids_past_a_java_int_are_refused_by_every_offset_request(start_remoting: StartRemoting) -> None:
     r = served_topic(start_remoting)
     ext = {"consumerGroup": "g", "topic": "T", "timestamp": "0"}
     with RawClient(r.port) as c:
-        for queue_id in (BIG, "9" * 400, "0x1"):
-            resp = c.call(code, {**ext, "queueId": queue_id})
-            assert resp.code == ResponseCode.SYSTEM_ERROR and "not a Java int" in (resp.remark or "")
-        assert c.call(code, {**ext, "queueId": "0"}).code == ResponseCode.SUCCESS
+        for code in (
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            RequestCode.GET_MAX_OFFSET,
+            RequestCode.GET_MIN_OFFSET,
+            RequestCode.GET_EARLIEST_MSG_STORETIME,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+        ):
+            for queue_id in (BIG, "9" * 400, "0x1"):
+                resp = c.call(code, {**ext, "queueId": queue_id})
+                assert resp.code == ResponseCode.SYSTEM_ERROR and "not a Java int" in (resp.remark or ""), (
+                    code
+                )
+            assert c.call(code, {**ext, "queueId": "0"}).code == ResponseCode.SUCCESS, code
 
 
 def test_a_broker_serves_a_store_whose_offset_file_holds_values_no_client_can_store(

@@ -33,6 +33,7 @@ from rocketstore.broker.grpc.sent_message import SentMessage, to_store_message
 from rocketstore.broker.grpc.status import Code, StatusError, put_status_code, refusal_status, status
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
+from rocketstore.broker.send_check import messages_refusal
 from rocketstore.broker.transactions import (
     Orphan,
     TransactionLog,
@@ -442,14 +443,27 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         except StatusError as exc:
             self._metrics.sends.labels(topic, "invalid", Code.Name(exc.code)).inc(len(msgs))
             raise
-        queues = await self._known_topic(
-            topic,
-            ordered=any(s.message.properties and PROPERTY_SHARDING_KEY in s.message.properties for s in sent),
-        )
-        if any(s.transactional for s in sent):
-            outcomes = await self._put_halves(sent, queues)
-        else:
-            outcomes = await self._sends.put([s.message for s in sent])
+        outcomes: list[PutOutcome] = []
+        if self.store.topic_config(topic) is None:
+            # refuse first, create after: a send the store would refuse creates no topic
+            checked = [half_message(s.message, 0) if s.transactional else s.message for s in sent]
+            kinds = [s.transactional for s in sent]
+            refused = await self._run(
+                functools.partial(messages_refusal, internal=kinds), self.store.config, checked
+            )
+            if refused is not None:
+                outcomes = [refused] * len(sent)
+        if not outcomes:
+            queues = await self._known_topic(
+                topic,
+                ordered=any(
+                    s.message.properties and PROPERTY_SHARDING_KEY in s.message.properties for s in sent
+                ),
+            )
+            if any(s.transactional for s in sent):
+                outcomes = await self._put_halves(sent, queues)
+            else:
+                outcomes = await self._sends.put([s.message for s in sent])
         entries = []
         # the sends counted per (kind, code), not per message: a labels() lookup costs as much
         # as building the entry

@@ -17,6 +17,7 @@ a half (``transactions.py``); END_TRANSACTION finds it by its commitlog offset.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from rocketstore.broker.remoting.headers import SendMessageHeader, flag, number,
 from rocketstore.broker.remoting.namesrv import DEFAULT_TOPIC, PERM_INHERIT, default_topic_config
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
+from rocketstore.broker.send_check import batch_refusal, messages_refusal
 from rocketstore.broker.transactions import (
     HALF_TOPIC,
     PROPERTY_TRANSACTION,
@@ -159,33 +161,42 @@ class ProducerProcessor:
         }
 
     # --- topics -------------------------------------------------------------------------------
-    async def topic_config(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig:
-        """``topic``'s configuration; created from the default topic when it has none and
-        RocketMQ would auto-create it (SendMessageProcessor.msgCheck), else TOPIC_NOT_EXIST."""
-        store = self.ctx.store
-        config = store.topic_config(topic)
-        if config is not None:
-            return config
-        queues: int | None = None
+    def _new_topic(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig:
+        """The configuration ``topic`` (which does not exist) gets when the send creates it, as
+        RocketMQ auto-creates it (SendMessageProcessor.msgCheck); TOPIC_NOT_EXIST when it would
+        not. Nothing is created here: a send is checked whole first (``send_check``)."""
         perm = PERM_READ | PERM_WRITE
         if topic.startswith(RETRY_PREFIX):
-            queues = 1
-        elif default_topic == DEFAULT_TOPIC and self.ctx.config.auto_create_topic:
+            return TopicConfig(topic, 1, 1, perm)
+        if default_topic == DEFAULT_TOPIC and self.ctx.config.auto_create_topic:
             queues = max(1, min(queue_nums, default_topic_config(self.ctx).write_queues))
-        else:
-            default = store.topic_config(default_topic)
-            if default is not None and default.perm & PERM_INHERIT:
-                queues = max(1, min(queue_nums, default.write_queues))
-                perm = default.perm & ~PERM_INHERIT
-        if queues is None:
-            raise RequestRefused(
-                ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{topic}] not exist, apply first please! "
-                "(auto-creation is off, or the default topic does not allow it)",
-            )
-        created = await self.ctx.run(lambda: store.create_topic(topic, queues, perm=perm))
-        log.info("topic %s created with %d queues (sent to, default topic %s)", topic, queues, default_topic)
-        return created
+            return TopicConfig(topic, queues, queues, perm)
+        default = self.ctx.store.topic_config(default_topic)
+        if default is not None and default.perm & PERM_INHERIT:
+            queues = max(1, min(queue_nums, default.write_queues))
+            return TopicConfig(topic, queues, queues, default.perm & ~PERM_INHERIT)
+        raise RequestRefused(
+            ResponseCode.TOPIC_NOT_EXIST,
+            f"topic[{topic}] not exist, apply first please! "
+            "(auto-creation is off, or the default topic does not allow it)",
+        )
+
+    async def _create(self, configs: list[TopicConfig], default_topic: str) -> None:
+        """Create the topics a checked send goes to (its topic, a dead-letter topic)."""
+        store = self.ctx.store
+        for c in configs:
+            if store.topic_config(c.topic) is not None:
+                continue  # a concurrent send created it
+            await self.ctx.run(lambda c=c: store.create_topic(c.topic, c.write_queues, perm=c.perm))
+            if c.topic.startswith(DLQ_PREFIX):
+                log.info("topic %s created (dead letters)", c.topic)
+            else:
+                log.info(
+                    "topic %s created with %d queues (sent to, default topic %s)",
+                    c.topic,
+                    c.write_queues,
+                    default_topic,
+                )
 
     def _check_topic(self, topic: str) -> None:
         if topic in self._sendable:
@@ -195,17 +206,25 @@ class ProducerProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"the specified topic[{topic}] is not valid: 1..127 characters of [%|a-zA-Z0-9_-]",
             )
-        if topic in FORBIDDEN_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
+        # the broker's own topics in any letter case: RMQ_SYS_* names the store reserves, and
+        # rmq_sys_* ones (TopicValidator.SYSTEM_TOPIC_PREFIX) the broker keeps (the pop log's)
+        if topic in FORBIDDEN_TOPICS or topic.upper().startswith(SYSTEM_TOPIC_PREFIX):
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
         if len(self._sendable) < _MAX_SENDABLE_CACHED:
             self._sendable.add(topic)
 
-    async def _target(self, header: SendMessageHeader, version: int) -> tuple[_Target, TopicConfig]:
+    def _target(self, header: SendMessageHeader, version: int) -> tuple[_Target, list[TopicConfig]]:
+        """Where the send goes, and the topics to create for it (once it is checked whole)."""
         topic = header.topic
         self._check_topic(topic)
-        config = await self.topic_config(topic, header.default_topic, header.default_topic_queue_nums)
+        store = self.ctx.store
+        new: list[TopicConfig] = []
+        config = store.topic_config(topic)
+        if config is None:
+            config = self._new_topic(topic, header.default_topic, header.default_topic_queue_nums)
+            new.append(config)
         if not config.perm & PERM_WRITE:
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
@@ -228,13 +247,10 @@ class ProducerProcessor:
                 limit = DEFAULT_MAX_RECONSUME_TIMES
             if header.reconsume_times >= limit:
                 dlq = DLQ_PREFIX + topic[len(RETRY_PREFIX) :]
-                if self.ctx.store.topic_config(dlq) is None:
-                    await self.ctx.run(
-                        lambda: self.ctx.store.create_topic(dlq, 1, perm=PERM_READ | PERM_WRITE)
-                    )
-                    log.info("topic %s created (dead letters)", dlq)
+                if store.topic_config(dlq) is None:
+                    new.append(TopicConfig(dlq, 1, 1, PERM_READ | PERM_WRITE))
                 target = _Target(dlq, 0)
-        return target, config
+        return target, new
 
     # --- sending ------------------------------------------------------------------------------
     def _message(
@@ -288,10 +304,10 @@ class ProducerProcessor:
             raise RequestRefused(
                 ResponseCode.MESSAGE_ILLEGAL, f"the message body size {len(cmd.body)} exceeds {max_size}"
             )
-        target, _config = await self._target(header, cmd.version)
+        target, new_topics = self._target(header, cmd.version)
         props = decode_properties(header.properties)
         if header.batch:
-            return await self._send_batch(cmd, conn, header, target, props)
+            return await self._send_batch(cmd, conn, header, target, props, new_topics)
         props.pop(PROPERTY_WAIT, None)
         transactional = (header.sys_flag & SYSFLAG_TX_MASK) == TX_PREPARED and props.get(
             PROPERTY_TRANSACTION
@@ -302,9 +318,18 @@ class ProducerProcessor:
         if target.topic.startswith(DLQ_PREFIX):
             msg.delay_level = 0
         if transactional:
-            (outcome,) = await self.ctx.system_puts.put([half_message(msg, target.queue_id)])
+            msg = half_message(msg, target.queue_id)
         else:
             msg.sys_flag &= ~SYSFLAG_TX_MASK
+        if new_topics:
+            checked = functools.partial(messages_refusal, internal=transactional)
+            refused = await self.ctx.run(checked, self.ctx.store.config, [msg])
+            if refused is not None:
+                raise _refusal(refused)
+            await self._create(new_topics, header.default_topic)
+        if transactional:
+            (outcome,) = await self.ctx.system_puts.put([msg])
+        else:
             (outcome,) = await self.ctx.sends.put([msg])
         if not isinstance(outcome, PutMessageResult) or outcome.physical_offset < 0:
             raise _refusal(outcome)
@@ -330,22 +355,27 @@ class ProducerProcessor:
         header: SendMessageHeader,
         target: _Target,
         batch_props: dict[str, str],
+        new_topics: list[TopicConfig],
     ) -> RemotingCommand:
         if header.sys_flag & SYSFLAG_TX_MASK:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support transaction")
         batch_props[PROPERTY_CLUSTER] = self.ctx.config.cluster_name
-        outcome = await self.ctx.batch_sends.put(
-            EncodedBatch(
-                target.topic,
-                target.queue_id,
-                bytes(cmd.body),
-                conn.peer,
-                header.born_timestamp,
-                batch_props,
-                header.sys_flag & SYSFLAG_CONTENT,
-                header.reconsume_times,
-            )
+        batch = EncodedBatch(
+            target.topic,
+            target.queue_id,
+            bytes(cmd.body),
+            conn.peer,
+            header.born_timestamp,
+            batch_props,
+            header.sys_flag & SYSFLAG_CONTENT,
+            header.reconsume_times,
         )
+        if new_topics:
+            refused = await self.ctx.run(batch_refusal, self.ctx.store.config, batch)
+            if refused is not None:
+                raise _refusal(refused)
+            await self._create(new_topics, header.default_topic)
+        outcome = await self.ctx.batch_sends.put(batch)
         if not isinstance(outcome, PutBatchResult) or outcome.physical_offsets[0] < 0:
             raise _refusal(outcome[0] if isinstance(outcome, PutBatchResult) else outcome)
         code = put_status_code(outcome.status)
