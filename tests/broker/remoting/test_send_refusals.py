@@ -50,6 +50,12 @@ def test_the_brokers_own_topics_are_refused_in_any_letter_case(start_remoting: S
             batch = send(c, topic, body, {}, code=RequestCode.SEND_BATCH_MESSAGE, batch=True)
             assert batch.code == ResponseCode.NO_PERMISSION
             assert transactional(c, topic, "T1").code == ResponseCode.NO_PERMISSION
+            # nor may an admin create one
+            create = {"topic": topic, "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"}
+            created = c.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create)
+            assert created.code == ResponseCode.SYSTEM_ERROR and "conflict with system topic" in (
+                created.remark or ""
+            )
         r.store.wait_dispatched()
         assert r.store.max_phy_offset() == end
         # the broker's own use of its system topics goes on: a half goes to RMQ_SYS_TRANS_HALF_TOPIC
