@@ -51,6 +51,7 @@ __all__ = [
     "Orphan",
     "TransactionLog",
     "end_transaction",
+    "put_halves",
     "transaction_id",
 ]
 
@@ -66,8 +67,9 @@ PROPERTY_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
 PROPERTY_TRANSACTION: Final = "TRAN_MSG"
 PROPERTY_PRODUCER_GROUP: Final = "PGROUP"
 PROPERTY_CHECK_IMMUNITY: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-# how long an end waits for its half's queue entry to be dispatched (within the client's 3 s)
-_DISPATCH_WAIT_S: Final = 2.0
+# halves this broker stored, remembered by commitlog offset until they end (the oldest forgotten
+# first): an end right after its send comes before the half's queue entry is dispatched
+_MAX_NOTED: Final = 65_536
 
 
 def transaction_id(result: PutMessageResult) -> str:
@@ -147,6 +149,7 @@ class TransactionLog:
         self._pending: set[int] = set()  # half queue offsets whose op record is being put
         self._checks: dict[int, int] = {}
         self._progress = 0
+        self._noted: dict[int, int] = {}  # commitlog offset -> half queue offset (note_stored)
 
     def load(self) -> None:
         """Read the op queue (what is resolved) and where the half queue's checks stand."""
@@ -171,16 +174,17 @@ class TransactionLog:
         """The half that the half queue (queue 0, where every half is) holds at
         ``queue_offset`` when its record starts at ``physical_offset``, else None: a record
         found by an offset alone may be one planted inside another message's body, consistent
-        as it is; only an entry of the half queue points at a real half."""
+        as it is; only an entry of the half queue points at a real half, or, before dispatch
+        made that entry, this broker's note of the half it stored there."""
         store = self._store
-        if not 0 <= physical_offset < store.max_phy_offset() or queue_offset < 0:
-            return None
-        if queue_offset >= store.max_offset_in_queue(HALF_TOPIC, 0):
-            # an end right after its send can come before the half's queue entry: wait for
-            # dispatch (what was appended by now, bounded), not for an entry that may never come
-            store.wait_dispatched(_DISPATCH_WAIT_S)
-            if queue_offset >= store.max_offset_in_queue(HALF_TOPIC, 0):
+        if self._noted.get(physical_offset) == queue_offset:
+            # stored by this broker as a half, perhaps not dispatched yet
+            half = store.look_message_by_offset(physical_offset)
+            if half is None or half.topic != HALF_TOPIC or half.queue_offset != queue_offset:
                 return None
+            return half
+        if not 0 <= queue_offset < store.max_offset_in_queue(HALF_TOPIC, 0):
+            return None
         res = store.get_message(TRANS_GROUP, HALF_TOPIC, 0, queue_offset, 1, transfer_limits=False)
         if not res.messages:
             return None
@@ -295,6 +299,16 @@ class TransactionLog:
         if ok:
             self._done.add(half.queue_offset)
             self._checks.pop(half.queue_offset, None)
+            self._noted.pop(half.physical_offset, None)
+
+    def note_stored(self, results: list[PutMessageResult]) -> None:
+        """Remember where halves just stored lie (``put_halves``), so that their ends find them
+        before dispatch gives them their queue entries. On the event loop."""
+        noted = self._noted
+        for r in results:
+            noted[r.physical_offset] = r.queue_offset
+        while len(noted) > _MAX_NOTED:
+            del noted[next(iter(noted))]
 
     def orphans(self, now_ms: int) -> tuple[list[Orphan], list[MessageExt]]:
         """Halves due for a check now, and halves checked ``check_max`` times (to give up on).
@@ -337,6 +351,14 @@ class TransactionLog:
 
     def checked(self, half: MessageExt) -> None:
         self._checks[half.queue_offset] = self._checks.get(half.queue_offset, 0) + 1
+
+
+async def put_halves(txlog: TransactionLog, puts: GroupCommit, halves: list[Message]) -> list[PutOutcome]:
+    """Store transaction halves (one put through ``puts``, a group commit of internal puts),
+    noting where the stored ones lie (``TransactionLog.note_stored``)."""
+    outcomes = await puts.put(halves)
+    txlog.note_stored([o for o in outcomes if isinstance(o, PutMessageResult) and o.physical_offset >= 0])
+    return outcomes
 
 
 async def end_transaction(

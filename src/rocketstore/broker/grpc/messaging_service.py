@@ -39,6 +39,7 @@ from rocketstore.broker.transactions import (
     TransactionLog,
     end_transaction,
     half_message,
+    put_halves,
     transaction_id,
 )
 from rocketstore.errors import (
@@ -487,7 +488,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             n = self._round_robin.get(topic, 0)
             self._round_robin[topic] = n + 1
             halves.append(half_message(s.message, n % queues))
-        return await self._system_puts.put(halves)
+        return await put_halves(self.transactions, self._system_puts, halves)
 
     @staticmethod
     def _entry(sent: SentMessage, outcome: PutOutcome) -> tuple[Any, int]:

@@ -37,6 +37,7 @@ from rocketstore.broker.transactions import (
     PROPERTY_TRANSACTION,
     end_transaction,
     half_message,
+    put_halves,
 )
 from rocketstore.codec.commitlog_record import (
     SYSFLAG_CONTENT,
@@ -328,7 +329,7 @@ class ProducerProcessor:
                 raise _refusal(refused)
             await self._create(new_topics, header.default_topic)
         if transactional:
-            (outcome,) = await self.ctx.system_puts.put([msg])
+            (outcome,) = await put_halves(self.ctx.transactions, self.ctx.system_puts, [msg])
         else:
             (outcome,) = await self.ctx.sends.put([msg])
         if not isinstance(outcome, PutMessageResult) or outcome.physical_offset < 0:
