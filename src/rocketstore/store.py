@@ -13,13 +13,14 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.cleanup import CleanService, DiskUsage, ReclaimReport, disk_used_ratio
+from rocketstore.cleanup import CleanService, ReclaimReport
 from rocketstore.clock import Clock, SystemClock
 from rocketstore.codec.message_batch import EncodedBatch
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import BrokerRole, FlushDiskType, StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.disk_space import DiskUsage, disk_used_ratio
 from rocketstore.dispatch import DispatchService
 from rocketstore.errors import (
     InvalidArgumentError,

@@ -219,9 +219,11 @@ class Broker:
             max_frame_size=config.max_frame_size,
             max_requests_per_connection=config.max_requests_per_connection,
             max_request_bytes_per_connection=config.max_request_bytes_per_connection,
+            max_answer_bytes_per_connection=config.max_answer_bytes_per_connection,
             max_server_requests_per_connection=config.max_server_requests_per_connection,
             max_connections=config.max_connections,
             idle_timeout_s=config.idle_timeout_ms / 1000,
+            slow_request_ms=config.slow_request_ms,
         )
         self._remoting = RemotingEndpoint(ctx, limits, acl)
         await self._remoting.start(broker_sock, namesrv_sock)

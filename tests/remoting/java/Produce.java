@@ -11,7 +11,7 @@ import org.apache.rocketmq.common.message.Message;
 
 /**
  * Sends count messages and prints one "sent" event per acknowledged message.
- * Args: namesrv= topic= [count=10] [mode=sync|async|oneway|batch] [group=] [tags=] [keys=PREFIX] [size=BYTES]
+ * Args: namesrv= topic= [count=10] [mode=sync|async|oneway|batch] [group=] [tags=] [keys=PREFIX] [size=BYTES] [ak= sk=]
  *       [delay=LEVEL] [queue=ID (sync: that queue)] [prop.NAME=VALUE ...]
  * The body of message i is "body-i" padded with '.' to size bytes (when size is larger).
  */
@@ -21,7 +21,7 @@ public final class Produce {
         String topic = Out.need(a, "topic");
         int count = Integer.parseInt(Out.get(a, "count", "10"));
         String mode = Out.get(a, "mode", "sync");
-        DefaultMQProducer producer = new DefaultMQProducer(Out.get(a, "group", "test_producer_" + mode));
+        DefaultMQProducer producer = new DefaultMQProducer(Out.get(a, "group", "test_producer_" + mode), Out.hook(a));
         producer.setNamesrvAddr(Out.need(a, "namesrv"));
         producer.setSendMsgTimeout(Integer.parseInt(Out.get(a, "timeout", "10000")));
         producer.start();

@@ -33,6 +33,7 @@ from rocketstore.broker.grpc.sent_message import SentMessage, to_store_message
 from rocketstore.broker.grpc.status import Code, StatusError, put_status_code, refusal_status, status
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
+from rocketstore.broker.request_log import RequestLog
 from rocketstore.broker.send_check import messages_refusal
 from rocketstore.broker.transactions import (
     Orphan,
@@ -45,6 +46,7 @@ from rocketstore.broker.transactions import (
 from rocketstore.errors import (
     InvalidMessageError,
     InvalidReceiptHandleError,
+    Refusal,
     RequestRefusedError,
     RocketStoreError,
     StoreWriteError,
@@ -92,6 +94,17 @@ _RECHECK_S = 1.0
 _OK: int = Code.OK
 # copied into each answer that holds it (upb copies a submessage it is given)
 _OK_STATUS = status(Code.OK)
+# answers of a unary call that are no refusal (a send stored, not yet known durable; mixed results)
+_NOT_REFUSED = frozenset(
+    (
+        Code.OK,
+        Code.MASTER_PERSISTENCE_TIMEOUT,
+        Code.SLAVE_PERSISTENCE_TIMEOUT,
+        Code.HA_NOT_AVAILABLE,
+        Code.MULTIPLE_RESULTS,
+    )
+)
+_LOGGED_REFUSALS = (Refusal.UNAUTHORIZED, Refusal.FORBIDDEN)
 
 
 def _duration_ms(d: Any) -> int:
@@ -134,15 +147,27 @@ def _answer(
     def wrap(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(handler)
         async def run(self: MessagingService, request: Any, context: Any) -> Any:
+            started = time.monotonic()
+            logged = False  # a refusal of keys or permissions has its own line (log_refusal)
             try:
-                return await handler(self, request, context)
+                answer = await handler(self, request, context)
             except (StatusError, RequestRefusedError) as exc:
-                return response(status=_refused(handler.__name__, context, exc))
+                answer = response(status=_refused(handler.__name__, context, exc))
+                logged = isinstance(exc, RequestRefusedError) and exc.reason in _LOGGED_REFUSALS
             except StoreWriteError as exc:  # stored but not known durable, or not stored
-                return response(status=status(put_status_code(exc.status), str(exc)))
+                answer = response(status=status(put_status_code(exc.status), str(exc)))
             except Exception as exc:
                 log.exception("%s failed", handler.__name__)
-                return response(status=status(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
+                answer = response(status=status(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
+            code = answer.status.code
+            if code not in _NOT_REFUSED and not logged:
+                self._requests.refused(
+                    handler.__name__, Code.Name(code), context.peer(), answer.status.message
+                )
+            elapsed = time.monotonic() - started
+            if elapsed > self._requests.slow_s:
+                self._requests.slow(elapsed, handler.__name__, Code.Name(code), context.peer())
+            return answer
 
         return run
 
@@ -211,6 +236,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         )
         self._streams = 0
         self._round_robin: dict[str, int] = {}
+        self._requests = RequestLog(log, "grpc", config.slow_request_ms)
 
     # --- shared steps --------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -225,7 +251,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         if not client_id:
             raise StatusError(Code.CLIENT_ID_REQUIRED, "the request has no x-mq-client-id header")
         account = self._acl.authenticate(metadata) if self._acl is not None else None
-        info = self.clients.seen(client_id, context.peer(), int(time.time() * 1000), metadata)
+        info = self.clients.seen(
+            client_id,
+            context.peer(),
+            int(time.time() * 1000),
+            metadata,
+            account.access_key if account is not None else None,
+        )
         self._metrics.clients.set(len(self.clients))
         return _Caller(info, account)
 

@@ -12,6 +12,7 @@ string of their JSON object, which RocketMQ's client reads as fastjson's object 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import time
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from rocketstore.broker.remoting.codes import VERSION, RequestCode, ResponseCode
-from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.command import MAX_FRAME_SIZE, RemotingCommand
 from rocketstore.broker.remoting.consumers import consumer_groups, json_body
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import number, text, to_ext
@@ -49,6 +50,10 @@ _SYSTEM_TOPICS: Final = frozenset(
     )
 )
 _CLIENT_CALL_TIMEOUT_S: Final = 10.0
+# RocketMQ's maxMsgsNumBatch: the most records one QUERY_MESSAGE answers, whatever maxNum says
+MAX_QUERY_RESULTS: Final = 64
+# and their bytes, so that the answer fits the frame a client accepts (its header is small)
+MAX_QUERY_BYTES: Final = MAX_FRAME_SIZE - 64 * 1024
 # StoreConfig settings getBrokerConfig shows under RocketMQ's names
 _STORE_SETTINGS: Final = {
     "storePathRootDir": "store_path_root_dir",
@@ -140,14 +145,15 @@ class AdminProcessor:
         if ext.get("_UNIQUE_KEY_QUERY", "").lower() == "true":
             max_num = self.ctx.store.config.default_query_max_num
         store = self.ctx.store
-        found = await self.ctx.run(store.query_message, topic, key, max(max_num, 1), begin, end)
+        max_num = min(max(max_num, 1), MAX_QUERY_RESULTS)
+        found = await self.ctx.run(self._query, topic, key, max_num, begin, end)
         if not found:
             raise RequestRefused(
                 ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct"
             )
         headers = store.index_headers()
         last = headers[-1][1] if headers else {}
-        body = b"".join([m.record_view for m in found])
+        body = b"".join(found)
         return cmd.response(
             ext_fields=to_ext(
                 indexLastUpdateTimestamp=last.get("endTs", 0),
@@ -156,11 +162,32 @@ class AdminProcessor:
             body=body,
         )
 
+    def _query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[memoryview]:
+        """The records of the newest ``max_num`` messages found, as many as fit in
+        ``MAX_QUERY_BYTES``."""
+        records: list[memoryview] = []
+        size = 0
+        for msg in itertools.islice(self.ctx.store.iter_query_message(topic, key, begin, end), max_num):
+            record = msg.record_view
+            if size + len(record) > MAX_QUERY_BYTES:
+                if not records:
+                    raise RequestRefused(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"the message found is {len(record)} bytes, "
+                        f"over the {MAX_FRAME_SIZE}-byte frame limit",
+                    )
+                break
+            records.append(record)
+            size += len(record)
+        return records
+
     async def view_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         offset = number(cmd.ext_fields, "offset")
         msg = await self.ctx.run(self.ctx.store.look_message_by_offset, offset)
         if msg is None:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        if self.ctx.acl is not None:
+            self.ctx.acl.require_record(cmd, msg)
         return cmd.response(body=bytes(msg.record_view))
 
     # --- the broker -------------------------------------------------------------------------

@@ -46,8 +46,11 @@ DEFAULT_TOPIC: Final = "TBW102"  # RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC
 PERM_INHERIT: Final = 0x1
 KV_CONFIG_FILE: Final = "kvConfig.json"
 # entries the KV configuration keeps (RocketMQ's name server has no bound; its clients write a
-# handful): past it a new key is refused, so requests cannot grow the file without end
+# handful, each a few bytes): past them a change is refused, so requests cannot grow the file
+# (rewritten whole at each change) without end. Bytes are namespace + key + value in UTF-8.
 MAX_KV_ENTRIES: Final = 10_000
+MAX_KV_ENTRY_BYTES: Final = 64 * 1024
+MAX_KV_BYTES: Final = 4 * 1024 * 1024
 
 
 def default_topic_config(ctx: RemotingContext) -> TopicConfig:
@@ -62,12 +65,19 @@ def json_body(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def _entry_bytes(namespace: str, key: str, value: str) -> int:
+    return len(namespace.encode()) + len(key.encode()) + len(value.encode())
+
+
 class NameServerProcessor:
     def __init__(self, ctx: RemotingContext) -> None:
         self.ctx = ctx
         self._kv_path = ctx.store.layout.root / "config" / KV_CONFIG_FILE
         self._kv_update = asyncio.Lock()  # one change at a time: each rewrites the whole file
         self._kv: dict[str, dict[str, str]] = self._load_kv()
+        self._kv_bytes = sum(
+            _entry_bytes(ns, k, v) for ns, entries in self._kv.items() for k, v in entries.items()
+        )
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -177,16 +187,30 @@ class NameServerProcessor:
     async def put_kv(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
         namespace, key, value = text(ext, "namespace"), text(ext, "key"), text(ext, "value")
+        size = _entry_bytes(namespace, key, value)
+        if size > MAX_KV_ENTRY_BYTES:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"a KV configuration entry of {size} bytes (namespace, key and value): "
+                f"at most {MAX_KV_ENTRY_BYTES}",
+            )
         async with self._kv_update:
-            if key not in self._kv.get(namespace, {}) and sum(map(len, self._kv.values())) >= MAX_KV_ENTRIES:
+            old = self._kv.get(namespace, {}).get(key)
+            if old is None and sum(map(len, self._kv.values())) >= MAX_KV_ENTRIES:
                 raise RequestRefused(
                     ResponseCode.SYSTEM_ERROR,
                     f"the KV configuration holds {MAX_KV_ENTRIES} entries: the limit",
                 )
+            total = self._kv_bytes + size - (0 if old is None else _entry_bytes(namespace, key, old))
+            if total > MAX_KV_BYTES:
+                raise RequestRefused(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"the KV configuration would hold {total} bytes: at most {MAX_KV_BYTES}",
+                )
             table = {ns: dict(entries) for ns, entries in self._kv.items()}
             table.setdefault(namespace, {})[key] = value
             await self.ctx.run(self._save_kv, table)
-            self._kv = table
+            self._kv, self._kv_bytes = table, total
         return cmd.response()
 
     async def get_kv(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -205,11 +229,11 @@ class NameServerProcessor:
         async with self._kv_update:
             if key in self._kv.get(namespace, {}):
                 table = {ns: dict(entries) for ns, entries in self._kv.items()}
-                del table[namespace][key]
+                size = _entry_bytes(namespace, key, table[namespace].pop(key))
                 if not table[namespace]:
                     del table[namespace]
                 await self.ctx.run(self._save_kv, table)
-                self._kv = table
+                self._kv, self._kv_bytes = table, self._kv_bytes - size
         return cmd.response()
 
     async def kv_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:

@@ -34,6 +34,7 @@ from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_check import batch_refusal, messages_refusal
 from rocketstore.broker.transactions import (
     HALF_TOPIC,
+    PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION,
     end_transaction,
     half_message,
@@ -315,6 +316,8 @@ class ProducerProcessor:
         ) == "true"
         if transactional:
             props.pop(PROPERTY_DELAY, None)
+            if self.ctx.acl is not None:  # the group its checks go to
+                self.ctx.acl.require(cmd, groups=(props.get(PROPERTY_PRODUCER_GROUP, ""),))
         msg = self._message(target.topic, target.queue_id, cmd.body, props, header, header.flag, conn.peer)
         if target.topic.startswith(DLQ_PREFIX):
             msg.delay_level = 0
@@ -426,6 +429,8 @@ class ProducerProcessor:
                 text(ext, "msgId"),
                 ext.get("transactionId") or None,
             )
+            if self.ctx.acl is not None:  # (the group was checked with the header)
+                self.ctx.acl.require_record(cmd, half)
             failed = await end_transaction(txlog, self.ctx.system_puts, half, kind == TX_COMMIT)
         except RequestRefusedError as exc:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, exc.message) from None

@@ -29,6 +29,7 @@ from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import number, text, to_ext
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
+from rocketstore.broker.request_log import parked
 from rocketstore.config import BrokerRole
 from rocketstore.results import GetMessageResult, GetStatus
 
@@ -118,7 +119,8 @@ class PullProcessor:
                 ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {self.max_suspended} pulls are suspended already"
             )
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        started = loop.time()
+        deadline = started + timeout_s
         store, arrival = self.ctx.store, self.ctx.arrival
         self.suspended += 1
         try:
@@ -129,6 +131,7 @@ class PullProcessor:
                 mark = arrival.mark()
         finally:
             self.suspended -= 1
+            parked(loop.time() - started)  # waiting on purpose: not a slow request
 
     async def pull(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
