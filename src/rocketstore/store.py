@@ -798,7 +798,8 @@ class MessageStore:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Remember where ``group`` is in a queue (written to consumerOffset.json periodically
-        and at close)."""
+        and at close). InvalidArgumentError, naming it, for a queue id outside 0..65535 or an
+        offset outside 0..2^63-1; StoreConfigError for a name that is not a group's or topic's."""
         self._check_writable("offset commits")
         self._offsets.commit(
             _str_arg("group", group),

@@ -238,6 +238,7 @@ def test_transactions_are_ended_and_checked_only_by_accounts_of_their_group_and_
                 "producerGroup": "pgA",
                 "tranStateTableOffset": own.ext_fields["queueOffset"],
                 "commitLogOffset": str(own_offset),
+                "msgId": "A1",  # its UNIQ_KEY, as the Java client names it
             },
         )
         assert ended.code == ResponseCode.SUCCESS, ended.remark

@@ -34,11 +34,13 @@ from rocketstore.broker.grpc.status import Code, StatusError, put_status_code, r
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
 from rocketstore.broker.request_log import RequestLog
+from rocketstore.broker.send_check import messages_refusal
 from rocketstore.broker.transactions import (
     Orphan,
     TransactionLog,
     end_transaction,
     half_message,
+    put_halves,
     transaction_id,
 )
 from rocketstore.errors import (
@@ -474,14 +476,27 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         except StatusError as exc:
             self._metrics.sends.labels(topic, "invalid", Code.Name(exc.code)).inc(len(msgs))
             raise
-        queues = await self._known_topic(
-            topic,
-            ordered=any(s.message.properties and PROPERTY_SHARDING_KEY in s.message.properties for s in sent),
-        )
-        if any(s.transactional for s in sent):
-            outcomes = await self._put_halves(sent, queues)
-        else:
-            outcomes = await self._sends.put([s.message for s in sent])
+        outcomes: list[PutOutcome] = []
+        if self.store.topic_config(topic) is None:
+            # refuse first, create after: a send the store would refuse creates no topic
+            checked = [half_message(s.message, 0) if s.transactional else s.message for s in sent]
+            kinds = [s.transactional for s in sent]
+            refused = await self._run(
+                functools.partial(messages_refusal, internal=kinds), self.store.config, checked
+            )
+            if refused is not None:
+                outcomes = [refused] * len(sent)
+        if not outcomes:
+            queues = await self._known_topic(
+                topic,
+                ordered=any(
+                    s.message.properties and PROPERTY_SHARDING_KEY in s.message.properties for s in sent
+                ),
+            )
+            if any(s.transactional for s in sent):
+                outcomes = await self._put_halves(sent, queues)
+            else:
+                outcomes = await self._sends.put([s.message for s in sent])
         entries = []
         # the sends counted per (kind, code), not per message: a labels() lookup costs as much
         # as building the entry
@@ -508,7 +523,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             n = self._round_robin.get(topic, 0)
             self._round_robin[topic] = n + 1
             halves.append(half_message(s.message, n % queues))
-        return await self._system_puts.put(halves)
+        return await put_halves(self.transactions, self._system_puts, halves)
 
     @staticmethod
     def _entry(sent: SentMessage, outcome: PutOutcome) -> tuple[Any, int]:
@@ -560,7 +575,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 f"source {request.source} is not SOURCE_UNSPECIFIED, SOURCE_CLIENT or SOURCE_SERVER_CHECK",
             )
         txlog = self.transactions
-        half = txlog.half_of(request.transaction_id, request.message_id, topic)
+        # off the loop: the lookup reads the half queue, and may wait for its dispatch
+        half = await self._run(txlog.half_of, request.transaction_id, request.message_id, topic)
         commit = resolution == pb.TransactionResolution.COMMIT
         failed = await end_transaction(txlog, self._system_puts, half, commit)
         if failed is not None:

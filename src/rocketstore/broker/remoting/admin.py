@@ -306,7 +306,7 @@ class AdminProcessor:
         config = self.ctx.config
         if (
             topic in _SYSTEM_TOPICS
-            or topic.startswith("rmq_sys_")
+            or topic.upper().startswith("RMQ_SYS_")  # in any case, as sends refuse them
             or topic in (self.broker_name, getattr(config, "cluster_name", "DefaultCluster"))
         ):
             raise RequestRefused(

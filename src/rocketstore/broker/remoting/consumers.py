@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from rocketstore.broker.consumer_groups import ConsumerGroup, ConsumerGroups, ConsumerMember, Subscription
-from rocketstore.broker.consumer_offsets import resume_offset
+from rocketstore.broker.consumer_offsets import CommitRefusal, CommitRefusedError, check_commit, resume_offset
 from rocketstore.broker.queue_locks import QueueLocks
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
@@ -34,8 +34,17 @@ from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_back import DEFAULT_MAX_RECONSUME_TIMES, retry_topic, send_back
 from rocketstore.codec.config_json import TopicConfig
+from rocketstore.errors import InvalidArgumentError, StoreConfigError
+from rocketstore.store import MessageStore
 
-__all__ = ["ConsumerProcessor", "consumer_groups", "ensure_topic", "json_body", "queue_locks"]
+__all__ = [
+    "ConsumerProcessor",
+    "commit_offset",
+    "consumer_groups",
+    "ensure_topic",
+    "json_body",
+    "queue_locks",
+]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
@@ -91,6 +100,23 @@ async def ensure_topic(ctx: RemotingContext, topic: str, queues: int = 1) -> Top
         config = await ctx.run(lambda: ctx.store.create_topic(topic, queues, perm=PERM_READ_WRITE))
         log.info("created topic %s (%d queue%s)", topic, queues, "s" if queues > 1 else "")
     return config
+
+
+def commit_offset(store: MessageStore, group: str, topic: str, queue_id: int, offset: int) -> None:
+    """Store a client's offset commit, or refuse it (``consumer_offsets.check_commit``): an
+    unknown topic TOPIC_NOT_EXIST, anything else SYSTEM_ERROR, the remark naming the value."""
+    try:
+        check_commit(store, topic, queue_id, offset)
+        store.commit_offset(group, topic, queue_id, offset)
+    except CommitRefusedError as exc:
+        code = (
+            ResponseCode.TOPIC_NOT_EXIST
+            if exc.reason is CommitRefusal.NO_TOPIC
+            else ResponseCode.SYSTEM_ERROR
+        )
+        raise RequestRefused(code, str(exc)) from None
+    except (StoreConfigError, InvalidArgumentError) as exc:  # the group's name, a read-only store
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
 
 
 def _now_ms() -> int:
@@ -285,7 +311,8 @@ class ConsumerProcessor:
     # --- offsets ------------------------------------------------------------------------------
     async def query_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        group, topic, queue_id = text(ext, "consumerGroup"), text(ext, "topic"), number(ext, "queueId")
+        group, topic = text(ext, "consumerGroup"), text(ext, "topic")
+        queue_id = number(ext, "queueId", java_int=True)
         offset = await self.ctx.run(resume_offset, self.ctx.store, group, topic, queue_id)
         if offset is None:
             raise RequestRefused(
@@ -296,11 +323,9 @@ class ConsumerProcessor:
 
     async def update_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        group, topic, queue_id = text(ext, "consumerGroup"), text(ext, "topic"), number(ext, "queueId")
-        offset = number(ext, "commitOffset")
-        if offset < 0:
-            raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"commitOffset {offset} is negative")
-        self.ctx.store.commit_offset(group, topic, queue_id, offset)
+        group, topic = text(ext, "consumerGroup"), text(ext, "topic")
+        queue_id, offset = number(ext, "queueId", java_int=True), number(ext, "commitOffset")
+        commit_offset(self.ctx.store, group, topic, queue_id, offset)
         return cmd.response()
 
     # --- orderly consumers --------------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Final
 from rocketstore.broker.consumer_groups import Subscription
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
-from rocketstore.broker.remoting.consumers import SQL92_UNSUPPORTED, consumer_groups
+from rocketstore.broker.remoting.consumers import SQL92_UNSUPPORTED, commit_offset, consumer_groups
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import number, text, to_ext
 from rocketstore.broker.remoting.refusal import RequestRefused
@@ -137,7 +137,7 @@ class PullProcessor:
     async def pull(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
         group, topic = text(ext, "consumerGroup"), text(ext, "topic")
-        queue_id, offset = number(ext, "queueId"), number(ext, "queueOffset")
+        queue_id, offset = number(ext, "queueId", java_int=True), number(ext, "queueOffset")
         max_msgs = min(max(number(ext, "maxMsgNums"), 1), MAX_MESSAGES_PER_PULL)
         sys_flag = number(ext, "sysFlag")
         store = self.ctx.store
@@ -164,8 +164,11 @@ class PullProcessor:
             and store.config.broker_role is not BrokerRole.SLAVE
         ):
             commit = number(ext, "commitOffset")
-            if commit >= 0:
-                store.commit_offset(group, topic, queue_id, commit)
+            try:
+                commit_offset(store, group, topic, queue_id, commit)
+            except RequestRefused as exc:
+                # not stored; the pull is answered still, its nextBeginOffset correcting the client
+                log.debug("pull of %s from %s: commit offset not taken: %s", group, conn.peer, exc.remark)
 
         arrival = self.ctx.arrival
         with arrival.watching():
