@@ -63,8 +63,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], list[
     put = _put(a, "broker-a", {"Orders": 30}, 0)
     put += _put(b, "broker-b", {"Orders": 21, "Payments": 9}, 0)
     put += _put(c, "broker-c", {"Orders": 17}, 0)
-    (a / "broker.conf").write_text("# RocketMQ's broker.conf\nbrokerClusterName=DefaultCluster\nbrokerName=broker-a\n")
+    (a / "broker.conf").write_text(
+        "# RocketMQ's broker.conf\nbrokerClusterName=DefaultCluster\nbrokerName=broker-a\n"
+    )
     return [a, b, c], put
+
+
+def _text(base64_body: str) -> str:
+    return base64.b64decode(base64_body).decode()  # Spark writes binary as base64 in JSON
 
 
 def _paths(roots: list[Path]) -> str:
@@ -72,7 +78,9 @@ def _paths(roots: list[Path]) -> str:
 
 
 # --- which stores, which brokers: no Spark ------------------------------------------------------
-def test_each_store_is_named_by_its_broker_conf_else_its_directory(cluster: tuple[list[Path], list[Put]]) -> None:
+def test_each_store_is_named_by_its_broker_conf_else_its_directory(
+    cluster: tuple[list[Path], list[Put]],
+) -> None:
     roots, _ = cluster
     assert broker_name(roots[0]) == "broker-a"
     assert broker_name(roots[1]) == "broker-b"
@@ -87,7 +95,9 @@ def test_each_store_is_named_by_its_broker_conf_else_its_directory(cluster: tupl
     assert store_paths({"path": str(roots[0])}) is None  # one store: no broker column
 
 
-def test_stores_that_cannot_be_told_apart_are_refused(tmp_path: Path, cluster: tuple[list[Path], list[Put]]) -> None:
+def test_stores_that_cannot_be_told_apart_are_refused(
+    tmp_path: Path, cluster: tuple[list[Path], list[Put]]
+) -> None:
     roots, _ = cluster
     twins = [tmp_path / "1" / "store", tmp_path / "2" / "store"]
     with pytest.raises(ValueError, match=r"both broker 'store': name them with option brokers"):
@@ -131,7 +141,10 @@ def test_stream_offsets_are_kept_per_broker_and_queue(cluster: tuple[list[Path],
     start = reader.initialOffset()
     assert start == {
         "broker-a": {f"Orders/{q}": 0 for q in range(QUEUES)},
-        "broker-b": {**{f"Orders/{q}": 0 for q in range(QUEUES)}, **{f"Payments/{q}": 0 for q in range(QUEUES)}},
+        "broker-b": {
+            **{f"Orders/{q}": 0 for q in range(QUEUES)},
+            **{f"Payments/{q}": 0 for q in range(QUEUES)},
+        },
     }
     end = reader.latestOffset(start, ReadAllAvailable())
     expected: dict[str, dict[str, int]] = {}
@@ -162,7 +175,9 @@ def _rows(df: Any) -> list[Put]:
 
 
 @pytest.mark.slow
-def test_three_stores_read_as_one_frame_row_by_row(spark: SparkSession, cluster: tuple[list[Path], list[Put]]) -> None:
+def test_three_stores_read_as_one_frame_row_by_row(
+    spark: SparkSession, cluster: tuple[list[Path], list[Put]]
+) -> None:
     roots, put = cluster
     df = spark.read.format("rocketstore").option("bodyAs", "string").load([str(r) for r in roots])
     assert df.columns == [*COLUMNS, "broker"]
@@ -243,8 +258,15 @@ def test_jobs_take_the_list_of_stores(
     assert json.loads(stdout)["rows"] == len(expected), err
     lines = [json.loads(line) for f in out.glob("part-*.json") for line in f.read_text().splitlines()]
     got = sorted(
-        (r["broker"], r["topic"], r["queue_id"], r["queue_offset"], base64.b64decode(r["body"]).decode())
-        + (r["tags"], tuple(r["keys"]))
+        (
+            r["broker"],
+            r["topic"],
+            r["queue_id"],
+            r["queue_offset"],
+            _text(r["body"]),
+            r["tags"],
+            tuple(r["keys"]),
+        )
         for r in lines
     )
     assert got == expected

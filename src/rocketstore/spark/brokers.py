@@ -88,17 +88,15 @@ def broker_name(root: str | Path) -> str:
 
 def _path_list(raw: str) -> list[str]:
     text = raw.strip()
-    paths: Any
+    given: Any = text.split(",")
     if text.startswith("["):
         try:
-            paths = json.loads(text)
+            given = json.loads(text)
         except json.JSONDecodeError:
-            paths = None
-        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            given = None
+        if not isinstance(given, list) or not all(isinstance(p, str) for p in given):
             raise ValueError(f"option paths={raw!r}: expected a JSON array of store directories")
-    else:
-        paths = text.split(",")
-    paths = [p.strip() for p in paths]
+    paths = [str(p).strip() for p in given]
     if not paths or not all(paths):
         raise ValueError(f"option paths={raw!r}: expected one or more store directories")
     return paths
