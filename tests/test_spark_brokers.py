@@ -224,7 +224,7 @@ def test_a_stream_over_two_stores_restarts_from_its_checkpoint(spark: SparkSessi
     _run_stream(spark, [a, b], out, ckpt)
     got = _rows(spark.read.parquet(str(out)))
     assert got == sorted(put)  # every message once
-    logged = sorted((ckpt / "offsets").iterdir(), key=lambda p: int(p.name))
+    logged = sorted((p for p in (ckpt / "offsets").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     last = json.loads(logged[-1].read_text().splitlines()[-1])
     assert last == {
         "broker-a": {"Orders/0": 12, "Orders/1": 12, "Orders/2": 12, "Orders/3": 12},
@@ -239,7 +239,7 @@ def test_a_stream_over_two_stores_restarts_from_its_checkpoint(spark: SparkSessi
             "Payments/3": 7,
         },
     }
-    assert len(logged) >= 4  # maxMessagesPerTrigger split each run into several micro-batches
+    assert len(logged) == 3  # 72 messages in micro-batches of at most 40, then the 24 added
 
 
 @pytest.mark.slow
