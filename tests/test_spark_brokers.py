@@ -156,6 +156,10 @@ def test_stream_offsets_are_kept_per_broker_and_queue(cluster: tuple[list[Path],
     # a per-broker startingOffsets, in the checkpoint's own shape; other queues start at 0
     later = _stream(roots[:2], startingOffsets=json.dumps({"broker-b": {"Orders/1": 3}})).initialOffset()
     assert later["broker-b"]["Orders/1"] == 3 and later["broker-a"]["Orders/1"] == 0
+    with pytest.raises(
+        ValueError, match="offsets of broker broker-c, but the query reads the stores of brokers"
+    ):
+        _stream(roots[:2], startingOffsets=json.dumps({"broker-c": {"Orders/1": 3}}))
     # a checkpoint of one shape is refused by a query of the other
     single = RocketStoreStreamReader(CaseInsensitiveDict({"path": str(roots[0])}))
     with pytest.raises(ValueError, match="new checkpointLocation"):

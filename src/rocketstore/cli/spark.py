@@ -207,6 +207,9 @@ def _named(store_dirs: tuple[Path, ...], brokers: tuple[str, ...]) -> dict[str, 
     given without --broker (today's output, no broker named)."""
     for root in store_dirs:
         _check_store(root)
+    listed = [b for b in brokers if "," in b]
+    if listed:
+        raise click.ClickException(f"--broker {listed[0]!r}: one name per --broker, repeated once per STORE")
     if len(store_dirs) == 1 and not brokers:
         return {"": str(store_dirs[0])}
     from rocketstore.spark.brokers import store_paths

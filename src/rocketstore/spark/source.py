@@ -331,6 +331,21 @@ def _offset_spec(options: Any, which: str, default: int) -> OffsetSpec:
     return spec
 
 
+def _check_brokers(spec: OffsetSpec, stores: dict[str, StoreFiles]) -> None:
+    """Refuse per-broker offsets naming a broker the query does not read: they would be ignored."""
+    unknown = sorted(set(spec.by_broker) - set(stores))
+    if not unknown:
+        return
+    read = (
+        'one store (option path), whose queues are given as {"topic": {"queueId": offset}}'
+        if "" in stores
+        else f"the stores of brokers {', '.join(stores)}"
+    )
+    raise ValueError(
+        f"option {spec.name}: offsets of broker {', '.join(unknown)}, but the query reads {read}"
+    )
+
+
 def _scan_options(options: Any) -> ScanOptions:
     body_as = (_option(options, "bodyAs", "binary") or "binary").lower()
     if body_as not in ("binary", "string"):
@@ -417,6 +432,8 @@ class RocketStoreReader(DataSourceReader):
         self.assign = assigned(options)
         self.starting = _offset_spec(options, "starting", EARLIEST)
         self.ending = _offset_spec(options, "ending", LATEST)
+        _check_brokers(self.starting, self.stores)
+        _check_brokers(self.ending, self.stores)
         # as Kafka's batch queries: they cannot start at the end or end at the start
         if self.starting.whole == LATEST or LATEST in self.starting.given():
             raise ValueError("option startingOffsets: a batch query cannot start at latest (-1)")
@@ -625,6 +642,7 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         if _option(options, "endingOffsets") is not None or _option(options, "endingOffsetsByTimestamp"):
             raise ValueError("option endingOffsets: a streaming query has no end (as in Kafka's source)")
         self.starting = _offset_spec(options, "starting", EARLIEST)  # Kafka: latest; kept as before
+        _check_brokers(self.starting, self.stores)
         per_trigger = [n for n in ("maxOffsetsPerTrigger", "maxMessagesPerTrigger") if _option(options, n)]
         self.max_per_trigger = integer(options, per_trigger[0], 1) if per_trigger else None
         self.min_per_trigger = integer(options, "minOffsetsPerTrigger", 1)
