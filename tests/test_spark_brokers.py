@@ -95,6 +95,17 @@ def test_each_store_is_named_by_its_broker_conf_else_its_directory(
     assert store_paths({"path": str(roots[0])}) is None  # one store: no broker column
 
 
+def test_a_broker_conf_beside_the_store_names_it(tmp_path: Path) -> None:
+    """One directory per broker, holding its broker.conf and its store."""
+    store = tmp_path / "node-1" / "store"
+    _put(store, "broker-x", {"T": 1}, 0)
+    assert broker_name(store) == "store"
+    (tmp_path / "node-1" / "broker.conf").write_text("brokerName = broker-x\nbrokerId=0\n")
+    assert broker_name(store) == "broker-x"
+    (store / "broker.conf").write_text("brokerRole=ASYNC_MASTER\n")  # no name in it: the one beside counts
+    assert broker_name(store) == "broker-x"
+
+
 def test_stores_that_cannot_be_told_apart_are_refused(
     tmp_path: Path, cluster: tuple[list[Path], list[Put]]
 ) -> None:

@@ -10,7 +10,9 @@ or comma-separated. The rows then carry a ``broker`` column, and streaming offse
 ``{"broker": {"topic/queueId": offset}}``. Each store's broker is, in this order:
 
 1. the name at the same place in option ``brokers`` (comma-separated, one per path);
-2. ``brokerName`` of a ``broker.conf`` in the store directory (RocketMQ's properties format);
+2. ``brokerName`` of a ``broker.conf`` in the store directory, else of one beside it (in the
+   directory that holds it: one directory per broker, with its broker.conf and its store), in
+   RocketMQ's properties format (or TOML, with that suffix);
 3. the store directory's own name.
 
 Two stores with the same broker name are refused, naming both: rows of two brokers under one
@@ -73,17 +75,19 @@ def store_paths(options: Mapping[str, Any]) -> dict[str, str] | None:
 
 
 def broker_name(root: str | Path) -> str:
-    """The broker of the store at ``root``: ``brokerName`` of ``root/broker.conf`` when it has
-    one, else the directory's name."""
-    conf = Path(root) / BROKER_CONF
-    if conf.is_file():
+    """The broker of the store at ``root``: ``brokerName`` of ``root/broker.conf``, else of
+    ``root/../broker.conf``, when one has it; else the directory's name."""
+    store = Path(root).resolve()
+    for conf in (store / BROKER_CONF, store.parent / BROKER_CONF):
+        if not conf.is_file():
+            continue
         try:
             name = read_settings_file(conf).get("brokerName")
         except StoreConfigError as exc:
             raise ValueError(f"store {root}: {exc}") from None
         if name is not None and str(name).strip():
             return str(name).strip()
-    return Path(root).resolve().name
+    return store.name
 
 
 def _path_list(raw: str) -> list[str]:
