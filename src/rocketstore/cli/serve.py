@@ -79,13 +79,17 @@ def serve_command(
 ) -> int:
     """Serve STORE_DIR to RocketMQ clients until SIGTERM or Ctrl-C, then close it cleanly: RocketMQ 5
     clients over gRPC (--listen), RocketMQ 4.x clients, mqadmin and the benchmarks over RocketMQ's
-    remoting protocol (--namesrv is their namesrvAddr; routes point at --remoting).
+    remoting protocol (--namesrv is their namesrvAddr; routes point at --remoting). With
+    --listen off --remoting off, a name server alone: brokers (RocketMQ's or rocketstore's, with
+    namesrvAddr in their broker.conf) register with it; STORE_DIR keeps its KV configuration.
 
     \b
     Example:
       rocketstore serve ./store --create
     RocketMQ 5 clients use 127.0.0.1:8081 as their endpoint; 4.x clients and mqadmin use
-    namesrvAddr 127.0.0.1:9876. See docs/broker.md and docs/remoting.md.
+    namesrvAddr 127.0.0.1:9876. A name server for a cluster:
+      rocketstore serve ./ns --namesrv 0.0.0.0:9876 --remoting off --listen off
+    See docs/broker.md, docs/remoting.md and docs/cluster.md.
     """
     from rocketstore.broker import BrokerConfig, serve
     from rocketstore.broker.config import load_settings
@@ -104,6 +108,11 @@ def serve_command(
     given = ctx.get_parameter_source("remoting") is not click.core.ParameterSource.DEFAULT
     # the default gives way to broker.conf's listenPort
     changes["remoting"] = address(remoting) if given or broker.remoting is None else broker.remoting
+    if changes["listen"] is None and changes["remoting"] is None and changes["namesrv"] is not None:
+        from rocketstore.broker.serve import serve_namesrv
+
+        configure_logging(as_json)
+        return serve_namesrv(store_dir, str(changes["namesrv"]), broker)
     for name, value in (
         ("tls_cert", tls_cert),
         ("tls_key", tls_key),

@@ -2,8 +2,9 @@
 their handler tables assembled from the processors, and the transaction checks sent over
 remoting.
 
-``NAMESRV_PROCESSORS`` answer on the name-server address, ``BROKER_PROCESSORS`` on the broker
-address (the client only ever sends name-server codes to the former). Each processor class is
+``NameServerProcessor`` answers on the name-server address (``namesrv.NameServer``),
+``BROKER_PROCESSORS`` on the broker address (the client only ever sends name-server codes to the
+former). Each processor class is
 built with the shared ``RemotingContext`` and lists its handlers; a code claimed twice is a
 programming error caught at start.
 """
@@ -23,7 +24,7 @@ from rocketstore.broker.remoting.consumers import ConsumerProcessor
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import to_ext
 from rocketstore.broker.remoting.heartbeat import HeartbeatProcessor
-from rocketstore.broker.remoting.namesrv import NameServerProcessor
+from rocketstore.broker.remoting.namesrv import NameServer, NameServerProcessor
 from rocketstore.broker.remoting.producer import ProducerProcessor
 from rocketstore.broker.remoting.pull import PullProcessor
 from rocketstore.broker.remoting.queue_offsets import QueueOffsetsProcessor
@@ -33,7 +34,7 @@ from rocketstore.codec.commitlog_record import encode_message
 from rocketstore.codec.properties import encode_properties
 from rocketstore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
 
-__all__ = ["BROKER_PROCESSORS", "NAMESRV_PROCESSORS", "RemotingEndpoint", "bind_listener"]
+__all__ = ["BROKER_PROCESSORS", "RemotingEndpoint", "bind_listener"]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
@@ -46,7 +47,6 @@ class ProcessorFactory(Protocol):
     def __call__(self, ctx: RemotingContext) -> Processor: ...
 
 
-NAMESRV_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (NameServerProcessor,)
 BROKER_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (
     HeartbeatProcessor,
     ProducerProcessor,
@@ -94,6 +94,7 @@ class RemotingEndpoint:
         self._acl = RemotingAcl(acl) if acl is not None else None
         self.broker: RemotingServer | None = None
         self.namesrv: RemotingServer | None = None
+        self.name_server: NameServer | None = None
 
     async def start(self, broker_sock: socket.socket, namesrv_sock: socket.socket | None) -> None:
         broker = RemotingServer(
@@ -106,17 +107,16 @@ class RemotingEndpoint:
         await broker.start(sock=broker_sock)
         self.broker = broker
         if namesrv_sock is not None:
-            namesrv = RemotingServer(
-                handler_table(self.ctx, NAMESRV_PROCESSORS), self.limits, "namesrv", metrics=self.ctx.metrics
-            )
-            await namesrv.start(sock=namesrv_sock)
-            self.namesrv = namesrv
+            name_server = NameServer(NameServerProcessor.of_broker(self.ctx), self.limits, self.ctx.metrics)
+            await name_server.start(namesrv_sock)
+            self.name_server, self.namesrv = name_server, name_server.server
 
     async def stop(self) -> None:
-        for server in (self.namesrv, self.broker):
-            if server is not None:
-                await server.stop()
-        self.namesrv = self.broker = None
+        if self.name_server is not None:
+            await self.name_server.stop()
+        if self.broker is not None:
+            await self.broker.stop()
+        self.name_server = self.namesrv = self.broker = None
 
     def connection_count(self) -> int:
         return sum(len(s.connections) for s in (self.broker, self.namesrv) if s is not None)
