@@ -34,6 +34,7 @@ from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.endpoint import RemotingEndpoint, bind_listener
+from rocketstore.broker.remoting.registration_service import RegistrationService
 from rocketstore.broker.remoting.server import RemotingLimits
 from rocketstore.broker.state import STATE_FILE, read_state
 from rocketstore.broker.transaction_check import OrphanSender, TransactionChecker
@@ -71,6 +72,7 @@ class Broker:
         self.namesrv_port: int | None = None
         self._grpc: GrpcEndpoint | None = None
         self._remoting: RemotingEndpoint | None = None
+        self.registration: RegistrationService | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._arrival: ArrivalSignal | None = None
         self._pop: PopService | None = None
@@ -223,6 +225,7 @@ class Broker:
             max_connections=config.max_connections,
             idle_timeout_s=config.idle_timeout_ms / 1000,
         )
+        registration = RegistrationService(ctx) if config.name_servers() else None
         self._remoting = RemotingEndpoint(ctx, limits, acl)
         await self._remoting.start(broker_sock, namesrv_sock)
         self.remoting_port = self._remoting.broker.port if self._remoting.broker else None
@@ -235,6 +238,10 @@ class Broker:
             config.cluster_name,
             f", name server on port {self.namesrv_port}" if self.namesrv_port is not None else "",
         )
+        if registration is not None:
+            # after the listeners are up: a name server routes clients here at once
+            await registration.start()
+            self.registration = registration
 
     async def _every(self, interval_ms: int, job: Any) -> None:
         while True:
@@ -294,6 +301,10 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self.registration is not None:
+            # first: the name servers stop routing clients here before the listeners close
+            await self.registration.stop()
+            self.registration = None
         if self._remoting is not None:
             await self._remoting.stop()
             self._remoting = None
