@@ -155,6 +155,10 @@ def test_two_rocketstore_brokers_under_rocketmq_name_server(
     spread_and_consume_once(cluster, java, "ClusterSpread", "cluster_g", 40)
     status = cluster.admin("brokerStatus", "-c", CLUSTER)
     assert all(address in status for address in cluster.brokers.values()), status
+    progress = cluster.admin("consumerProgress", "-g", "cluster_g")
+    assert {line.split()[1] for line in progress.splitlines() if line.startswith("ClusterSpread")} == set(
+        cluster.brokers
+    ), progress
 
 
 def test_mixed_cluster_under_rocketstore_name_server(
