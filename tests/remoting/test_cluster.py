@@ -6,7 +6,10 @@
 * a mixed cluster under rocketstore's name server alone (``serve --remoting off --listen off``):
   a RocketMQ broker and a rocketstore broker, the same checks, then kill -9 of the RocketMQ
   broker while a producer sends (every send acknowledged, the dead broker dropped from the
-  route) and a clean stop of the rocketstore broker (UNREGISTER_BROKER: gone at once).
+  route) and a clean stop of the rocketstore broker (UNREGISTER_BROKER: gone at once);
+* a rocketstore master and a rocketstore slave that learns its master from the name server: the
+  slave replicates and copies the topic, and a new group reads every message from it after the
+  master is killed.
 
 Each cluster is started once per module and shared by its checks (JVMs boot slowly)."""
 
@@ -21,6 +24,9 @@ from typing import Any
 
 import pytest
 
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+
+from ..broker.remoting.client import RawClient
 from .harness import (
     JavaPrograms,
     RocketMQDist,
@@ -202,3 +208,76 @@ def test_kill_of_a_broker_mid_stream_and_a_clean_stop(
     # a clean stop unregisters at once: no broker is left for the topic
     cluster.served.pop("rs-a").stop()
     wait_until(lambda: not cluster.route_brokers(topic), "the stopped broker's removal", timeout=10)
+
+
+def slave_max_offsets(address: str, topic: str, queues: int) -> int:
+    """Messages in ``topic`` on the broker at ``address`` (GET_MAX_OFFSET per queue); -1 while
+    that broker does not know the topic."""
+    total = 0
+    host, _, port = address.rpartition(":")
+    with RawClient(int(port), host) as client:
+        for queue_id in range(queues):
+            resp = client.call(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)})
+            if resp.code != ResponseCode.SUCCESS:
+                return -1
+            total += int(resp.ext_fields["offset"])
+    return total
+
+
+@pytest.fixture(scope="module")
+def master_and_slave(
+    rocketmq_dist: RocketMQDist, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """A rocketstore master and a rocketstore slave that learns its master's HA address from the
+    name server (no haMasterAddress), under rocketstore's name server alone."""
+    work = tmp_path_factory.mktemp("cluster-slave")
+    ns = start_serve(work / "ns", remoting=False)
+    cluster = Cluster(rocketmq_dist, ns.namesrv, {}, served={"ns": ns})
+    try:
+        common = f"brokerName=rs-ms\nnamesrvAddr={ns.namesrv}\nbrokerIP2=127.0.0.1\n"
+        master = start_serve(work / "master", settings=common + "haListenPort=0\n", namesrv=False)
+        cluster.served["master"] = master
+        cluster.brokers["master"] = master.broker
+        slave = start_serve(work / "slave", settings=common + "brokerRole=SLAVE\nbrokerId=1\n", namesrv=False)
+        cluster.served["slave"] = slave
+        cluster.brokers["slave"] = slave.broker
+        wait_until(
+            lambda: cluster.admin("clusterList").count("rs-ms") == 2, "master and slave in clusterList"
+        )
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_slave_found_through_the_name_server_serves_reads_after_the_master_dies(
+    master_and_slave: Cluster, java: JavaPrograms
+) -> None:
+    cluster = master_and_slave
+    topic, count = "FromSlave", 50
+    out = cluster.admin("updateTopic", "-c", CLUSTER, "-t", topic, "-r", "2", "-w", "2")
+    assert out.count("success") == 1, out  # masters only
+    events = java.run("Produce", f"namesrv={cluster.namesrv}", f"topic={topic}", f"count={count}")
+    assert sum(1 for e in events if e["event"] == "sent" and e["status"] == "SEND_OK") == count
+    # the slave replicates (its HA master from the name server) and copies the topic (10 s period)
+    slave = cluster.brokers["slave"]
+    wait_until(
+        lambda: slave_max_offsets(slave, topic, 2) == count, "the slave holding every message", timeout=60
+    )
+    cluster.served.pop("master").kill()
+    wait_until(
+        lambda: f"{{1={slave}}}" in cluster.admin("topicRoute", "-t", topic, "-l"),
+        "the route naming only the slave",
+        timeout=30,
+    )
+    got = [
+        e
+        for e in java.run(
+            "PushConsume",
+            f"namesrv={cluster.namesrv}",
+            "group=from_slave_g",
+            f"topic={topic}",
+            f"expect={count}",
+        )
+        if e["event"] == "consumed"
+    ]
+    assert {e["body"] for e in got} == {f"body-{i}" for i in range(count)}

@@ -34,11 +34,14 @@ from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.endpoint import RemotingEndpoint, bind_listener
+from rocketstore.broker.remoting.registration import RegisterBrokerResult
 from rocketstore.broker.remoting.registration_service import RegistrationService
 from rocketstore.broker.remoting.server import RemotingLimits
+from rocketstore.broker.remoting.slave_sync import SlaveSynchronizer
 from rocketstore.broker.state import STATE_FILE, read_state
 from rocketstore.broker.transaction_check import OrphanSender, TransactionChecker
 from rocketstore.broker.transactions import TransactionLog
+from rocketstore.config import BrokerRole
 from rocketstore.errors import StoreConfigError
 from rocketstore.storage.paths import atomic_write
 from rocketstore.store import MessageStore
@@ -73,6 +76,7 @@ class Broker:
         self._grpc: GrpcEndpoint | None = None
         self._remoting: RemotingEndpoint | None = None
         self.registration: RegistrationService | None = None
+        self.slave_sync: SlaveSynchronizer | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._arrival: ArrivalSignal | None = None
         self._pop: PopService | None = None
@@ -225,7 +229,11 @@ class Broker:
             max_connections=config.max_connections,
             idle_timeout_s=config.idle_timeout_ms / 1000,
         )
-        registration = RegistrationService(ctx) if config.name_servers() else None
+        registration = None
+        if config.name_servers():
+            registration = RegistrationService(ctx, on_result=self._registered)
+            if self.store.config.broker_role is BrokerRole.SLAVE:
+                self.slave_sync = SlaveSynchronizer(ctx)
         self._remoting = RemotingEndpoint(ctx, limits, acl)
         await self._remoting.start(broker_sock, namesrv_sock)
         self.remoting_port = self._remoting.broker.port if self._remoting.broker else None
@@ -242,6 +250,17 @@ class Broker:
             # after the listeners are up: a name server routes clients here at once
             await registration.start()
             self.registration = registration
+        if self.slave_sync is not None:
+            self.slave_sync.start()
+
+    def _registered(self, result: RegisterBrokerResult) -> None:
+        """A registration's result: a SLAVE without ``ha_master_address`` replicates from the HA
+        address its master registered (every result that names one, as RocketMQ's slave)."""
+        config, address = self.store.config, result.ha_server_addr
+        if config.broker_role is BrokerRole.SLAVE and config.ha_master_address is None and address:
+            self.store.update_ha_master_address(address)
+        if self.slave_sync is not None:
+            self.slave_sync.set_master(result.master_addr)
 
     async def _every(self, interval_ms: int, job: Any) -> None:
         while True:
@@ -301,6 +320,9 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
+            self.slave_sync = None
         if self.registration is not None:
             # first: the name servers stop routing clients here before the listeners close
             await self.registration.stop()

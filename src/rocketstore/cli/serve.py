@@ -147,5 +147,10 @@ def serve_command(
         replication["ha_master_address"] = master_address
     if replication:
         cfg = cfg.replace(**replication)
+    if cfg.broker_role.value == "SLAVE" and cfg.ha_master_address is None and not broker.name_servers():
+        raise click.ClickException(
+            "a SLAVE needs ha_master_address (--master, haMasterAddress), or name servers to learn "
+            "it from (namesrvAddr)"
+        )
     configure_logging(as_json)
     return serve(store_dir, broker, cfg, metrics_address=metrics_address)

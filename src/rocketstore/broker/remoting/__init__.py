@@ -18,6 +18,7 @@ Modules:
                     config); ``NameServer``, one name-server listener
 ``registration``    REGISTER_BROKER (body, checksum, result), QUERY_DATA_VERSION, UNREGISTER_BROKER
 ``registration_service``  a broker's registrations with its name servers (``namesrvAddr``)
+``slave_sync``      a slave's copies of its master's topics and offsets, and the master's answers
 ``client``          one outgoing connection (the broker's requests to name servers)
 ``heartbeat``       HEART_BEAT, UNREGISTER_CLIENT (producer groups -> ``producers``)
 ``producers``       producer groups and their connections (for CHECK_TRANSACTION_STATE)

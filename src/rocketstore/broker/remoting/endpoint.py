@@ -29,6 +29,7 @@ from rocketstore.broker.remoting.producer import ProducerProcessor
 from rocketstore.broker.remoting.pull import PullProcessor
 from rocketstore.broker.remoting.queue_offsets import QueueOffsetsProcessor
 from rocketstore.broker.remoting.server import Connection, Handler, RemotingLimits, RemotingServer
+from rocketstore.broker.remoting.slave_sync import SlaveSyncProcessor
 from rocketstore.broker.transactions import PROPERTY_CHECK_TIMES, PROPERTY_PRODUCER_GROUP, Orphan
 from rocketstore.codec.commitlog_record import encode_message
 from rocketstore.codec.properties import encode_properties
@@ -54,6 +55,7 @@ BROKER_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (
     PullProcessor,
     QueueOffsetsProcessor,
     AdminProcessor,
+    SlaveSyncProcessor,
 )
 
 
