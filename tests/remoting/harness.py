@@ -417,7 +417,8 @@ def start_serve(
         "mappedFileSizeCommitLog=8388608\nmappedFileSizeConsumeQueue=400000\n" + settings
     )
     namesrv_address = f"127.0.0.1:{free_port()}" if namesrv else ""
-    broker = f"127.0.0.1:{free_port()}" if remoting else ""
+    # the port below too: a replication master serves RocketMQ's VIP channel there
+    broker = f"127.0.0.1:{free_port(also=(-2,))}" if remoting else ""
     grpc_address = f"127.0.0.1:{free_port()}" if grpc else None
     argv = [
         sys.executable,

@@ -7,9 +7,9 @@
   a RocketMQ broker and a rocketstore broker, the same checks, then kill -9 of the RocketMQ
   broker while a producer sends (every send acknowledged, the dead broker dropped from the
   route) and a clean stop of the rocketstore broker (UNREGISTER_BROKER: gone at once);
-* a rocketstore master and a rocketstore slave that learns its master from the name server: the
-  slave replicates and copies the topic, and a new group reads every message from it after the
-  master is killed.
+* a rocketstore master with a rocketstore slave and a RocketMQ slave, both finding it through the
+  name server: each replicates, and a new group reads every message from the rocketstore slave
+  after the master is killed, then from the RocketMQ slave after the other slave stops.
 
 Each cluster is started once per module and shared by its checks (JVMs boot slowly)."""
 
@@ -167,6 +167,38 @@ def test_two_rocketstore_brokers_under_rocketmq_name_server(
     ), progress
 
 
+def test_kill_of_a_rocketstore_broker_mid_stream_loses_nothing_acknowledged(
+    two_stores_under_rocketmq: Cluster, java: JavaPrograms
+) -> None:
+    cluster = two_stores_under_rocketmq
+    topic, count = "KillRestart", 300
+    cluster.admin("updateTopic", "-c", CLUSTER, "-t", topic, "-r", "2", "-w", "2")
+    wait_until(lambda: cluster.route_brokers(topic) == set(cluster.brokers), f"{topic} routed on both")
+    producer = java.start("Produce", f"namesrv={cluster.namesrv}", f"topic={topic}", f"count={count}")
+    victim = cluster.served["rs-b"]
+    victim_port = int(victim.broker.rpartition(":")[2])
+
+    def sent() -> list[dict[str, Any]]:
+        return [e for e in producer.events if e["event"] == "sent"]
+
+    wait_until(lambda: any(store_port(e["offsetMsgId"]) == victim_port for e in sent()), "a send on rs-b")
+    victim.kill()
+    # RocketMQ's name server drops it when its registration connection closes
+    wait_until(lambda: cluster.route_brokers(topic) == {"rs-a"}, "rs-b's removal from the route", timeout=30)
+    producer.finish()
+    acked = sent()
+    assert producer.proc.returncode == 0, producer.output[-4000:]
+    assert len(acked) == count and all(e["status"] == "SEND_OK" for e in acked), producer.output[-4000:]
+    # restarted over the same store, it registers again; a new group reads every acknowledged message
+    restarted = serve_broker(victim.store.parent, "rs-b", cluster.namesrv)
+    cluster.served["rs-b"], cluster.brokers["rs-b"] = restarted, restarted.broker
+    wait_until(lambda: cluster.route_brokers(topic) == {"rs-a", "rs-b"}, "rs-b back in the route")
+    got = java.run(
+        "PushConsume", f"namesrv={cluster.namesrv}", "group=kill_g", f"topic={topic}", f"expect={count}"
+    )
+    assert {e["body"] for e in got if e["event"] == "consumed"} == {f"body-{i}" for i in range(count)}
+
+
 def test_mixed_cluster_under_rocketstore_name_server(
     mixed_under_rocketstore: Cluster, java: JavaPrograms
 ) -> None:
@@ -224,6 +256,18 @@ def slave_max_offsets(address: str, topic: str, queues: int) -> int:
     return total
 
 
+def route_ids(cluster: Cluster, topic: str) -> dict[int, str]:
+    """The addresses by broker id of ``topic``'s route line (``topicRoute -l``:
+    ``{0=127.0.0.1:10911, 1=...}``)."""
+    out = cluster.dist.mqadmin("topicRoute", "-t", topic, "-l", "-n", cluster.namesrv).stdout
+    for line in out.splitlines():
+        if line.startswith(CLUSTER) and "{" in line:
+            inner = line[line.index("{") + 1 : line.index("}")]
+            pairs = (item.strip().split("=", 1) for item in inner.split(","))
+            return {int(k): v for k, v in pairs}
+    return {}
+
+
 @pytest.fixture(scope="module")
 def master_and_slave(
     rocketmq_dist: RocketMQDist, tmp_path_factory: pytest.TempPathFactory
@@ -241,8 +285,17 @@ def master_and_slave(
         slave = start_serve(work / "slave", settings=common + "brokerRole=SLAVE\nbrokerId=1\n", namesrv=False)
         cluster.served["slave"] = slave
         cluster.brokers["slave"] = slave.broker
+        # and a RocketMQ slave of the same master (id 2), which also finds it through the name server
+        rmq_slave = start_rocketmq_broker(
+            rocketmq_dist,
+            work / "rmq-slave",
+            ns.namesrv,
+            settings="brokerName=rs-ms\nbrokerRole=SLAVE\nbrokerId=2\n",
+        )
+        cluster.rocketmq.append(rmq_slave)
+        cluster.brokers["rmq-slave"] = rmq_slave.broker
         wait_until(
-            lambda: cluster.admin("clusterList").count("rs-ms") == 2, "master and slave in clusterList"
+            lambda: cluster.admin("clusterList").count("rs-ms") == 3, "master and slaves in clusterList"
         )
         yield cluster
     finally:
@@ -260,13 +313,17 @@ def test_slave_found_through_the_name_server_serves_reads_after_the_master_dies(
     assert sum(1 for e in events if e["event"] == "sent" and e["status"] == "SEND_OK") == count
     # the slave replicates (its HA master from the name server) and copies the topic (10 s period)
     slave = cluster.brokers["slave"]
-    wait_until(
-        lambda: slave_max_offsets(slave, topic, 2) == count, "the slave holding every message", timeout=60
-    )
+    for address in (slave, cluster.brokers["rmq-slave"]):
+        wait_until(
+            lambda address=address: slave_max_offsets(address, topic, 2) == count,
+            f"{address} holding every message",
+            timeout=60,
+        )
     cluster.served.pop("master").kill()
+    master = cluster.brokers["master"]
     wait_until(
-        lambda: f"{{1={slave}}}" in cluster.admin("topicRoute", "-t", topic, "-l"),
-        "the route naming only the slave",
+        lambda: route_ids(cluster, topic) == {1: slave, 2: cluster.brokers["rmq-slave"]},
+        f"the route naming the slaves only (not {master})",
         timeout=30,
     )
     got = [
@@ -275,6 +332,24 @@ def test_slave_found_through_the_name_server_serves_reads_after_the_master_dies(
             "PushConsume",
             f"namesrv={cluster.namesrv}",
             "group=from_slave_g",
+            f"topic={topic}",
+            f"expect={count}",
+        )
+        if e["event"] == "consumed"
+    ]
+    assert {e["body"] for e in got} == {f"body-{i}" for i in range(count)}
+    # the rocketstore slave stopped too: the RocketMQ slave serves a new group everything
+    cluster.served.pop("slave").stop()
+    rmq_slave = cluster.brokers["rmq-slave"]
+    wait_until(
+        lambda: route_ids(cluster, topic) == {2: rmq_slave}, "the route naming the RocketMQ slave only"
+    )
+    got = [
+        e
+        for e in java.run(
+            "PushConsume",
+            f"namesrv={cluster.namesrv}",
+            "group=from_rmq_slave_g",
             f"topic={topic}",
             f"expect={count}",
         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.remoting.acl import RemotingAcl
@@ -97,31 +97,57 @@ class RemotingEndpoint:
         self.broker: RemotingServer | None = None
         self.namesrv: RemotingServer | None = None
         self.name_server: NameServer | None = None
+        self.vip: RemotingServer | None = None
 
     async def start(self, broker_sock: socket.socket, namesrv_sock: socket.socket | None) -> None:
+        handlers = handler_table(self.ctx, BROKER_PROCESSORS)
+        authorize = self._acl.check if self._acl is not None else None
         broker = RemotingServer(
-            handler_table(self.ctx, BROKER_PROCESSORS),
-            self.limits,
-            "remoting",
-            authorize=self._acl.check if self._acl is not None else None,
-            metrics=self.ctx.metrics,
+            handlers, self.limits, "remoting", authorize=authorize, metrics=self.ctx.metrics
         )
         await broker.start(sock=broker_sock)
         self.broker = broker
+        if self.ctx.store.ha_port is not None:
+            # RocketMQ's slaves copy their master's topics and offsets over its VIP channel
+            # (BrokerOuterAPI.getAll*: the listen port - 2): a master that serves replication
+            # answers there too, with the same handlers
+            self.vip = await self._start_vip(broker_sock, handlers, authorize)
         if namesrv_sock is not None:
             name_server = NameServer(NameServerProcessor.of_broker(self.ctx), self.limits, self.ctx.metrics)
             await name_server.start(namesrv_sock)
             self.name_server, self.namesrv = name_server, name_server.server
 
+    async def _start_vip(
+        self, broker_sock: socket.socket, handlers: dict[int, Handler], authorize: Any
+    ) -> RemotingServer | None:
+        host, port = broker_sock.getsockname()[:2]
+        vip_address = f"[{host}]:{port - 2}" if ":" in host else f"{host}:{port - 2}"
+        try:
+            sock = bind_listener(vip_address)
+        except (OSError, ValueError) as exc:
+            log.warning(
+                "VIP channel %s not served (%s): RocketMQ slaves of this master cannot copy its "
+                "topics and offsets",
+                vip_address,
+                exc,
+            )
+            return None
+        vip = RemotingServer(
+            handlers, self.limits, "remoting-vip", authorize=authorize, metrics=self.ctx.metrics
+        )
+        await vip.start(sock=sock)
+        return vip
+
     async def stop(self) -> None:
         if self.name_server is not None:
             await self.name_server.stop()
-        if self.broker is not None:
-            await self.broker.stop()
-        self.name_server = self.namesrv = self.broker = None
+        for server in (self.vip, self.broker):
+            if server is not None:
+                await server.stop()
+        self.name_server = self.namesrv = self.broker = self.vip = None
 
     def connection_count(self) -> int:
-        return sum(len(s.connections) for s in (self.broker, self.namesrv) if s is not None)
+        return sum(len(s.connections) for s in (self.broker, self.vip, self.namesrv) if s is not None)
 
     def clients(self) -> list[dict[str, object]]:
         """The broker listener's connections that sent a heartbeat, for the state file
