@@ -174,7 +174,10 @@ def test_kill_of_a_rocketstore_broker_mid_stream_loses_nothing_acknowledged(
     topic, count = "KillRestart", 300
     cluster.admin("updateTopic", "-c", CLUSTER, "-t", topic, "-r", "2", "-w", "2")
     wait_until(lambda: cluster.route_brokers(topic) == set(cluster.brokers), f"{topic} routed on both")
-    producer = java.start("Produce", f"namesrv={cluster.namesrv}", f"topic={topic}", f"count={count}")
+    # 30 s per send (its tries included) rather than 10: a loaded CI machine is slow, not wrong
+    producer = java.start(
+        "Produce", f"namesrv={cluster.namesrv}", f"topic={topic}", f"count={count}", "timeout=30000"
+    )
     victim = cluster.served["rs-b"]
     victim_port = int(victim.broker.rpartition(":")[2])
 
@@ -216,7 +219,9 @@ def test_kill_of_a_broker_mid_stream_and_a_clean_stop(
         lambda: cluster.route_brokers(topic) == set(cluster.brokers), f"{topic} routed on both brokers"
     )
     count = 400
-    producer = java.start("Produce", f"namesrv={cluster.namesrv}", f"topic={topic}", f"count={count}")
+    producer = java.start(
+        "Produce", f"namesrv={cluster.namesrv}", f"topic={topic}", f"count={count}", "timeout=30000"
+    )
     rocketmq_port = int(cluster.brokers["broker-a"].rpartition(":")[2])
 
     def sent() -> list[dict[str, Any]]:
