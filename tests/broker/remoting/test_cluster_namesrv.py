@@ -228,3 +228,24 @@ def test_broker_registers_on_start_on_topic_change_and_unregisters_at_stop(
         down.close()
     down_lines = [m for m in caplog.messages if dead in m]
     assert len(down_lines) == 1 and "unreachable" in down_lines[0]
+
+
+def test_without_force_register_a_round_registers_only_what_changed(
+    standalone: Standalone, start_remoting: StartRemoting
+) -> None:
+    r = start_remoting(namesrv_addr=standalone.address, force_register=False)
+    registration, loop = r.broker.registration, r.broker._loop
+    assert registration is not None and loop is not None
+
+    def round_() -> Any:
+        return asyncio.run_coroutine_threadsafe(registration.register_all(force=False), loop).result(30)
+
+    before = standalone.table.live[r.address].last_update_ms
+    time.sleep(0.01)
+    assert round_() is None  # QUERY_DATA_VERSION: unchanged, no registration; kept alive
+    assert standalone.table.live[r.address].last_update_ms > before
+    # the name server lost the broker (a restart): the next round registers it again
+    standalone.loop.call_soon_threadsafe(standalone.table.remove_address, r.address)
+    wait_for(lambda: r.address not in standalone.table.live, "the broker's removal")
+    assert round_() is not None
+    assert r.address in standalone.table.live

@@ -109,7 +109,6 @@ class RegistrationService:
         self.version = DataVersion(self._clock.now_ms(), 0)
         self._topics: dict[str, TopicConfig] | None = None
         self._task: asyncio.Task[None] | None = None
-        self.registrations = 0  # rounds made (tests, status)
 
     async def start(self) -> None:
         self._topics_changed()
@@ -168,7 +167,6 @@ class RegistrationService:
         assert self._topics is not None
         request = RegisterBrokerRequest(self.identity, local_ha_address(self.ctx), self.version, self._topics)
         results = await asyncio.gather(*(self._register(link, request) for link in self.links))
-        self.registrations += 1
         first = next((r for r in results if r is not None), None)
         if first is not None and self._on_result is not None:
             self._on_result(first)
