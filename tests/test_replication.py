@@ -19,6 +19,7 @@ import pytest
 
 from rocketstore import ManualClock, Message, MessageStore, PutStatus, StoreConfig
 from rocketstore.codec.commitlog_record import TX_PREPARED
+from rocketstore.errors import StoreConfigError
 from rocketstore.ha.frames import FrameReader, encode_report
 
 WAIT = 30.0
@@ -124,6 +125,23 @@ def test_async_master_and_slave_replicate(tmp_path: Path) -> None:
             assert status["connects"] == 1 and master_status(master)["problems"] == []  # one clean link
             (conn,) = master_status(master)["slaves"]  # type: ignore[misc]
             assert conn["acked_offset"] == end and conn["behind_bytes"] == 0
+
+
+def test_slave_without_an_address_waits_until_it_is_given_one(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "m", master_config()) as master:
+        put_some(master, 50)
+        with MessageStore.open(tmp_path / "s", BASE.replace(broker_role="SLAVE")) as slave:
+            time.sleep(0.3)
+            status = slave_status(slave)
+            assert status["state"] == "waiting_for_master" and status["master_address"] == "(not known yet)"
+            assert slave.max_phy_offset() == 0
+            slave.update_ha_master_address(f"127.0.0.1:{master.ha_port}")
+            wait_until(caught_up(master, slave), "the slave to catch up")
+            assert slave_status(slave)["state"] == "connected"
+            with pytest.raises(ValueError, match="expected HOST:PORT"):
+                slave.update_ha_master_address("nowhere")
+        with pytest.raises(StoreConfigError, match="only a SLAVE"):
+            master.update_ha_master_address("127.0.0.1:1")
 
 
 def test_slave_refuses_puts(tmp_path: Path) -> None:
@@ -335,7 +353,9 @@ def test_config_names_and_checks() -> None:
     from rocketstore.errors import StoreConfigError
 
     with pytest.raises(StoreConfigError, match="ha_master_address"):
-        StoreConfig(broker_role="SLAVE")
+        StoreConfig(broker_role="SLAVE", ha_master_address="no-port")
+    # no address: the broker learns it from its name servers (update_ha_master_address)
+    assert StoreConfig(broker_role="SLAVE").ha_master_address is None
     with pytest.raises(StoreConfigError, match="broker_role must be"):
         StoreConfig(broker_role="LEADER")
     with pytest.raises(StoreConfigError, match="ha_start_offset must be a commitlog segment boundary"):

@@ -249,9 +249,10 @@ class StoreConfig:
             "a SYNC_MASTER needs ha_listen_port (0: any free port) for its slaves to connect to",
         )
         if self.broker_role is BrokerRole.SLAVE:
+            # None: the broker learns it from its name servers (``update_ha_master_address``)
             address = self.ha_master_address
             _require(
-                isinstance(address, str) and address.rpartition(":")[2].isdigit(),
+                address is None or (isinstance(address, str) and address.rpartition(":")[2].isdigit()),
                 f"a SLAVE needs ha_master_address as 'host:port', not {address!r}",
             )
             _require(

@@ -542,6 +542,14 @@ class MessageStore:
         """The port the HA server listens on (None without one)."""
         return self._ha_master.port if self._ha_master is not None else None
 
+    def update_ha_master_address(self, address: str) -> None:
+        """A SLAVE's master HA address (``host:port``) from now on, as a broker learns it from its
+        name servers when ``ha_master_address`` is not set (RocketMQ's updateHaMasterAddress)."""
+        self._check_open()
+        if self._ha_slave is None:
+            raise StoreConfigError("only a SLAVE store replicates from a master")
+        self._ha_slave.set_master_address(address)
+
     def ha_status(self) -> dict[str, object]:
         """Replication state: role; for a master its listener, every slave (offsets sent and
         acked, bytes behind, last contact) and recent refusals; for a slave its link, the master's

@@ -319,10 +319,37 @@ def start_rocketmq(
     broker.conf lines, which win) over ``store`` (default: ``work/store``) on free ports; return
     once the broker has registered with the name server (its route for ``TBW102`` is served)."""
     work.mkdir(parents=True, exist_ok=True)
-    store = store or work / "store"
+    ns = start_rocketmq_namesrv(dist, work)
+    try:
+        servers = start_rocketmq_broker(dist, work, ns.namesrv, store, settings)
+    except BaseException:
+        ns.stop()
+        raise
+    return RocketMQServers(ns.namesrv, servers.broker, servers.store, [*ns.processes, *servers.processes])
+
+
+def start_rocketmq_namesrv(dist: RocketMQDist, work: Path) -> RocketMQServers:
+    """RocketMQ's name server alone on a free port (``broker`` and ``store`` are empty)."""
+    work.mkdir(parents=True, exist_ok=True)
     ns_port = free_port()
-    broker_port = free_port(also=(-2, 1))
     (work / "namesrv.conf").write_text(f"listenPort={ns_port}\n")
+    ns = Process([str(dist.home / "bin" / "mqnamesrv"), "-c", str(work / "namesrv.conf")], dist.env())
+    try:
+        ns.wait_for(lambda p: "boot success" in p.output, "the name server's 'boot success'")
+    except BaseException:
+        ns.kill()
+        raise
+    return RocketMQServers(f"127.0.0.1:{ns_port}", "", Path(), [ns])
+
+
+def start_rocketmq_broker(
+    dist: RocketMQDist, work: Path, namesrv: str, store: Path | None = None, settings: str = ""
+) -> RocketMQServers:
+    """A RocketMQ broker (``mkbrokerconf``'s settings, then ``settings``) registering with
+    ``namesrv`` (any RocketMQ 4.9 name server); returns once its ``TBW102`` route is served."""
+    work.mkdir(parents=True, exist_ok=True)
+    store = store or work / "store"
+    broker_port = free_port(also=(-2, 1))
     conf = subprocess.run(
         [str(dist.home / "bin" / "mkbrokerconf"), str(store), str(broker_port)],
         env={**dist.env(), "COMMITLOG_FILE_SIZE": str(32 << 20), "CQ_FILE_SIZE": str(20 * 20000)},
@@ -331,26 +358,19 @@ def start_rocketmq(
         check=True,
     ).stdout
     (work / "broker.conf").write_text(conf + "diskMaxUsedSpaceRatio=95\n" + settings)
-    namesrv = f"127.0.0.1:{ns_port}"
-    started: list[Process] = []
+    broker = Process(
+        [str(dist.home / "bin" / "mqbroker"), "-n", namesrv, "-c", str(work / "broker.conf")], dist.env()
+    )
     try:
-        ns = Process([str(dist.home / "bin" / "mqnamesrv"), "-c", str(work / "namesrv.conf")], dist.env())
-        started.append(ns)
-        ns.wait_for(lambda p: "boot success" in p.output, "the name server's 'boot success'")
-        broker = Process(
-            [str(dist.home / "bin" / "mqbroker"), "-n", namesrv, "-c", str(work / "broker.conf")], dist.env()
-        )
-        started.append(broker)
         broker.wait_for(lambda p: "boot success" in p.output, "the broker's 'boot success'")
-        servers = RocketMQServers(namesrv, f"127.0.0.1:{broker_port}", store, started)
+        servers = RocketMQServers(namesrv, f"127.0.0.1:{broker_port}", store, [broker])
         wait_until(
             lambda: dist.mqadmin("topicRoute", "-n", namesrv, "-t", "TBW102").returncode == 0,
             "the broker's registration with the name server",
         )
         return servers
     except BaseException:
-        for p in reversed(started):
-            p.kill()
+        broker.kill()
         raise
 
 
@@ -379,19 +399,26 @@ class Served:
 
 
 def start_serve(
-    store: Path, *extra: str, settings: str = "", create: bool = True, grpc: bool = False
+    store: Path,
+    *extra: str,
+    settings: str = "",
+    create: bool = True,
+    grpc: bool = False,
+    namesrv: bool = True,
+    remoting: bool = True,
 ) -> Served:
     """``rocketstore serve STORE --namesrv 127.0.0.1:P1 --remoting 127.0.0.1:P2`` (gRPC off unless
-    ``grpc``) with ``settings`` (broker.conf lines) on small files; returns once both ports accept
-    connections."""
+    ``grpc``; either of the others ``off`` when its flag is false, with an empty address) with
+    ``settings`` (broker.conf lines) on small files; returns once its ports accept connections."""
     conf = store.parent / f"{store.name}.conf"
     # the shared machine's disk may be fuller than the store's limits; small files: the disk is shared
     conf.write_text(
         "disk_warning_ratio=100\ndisk_clean_forcibly_ratio=100\ndiskMaxUsedSpaceRatio=95\n"
         "mappedFileSizeCommitLog=8388608\nmappedFileSizeConsumeQueue=400000\n" + settings
     )
-    namesrv = f"127.0.0.1:{free_port()}"
-    broker = f"127.0.0.1:{free_port()}"
+    namesrv_address = f"127.0.0.1:{free_port()}" if namesrv else ""
+    # the port below too: a replication master serves RocketMQ's VIP channel there
+    broker = f"127.0.0.1:{free_port(also=(-2,))}" if remoting else ""
     grpc_address = f"127.0.0.1:{free_port()}" if grpc else None
     argv = [
         sys.executable,
@@ -402,9 +429,9 @@ def start_serve(
         "--config",
         str(conf),
         "--namesrv",
-        namesrv,
+        namesrv_address or "off",
         "--remoting",
-        broker,
+        broker or "off",
         "--listen",
         grpc_address or "off",
         *(["--create"] if create else []),
@@ -412,14 +439,13 @@ def start_serve(
     ]
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     p = Process(argv, env)
+    listening = [a for a in (namesrv_address, broker, grpc_address) if a]
     try:
         p.wait_for(
-            lambda _p: (
-                accepts(namesrv) and accepts(broker) and (grpc_address is None or accepts(grpc_address))
-            ),
-            f"rocketstore serve accepting connections on {namesrv} and {broker}",
+            lambda _p: all(accepts(a) for a in listening),
+            f"rocketstore serve accepting connections on {', '.join(listening)}",
         )
     except BaseException:
         p.kill()
         raise
-    return Served(p, store, namesrv, broker, grpc_address)
+    return Served(p, store, namesrv_address, broker, grpc_address)

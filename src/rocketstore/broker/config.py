@@ -37,6 +37,19 @@ class BrokerConfig:
     # default: the remoting host, or 127.0.0.1 when it listens on every interface
     broker_ip: str | None = None
     cluster_name: str = "DefaultCluster"
+    # the host of the haServerAddr it registers (RocketMQ's brokerIP2); default: broker_ip's
+    broker_ip2: str | None = None
+    # name servers to register with (RocketMQ's namesrvAddr, ";"-separated); None: none
+    namesrv_addr: str | None = None
+    # 0: master; >= 1: a slave of the master of the same broker_name (RocketMQ's brokerId)
+    broker_id: int = 0
+    # registrations (RocketMQ's defaults): period (clamped to 10-60 s), timeout, whether every
+    # period registers (false: only when QUERY_DATA_VERSION says the name server's copy changed),
+    # and the zlib body
+    register_period_ms: int = 30_000
+    register_timeout_ms: int = 6_000
+    force_register: bool = True
+    compressed_register: bool = False
     # the host:port clients are told to dial (routes); default: the listen address, or the
     # address the client used when the broker listens on every interface
     advertise: str | None = None
@@ -109,8 +122,16 @@ class BrokerConfig:
             raise StoreConfigError(
                 "the name server needs the remoting broker: its routes point at the remoting address"
             )
+        for address in self.name_servers():
+            host, sep, port = address.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+                raise StoreConfigError(f"namesrvAddr element {address!r}: expected HOST:PORT")
         if self.max_frame_size < 1024:
             raise StoreConfigError(f"max_frame_size {self.max_frame_size} is below 1024 bytes")
+
+    def name_servers(self) -> list[str]:
+        """The addresses of ``namesrv_addr``."""
+        return [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]
 
     def replace(self, **changes: object) -> BrokerConfig:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -162,6 +183,13 @@ _ROCKETMQ_NAMES = {
     "brokerName": "broker_name",
     "brokerClusterName": "cluster_name",
     "brokerIP1": "broker_ip",
+    "brokerIP2": "broker_ip2",
+    "namesrvAddr": "namesrv_addr",
+    "brokerId": "broker_id",
+    "registerNameServerPeriod": "register_period_ms",
+    "registerBrokerTimeoutMills": "register_timeout_ms",
+    "forceRegister": "force_register",
+    "compressedRegister": "compressed_register",
     "maxMessageSize": "max_body_size",
 }
 

@@ -19,12 +19,15 @@ import uvloop
 
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.remoting.endpoint import bind_listener
-from rocketstore.broker.server import Broker, advertised_address
+from rocketstore.broker.remoting.namesrv import NameServer, NameServerProcessor
+from rocketstore.broker.routes import RouteTable
+from rocketstore.broker.server import Broker, advertised_address, remoting_limits
+from rocketstore.clock import SystemClock
 from rocketstore.config import StoreConfig
 from rocketstore.store import MessageStore
 from rocketstore.warm import preload
 
-__all__ = ["LOG_FILE_BACKUPS", "LOG_FILE_BYTES", "configure_logging", "log_file_of", "serve"]
+__all__ = ["LOG_FILE_BACKUPS", "LOG_FILE_BYTES", "configure_logging", "log_file_of", "serve", "serve_namesrv"]
 
 
 class _JsonFormatter(logging.Formatter):
@@ -106,6 +109,49 @@ def _preload() -> None:
         logging.getLogger("rocketstore.broker").info(
             "compiled kernels loaded in %.1f s", time.monotonic() - started
         )
+
+
+def serve_namesrv(path: str | os.PathLike[str], address: str, config: BrokerConfig | None = None) -> int:
+    """A name server alone on ``address`` (no broker, no store): brokers register with it and
+    clients ask it for routes; its KV configuration is kept in ``path/config``. Serves until
+    SIGTERM or SIGINT; the exit code as ``serve``'s. Must run in the main thread."""
+    config = config or BrokerConfig(listen=None)
+    received: list[int] = []
+    sock = bind_listener(address)
+    limits = remoting_limits(config)
+    log = logging.getLogger("rocketstore.broker")
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+
+        def stop(sig: int) -> None:
+            received.append(sig)
+            stopping.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop, sig)
+        name_server = NameServer(
+            NameServerProcessor(RouteTable(SystemClock()), Path(path) / "config"), limits
+        )
+        try:
+            port = await name_server.start(sock)
+            log.info("name server on %s:%d (no broker)", address.rpartition(":")[0], port)
+            await stopping.wait()
+            log.info("%s received: stopping", signal.Signals(received[0]).name)
+        finally:
+            await name_server.stop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        uvloop.run(run())
+    finally:
+        sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 + received[0] if received else 0
 
 
 def _serve(

@@ -35,17 +35,35 @@ from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.endpoint import RemotingEndpoint, bind_listener
+from rocketstore.broker.remoting.registration import RegisterBrokerResult
+from rocketstore.broker.remoting.registration_service import RegistrationService
 from rocketstore.broker.remoting.server import RemotingLimits
+from rocketstore.broker.remoting.slave_sync import SlaveSynchronizer
 from rocketstore.broker.state import STATE_FILE, read_state
 from rocketstore.broker.transaction_check import OrphanSender, TransactionChecker
 from rocketstore.broker.transactions import TransactionLog
+from rocketstore.config import BrokerRole
 from rocketstore.errors import StoreConfigError
 from rocketstore.storage.paths import atomic_write
 from rocketstore.store import MessageStore
 
-__all__ = ["STATE_FILE", "Broker", "advertised_address", "read_state"]
+__all__ = ["STATE_FILE", "Broker", "advertised_address", "read_state", "remoting_limits"]
 
 log = logging.getLogger("rocketstore.broker")
+
+
+def remoting_limits(config: BrokerConfig) -> RemotingLimits:
+    """The remoting listeners' limits, as the broker's configuration sets them."""
+    return RemotingLimits(
+        max_frame_size=config.max_frame_size,
+        max_requests_per_connection=config.max_requests_per_connection,
+        max_request_bytes_per_connection=config.max_request_bytes_per_connection,
+        max_answer_bytes_per_connection=config.max_answer_bytes_per_connection,
+        max_server_requests_per_connection=config.max_server_requests_per_connection,
+        max_connections=config.max_connections,
+        idle_timeout_s=config.idle_timeout_ms / 1000,
+        slow_request_ms=config.slow_request_ms,
+    )
 
 
 def advertised_address(config: BrokerConfig, port: int) -> str:
@@ -72,6 +90,8 @@ class Broker:
         self.namesrv_port: int | None = None
         self._grpc: GrpcEndpoint | None = None
         self._remoting: RemotingEndpoint | None = None
+        self.registration: RegistrationService | None = None
+        self.slave_sync: SlaveSynchronizer | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._arrival: ArrivalSignal | None = None
         self._pop: PopService | None = None
@@ -235,16 +255,12 @@ class Broker:
                 self.store, self._executor, internal=True, max_batch=config.max_messages_per_send
             ),
         )
-        limits = RemotingLimits(
-            max_frame_size=config.max_frame_size,
-            max_requests_per_connection=config.max_requests_per_connection,
-            max_request_bytes_per_connection=config.max_request_bytes_per_connection,
-            max_answer_bytes_per_connection=config.max_answer_bytes_per_connection,
-            max_server_requests_per_connection=config.max_server_requests_per_connection,
-            max_connections=config.max_connections,
-            idle_timeout_s=config.idle_timeout_ms / 1000,
-            slow_request_ms=config.slow_request_ms,
-        )
+        limits = remoting_limits(config)
+        registration = None
+        if config.name_servers():
+            registration = RegistrationService(ctx, on_result=self._registered)
+            if self.store.config.broker_role is BrokerRole.SLAVE:
+                self.slave_sync = SlaveSynchronizer(ctx)
         self._remoting = RemotingEndpoint(ctx, limits, acl)
         await self._remoting.start(broker_sock, namesrv_sock)
         self.remoting_port = self._remoting.broker.port if self._remoting.broker else None
@@ -257,6 +273,21 @@ class Broker:
             config.cluster_name,
             f", name server on port {self.namesrv_port}" if self.namesrv_port is not None else "",
         )
+        if registration is not None:
+            # after the listeners are up: a name server routes clients here at once
+            await registration.start()
+            self.registration = registration
+        if self.slave_sync is not None:
+            self.slave_sync.start()
+
+    def _registered(self, result: RegisterBrokerResult) -> None:
+        """A registration's result: a SLAVE without ``ha_master_address`` replicates from the HA
+        address its master registered (every result that names one, as RocketMQ's slave)."""
+        config, address = self.store.config, result.ha_server_addr
+        if config.broker_role is BrokerRole.SLAVE and config.ha_master_address is None and address:
+            self.store.update_ha_master_address(address)
+        if self.slave_sync is not None:
+            self.slave_sync.set_master(result.master_addr)
 
     async def _every(self, interval_ms: Callable[[], int], job: Any) -> None:
         while True:
@@ -316,6 +347,13 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
+            self.slave_sync = None
+        if self.registration is not None:
+            # first: the name servers stop routing clients here before the listeners close
+            await self.registration.stop()
+            self.registration = None
         if self._remoting is not None:
             await self._remoting.stop()
             self._remoting = None

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from rocketstore.cli.common import store_config
 from rocketstore.storage.paths import looks_like_store
+
+if TYPE_CHECKING:
+    from rocketstore.broker import BrokerConfig
 
 __all__ = ["serve_command"]
 
@@ -79,17 +83,20 @@ def serve_command(
 ) -> int:
     """Serve STORE_DIR to RocketMQ clients until SIGTERM or Ctrl-C, then close it cleanly: RocketMQ 5
     clients over gRPC (--listen), RocketMQ 4.x clients, mqadmin and the benchmarks over RocketMQ's
-    remoting protocol (--namesrv is their namesrvAddr; routes point at --remoting).
+    remoting protocol (--namesrv is their namesrvAddr; routes point at --remoting). With
+    --listen off --remoting off, a name server alone: brokers (RocketMQ's or rocketstore's, with
+    namesrvAddr in their broker.conf) register with it; STORE_DIR keeps its KV configuration.
 
     \b
     Example:
       rocketstore serve ./store --create
     RocketMQ 5 clients use 127.0.0.1:8081 as their endpoint; 4.x clients and mqadmin use
-    namesrvAddr 127.0.0.1:9876. See docs/broker.md and docs/remoting.md.
+    namesrvAddr 127.0.0.1:9876. A name server for a cluster:
+      rocketstore serve ./ns --namesrv 0.0.0.0:9876 --remoting off --listen off
+    See docs/broker.md, docs/remoting.md and docs/cluster.md.
     """
     from rocketstore.broker import BrokerConfig, serve
     from rocketstore.broker.config import load_settings
-    from rocketstore.broker.serve import configure_logging, log_file_of
     from rocketstore.errors import StoreConfigError
 
     if config_file is not None:
@@ -106,6 +113,11 @@ def serve_command(
     given = ctx.get_parameter_source("remoting") is not click.core.ParameterSource.DEFAULT
     # the default gives way to broker.conf's listenPort
     changes["remoting"] = address(remoting) if given or broker.remoting is None else broker.remoting
+    if changes["listen"] is None and changes["remoting"] is None and changes["namesrv"] is not None:
+        from rocketstore.broker.serve import serve_namesrv
+
+        _log_to(store_dir, broker, as_json)
+        return serve_namesrv(store_dir, str(changes["namesrv"]), broker)
     for name, value in (
         ("tls_cert", tls_cert),
         ("tls_key", tls_key),
@@ -140,9 +152,21 @@ def serve_command(
         replication["ha_master_address"] = master_address
     if replication:
         cfg = cfg.replace(**replication)
+    if cfg.broker_role.value == "SLAVE" and cfg.ha_master_address is None and not broker.name_servers():
+        raise click.ClickException(
+            "a SLAVE needs ha_master_address (--master, haMasterAddress), or name servers to learn "
+            "it from (namesrvAddr)"
+        )
+    _log_to(store_dir, broker, as_json)
+    return serve(store_dir, broker, cfg, metrics_address=metrics_address)
+
+
+def _log_to(store_dir: Path, broker: BrokerConfig, as_json: bool) -> None:
+    """Log to stderr and to the log file (the store's ``logs/``, or broker.conf's ``log_file``)."""
+    from rocketstore.broker.serve import configure_logging, log_file_of
+
     log_file = log_file_of(store_dir, broker)
     try:
         configure_logging(as_json, log_file=log_file)
     except OSError as exc:
         raise click.ClickException(f"cannot write the log file {log_file}: {exc.strerror or exc}") from None
-    return serve(store_dir, broker, cfg, metrics_address=metrics_address)

@@ -32,6 +32,7 @@ __all__ = [
     "decode_delay_offsets",
     "decode_json",
     "decode_offsets",
+    "decode_topic_table",
     "decode_topics",
     "encode_delay_offsets",
     "encode_offsets",
@@ -114,8 +115,14 @@ def decode_topics(text: str, what: str = "topics.json") -> tuple[dict[str, Topic
     doc = decode_json(text, what)
     version = doc.get("dataVersion") or {}
     counter = version.get("counter", 0) if isinstance(version, dict) else 0
+    topics = decode_topic_table(_table(doc, "topicConfigTable", what), what)
+    return topics, _int(counter, f"{what}: dataVersion.counter")
+
+
+def decode_topic_table(table: dict[str, Any], what: str) -> dict[str, TopicConfig]:
+    """A ``topicConfigTable`` object (``topics.json``, a broker's registration) as TopicConfigs."""
     topics: dict[str, TopicConfig] = {}
-    for name, raw in _table(doc, "topicConfigTable", what).items():
+    for name, raw in table.items():
         if not isinstance(raw, dict):
             raise CorruptDataError(f"{what}: topic {name!r} must be an object")
         topics[name] = TopicConfig(
@@ -127,7 +134,7 @@ def decode_topics(text: str, what: str = "topics.json") -> tuple[dict[str, Topic
             sys_flag=_int(raw.get("topicSysFlag", 0), f"{what}: {name}.topicSysFlag"),
             filter_type=str(raw.get("topicFilterType", "SINGLE_TAG")),
         )
-    return topics, _int(counter, f"{what}: dataVersion.counter")
+    return topics
 
 
 def encode_topics(topics: dict[str, TopicConfig], counter: int, timestamp: int) -> bytes:

@@ -49,9 +49,11 @@ class _Stop(Exception):
 
 
 class HASlave:
-    """Connects to ``config.ha_master_address``, reports this log's end, appends what arrives.
+    """Connects to its master's HA address (``config.ha_master_address``, or the one given to
+    ``set_master_address``), reports this log's end, appends what arrives.
 
-    States (``status()["state"]``): connecting, connected, disconnected (retrying after a
+    States (``status()["state"]``): waiting_for_master (no address yet: the broker learns it
+    from its name servers, ``set_master_address``), connecting, connected, disconnected (retrying after a
     delay), stopped, and stopped for good (see ``problem``): ahead_of_master,
     master_cannot_serve, bad_transfer (the master sent a record that does not check out; the
     log ends at the last good byte, where a new connection resumes), failed (a store error
@@ -66,11 +68,9 @@ class HASlave:
         self._on_appended = on_appended  # the dispatcher's wakeup: it parses what arrived
         self._config = config
         self._clock = clock
-        address = config.ha_master_address
-        assert address is not None
-        host, _, port = address.rpartition(":")
-        self.master_address = (host.strip("[]"), int(port))
-        self.state = "connecting"
+        self.master_address = _host_port(config.ha_master_address) if config.ha_master_address else None
+        self._new_address = threading.Event()  # set by set_master_address: reconnect there
+        self.state = "connecting" if self.master_address is not None else "waiting_for_master"
         self.problem: str | None = None
         self.master_offset: int | None = None  # the master's position as its frames tell it
         self.last_read: float | None = None
@@ -79,6 +79,15 @@ class HASlave:
         self._stopping = threading.Event()
         self._prepared = threading.Event()  # the compiled check and parser are loaded
         self._thread = threading.Thread(target=self._run, name="rocketstore-ha-slave", daemon=True)
+
+    def set_master_address(self, address: str) -> None:
+        """Replicate from ``address`` (``host:port``) from now on: a new address ends the
+        current connection (RocketMQ's updateHaMasterAddress). Thread-safe."""
+        new = _host_port(address)
+        if new != self.master_address:
+            log.info("HA: master address is now %s", address)
+            self.master_address = new
+            self._new_address.set()
 
     def start(self) -> None:
         # the parser's compiled code loads beside the first tries, not before them: a slave
@@ -103,9 +112,15 @@ class HASlave:
         longest = min(_MAX_RETRY, max(_FIRST_RETRY, self._config.ha_send_heartbeat_interval / 1000))
         pause = _FIRST_RETRY
         while not self._stopping.is_set():
+            address = self.master_address
+            if address is None:  # a slave that learns its master from the name servers
+                self.state = "waiting_for_master"
+                self._stopping.wait(_READ_WAIT)
+                continue
+            self._new_address.clear()
             self.state = "connecting"
             try:
-                sock = socket.create_connection(self.master_address, timeout=_CONNECT_TIMEOUT)
+                sock = socket.create_connection(address, timeout=_CONNECT_TIMEOUT)
             except OSError as exc:
                 self._disconnected(f"cannot connect to master {self._address_text}: {exc}", pause)
                 self._stopping.wait(pause)
@@ -140,7 +155,8 @@ class HASlave:
 
     @property
     def _address_text(self) -> str:
-        return f"{self.master_address[0]}:{self.master_address[1]}"
+        address = self.master_address
+        return f"{address[0]}:{address[1]}" if address is not None else "(not known yet)"
 
     def _disconnected(self, reason: str, pause: float) -> None:
         if not self._stopping.is_set():
@@ -164,6 +180,8 @@ class HASlave:
         self.state, self.problem = "connected", None
         log.info("HA: connected to master %s, asking for offset %d", self._address_text, start)
         while not self._stopping.is_set():
+            if self._new_address.is_set():
+                raise ConnectionError("the master's address changed")
             ready, _, _ = select.select([sock], [], [], _READ_WAIT)
             now = clock.monotonic()
             if ready:
@@ -275,6 +293,13 @@ class HASlave:
             "problem": self.problem,
             "connects": self.connects,
         }
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"HA master address {address!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
 
 
 def _runs(frames: list[tuple[int, memoryview]], segment_size: int) -> list[tuple[int, list[memoryview]]]:

@@ -15,7 +15,12 @@ Modules:
 ``client_ids``      client ids bound to the connection and account that used them first
 ``context``         ``RemotingContext``: what every processor works with
 ``endpoint``        the two listeners and their handler tables; transaction checks over remoting
-``namesrv``         name-server requests (routes, cluster, topic list, KV config)
+``namesrv``         name-server requests (routes, cluster, topic lists, brokers' registrations, KV
+                    config); ``NameServer``, one name-server listener
+``registration``    REGISTER_BROKER (body, checksum, result), QUERY_DATA_VERSION, UNREGISTER_BROKER
+``registration_service``  a broker's registrations with its name servers (``namesrvAddr``)
+``slave_sync``      a slave's copies of its master's topics and offsets, and the master's answers
+``client``          one outgoing connection (the broker's requests to name servers)
 ``heartbeat``       HEART_BEAT, UNREGISTER_CLIENT (producer groups -> ``producers``)
 ``producers``       producer groups and their connections (for CHECK_TRANSACTION_STATE)
 ``producer``        SEND_MESSAGE(_V2), SEND_BATCH_MESSAGE (its body: ``codec.message_batch``, stored
@@ -41,8 +46,9 @@ Adding a processor
                result = await self.ctx.run(self.ctx.store.get_message, ...)   # disk work: workers
                return cmd.response(ext_fields=headers.to_ext(nextBeginOffset=..., ...), body=...)
 
-2. Add the class to ``BROKER_PROCESSORS`` (or ``NAMESRV_PROCESSORS``) in ``endpoint.py``. That
-   tuple is the one registration table: a code claimed by two processors fails at start.
+2. Add the class to ``BROKER_PROCESSORS`` in ``endpoint.py`` (name-server requests belong to
+   ``namesrv.NameServerProcessor``). That tuple is the one registration table: a code claimed by
+   two processors fails at start.
 
 Rules a handler follows:
 

@@ -2,8 +2,9 @@
 their handler tables assembled from the processors, and the transaction checks sent over
 remoting.
 
-``NAMESRV_PROCESSORS`` answer on the name-server address, ``BROKER_PROCESSORS`` on the broker
-address (the client only ever sends name-server codes to the former). Each processor class is
+``NameServerProcessor`` answers on the name-server address (``namesrv.NameServer``),
+``BROKER_PROCESSORS`` on the broker address (the client only ever sends name-server codes to the
+former). Each processor class is
 built with the shared ``RemotingContext`` and lists its handlers; a code claimed twice is a
 programming error caught at start.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.remoting.acl import RemotingAcl
@@ -23,17 +24,18 @@ from rocketstore.broker.remoting.consumers import ConsumerProcessor
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import to_ext
 from rocketstore.broker.remoting.heartbeat import HeartbeatProcessor
-from rocketstore.broker.remoting.namesrv import NameServerProcessor
+from rocketstore.broker.remoting.namesrv import NameServer, NameServerProcessor
 from rocketstore.broker.remoting.producer import ProducerProcessor
 from rocketstore.broker.remoting.pull import PullProcessor
 from rocketstore.broker.remoting.queue_offsets import QueueOffsetsProcessor
 from rocketstore.broker.remoting.server import Connection, Handler, RemotingLimits, RemotingServer
+from rocketstore.broker.remoting.slave_sync import SlaveSyncProcessor
 from rocketstore.broker.transactions import PROPERTY_CHECK_TIMES, PROPERTY_PRODUCER_GROUP, Orphan
 from rocketstore.codec.commitlog_record import encode_message
 from rocketstore.codec.properties import encode_properties
 from rocketstore.message import PROPERTY_REAL_QUEUE_ID, PROPERTY_REAL_TOPIC
 
-__all__ = ["BROKER_PROCESSORS", "NAMESRV_PROCESSORS", "RemotingEndpoint", "bind_listener"]
+__all__ = ["BROKER_PROCESSORS", "RemotingEndpoint", "bind_listener"]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
@@ -46,7 +48,6 @@ class ProcessorFactory(Protocol):
     def __call__(self, ctx: RemotingContext) -> Processor: ...
 
 
-NAMESRV_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (NameServerProcessor,)
 BROKER_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (
     HeartbeatProcessor,
     ProducerProcessor,
@@ -54,6 +55,7 @@ BROKER_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (
     PullProcessor,
     QueueOffsetsProcessor,
     AdminProcessor,
+    SlaveSyncProcessor,
 )
 
 
@@ -94,32 +96,58 @@ class RemotingEndpoint:
         self._acl = ctx.acl = RemotingAcl(acl) if acl is not None else None
         self.broker: RemotingServer | None = None
         self.namesrv: RemotingServer | None = None
+        self.name_server: NameServer | None = None
+        self.vip: RemotingServer | None = None
 
     async def start(self, broker_sock: socket.socket, namesrv_sock: socket.socket | None) -> None:
+        handlers = handler_table(self.ctx, BROKER_PROCESSORS)
+        authorize = self._acl.check if self._acl is not None else None
         broker = RemotingServer(
-            handler_table(self.ctx, BROKER_PROCESSORS),
-            self.limits,
-            "remoting",
-            authorize=self._acl.check if self._acl is not None else None,
-            metrics=self.ctx.metrics,
+            handlers, self.limits, "remoting", authorize=authorize, metrics=self.ctx.metrics
         )
         await broker.start(sock=broker_sock)
         self.broker = broker
+        if self.ctx.store.ha_port is not None:
+            # RocketMQ's slaves copy their master's topics and offsets over its VIP channel
+            # (BrokerOuterAPI.getAll*: the listen port - 2): a master that serves replication
+            # answers there too, with the same handlers
+            self.vip = await self._start_vip(broker_sock, handlers, authorize)
         if namesrv_sock is not None:
-            namesrv = RemotingServer(
-                handler_table(self.ctx, NAMESRV_PROCESSORS), self.limits, "namesrv", metrics=self.ctx.metrics
+            name_server = NameServer(NameServerProcessor.of_broker(self.ctx), self.limits, self.ctx.metrics)
+            await name_server.start(namesrv_sock)
+            self.name_server, self.namesrv = name_server, name_server.server
+
+    async def _start_vip(
+        self, broker_sock: socket.socket, handlers: dict[int, Handler], authorize: Any
+    ) -> RemotingServer | None:
+        host, port = broker_sock.getsockname()[:2]
+        vip_address = f"[{host}]:{port - 2}" if ":" in host else f"{host}:{port - 2}"
+        try:
+            sock = bind_listener(vip_address)
+        except (OSError, ValueError) as exc:
+            log.warning(
+                "VIP channel %s not served (%s): RocketMQ slaves of this master cannot copy its "
+                "topics and offsets",
+                vip_address,
+                exc,
             )
-            await namesrv.start(sock=namesrv_sock)
-            self.namesrv = namesrv
+            return None
+        vip = RemotingServer(
+            handlers, self.limits, "remoting-vip", authorize=authorize, metrics=self.ctx.metrics
+        )
+        await vip.start(sock=sock)
+        return vip
 
     async def stop(self) -> None:
-        for server in (self.namesrv, self.broker):
+        if self.name_server is not None:
+            await self.name_server.stop()
+        for server in (self.vip, self.broker):
             if server is not None:
                 await server.stop()
-        self.namesrv = self.broker = None
+        self.name_server = self.namesrv = self.broker = self.vip = None
 
     def connection_count(self) -> int:
-        return sum(len(s.connections) for s in (self.broker, self.namesrv) if s is not None)
+        return sum(len(s.connections) for s in (self.broker, self.vip, self.namesrv) if s is not None)
 
     def clients(self) -> list[dict[str, object]]:
         """The broker listener's connections that sent a heartbeat, for the state file

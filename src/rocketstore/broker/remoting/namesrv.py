@@ -1,48 +1,75 @@
-"""The name server's requests (REMOTING.md §4): routes, the cluster, the topic list and the KV
-configuration, for a name server whose one broker is this process.
+"""The name server's requests (REMOTING.md §4, CLUSTER.md §3): routes, the cluster, topic lists,
+brokers' registrations and the KV configuration; ``NameServer`` is one name-server listener.
 
-Routes are made from the store's topics at each request, so a topic created by any path (a
-send's auto-creation, mqadmin, a heartbeat's retry topic, gRPC, the CLI) is routable at once and
-a deleted one is gone. Every route names one broker, ``brokerName`` in cluster
-``brokerClusterName``, whose master (id 0) is the remoting address. The topics RocketMQ's broker
-has from its start (``broker_topic_configs``) are listed and routed too: ``TBW102``, the topic
-producers fall back to for a topic without a route (perm 7, while topic auto-creation is on),
-``SELF_TEST_TOPIC``, ``BenchmarkTest``, the cluster's and the broker's own topics,
-``OFFSET_MOVED_EVENT``, ``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_TRANS_HALF_TOPIC`` and
-``<cluster>_REPLY_TOPIC``. A send to one of
-them that the store does not have yet creates it with the routed queues.
+Two kinds of broker appear in its answers:
+
+* brokers that registered (REGISTER_BROKER, from any RocketMQ 4.9 broker, Java or rocketstore),
+  kept in a ``RouteTable`` (``broker/routes.py``): merged routes, expiry after 120 s of silence,
+  removal at once when the connection they registered on closes;
+* in ``rocketstore serve``'s combined mode, the broker of this process, whose routes are made
+  from the store's topics at each request, so a topic created by any path (a send's
+  auto-creation, mqadmin, a heartbeat's retry topic, gRPC, the CLI) is routable at once and a
+  deleted one is gone. Its master (id 0) is the remoting address; slaves of its name that
+  register are added to its broker set and told it is their master. ``TBW102``, the topic
+  producers fall back to for a topic without a route, is routed (8 queues, perm 7) while topic
+  auto-creation is on, as RocketMQ's broker registers it then; so are the other topics RocketMQ's
+  broker has from its start (``broker_topic_configs``: ``SELF_TEST_TOPIC``, ``BenchmarkTest``,
+  the cluster's and the broker's own, ``OFFSET_MOVED_EVENT``, ``SCHEDULE_TOPIC_XXXX``,
+  ``RMQ_SYS_TRANS_HALF_TOPIC``, ``<cluster>_REPLY_TOPIC``); a send to one of them that the store
+  does not have yet creates it with the routed queues. Wipes and deletions on the name
+  server apply to registered brokers only (this broker's routes are its store's topics).
 
 The KV configuration (PUT/GET/DELETE_KV_CONFIG, GET_KVLIST_BY_NAMESPACE; mqadmin updateTopic
-``-o`` writes namespace ``ORDER_TOPIC_CONFIG``) is kept in ``config/kvConfig.json`` of the
-store in RocketMQ's shape (``{"configTable": {namespace: {key: value}}}``). Routes carry no
-``orderTopicConf`` (RocketMQ's name server adds it only with ``orderMessageEnable``, off by
-default; producers would then pick queues from it instead of from the broker's topic).
+``-o`` writes namespace ``ORDER_TOPIC_CONFIG``, which registration results carry) is kept in
+``config/kvConfig.json`` of the directory served, in RocketMQ's shape (``{"configTable":
+{namespace: {key: value}}}``). Routes carry no ``orderTopicConf`` (RocketMQ's name server adds it
+only with ``orderMessageEnable``, off by default).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from typing import Any, Final
+import socket
+from pathlib import Path
+from typing import Final
 
+from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import text, to_ext
 from rocketstore.broker.remoting.refusal import RequestRefused
-from rocketstore.broker.remoting.server import Connection, Handler
+from rocketstore.broker.remoting.registration import (
+    BodyChecksumError,
+    BrokerIdentity,
+    RegisterBrokerResult,
+    decode_data_version,
+    decode_register_broker,
+    encode_data_version,
+    encode_register_result,
+)
+from rocketstore.broker.remoting.server import Connection, Handler, RemotingLimits, RemotingServer
+from rocketstore.broker.routes import BrokerSet, MasterInfo, QueueData, RouteTable
+from rocketstore.clock import SystemClock
 from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig
-from rocketstore.storage.paths import atomic_write
+from rocketstore.errors import CorruptDataError
+from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write
 
 __all__ = [
     "DEFAULT_TOPIC",
     "KV_CONFIG_FILE",
+    "ORDER_TOPIC_CONFIG",
     "PERM_INHERIT",
+    "NameServer",
     "NameServerProcessor",
     "broker_topic_configs",
     "default_topic_config",
     "json_body",
+    "local_ha_address",
+    "local_topic_configs",
 ]
 
 log = logging.getLogger("rocketstore.broker.remoting")
@@ -56,6 +83,8 @@ KV_CONFIG_FILE: Final = "kvConfig.json"
 MAX_KV_ENTRIES: Final = 10_000
 MAX_KV_ENTRY_BYTES: Final = 64 * 1024
 MAX_KV_BYTES: Final = 4 * 1024 * 1024
+ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"  # the KV namespace registration results carry
+EXPIRY_SCAN_S: Final = 10.0  # NamesrvController's scanNotActiveBroker period
 
 
 def default_topic_config(ctx: RemotingContext) -> TopicConfig:
@@ -88,6 +117,20 @@ def broker_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
     return {t.topic: t for t in topics}
 
 
+def local_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
+    """Every topic a broker serves (what its routes and registrations list): the store's, and
+    the broker's own it does not have (TBW102 among them while auto-creation is on)."""
+    return {**broker_topic_configs(ctx), **ctx.store.topic_configs()}
+
+
+def local_ha_address(ctx: RemotingContext) -> str:
+    """The broker's haServerAddr: brokerIP2 (else brokerIP1's host) and the store's HA port (0
+    when the store serves no replication)."""
+    host = ctx.config.broker_ip2 or ctx.broker_address.rpartition(":")[0].strip("[]")
+    port = ctx.store.ha_port or 0
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def json_body(value: object) -> bytes:
     """A JSON body as fastjson writes it: keys sorted, no spaces, UTF-8."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -98,14 +141,31 @@ def _entry_bytes(namespace: str, key: str, value: str) -> int:
 
 
 class NameServerProcessor:
-    def __init__(self, ctx: RemotingContext) -> None:
-        self.ctx = ctx
-        self._kv_path = ctx.store.layout.root / "config" / KV_CONFIG_FILE
+    """Answers a name server's requests from ``table`` and, in combined mode, ``local`` (the
+    remoting context of this process's broker). Runs on the name server's event loop."""
+
+    def __init__(
+        self,
+        table: RouteTable,
+        config_dir: Path,
+        file_mode: int = DEFAULT_FILE_MODE,
+        local: RemotingContext | None = None,
+    ) -> None:
+        self.table = table
+        self.local = local
+        self._file_mode = file_mode
+        self._kv_path = config_dir / KV_CONFIG_FILE
         self._kv_update = asyncio.Lock()  # one change at a time: each rewrites the whole file
         self._kv: dict[str, dict[str, str]] = self._load_kv()
         self._kv_bytes = sum(
             _entry_bytes(ns, k, v) for ns, entries in self._kv.items() for k, v in entries.items()
         )
+
+    @classmethod
+    def of_broker(cls, ctx: RemotingContext) -> NameServerProcessor:
+        """The combined mode's: this broker and the brokers that register; KV in the store."""
+        store = ctx.store
+        return cls(RouteTable(SystemClock()), store.layout.root / "config", store.config.file_mode, ctx)
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -114,6 +174,11 @@ class NameServerProcessor:
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.all_topics,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.cluster_topics,
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
+            RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
+            RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm,
             RequestCode.PUT_KV_CONFIG: self.put_kv,
             RequestCode.GET_KV_CONFIG: self.get_kv,
             RequestCode.DELETE_KV_CONFIG: self.delete_kv,
@@ -123,66 +188,173 @@ class NameServerProcessor:
             RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: self.no_topics,
         }
 
-    # --- what the broker has ----------------------------------------------------------------
+    # --- this process's broker ----------------------------------------------------------------
     def topic_configs(self) -> dict[str, TopicConfig]:
-        """Every topic the broker serves: the store's, and the broker's own it does not have."""
-        return {**broker_topic_configs(self.ctx), **self.ctx.store.topic_configs()}
+        """Every topic this process's broker serves, TBW102 included while auto-creation is on."""
+        ctx = self.local
+        if ctx is None:
+            return {}
+        return local_topic_configs(ctx)
 
-    def broker_data(self) -> dict[str, Any]:
-        config = self.ctx.config
-        return {
-            "brokerAddrs": {"0": self.ctx.broker_address},
-            "brokerName": config.broker_name,
-            "cluster": config.cluster_name,
-        }
+    def _local_topic(self, topic: str) -> TopicConfig | None:
+        ctx = self.local
+        if ctx is None:
+            return None
+        return ctx.store.topic_config(topic) or broker_topic_configs(ctx).get(topic)
 
-    # --- handlers -----------------------------------------------------------------------------
+    def _with_local(self, sets: list[BrokerSet]) -> list[BrokerSet]:
+        """``sets`` with this broker as the master of its name (its registered slaves kept)."""
+        ctx = self.local
+        if ctx is None:
+            return sets
+        name = ctx.config.broker_name
+        out = [s for s in sets if s.broker_name != name]
+        registered = self.table.brokers.get(name)
+        addresses = dict(registered.addresses) if registered is not None else {}
+        addresses = {i: a for i, a in addresses.items() if a != ctx.broker_address}
+        addresses[0] = ctx.broker_address
+        return [BrokerSet(ctx.config.cluster_name, name, addresses), *out]
+
+    # --- routes and the cluster ---------------------------------------------------------------
     async def route(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         topic = text(cmd.ext_fields, "topic")
-        config = self.ctx.store.topic_config(topic) or broker_topic_configs(self.ctx).get(topic)
-        if config is None:
+        found = self.table.route(topic)
+        queues, sets = found if found is not None else ([], [])
+        local = self._local_topic(topic)
+        if local is not None:
+            assert self.local is not None
+            name = self.local.config.broker_name
+            own = QueueData(name, local.read_queues, local.write_queues, local.perm, local.sys_flag)
+            queues = [own, *(q for q in queues if q.broker_name != name)]
+            sets = self._with_local(sets)
+        if not queues:
             raise RequestRefused(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic}",
             )
         route = {
-            "brokerDatas": [self.broker_data()],
+            "brokerDatas": [s.to_json() for s in sets],
             "filterServerTable": {},
-            "queueDatas": [
-                {
-                    "brokerName": self.ctx.config.broker_name,
-                    "perm": config.perm,
-                    "readQueueNums": config.read_queues,
-                    "topicSysFlag": config.sys_flag,
-                    "writeQueueNums": config.write_queues,
-                }
-            ],
+            "queueDatas": [q.to_json() for q in queues],
         }
         return cmd.response(body=json_body(route))
 
     async def cluster_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        config = self.ctx.config
-        info = {
-            "brokerAddrTable": {config.broker_name: self.broker_data()},
-            "clusterAddrTable": {config.cluster_name: [config.broker_name]},
-        }
+        sets = self._with_local(list(self.table.brokers.values()))
+        clusters: dict[str, list[str]] = {c: sorted(names) for c, names in self.table.clusters.items()}
+        for s in sets:
+            names = clusters.setdefault(s.cluster, [])
+            if s.broker_name not in names:
+                names.append(s.broker_name)
+        info = {"brokerAddrTable": {s.broker_name: s.to_json() for s in sets}, "clusterAddrTable": clusters}
         return cmd.response(body=json_body(info))
 
     async def all_topics(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return cmd.response(body=json_body({"topicList": sorted(self.topic_configs())}))
+        topics = set(self.topic_configs()) | set(self.table.topics)
+        return cmd.response(body=json_body({"topicList": sorted(topics)}))
 
     async def cluster_topics(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         cluster = text(cmd.ext_fields, "cluster")
-        topics = sorted(self.topic_configs()) if cluster == self.ctx.config.cluster_name else []
-        return cmd.response(body=json_body({"topicList": topics}))
+        topics = set(self.table.topics_of_cluster(cluster))
+        if self.local is not None and cluster == self.local.config.cluster_name:
+            topics |= set(self.topic_configs())
+        return cmd.response(body=json_body({"topicList": sorted(topics)}))
 
     async def no_topics(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         return cmd.response(body=json_body({"topicList": []}))
 
     async def delete_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        # routes are the broker's topics: the broker's DELETE_TOPIC_IN_BROKER removed it already
-        text(cmd.ext_fields, "topic")
+        # this broker's routes are its topics: its DELETE_TOPIC_IN_BROKER removed it already
+        topic = text(cmd.ext_fields, "topic")
+        self.table.delete_topic(topic, cmd.ext_fields.get("clusterName") or None)
         return cmd.response()
+
+    async def wipe_write_perm(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        name = text(cmd.ext_fields, "brokerName")
+        count = self.table.wipe_write_perm(name)
+        log.info("write permission of broker %s wiped on %d topics", name, count)
+        return cmd.response(ext_fields=to_ext(wipeTopicCount=count))
+
+    async def add_write_perm(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        name = text(cmd.ext_fields, "brokerName")
+        count = self.table.add_write_perm(name)
+        log.info("write permission of broker %s added on %d topics", name, count)
+        return cmd.response(ext_fields=to_ext(addTopicCount=count))
+
+    # --- brokers' registrations ---------------------------------------------------------------
+    async def register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        try:
+            request = decode_register_broker(cmd)
+        except BodyChecksumError:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, "crc32 not match") from None
+        except CorruptDataError as exc:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        broker = request.broker
+        known = broker.broker_addr in self.table.live
+        master = self.table.register(
+            cluster=broker.cluster_name,
+            broker_name=broker.broker_name,
+            broker_addr=broker.broker_addr,
+            broker_id=broker.broker_id,
+            ha_server_addr=request.ha_server_addr,
+            version=request.version,
+            topics=request.topics,
+            channel=conn,
+        )
+        if "namesrv_registrations" not in conn.attributes:
+            conn.attributes["namesrv_registrations"] = True
+            conn.on_close.append(self._connection_closed)
+        ctx = self.local
+        if (
+            ctx is not None
+            and broker.broker_id != 0
+            and broker.broker_name == ctx.config.broker_name
+            and master.master_addr is None
+        ):
+            master = MasterInfo(ctx.broker_address, local_ha_address(ctx))
+        if not known:
+            log.info(
+                "broker %s (id %d of %s, cluster %s) registered from %s with %d topics",
+                broker.broker_addr,
+                broker.broker_id,
+                broker.broker_name,
+                broker.cluster_name,
+                conn.peer,
+                len(request.topics),
+            )
+        result = RegisterBrokerResult(
+            master.master_addr, master.ha_server_addr, self._kv.get(ORDER_TOPIC_CONFIG, {})
+        )
+        return encode_register_result(cmd, result)
+
+    def _connection_closed(self, conn: Connection) -> None:
+        for addr in self.table.remove_channel(conn):
+            log.info("broker %s removed: its registration connection %s closed", addr, conn.peer)
+
+    async def unregister_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        broker = BrokerIdentity.from_ext(cmd.ext_fields)
+        self.table.unregister(broker.cluster_name, broker.broker_name, broker.broker_addr, broker.broker_id)
+        log.info(
+            "broker %s (id %d of %s) unregistered", broker.broker_addr, broker.broker_id, broker.broker_name
+        )
+        return cmd.response()
+
+    async def query_data_version(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        broker = BrokerIdentity.from_ext(cmd.ext_fields)
+        try:
+            version = decode_data_version(cmd.body, "QUERY_DATA_VERSION body")
+        except CorruptDataError as exc:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        changed, held = self.table.query_data_version(broker.broker_addr, version)
+        body = encode_data_version(held) if held is not None else b""
+        return cmd.response(ext_fields=to_ext(changed=changed), body=body)
+
+    def expire(self) -> None:
+        """Remove the brokers silent for 120 s and close their connections (every 10 s)."""
+        for addr, channel in self.table.expire():
+            log.info("broker %s removed: no registration for %d s", addr, self.table.expiry_ms // 1000)
+            if isinstance(channel, Connection):
+                channel.close()
 
     # --- KV configuration ---------------------------------------------------------------------
     def _load_kv(self) -> dict[str, dict[str, str]]:
@@ -205,7 +377,7 @@ class NameServerProcessor:
     def _save_kv(self, table: dict[str, dict[str, str]]) -> None:
         self._kv_path.parent.mkdir(parents=True, exist_ok=True)
         data = json.dumps({"configTable": table}, indent=1, sort_keys=True).encode()
-        atomic_write(self._kv_path, data, self.ctx.store.config.file_mode)
+        atomic_write(self._kv_path, data, self._file_mode)
 
     async def put_kv(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
@@ -232,7 +404,7 @@ class NameServerProcessor:
                 )
             table = {ns: dict(entries) for ns, entries in self._kv.items()}
             table.setdefault(namespace, {})[key] = value
-            await self.ctx.run(self._save_kv, table)
+            await asyncio.to_thread(self._save_kv, table)
             self._kv, self._kv_bytes = table, total
         return cmd.response()
 
@@ -255,7 +427,7 @@ class NameServerProcessor:
                 size = _entry_bytes(namespace, key, table[namespace].pop(key))
                 if not table[namespace]:
                     del table[namespace]
-                await self.ctx.run(self._save_kv, table)
+                await asyncio.to_thread(self._save_kv, table)
                 self._kv, self._kv_bytes = table, self._kv_bytes - size
         return cmd.response()
 
@@ -265,3 +437,36 @@ class NameServerProcessor:
         if not entries:
             raise RequestRefused(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
         return cmd.response(body=json_body({"table": entries}))
+
+
+class NameServer:
+    """One name-server listener: ``processor``'s handlers on a remoting server, and the scan
+    that expires silent brokers. ``start`` binds (or takes a bound socket); ``stop`` ends both."""
+
+    def __init__(
+        self, processor: NameServerProcessor, limits: RemotingLimits, metrics: BrokerMetrics | None = None
+    ) -> None:
+        self.processor = processor
+        self.server = RemotingServer(processor.handlers(), limits, "namesrv", metrics=metrics)
+        self._expiry: asyncio.Task[None] | None = None
+
+    async def start(self, sock: socket.socket) -> int:
+        port = await self.server.start(sock=sock)
+        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+        return port
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_SCAN_S)
+            try:
+                self.processor.expire()
+            except Exception:
+                log.exception("the name server's expiry scan failed")
+
+    async def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+            self._expiry = None
+        await self.server.stop()

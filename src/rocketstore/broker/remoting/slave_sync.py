@@ -1,0 +1,157 @@
+"""What a slave copies from its master besides the commitlog (CLUSTER.md §4.3; RocketMQ's
+``SlaveSynchronize``), both sides:
+
+* ``SlaveSyncProcessor``, on every broker: the master's answers to GET_ALL_CONSUMER_OFFSET (43,
+  ``consumerOffset.json``'s JSON) and GET_ALL_DELAY_OFFSET (45, ``delayOffset.json``'s); SYSTEM_ERROR
+  when it has none, as RocketMQ's broker. GET_ALL_TOPIC_CONFIG (21) is ``admin.py``'s.
+* ``SlaveSynchronizer``, on a SLAVE that registers with name servers: every ``SYNC_PERIOD_S``
+  (10 s; first after 3 s), while the name servers name its master's address (the registration
+  result's ``masterAddr``), asks the master (3 s each) for its topics and its consumers' offsets:
+  a topic the slave lacks or holds with other queue counts, permissions or order is created or
+  changed (so its pulls are served: a slave serves pulls only for topics it knows); every offset
+  is taken as the master's (RocketMQ's ``putAll``). A topic the master no longer has is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Final
+
+from rocketstore.broker.remoting.client import RemotingClient
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.context import RemotingContext
+from rocketstore.broker.remoting.namesrv import json_body
+from rocketstore.broker.remoting.refusal import RequestRefused
+from rocketstore.broker.remoting.server import Connection, Handler
+from rocketstore.codec.config_json import TopicConfig, decode_offsets, decode_topics, encode_offsets
+from rocketstore.errors import RocketStoreError
+
+__all__ = ["SlaveSyncProcessor", "SlaveSynchronizer"]
+
+log = logging.getLogger("rocketstore.broker.registration")
+
+SYNC_PERIOD_S: Final = 10.0
+FIRST_SYNC_S: Final = 3.0
+SYNC_TIMEOUT_S: Final = 3.0
+
+
+class SlaveSyncProcessor:
+    """A master's answers to its slaves' copies (see the module docstring)."""
+
+    def __init__(self, ctx: RemotingContext) -> None:
+        self.ctx = ctx
+
+    def handlers(self) -> dict[int, Handler]:
+        return {
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offsets,
+            RequestCode.GET_ALL_DELAY_OFFSET: self.all_delay_offsets,
+        }
+
+    async def all_consumer_offsets(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        table = self.ctx.store.consumer_offsets()
+        if not table:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, "No consumer offset in this broker")
+        return cmd.response(body=encode_offsets(table))
+
+    async def all_delay_offsets(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        progress = self.ctx.store.delay_progress()
+        if not progress:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, "No delay offset in this broker")
+        return cmd.response(body=json_body({"offsetTable": {str(k): v[0] for k, v in progress.items()}}))
+
+
+class SlaveSynchronizer:
+    """A SLAVE's copies of its master's topics and offsets; ``set_master`` from each
+    registration result, ``start``/``stop`` around the broker's life."""
+
+    def __init__(self, ctx: RemotingContext) -> None:
+        self.ctx = ctx
+        self.master_addr: str | None = None
+        self._client: RemotingClient | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._failing = False
+        self.rounds = 0
+
+    def set_master(self, address: str | None) -> None:
+        """The master's remoting address the name servers gave (None: keep the last one)."""
+        if address is not None and address != self.ctx.broker_address:
+            self.master_addr = address
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._client is not None:
+            await self._client.close()
+
+    async def _loop(self) -> None:
+        await asyncio.sleep(FIRST_SYNC_S)
+        while True:
+            if self.master_addr is not None:
+                try:
+                    await self.sync_once(self.master_addr)
+                    if self._failing:
+                        log.info("copying from master %s again", self.master_addr)
+                    self._failing = False
+                except (OSError, TimeoutError, RocketStoreError) as exc:
+                    if not self._failing:
+                        log.warning("cannot copy topics and offsets from %s: %s", self.master_addr, exc)
+                    self._failing = True
+            await asyncio.sleep(SYNC_PERIOD_S)
+
+    async def _ask(self, address: str, code: int) -> bytes | None:
+        client = self._client
+        if client is None or client.address != address:
+            if client is not None:
+                await client.close()
+            client = self._client = RemotingClient(address)
+        response = await client.invoke(RemotingCommand(code=code), SYNC_TIMEOUT_S)
+        if response.code != ResponseCode.SUCCESS:
+            return None  # the master has none
+        return bytes(response.body)
+
+    async def sync_once(self, address: str) -> None:
+        """One round of copies from the master at ``address``."""
+        topics_body = await self._ask(address, RequestCode.GET_ALL_TOPIC_CONFIG)
+        if topics_body is not None:
+            topics, _ = decode_topics(topics_body.decode("utf-8", errors="replace"), "the master's topics")
+            await self.ctx.run(self._apply_topics, topics)
+        offsets_body = await self._ask(address, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        if offsets_body is not None:
+            offsets = decode_offsets(offsets_body.decode("utf-8", errors="replace"), "the master's offsets")
+            await self.ctx.run(self._apply_offsets, offsets)
+        self.rounds += 1
+
+    def _apply_topics(self, topics: dict[str, TopicConfig]) -> None:
+        store = self.ctx.store
+        for name, config in topics.items():
+            queues = max(config.read_queues, config.write_queues)
+            mine = store.topic_config(name)
+            if mine is not None and (max(mine.read_queues, mine.write_queues), mine.perm, mine.order) == (
+                queues,
+                config.perm,
+                config.order,
+            ):
+                continue
+            try:
+                store.create_topic(name, queues, perm=config.perm, order=config.order)
+            except RocketStoreError as exc:  # a system topic this store keeps itself, a bad name
+                log.debug("master's topic %s not copied: %s", name, exc)
+
+    def _apply_offsets(self, offsets: dict[tuple[str, str], dict[int, int]]) -> None:
+        store = self.ctx.store
+        for (topic, group), queues in offsets.items():
+            for queue_id, offset in queues.items():
+                try:
+                    store.commit_offset(group, topic, queue_id, offset)
+                except RocketStoreError as exc:
+                    log.debug("master's offset of %s@%s not copied: %s", topic, group, exc)
+                    break

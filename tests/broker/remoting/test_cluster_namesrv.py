@@ -1,0 +1,251 @@
+"""Brokers registering with a name server over the wire: the name server's answers to
+REGISTER_BROKER, QUERY_DATA_VERSION, UNREGISTER_BROKER, wipes and deletions with several brokers
+(a name server alone, and beside its own broker), and a broker's registration service (at start,
+on topic changes, UNREGISTER_BROKER at stop, a name server that is down)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvloop
+
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.namesrv import NameServer, NameServerProcessor
+from rocketstore.broker.remoting.registration import (
+    BrokerIdentity,
+    RegisterBrokerRequest,
+    encode_query_data_version,
+    encode_register_broker,
+    encode_unregister_broker,
+)
+from rocketstore.broker.remoting.server import RemotingLimits
+from rocketstore.broker.routes import DataVersion, RouteTable
+from rocketstore.clock import SystemClock
+from rocketstore.codec.config_json import TopicConfig
+
+from .client import RawClient
+from .conftest import StartRemoting
+
+A = BrokerIdentity("C1", "broker-x", "127.0.0.1:31911", 0)
+A_SLAVE = BrokerIdentity("C1", "broker-x", "127.0.0.1:31921", 1)
+B = BrokerIdentity("C1", "broker-y", "127.0.0.1:31931", 0)
+V1 = DataVersion(1000, 1)
+
+
+class Standalone:
+    """A name server alone on a loop of its own (as ``rocketstore serve --remoting off``)."""
+
+    def __init__(self, config_dir: Path) -> None:
+        self.loop = uvloop.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.table = RouteTable(SystemClock())
+        self.name_server = NameServer(NameServerProcessor(self.table, config_dir), RemotingLimits())
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        sock.setblocking(False)
+        self.port = self.call(self.name_server.start(sock))
+        self.address = f"127.0.0.1:{self.port}"
+
+    def call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
+
+    def stop(self) -> None:
+        self.call(self.name_server.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+@pytest.fixture
+def standalone(tmp_path: Path) -> Iterator[Standalone]:
+    ns = Standalone(tmp_path / "ns")
+    yield ns
+    ns.stop()
+
+
+def register(
+    client: RawClient,
+    broker: BrokerIdentity,
+    topics: dict[str, TopicConfig],
+    version: DataVersion = V1,
+    *,
+    compressed: bool = False,
+) -> Any:
+    cmd = encode_register_broker(
+        RegisterBrokerRequest(broker, broker.broker_addr.replace("319", "329"), version, topics),
+        compressed=compressed,
+    )
+    return client.call(cmd.code, cmd.ext_fields, bytes(cmd.body))
+
+
+def route(client: RawClient, topic: str) -> Any:
+    resp = client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+    return json.loads(resp.body) if resp.code == ResponseCode.SUCCESS else resp.code
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_standalone_merges_brokers_and_answers_slaves(standalone: Standalone) -> None:
+    with (
+        RawClient(standalone.port) as a,
+        RawClient(standalone.port) as slave,
+        RawClient(standalone.port) as b,
+    ):
+        resp = register(a, A, {"T": TopicConfig("T", 2, 2), "TBW102": TopicConfig("TBW102", 8, 8, 7)})
+        assert (resp.code, resp.ext_fields, resp.body) == (0, {}, b"")
+        assert register(b, B, {"T": TopicConfig("T", 4, 4)}, compressed=True).code == 0
+        resp = register(slave, A_SLAVE, {})
+        assert resp.ext_fields == {"masterAddr": A.broker_addr, "haServerAddr": "127.0.0.1:32911"}
+        t = route(a, "T")
+        assert sorted((q["brokerName"], q["writeQueueNums"]) for q in t["queueDatas"]) == [
+            ("broker-x", 2),
+            ("broker-y", 4),
+        ]
+        addrs = {d["brokerName"]: d["brokerAddrs"] for d in t["brokerDatas"]}
+        assert addrs == {
+            "broker-x": {"0": A.broker_addr, "1": A_SLAVE.broker_addr},
+            "broker-y": {"0": B.broker_addr},
+        }
+        info = json.loads(a.call(RequestCode.GET_BROKER_CLUSTER_INFO).body)
+        assert info["clusterAddrTable"] == {"C1": ["broker-x", "broker-y"]}
+        topics = json.loads(a.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "C1"}).body)["topicList"]
+        assert topics == ["T", "TBW102"]
+        assert (
+            json.loads(a.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "no"}).body)["topicList"] == []
+        )
+
+        # wipe, add back, delete: on the name server only
+        wiped = a.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-y"})
+        assert wiped.ext_fields == {"wipeTopicCount": "1"}
+        assert {q["brokerName"]: q["perm"] for q in route(a, "T")["queueDatas"]} == {
+            "broker-x": 6,
+            "broker-y": 4,
+        }
+        added = a.call(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-y"})
+        assert added.ext_fields == {"addTopicCount": "1"}
+        assert a.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T", "clusterName": "C1"}).code == 0
+        assert route(a, "T") == ResponseCode.TOPIC_NOT_EXIST
+
+        # QUERY_DATA_VERSION: the same version is unchanged (and keeps the broker alive)
+        q = encode_query_data_version(A, V1)
+        same = a.call(q.code, q.ext_fields, bytes(q.body))
+        assert same.ext_fields == {"changed": "false"} and json.loads(same.body) == V1.to_json()
+        q = encode_query_data_version(A, DataVersion(2000, 2))
+        assert a.call(q.code, q.ext_fields, bytes(q.body)).ext_fields == {"changed": "true"}
+
+        # a bad checksum registers nothing
+        cmd = encode_register_broker(RegisterBrokerRequest(B, "h:1", V1, {"U": TopicConfig("U", 1, 1)}))
+        cmd.ext_fields["bodyCrc32"] = "1"
+        bad = b.call(cmd.code, cmd.ext_fields, bytes(cmd.body))
+        assert (bad.code, bad.remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        assert route(b, "U") == ResponseCode.TOPIC_NOT_EXIST
+
+        # UNREGISTER_BROKER removes the slave's id only
+        u = encode_unregister_broker(A_SLAVE)
+        assert slave.call(u.code, u.ext_fields).code == 0
+        register(a, A, {"T": TopicConfig("T", 2, 2)}, DataVersion(3000, 3))
+        assert {d["brokerName"]: d["brokerAddrs"] for d in route(a, "T")["brokerDatas"]}["broker-x"] == {
+            "0": A.broker_addr
+        }
+    # the registration connections closed: every broker is gone at once
+    with RawClient(standalone.port) as c:
+        wait_for(lambda: route(c, "T") == ResponseCode.TOPIC_NOT_EXIST, "the brokers' removal")
+        info = json.loads(c.call(RequestCode.GET_BROKER_CLUSTER_INFO).body)
+        assert info == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+
+
+def test_combined_name_server_lists_its_broker_and_registered_ones(start_remoting: StartRemoting) -> None:
+    r = start_remoting(cluster_name="C1")
+    r.store.create_topic("T", 3)
+    with RawClient(r.namesrv_port) as ns:
+        assert register(ns, B, {"T": TopicConfig("T", 4, 4), "OnlyB": TopicConfig("OnlyB", 1, 1)}).code == 0
+        # a slave of this process's broker is told it is its master
+        slave = BrokerIdentity("C1", "broker-a", "127.0.0.1:31941", 1)
+        resp = register(ns, slave, {})
+        assert resp.ext_fields["masterAddr"] == r.address
+        t = route(ns, "T")
+        assert [q["brokerName"] for q in t["queueDatas"]] == ["broker-a", "broker-y"]
+        addrs = {d["brokerName"]: d["brokerAddrs"] for d in t["brokerDatas"]}
+        assert addrs == {
+            "broker-a": {"0": r.address, "1": slave.broker_addr},
+            "broker-y": {"0": B.broker_addr},
+        }
+        assert route(ns, "OnlyB")["brokerDatas"] == [
+            {"brokerAddrs": {"0": B.broker_addr}, "brokerName": "broker-y", "cluster": "C1"}
+        ]
+        info = json.loads(ns.call(RequestCode.GET_BROKER_CLUSTER_INFO).body)
+        assert sorted(info["brokerAddrTable"]) == ["broker-a", "broker-y"]
+        assert sorted(info["clusterAddrTable"]["C1"]) == ["broker-a", "broker-y"]
+        topics = json.loads(ns.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).body)["topicList"]
+        assert {"T", "OnlyB", "TBW102"} <= set(topics)
+
+
+def test_broker_registers_on_start_on_topic_change_and_unregisters_at_stop(
+    standalone: Standalone, start_remoting: StartRemoting, caplog: pytest.LogCaptureFixture
+) -> None:
+    down = socket.socket()
+    down.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused
+    dead = f"127.0.0.1:{down.getsockname()[1]}"
+    caplog.set_level(logging.INFO, "rocketstore.broker.registration")
+    r = start_remoting(namesrv_addr=f"{standalone.address};{dead}", cluster_name="C9")
+    try:
+        with RawClient(standalone.port) as ns:
+            # registered before start returned, its topics with it
+            tbw = route(ns, "TBW102")
+            assert tbw["brokerDatas"] == [
+                {"brokerAddrs": {"0": r.address}, "brokerName": "broker-a", "cluster": "C9"}
+            ]
+            assert tbw["queueDatas"][0]["perm"] == 7
+            live = standalone.table.live[r.address]
+            assert live.ha_server_addr.startswith("127.0.0.1:")
+            r.store.create_topic("Later", 5)
+            wait_for(lambda: route(ns, "Later") != ResponseCode.TOPIC_NOT_EXIST, "the topic's registration")
+            assert route(ns, "Later")["queueDatas"][0]["writeQueueNums"] == 5
+            assert standalone.table.live[r.address].version.counter == 1
+            # one connection carries every registration
+            assert len(standalone.name_server.server.connections) == 2  # the broker's and this client's
+            r.broker.stop_in_thread()
+            assert route(ns, "Later") == ResponseCode.TOPIC_NOT_EXIST
+            assert r.address not in standalone.table.live
+    finally:
+        down.close()
+    down_lines = [m for m in caplog.messages if dead in m]
+    assert len(down_lines) == 1 and "unreachable" in down_lines[0]
+
+
+def test_without_force_register_a_round_registers_only_what_changed(
+    standalone: Standalone, start_remoting: StartRemoting
+) -> None:
+    r = start_remoting(namesrv_addr=standalone.address, force_register=False)
+    registration, loop = r.broker.registration, r.broker._loop
+    assert registration is not None and loop is not None
+
+    def round_() -> Any:
+        return asyncio.run_coroutine_threadsafe(registration.register_all(force=False), loop).result(30)
+
+    before = standalone.table.live[r.address].last_update_ms
+    time.sleep(0.01)
+    assert round_() is None  # QUERY_DATA_VERSION: unchanged, no registration; kept alive
+    assert standalone.table.live[r.address].last_update_ms > before
+    # the name server lost the broker (a restart): the next round registers it again
+    standalone.loop.call_soon_threadsafe(standalone.table.remove_address, r.address)
+    wait_for(lambda: r.address not in standalone.table.live, "the broker's removal")
+    assert round_() is not None
+    assert r.address in standalone.table.live

@@ -1,0 +1,60 @@
+"""A master's answers to its slaves' copies (GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET) and a
+slave's SlaveSynchronizer taking the master's topics and offsets over the wire."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, cast
+
+from rocketstore import MessageStore
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.context import RemotingContext
+from rocketstore.broker.remoting.slave_sync import SlaveSynchronizer
+
+from ..conftest import SMALL
+from .client import RawClient
+from .conftest import StartRemoting
+
+
+class SlaveSide:
+    """What SlaveSynchronizer uses of a context: the slave's store, its address, disk work."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.broker_address = "127.0.0.1:1"
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.to_thread(fn, *args)
+
+
+def test_master_answers_and_a_slave_copies_topics_and_offsets(
+    start_remoting: StartRemoting, tmp_path: Path
+) -> None:
+    master = start_remoting()
+    with RawClient(master.port) as client:
+        none = client.call(RequestCode.GET_ALL_CONSUMER_OFFSET)
+        assert (none.code, none.remark) == (ResponseCode.SYSTEM_ERROR, "No consumer offset in this broker")
+        assert client.call(RequestCode.GET_ALL_DELAY_OFFSET).code == ResponseCode.SYSTEM_ERROR
+        master.store.create_topic("Copied", 3, perm=4, order=True)
+        master.store.commit_offset("g1", "Copied", 2, 17)
+        offsets = client.call(RequestCode.GET_ALL_CONSUMER_OFFSET)
+        assert json.loads(offsets.body) == {"offsetTable": {"Copied@g1": {"2": 17}}}
+
+    with MessageStore.open(tmp_path / "slave", SMALL) as slave:
+        slave.create_topic("Copied", 1)  # other queue counts: replaced by the master's
+        sync = SlaveSynchronizer(cast(RemotingContext, SlaveSide(slave)))
+
+        async def once() -> None:
+            try:
+                await sync.sync_once(master.address)
+            finally:
+                await sync.stop()
+
+        asyncio.run(once())
+        config = slave.topic_config("Copied")
+        assert config is not None
+        assert (config.read_queues, config.write_queues, config.perm, config.order) == (3, 3, 4, True)
+        assert slave.query_offset("g1", "Copied", 2) == 17
+        assert sync.rounds == 1
