@@ -1,0 +1,224 @@
+"""Timer messages (TIMER.md; docs/timers.md): stored in rmq_sys_wheel_timer, delivered to their
+real topic at their time and never before, across restarts and crashes, cancellable, limited."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from rocketstore import (
+    GetStatus,
+    InvalidMessageError,
+    ManualClock,
+    Message,
+    MessageExt,
+    MessageStore,
+    StoreConfig,
+)
+from rocketstore.timer import cancel_message
+
+CFG = StoreConfig(
+    commitlog_segment_size=1 << 20,
+    consume_queue_entries=1000,
+    index_hash_slots=64,
+    index_max_entries=4096,
+    timer_log_segment_size=4096,
+)
+T0 = 1_700_000_000_000
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+
+
+def read_all(store: MessageStore, topic: str, queue_id: int = 0) -> list[MessageExt]:
+    assert store.wait_dispatched(60)
+    out: list[MessageExt] = []
+    offset = store.min_offset_in_queue(topic, queue_id)
+    while True:
+        res = store.get_message("g", topic, queue_id, offset, 32)
+        if res.status is not GetStatus.FOUND:
+            return out
+        out.extend(res.messages)
+        offset = res.next_begin_offset
+
+
+def wait_until(predicate: object, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def settle(store: MessageStore, clock: ManualClock) -> None:
+    """Wait (no clock sleep) until the timer service has run a round at the clock's time: every
+    slot before now is read and every stored timer is in the wheel."""
+    precision = store.timer_status()["precision_ms"]
+    target = clock.now_ms() // precision * precision
+    assert store.wait_dispatched(60)
+    assert wait_until(
+        lambda: store.timer_status()["read_time_ms"] >= target and store.timer_status()["not_enqueued"] == 0
+    ), store.timer_status()
+    store.wait_dispatched(5)
+
+
+def advance_to(store: MessageStore, clock: ManualClock, ms: int) -> None:
+    clock.advance(ms - clock.now_ms())
+    settle(store, clock)
+
+
+def test_timer_is_stored_in_the_timer_topic_and_delivered_at_its_time(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        due = T0 + 45_250
+        r = store.put_message(
+            Message(
+                "Orders", b"pay", tags="TagA", keys=["o-1"], queue_id=2, deliver_at=due, properties={"a": "b"}
+            )
+        )
+        assert r.ok and r.topic == TIMER_TOPIC and r.queue_id == 0
+        stored = read_all(store, TIMER_TOPIC)
+        assert len(stored) == 1
+        props = stored[0].properties
+        assert props["REAL_TOPIC"] == "Orders" and props["REAL_QID"] == "2"
+        assert props["TIMER_DELIVER_MS"] == str(due) and props["TIMER_OUT_MS"] == str(T0 + 45_200)
+        assert store.timer_status()["pending"] == 1
+        advance_to(store, clock, due - 1)
+        assert read_all(store, "Orders", 2) == []  # one ms early: not yet
+        assert store.timer_status()["pending"] == 1
+        advance_to(store, clock, due)
+        assert read_all(store, "Orders", 2) == []  # its slot (45.2-45.3 s) is read at 45.3 s
+        advance_to(store, clock, T0 + 45_300)
+        got = read_all(store, "Orders", 2)
+        assert len(got) == 1
+        m = got[0]
+        assert (m.body, m.tags, m.keys, m.uniq_key) == (b"pay", "TagA", ["o-1"], stored[0].uniq_key)
+        assert (
+            m.properties["a"] == "b" and "REAL_TOPIC" not in m.properties and "REAL_QID" not in m.properties
+        )
+        assert m.properties["TIMER_OUT_MS"] == str(T0 + 45_200)
+        assert int(m.properties["TIMER_DEQUEUE_MS"]) >= due
+        assert store.query_message("Orders", "o-1")[0].body == b"pay"  # indexed by its keys
+        assert store.get_message("g", "Orders", 2, 0, 32, "TagA").status is GetStatus.FOUND
+        assert store.timer_status()["pending"] == 0
+
+
+@pytest.mark.parametrize(
+    ("props", "due_after"),
+    [
+        ({"TIMER_DELAY_SEC": "3"}, 3000),
+        ({"TIMER_DELAY_MS": "1250"}, 1250),
+        ({"TIMER_DELIVER_MS": str(T0 + 2000)}, 2000),
+        ({"TIMER_DELAY_SEC": "1", "TIMER_DELAY_MS": "5000", "TIMER_DELIVER_MS": str(T0 + 9000)}, 1000),
+    ],
+)
+def test_each_property_and_their_precedence(tmp_path: Path, props: dict[str, str], due_after: int) -> None:
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        assert store.put_message(Message("T", b"x", queue_id=0, properties=props)).topic == TIMER_TOPIC
+        advance_to(store, clock, T0 + due_after - 1)
+        assert read_all(store, "T") == []
+        advance_to(store, clock, T0 + due_after + 100)
+        assert len(read_all(store, "T")) == 1
+
+
+def test_past_or_present_time_is_delivered_at_once_and_a_delay_level_wins(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        r = store.put_message(Message("T", b"now", queue_id=0, deliver_at=T0))
+        assert r.topic == "T"
+        r = store.put_message(
+            Message("T", b"lvl", queue_id=0, delay_level=1, properties={"TIMER_DELAY_SEC": "60"})
+        )
+        assert r.topic == "SCHEDULE_TOPIC_XXXX"
+        sched = read_all(store, "SCHEDULE_TOPIC_XXXX", 0)
+        assert "TIMER_DELAY_SEC" not in sched[0].properties
+
+
+def test_deliver_at_datetime(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        when = datetime.fromtimestamp((T0 + 5000) / 1000, tz=timezone.utc)
+        store.put_message(Message("T", b"x", queue_id=0, deliver_at=when))
+        assert read_all(store, TIMER_TOPIC)[0].properties["TIMER_DELIVER_MS"] == str(T0 + 5000)
+        with pytest.raises(InvalidMessageError, match="aware datetime"):
+            store.put_message(Message("T", b"x", deliver_at=datetime(2030, 1, 1)))
+        with pytest.raises(InvalidMessageError, match="give one of them"):
+            store.put_message(Message("T", b"x", deliver_at=T0 + 1, properties={"TIMER_DELAY_MS": "5"}))
+
+
+def test_limits(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    cfg = CFG.replace(timer_max_delay_sec=60)
+    with MessageStore.open(tmp_path / "s", cfg, clock=clock) as store:
+        with pytest.raises(InvalidMessageError, match="max delay 60000ms") as err:
+            store.put_message(Message("T", b"x", properties={"TIMER_DELAY_SEC": "61"}))
+        assert err.value.status.name == "MESSAGE_ILLEGAL"
+        assert store.put_message(Message("T", b"x", properties={"TIMER_DELAY_SEC": "60"})).ok
+        with pytest.raises(InvalidMessageError, match="not a number"):
+            store.put_message(Message("T", b"x", properties={"TIMER_DELIVER_MS": "soon"}))
+        with pytest.raises(InvalidMessageError, match="reserved"):
+            store.put_message(Message(TIMER_TOPIC, b"x"))
+        with pytest.raises(InvalidMessageError, match="bigger than the current time"):
+            store.put_message(cancel_message("T", "ABC", T0 - 1))
+    off = CFG.replace(timer_wheel_enable=False)
+    with (
+        MessageStore.open(tmp_path / "off", off, clock=clock) as store,
+        pytest.raises(InvalidMessageError, match="not enabled"),
+    ):
+        store.put_message(Message("T", b"x", properties={"TIMER_DELAY_SEC": "5"}))
+
+
+def test_cancel(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        due = T0 + 10_000
+        keep = store.put_message(Message("T", b"keep", queue_id=0, deliver_at=due))
+        drop = store.put_message(Message("T", b"drop", queue_id=0, deliver_at=due))
+        uniq = store.look_message_by_offset(drop.physical_offset).uniq_key  # type: ignore[union-attr]
+        assert keep.ok and uniq
+        assert store.put_message(cancel_message("T", uniq, due)).topic == TIMER_TOPIC
+        settle(store, clock)
+        advance_to(store, clock, due + 100)
+        assert [m.body for m in read_all(store, "T")] == [b"keep"]
+        assert store.timer_status()["pending"] == 0
+        # found due only when enqueued (the service was behind): the cancel still applies
+        store.put_message(Message("T", b"late-drop", queue_id=0, deliver_at=due + 5000, uniq_key="D" * 32))
+        store.put_message(cancel_message("T", "D" * 32, due + 5000))
+        advance_to(store, clock, due + 6000)
+        assert [m.body for m in read_all(store, "T")] == [b"keep"]
+
+
+def test_timers_beyond_the_window_roll_and_arrive(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    cfg = CFG.replace(timer_roll_window_slots=100)  # a 10 s window at 100 ms
+    with MessageStore.open(tmp_path / "s", cfg, clock=clock) as store:
+        due = T0 + 35_050
+        store.put_message(Message("T", b"far", queue_id=0, deliver_at=due))
+        store.put_message(Message("T", b"far-cancelled", queue_id=0, deliver_at=due, uniq_key="C" * 32))
+        store.put_message(cancel_message("T", "C" * 32, due))
+        settle(store, clock)
+        for step in range(T0 + 1000, due, 1000):
+            advance_to(store, clock, step)
+        assert read_all(store, "T") == []
+        assert len(read_all(store, TIMER_TOPIC)) > 3  # rolled: put again into the timer topic
+        advance_to(store, clock, due + 100)
+        got = read_all(store, "T")
+        assert [m.body for m in got] == [b"far"]
+        assert int(got[0].properties["TIMER_ROLL_TIMES"]) >= 2
+
+
+def test_restart_keeps_pending_timers_and_delivers_missed_ones(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        for i in range(50):
+            store.put_message(Message("T", str(i).encode(), queue_id=0, deliver_at=T0 + 1000 + i * 100))
+        advance_to(store, clock, T0 + 3000)
+        assert len(read_all(store, "T")) == 21  # due at or before T0 + 3000
+    clock.advance(3 * 86_400_000)  # closed for three days: longer than the wheel's span at 100 ms
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        settle(store, clock)
+        assert sorted(int(m.body) for m in read_all(store, "T")) == list(range(50))
+        assert store.timer_status()["pending"] == 0
