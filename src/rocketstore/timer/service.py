@@ -165,11 +165,9 @@ class TimerService(BackgroundService):
             )
             start = self.log.files.min_offset
         found, end = self.log.scan(start)
-        if end < self.log.end:
-            log.warning(
-                "timer log: %d bytes after offset %d are no whole units; truncated", self.log.end - end, end
-            )
-            self.log.truncate(end)
+        dropped = self.log.truncate(end)
+        if dropped:
+            log.warning("timer log: %d bytes after offset %d are no whole units; truncated", dropped, end)
         cleared = self.wheel.clear_pointing_past(end)
         if cleared:
             log.warning("timer wheel: %d slot(s) pointed past the timer log's end; relinked", cleared)
@@ -239,10 +237,11 @@ class TimerService(BackgroundService):
         self._flushed_at = now
 
     def status(self) -> dict[str, int]:
-        """Pending timers: those in the wheel (per the metrics) and those not enqueued yet."""
+        """Pending timers: those in the wheel and those not enqueued yet."""
         cq = self._queues.get(TIMER_TOPIC, 0)
         backlog = max(0, cq.max_offset - max(self.queue_offset, cq.min_offset)) if cq is not None else 0
-        in_wheel = self.metrics.total()
+        # counted from the wheel, not the metrics: exact after a crash too (a cancel counts -1)
+        in_wheel = self.wheel.pending(self.read_ms) if self.wheel is not None else self.metrics.total()
         return {
             "pending": in_wheel + backlog,
             "in_wheel": in_wheel,
