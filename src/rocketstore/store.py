@@ -303,9 +303,8 @@ class MessageStore:
         # crash can be recognised (see schedule.py).
         scheduler = self._scheduler
         scheduler.skip_delivered_before_crash()
+        self._timers.recover()  # whoever opens the store for writing: `recover` knows the timer files
         delivering = self._delayed_delivery and not self._is_slave
-        if delivering:
-            self._timers.recover()
         self._cleaner = cleaner = CleanService(
             self._commitlog,
             self._queues,
@@ -878,7 +877,8 @@ class MessageStore:
     def timer_status(self) -> dict[str, int]:
         """Timer messages (docs/timers.md): ``pending`` (not yet delivered), of which
         ``not_enqueued`` are stored but not yet in the wheel; ``read_time_ms``, before which every
-        timer was delivered (0 before the first delivery round); ``precision_ms``."""
+        timer was delivered (0 before the first delivery round); ``precision_ms``; what the
+        open's recovery cut from the timer log (bytes) and emptied in the wheel (slots)."""
         self._check_open()
         return self._timers.status()
 

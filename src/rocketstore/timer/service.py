@@ -58,7 +58,7 @@ from rocketstore.message import (
 )
 from rocketstore.results import PutMessageResult
 from rocketstore.service import BackgroundService, FailureHandler
-from rocketstore.storage.paths import StoreLayout, parse_queue_id
+from rocketstore.storage.paths import StoreLayout, parse_queue_id, store_file_exists
 from rocketstore.timer.timercheck import TimerCheckpoint, TimerProgress
 from rocketstore.timer.timerlog import (
     MAGIC_DEFAULT,
@@ -140,6 +140,8 @@ class TimerService(BackgroundService):
         self._due_now: list[tuple[MessageExt, int, int]] = []  # a run of timers due when enqueued
         self._due_from = 0  # the queue offset of its first
         self._flushed_at = 0
+        self.log_bytes_cut = 0  # by the last recovery
+        self.slots_cleared = 0
 
     # --- opening -------------------------------------------------------------------------
     def load(self) -> None:
@@ -148,6 +150,8 @@ class TimerService(BackgroundService):
         self.metrics.load()
         self.queue_offset = self.checkpoint.value.last_timer_queue_offset
         self.read_ms = self.checkpoint.value.last_read_time_ms
+        if self._readonly and store_file_exists(self._wheel_path):
+            self.wheel = TimerWheel(self._wheel_path, self._precision, readonly=True)
 
     def recover(self) -> None:
         """Open the wheel and the timer log and make them whole again (see the module doc). The
@@ -165,10 +169,10 @@ class TimerService(BackgroundService):
             )
             start = self.log.files.min_offset
         found, end = self.log.scan(start)
-        dropped = self.log.truncate(end)
+        dropped = self.log_bytes_cut = self.log.truncate(end)
         if dropped:
             log.warning("timer log: %d bytes after offset %d are no whole units; truncated", dropped, end)
-        cleared = self.wheel.clear_pointing_past(end)
+        cleared = self.slots_cleared = self.wheel.clear_pointing_past(end)
         if cleared:
             log.warning("timer wheel: %d slot(s) pointed past the timer log's end; relinked", cleared)
         last: tuple[int, int] | None = None
@@ -248,6 +252,8 @@ class TimerService(BackgroundService):
             "not_enqueued": backlog,
             "read_time_ms": self.read_ms,
             "precision_ms": self._precision,
+            "recovery_log_bytes_cut": self.log_bytes_cut,
+            "recovery_slots_cleared": self.slots_cleared,
         }
 
     def close(self) -> None:
@@ -367,7 +373,13 @@ class TimerService(BackgroundService):
         chain: list[TimerUnit] = []
         pos = slot.last_pos
         while pos >= 0:
-            unit = self.log.unit_at(pos)
+            try:
+                unit = self.log.unit_at(pos)
+            except CorruptDataError as exc:  # `verify` names it; the store goes on
+                log.error(
+                    "timer slot %d: its chain ends in damage, the timers before it are lost: %s", slot_ms, exc
+                )
+                break
             if unit.slot_ms != slot_ms:
                 break  # a unit of an earlier lap: the chain of this one ended
             chain.append(unit)
