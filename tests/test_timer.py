@@ -341,3 +341,47 @@ def test_verify_names_damaged_timer_files(tmp_path: Path) -> None:
         advance_to(store, clock, T0 + 61_000)
         assert len(read_all(store, "T")) == 2
         assert store.failure is None and store.put_message(Message("T", b"y", queue_id=0)).ok
+
+
+ORACLE = os.environ.get("ROCKETMQ_ORACLE", "")
+
+
+@pytest.mark.skipif(
+    not Path(ORACLE).is_file(),
+    reason="set ROCKETMQ_ORACLE to the oracle's run.sh (RocketMQ 4.9.8's store driver: docs/testing.md)",
+)
+def test_rocketmq_4_9_loads_a_store_with_pending_timers(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with MessageStore.open(root, CFG) as store:
+        for i in range(5):
+            assert store.put_message(
+                Message("Later", b"t%d" % i, queue_id=1, deliver_at=int(time.time() * 1000) + 3_600_000)
+            ).ok
+        assert store.put_message(Message("Now", b"plain", queue_id=0)).ok
+        assert wait_until(lambda: store.timer_status()["not_enqueued"] == 0)
+    assert (root / "timerwheel").exists() and (root / "config" / "timercheck").exists()
+    out = tmp_path / "oracle.txt"
+    run = subprocess.run(
+        [
+            ORACLE,
+            "read",
+            str(root),
+            "--hashSlots",
+            str(CFG.index_hash_slots),
+            "--indexNum",
+            str(CFG.index_max_entries),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
+    text = out.read_text()
+    assert "load=true" in text, text[:2000]
+    assert "queue topic=rmq_sys_wheel_timer queueId=0 minOffset=0 maxOffset=5" in text
+    assert "queue topic=Now queueId=0 minOffset=0 maxOffset=1" in text
+    timers = [
+        line for line in text.splitlines() if "topic=rmq_sys_wheel_timer" in line and "msg offset=" in line
+    ]
+    assert len(timers) == 5 and all("REAL_TOPIC=Later" in line and "TIMER_OUT_MS=" in line for line in timers)
