@@ -385,3 +385,29 @@ def test_rocketmq_4_9_loads_a_store_with_pending_timers(tmp_path: Path) -> None:
         line for line in text.splitlines() if "topic=rmq_sys_wheel_timer" in line and "msg offset=" in line
     ]
     assert len(timers) == 5 and all("REAL_TOPIC=Later" in line and "TIMER_OUT_MS=" in line for line in timers)
+
+
+def test_timer_log_segments_go_when_the_commitlog_reclaimed_their_records(tmp_path: Path) -> None:
+    start = int(time.time() * 1000) // 1000 * 1000  # file ages are real: so is this clock's start
+    clock = ManualClock(start)
+    cfg = CFG.replace(commitlog_segment_size=16384, file_reserved_time=0)
+    with MessageStore.open(tmp_path / "s", cfg, clock=clock, disk_usage=lambda _: 0.0) as store:
+        for _ in range(200):  # 78 units per 4 KiB timer log segment: 3 segments
+            store.put_message(Message("T", b"x" * 100, queue_id=0, deliver_at=start + 1000))
+        settle(store, clock)
+        segments = sorted((tmp_path / "s" / "timerlog").iterdir())
+        assert len(segments) == 3
+        advance_to(store, clock, start + 1100)
+        assert len(read_all(store, "T")) == 200
+        for _ in range(300):  # newer records: the timers' segments can go
+            store.put_message(Message("P", b"y" * 100, queue_id=0))
+        clock.advance(3_600_000)
+        store.reclaim()
+        assert store.min_phy_offset() > 0
+        clock.advance(31_000)
+        settle(store, clock)
+        assert wait_until(lambda: len(list((tmp_path / "s" / "timerlog").iterdir())) < 3)
+        # the newest segment stays, and new timers go on after it
+        store.put_message(Message("T", b"later", queue_id=0, deliver_at=clock.now_ms() + 500))
+        advance_to(store, clock, clock.now_ms() + 600)
+        assert read_all(store, "T")[-1].body == b"later"

@@ -58,9 +58,11 @@ from rocketstore.message import (
 )
 from rocketstore.results import PutMessageResult
 from rocketstore.service import BackgroundService, FailureHandler
+from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import StoreLayout, parse_queue_id, store_file_exists
 from rocketstore.timer.timercheck import TimerCheckpoint, TimerProgress
 from rocketstore.timer.timerlog import (
+    BLANK_SIZE,
     MAGIC_DEFAULT,
     MAGIC_DELETE,
     MAGIC_ROLL,
@@ -81,6 +83,7 @@ _ENQUEUE_PER_ROUND = 20_000  # entries enqueued per round at most: the dequeue i
 _PUT_CHUNK = 256  # timers of a slot put per call
 _CATCH_UP_SLOTS = 1024  # beyond this many unread slots, find the non-empty ones in one pass
 _LONG_MAX = (1 << 63) - 1
+_RECLAIM_INTERVAL_MS = 30_000  # RocketMQ's timer log cleanup period
 
 
 def timer_paths(layout: StoreLayout) -> tuple[Path, Path, Path, Path]:
@@ -140,6 +143,7 @@ class TimerService(BackgroundService):
         self._due_now: list[tuple[MessageExt, int, int]] = []  # a run of timers due when enqueued
         self._due_from = 0  # the queue offset of its first
         self._flushed_at = 0
+        self._reclaimed_at = 0
         self.log_bytes_cut = 0  # by the last recovery
         self.slots_cleared = 0
 
@@ -218,6 +222,9 @@ class TimerService(BackgroundService):
             self._enqueue()
         if now - self._flushed_at >= self._flush_interval:
             self.flush()
+        if now - self._reclaimed_at >= _RECLAIM_INTERVAL_MS:
+            self.reclaim()
+            self._reclaimed_at = now
         # wake at the next slot boundary
         self.interval = max(0.001, (self.write_ms + self._precision - self._clock.now_ms()) / 1000)
 
@@ -239,6 +246,26 @@ class TimerService(BackgroundService):
         )
         self.metrics.persist(now)
         self._flushed_at = now
+
+    def reclaim(self) -> int:
+        """Delete timer log segments (never the last) whose every timer record the commitlog has
+        reclaimed (RocketMQ's deleteExpiredFileByOffsetForTimerLog): units are appended in
+        commitlog order, so the last unit of a segment points at its newest record. How many."""
+        files = self.log.files
+        per_segment = (files.file_size - BLANK_SIZE) // UNIT_SIZE
+        floor = self._commitlog.min_offset
+
+        def expired(mf: MappedFile) -> bool:
+            try:
+                return self.log.unit_at(mf.from_offset + (per_segment - 1) * UNIT_SIZE).offset_py < floor
+            except CorruptDataError as exc:  # kept: `verify` names it
+                log.warning("timer log segment %s: %s", mf.path.name, exc)
+                return False
+
+        deleted = files.delete_oldest(
+            expired, now_ms=self._clock.now_ms(), forcibly_after_ms=0, max_files=10, pause=lambda: None
+        )
+        return len(deleted)
 
     def status(self) -> dict[str, int]:
         """Pending timers: those in the wheel and those not enqueued yet."""
@@ -372,7 +399,7 @@ class TimerService(BackgroundService):
             return True
         chain: list[TimerUnit] = []
         pos = slot.last_pos
-        while pos >= 0:
+        while pos >= self.log.files.min_offset:  # below it: units whose records were reclaimed
             try:
                 unit = self.log.unit_at(pos)
             except CorruptDataError as exc:  # `verify` names it; the store goes on
