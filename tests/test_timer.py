@@ -334,12 +334,13 @@ def test_verify_names_damaged_timer_files(tmp_path: Path) -> None:
     (root / "config" / "timermetrics").write_text("{broken")
     kinds = {(d.kind, d.file) for d in verify_store(root, CFG).damage}
     assert ("timer_log_unit", "timerlog") in kinds and ("timer_file", "config/timermetrics") in kinds
-    # the store still opens and delivers what the damage did not take (the damaged unit's timer
-    # is lost: the slot's chain ends there)
+    # reopening cuts the timer log at the damage (the last units written are checked again) and
+    # enqueues the timers after it again from the timer topic: nothing lost
     (root / "config" / "timermetrics").unlink()
     with MessageStore.open(root, CFG, clock=clock) as store:
+        assert store.timer_status()["recovery_log_bytes_cut"] > 0
         advance_to(store, clock, T0 + 61_000)
-        assert len(read_all(store, "T")) == 2
+        assert len(read_all(store, "T")) == 3
         assert store.failure is None and store.put_message(Message("T", b"y", queue_id=0)).ok
 
 

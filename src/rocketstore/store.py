@@ -60,7 +60,7 @@ from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.paths import StoreLayout, open_store_file, store_file_exists
 from rocketstore.storage.transient_pool import TransientStorePool
 from rocketstore.store_lock import StoreLock
-from rocketstore.timer.service import TimerService
+from rocketstore.timer.service import TimerFlushService, TimerService
 from rocketstore.topics import TopicConfig, TopicTable
 
 if TYPE_CHECKING:
@@ -356,7 +356,11 @@ class MessageStore:
         # (the scheduler's last deliveries are puts: the writing services stop after it)
         self._services = [
             # a slave gets its master's deliveries; a tool opened without delayed delivery none
-            *([scheduler, self._timers] if delivering else []),
+            *(
+                [scheduler, self._timers, TimerFlushService(self._timers, self.config, self._service_failed)]
+                if delivering
+                else []
+            ),
             self._cleaner,
             self._stats,
             self._allocator,

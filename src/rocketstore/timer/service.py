@@ -73,7 +73,7 @@ from rocketstore.timer.timerlog import (
 from rocketstore.timer.timermetrics import TimerMetrics
 from rocketstore.timer.timerwheel import TimerWheel
 
-__all__ = ["TimerService", "timer_paths"]
+__all__ = ["TimerFlushService", "TimerService", "timer_paths"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ _ENQUEUE_PER_ROUND = 20_000  # entries enqueued per round at most: the dequeue i
 _PUT_CHUNK = 256  # timers of a slot put per call
 _CATCH_UP_SLOTS = 1024  # beyond this many unread slots, find the non-empty ones in one pass
 _LONG_MAX = (1 << 63) - 1
+_RELINK_BACK = 16  # units before the flushed position relinked at recovery
 _RECLAIM_INTERVAL_MS = 30_000  # RocketMQ's timer log cleanup period
 
 
@@ -142,7 +143,6 @@ class TimerService(BackgroundService):
         self._slot_done = (-1, 0)  # (slot, timers of it delivered) of a slot a refusal interrupted
         self._due_now: list[tuple[MessageExt, int, int]] = []  # a run of timers due when enqueued
         self._due_from = 0  # the queue offset of its first
-        self._flushed_at = 0
         self._reclaimed_at = 0
         self.log_bytes_cut = 0  # by the last recovery
         self.slots_cleared = 0
@@ -172,7 +172,7 @@ class TimerService(BackgroundService):
                 self.log.end,
             )
             start = self.log.files.min_offset
-        found, end = self.log.scan(start)
+        found, end = self.log.scan(self._rescan_from(start))
         dropped = self.log_bytes_cut = self.log.truncate(end)
         if dropped:
             log.warning("timer log: %d bytes after offset %d are no whole units; truncated", dropped, end)
@@ -189,11 +189,23 @@ class TimerService(BackgroundService):
         now = self._clock.now_ms()
         self.write_ms = now // self._precision * self._precision
         self.read_ms = progress.last_read_time_ms or self.write_ms
-        self.queue_offset = max(progress.last_timer_queue_offset, self._queue_offset_after(last))
+        after = self._queue_offset_after(last)
+        # units cut for damage: their timers are enqueued again (a timer found due without a
+        # unit in between may come twice); else the later of the two marks
+        cut = dropped and after
+        self.queue_offset = after if cut else max(progress.last_timer_queue_offset, after)
         cq = self._queues.get(TIMER_TOPIC, 0)
         if cq is not None:
             self.queue_offset = min(max(self.queue_offset, cq.min_offset), cq.max_offset)
-        self._flushed_at = now
+
+    def _rescan_from(self, flushed: int) -> int:
+        """A unit boundary a few units before ``flushed``: the unit appended last before a flush
+        may not have been linked into the durable wheel yet (relinking is idempotent)."""
+        if flushed <= self.log.files.min_offset:
+            return flushed
+        seg = self.log.segment_size
+        base = (flushed - 1) // seg * seg
+        return base + max(0, (flushed - 1 - base) // UNIT_SIZE - _RELINK_BACK) * UNIT_SIZE
 
     def _relink(self, slot_ms: int, pos: int, delta: int) -> None:
         assert self.wheel is not None
@@ -214,14 +226,11 @@ class TimerService(BackgroundService):
     # --- the loop --------------------------------------------------------------------------
     def run_once(self) -> None:
         if self._stopping.is_set():
-            self.flush()  # closing: the store takes no more puts; what is due waits for the next open
-            return
+            return  # closing: the store takes no more puts; what is due waits for the next open
         now = self._clock.now_ms()
         self.write_ms = max(self.write_ms, now // self._precision * self._precision)
         if self._dequeue():
             self._enqueue()
-        if now - self._flushed_at >= self._flush_interval:
-            self.flush()
         if now - self._reclaimed_at >= _RECLAIM_INTERVAL_MS:
             self.reclaim()
             self._reclaimed_at = now
@@ -229,23 +238,28 @@ class TimerService(BackgroundService):
         self.interval = max(0.001, (self.write_ms + self._precision - self._clock.now_ms()) / 1000)
 
     def flush(self) -> None:
-        """Timer log, wheel, then the checkpoint that says they are durable, then the metrics."""
-        if self.wheel is None:
+        """Timer log, wheel, then the checkpoint that says they are durable, then the metrics.
+        Runs in ``TimerFlushService`` beside the loop: the progress is read before the files are
+        forced (the enqueue progress before the log's end: every unit of an entry before it is
+        below that end), so the checkpoint never claims more than what was forced."""
+        wheel = self.wheel
+        if wheel is None:
             return
         now = self._clock.now_ms()
+        queue_offset, read_ms = self.queue_offset, self.read_ms
+        log_end = self.log.end
         self.log.flush()
-        self.wheel.flush()
+        wheel.flush()
         self.checkpoint.flush(
             TimerProgress(
-                last_read_time_ms=self.read_ms,
-                last_timer_log_flush_pos=self.log.end,
-                last_timer_queue_offset=self.queue_offset,
-                master_timer_queue_offset=self.queue_offset,
+                last_read_time_ms=read_ms,
+                last_timer_log_flush_pos=log_end,
+                last_timer_queue_offset=queue_offset,
+                master_timer_queue_offset=queue_offset,
                 timestamp=now,
             )
         )
         self.metrics.persist(now)
-        self._flushed_at = now
 
     def reclaim(self) -> int:
         """Delete timer log segments (never the last) whose every timer record the commitlog has
@@ -479,6 +493,21 @@ class TimerService(BackgroundService):
             log.warning("timer delivery refused (%s); retrying", refused[0].status)
             return False
         return True
+
+
+class TimerFlushService(BackgroundService):
+    """``TimerService.flush`` every ``timer_flush_interval`` (RocketMQ's TimerFlushService): off
+    the delivery loop, whose rounds must not wait for the disk. Stopped after it: its final
+    round writes the last progress."""
+
+    def __init__(
+        self, timers: TimerService, config: StoreConfig, on_failure: FailureHandler | None = None
+    ) -> None:
+        super().__init__("timer-flush", config.timer_flush_interval / 1000, on_failure)
+        self._timers = timers
+
+    def run_once(self) -> None:
+        self._timers.flush()
 
 
 def _converted(msg: MessageExt, enqueue_ms: int, now_ms: int, *, roll: bool) -> Message:

@@ -71,5 +71,6 @@ class TimerMetrics:
         if not self._changed:
             return
         self.counter += 1
-        atomic_write(self.path, encode_timermetrics(self.counts, self.counter, now_ms), self.mode)
+        counts = dict(self.counts)  # one C-level copy: the timer loop changes it meanwhile
+        atomic_write(self.path, encode_timermetrics(counts, self.counter, now_ms), self.mode)
         self._changed = False

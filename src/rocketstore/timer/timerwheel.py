@@ -90,8 +90,10 @@ class TimerWheel:
             if not exists:
                 os.ftruncate(fd, self.size)
             self._mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd = fd  # kept for flush: fdatasync lets other threads run, mmap.flush holds the GIL
         self.slots = np.frombuffer(self._mm, dtype=SLOT_DTYPE)  # a view: no copy of 38 MB
 
     def _index(self, time_ms: int) -> int:
@@ -144,8 +146,9 @@ class TimerWheel:
         return len(bad)
 
     def flush(self) -> None:
+        """Force what was written through the mapping to disk. Raises OSError."""
         if self._mm is not None and not self.readonly:
-            self._mm.flush()
+            os.fdatasync(self._fd)
 
     def close(self) -> None:
         if self._mm is not None:
@@ -153,3 +156,4 @@ class TimerWheel:
             self.slots = np.zeros(0, dtype=SLOT_DTYPE)
             self._mm.close()
             self._mm = None
+            os.close(self._fd)
