@@ -150,3 +150,9 @@ def test_slot_time_rounds_down_to_the_slot_before() -> None:
 
 def test_delete_magic_is_four() -> None:
     assert (MAGIC_DEFAULT, MAGIC_ROLL, MAGIC_DELETE) == (1, 2, 4)
+
+
+def test_spark_counts_the_timer_topic_as_a_system_topic() -> None:
+    from rocketstore.spark.options import is_system_topic
+
+    assert is_system_topic("rmq_sys_wheel_timer") and not is_system_topic("Orders")

@@ -127,7 +127,6 @@ class TimerService(BackgroundService):
         self._readonly = readonly
         self._precision = config.timer_precision_ms
         self._window_ms = config.timer_roll_window_slots * config.timer_precision_ms
-        self._flush_interval = config.timer_flush_interval
         self._dir_mode = config.dir_mode
         self._wheel_path = wheel_path
         self._file_mode = config.file_mode
