@@ -31,10 +31,12 @@ Memory: no per-timer state; a slot's units are read when it is due (a bounded ch
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from rocketstore.clock import Clock
 from rocketstore.codec.commitlog_record import SYSFLAG_CONTENT
@@ -145,6 +147,7 @@ class TimerService(BackgroundService):
         self._due_now: list[tuple[MessageExt, int, int]] = []  # a run of timers due when enqueued
         self._due_from = 0  # the queue offset of its first
         self._reclaimed_at = 0
+        self._counting = threading.Lock()  # status() sees an entry in the wheel or the backlog, once
         self.log_bytes_cut = 0  # by the last recovery
         self.slots_cleared = 0
 
@@ -285,9 +288,10 @@ class TimerService(BackgroundService):
     def status(self) -> dict[str, int]:
         """Pending timers: those in the wheel and those not enqueued yet."""
         cq = self._queues.get(TIMER_TOPIC, 0)
-        backlog = max(0, cq.max_offset - max(self.queue_offset, cq.min_offset)) if cq is not None else 0
-        # counted from the wheel, not the metrics: exact after a crash too (a cancel counts -1)
-        in_wheel = self.wheel.pending(self.read_ms) if self.wheel is not None else self.metrics.total()
+        with self._counting:
+            backlog = max(0, cq.max_offset - max(self.queue_offset, cq.min_offset)) if cq is not None else 0
+            # counted from the wheel, not the metrics: exact after a crash too (a cancel counts -1)
+            in_wheel = self.wheel.pending(self.read_ms) if self.wheel is not None else self.metrics.total()
         return {
             "pending": in_wheel + backlog,
             "in_wheel": in_wheel,
@@ -320,8 +324,9 @@ class TimerService(BackgroundService):
                 offset = max(cq.next_segment_offset(offset), cq.min_offset)
                 self._due_from = offset
                 continue
-            for phy, size in zip(entries["offset"].tolist(), entries["size"].tolist()):
-                if not self._enqueue_one(phy, size, offset):
+            phys, sizes = entries["offset"].astype(np.int64), entries["size"].astype(np.int64)
+            for phy, size, msg in zip(phys.tolist(), sizes.tolist(), self._records_at(phys, sizes)):
+                if not self._enqueue_one(msg, phy, size, offset):
                     return
                 offset += 1
                 budget -= 1
@@ -329,10 +334,9 @@ class TimerService(BackgroundService):
         if self._deliver_due_now():
             self.queue_offset = offset
 
-    def _enqueue_one(self, phy: int, size: int, offset: int) -> bool:
+    def _enqueue_one(self, msg: MessageExt | None, phy: int, size: int, offset: int) -> bool:
         """One timer into the wheel, or into the run of timers due now; False when delivering
         that run was refused (``queue_offset`` is then its first)."""
-        msg = self._commitlog.message_at(phy, size)
         if msg is None:
             log.warning("timer queue offset %d: its record was reclaimed; skipped", offset)
             return True
@@ -365,7 +369,11 @@ class TimerService(BackgroundService):
             TimerUnit(slot.last_pos, magic, write_ms, slot_ms - write_ms, phy, size, java_hash(real_topic))
         )
         delta = -1 if deleting else 1
-        self.wheel.put_slot(slot_ms, pos if slot.empty else slot.first_pos, pos, slot.num + delta, slot.magic)
+        with self._counting:  # the unit counts in the wheel as the entry leaves the backlog
+            self.wheel.put_slot(
+                slot_ms, pos if slot.empty else slot.first_pos, pos, slot.num + delta, slot.magic
+            )
+            self.queue_offset = offset + 1
         if not deleting:
             self.metrics.add(real_topic, 1, self._clock.now_ms())
         return True
@@ -469,14 +477,20 @@ class TimerService(BackgroundService):
         return True
 
     def _records(self, units: list[TimerUnit]) -> list[MessageExt | None]:
-        """The timer records of ``units`` (None for one that is gone), read a segment's run at a
-        time by one checked pass when they are in log order, as a slot's units are."""
+        """The timer records of ``units`` (None for one that is gone)."""
         offsets = np.fromiter((u.offset_py for u in units), dtype=np.int64, count=len(units))
         sizes = np.fromiter((u.size_py for u in units), dtype=np.int64, count=len(units))
-        codes = np.zeros(len(units), dtype=np.int64)
+        return self._records_at(offsets, sizes)
+
+    def _records_at(
+        self, offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]
+    ) -> list[MessageExt | None]:
+        """The records at ``offsets`` (None for one that is gone), read a segment's run at a time
+        by one checked pass when they are in log order (a queue's entries, a slot's units)."""
+        codes = np.zeros(len(offsets), dtype=np.int64)
         ordered = bool(np.all(offsets[1:] > offsets[:-1]))
         out: list[MessageExt | None] = []
-        while len(out) < len(units):
+        while len(out) < len(offsets):
             i = len(out)
             run = self._commitlog.messages_at(offsets[i:], sizes[i:], codes[i:]) if ordered else []
             if run:
