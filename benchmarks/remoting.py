@@ -7,6 +7,8 @@ phases run one after the other, each for ``--seconds`` rounded up to whole 10-s 
 programs' output and at least two of them:
 
 * ``send``: ``benchmark Producer -w THREADS -s SIZE`` (sync single sends),
+* ``send4``: ``benchmark Producer -w 4 -s SIZE`` (``--app-threads``: a synchronous application's few
+  sending threads, where each send's round trip, not the broker's throughput, sets the rate),
 * ``batch``: ``benchmark BatchProducer -b 16 -w THREADS -s SIZE``,
 * ``consume``: ``benchmark Consumer`` with a ``BatchProducer`` feeding it at the same time (a
   consumer alone could drain the backlog within its first window, and its rate would be the
@@ -37,7 +39,7 @@ Needs ``ROCKETMQ_HOME`` (a RocketMQ 4.9.8 distribution with ``bin/benchmark``) a
 127.0.0.1 and free ports are used; every process started is stopped at the end.
 
 Run: ``python benchmarks/remoting.py [--seconds 20] [--repeat 3] [--sizes 128 1024]
-[--flush ASYNC_FLUSH SYNC_FLUSH] [--threads 32] [--profile /tmp/serve.prof]``.
+[--flush ASYNC_FLUSH SYNC_FLUSH] [--threads 32] [--app-threads 4] [--profile /tmp/serve.prof]``.
 """
 
 from __future__ import annotations
@@ -177,19 +179,23 @@ def steady(windows: list[Window], rate: str) -> dict[str, float]:
     }
 
 
-def measure(dist: BenchDist, broker: Broker, size: int, threads: int, windows: int) -> dict[str, float]:
+def measure(
+    dist: BenchDist, broker: Broker, size: int, threads: int, app_threads: int, windows: int
+) -> dict[str, float]:
     common = ["-t", TOPIC, "-s", str(size), "-w", str(threads)]
     row: dict[str, float] = {}
-    [send] = run_programs(dist, broker, [["Producer", *common]], windows)
-    s = steady(send.windows, "Send TPS")
-    row |= {
-        "send_tps": s["tps"],
-        "send_avg_rt": statistics.fmean(w.stats["Average RT(ms)"] for w in send.windows[1:]),
-        "send_max_rt": max(w.stats["Max RT(ms)"] for w in send.windows[1:]),
-        "send_cpu": s["cpu_per_m"],
-        "send_loop": s["loop_per_m"],
-        "send_failed": sum(w.stats["Send Failed"] + w.stats["Response Failed"] for w in send.windows),
-    }
+    for phase, phase_threads in (("send", threads), ("send4", app_threads)):
+        argv = ["Producer", "-t", TOPIC, "-s", str(size), "-w", str(phase_threads)]
+        [send] = run_programs(dist, broker, [argv], windows)
+        s = steady(send.windows, "Send TPS")
+        row |= {
+            f"{phase}_tps": s["tps"],
+            f"{phase}_avg_rt": statistics.fmean(w.stats["Average RT(ms)"] for w in send.windows[1:]),
+            f"{phase}_max_rt": max(w.stats["Max RT(ms)"] for w in send.windows[1:]),
+            f"{phase}_cpu": s["cpu_per_m"],
+            f"{phase}_loop": s["loop_per_m"],
+            f"{phase}_failed": sum(w.stats["Send Failed"] + w.stats["Response Failed"] for w in send.windows),
+        }
     [batch] = run_programs(dist, broker, [["BatchProducer", *common, "-b", "16"]], windows)
     b = steady(batch.windows, "Send MPS")
     row |= {
@@ -266,6 +272,9 @@ COLUMNS = [
     ("send max RT ms", "send_max_rt", 0),
     ("send CPU s/M", "send_cpu", 1),
     ("send loop CPU s/M", "send_loop", 1),
+    ("send4 TPS", "send4_tps", 0),
+    ("send4 avg RT ms", "send4_avg_rt", 2),
+    ("send4 CPU s/M", "send4_cpu", 1),
     ("batch TPS", "batch_tps", 0),
     ("batch avg RT ms", "batch_avg_rt", 2),
     ("batch max RT ms", "batch_max_rt", 0),
@@ -282,7 +291,8 @@ COLUMNS = [
 def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: argparse.Namespace) -> str:
     lines = [
         f"RocketMQ's benchmark programs (`Producer`, `BatchProducer -b 16`, `Consumer` fed by a "
-        f"`BatchProducer`), {args.threads} producer threads, {args.repeat} run(s) of "
+        f"`BatchProducer`), {args.threads} producer threads (send4: {args.app_threads}), "
+        f"{args.repeat} run(s) of "
         f"{args.windows - 1} measured 10-s window(s) per phase; median (range). CPU: the broker's "
         f"CPU seconds per million messages (loop: rocketstore's event-loop thread alone). "
         f"Machine: {os.cpu_count()} CPUs, load average "
@@ -294,7 +304,7 @@ def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: arg
     for (flush, size, kind), rows in results.items():
         cells = [fmt([r[key] for r in rows], digits) for _, key, digits in COLUMNS]
         lines.append(f"| {flush} | {size} B | {kind} | " + " | ".join(cells) + " |")
-    failed = {k: sum(r["send_failed"] for r in rows) for k, rows in results.items()}
+    failed = {k: sum(r["send_failed"] + r["send4_failed"] for r in rows) for k, rows in results.items()}
     if any(failed.values()):
         lines += [
             "",
@@ -314,6 +324,7 @@ def main() -> None:
         "--flush", nargs="+", default=["ASYNC_FLUSH", "SYNC_FLUSH"], choices=["ASYNC_FLUSH", "SYNC_FLUSH"]
     )
     parser.add_argument("--threads", type=int, default=32, help="producer threads (-w)")
+    parser.add_argument("--app-threads", type=int, default=4, help="producer threads of the send4 phase (-w)")
     parser.add_argument(
         "--brokers", nargs="+", default=["rocketmq", "rocketstore"], choices=["rocketmq", "rocketstore"]
     )
@@ -344,7 +355,7 @@ def main() -> None:
                             broker = start_rocketstore(work, flush, None)
                         try:
                             create_topic(dist, broker)
-                            row = measure(dist, broker, size, args.threads, args.windows)
+                            row = measure(dist, broker, size, args.threads, args.app_threads, args.windows)
                         finally:
                             broker.stop()
                         results.setdefault((flush, size, broker.kind), []).append(row)
@@ -359,7 +370,7 @@ def main() -> None:
             broker = start_rocketstore(root / "profiled", args.flush[0], args.profile)
             try:
                 create_topic(dist, broker)
-                measure(dist, broker, args.sizes[0], args.threads, args.windows)
+                measure(dist, broker, args.sizes[0], args.threads, args.app_threads, args.windows)
             finally:
                 broker.stop()
     print(report)

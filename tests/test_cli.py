@@ -578,6 +578,26 @@ def test_topics_create_and_delete(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert code == 1 and "cannot be deleted" in err
 
 
+def test_status_counts_the_topics_and_queues_topics_lists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One definition of a store's topics: those with consume queues and the configured ones
+    without any yet (created, or config/topics.json)."""
+    root = copy_fixture("store-sample", tmp_path)
+    for topic, queues in (("Fresh", "3"), ("Empty", "1")):
+        code, _, err = run(capsys, "topics", "create", str(root), topic, "--queues", queues)
+        assert code == 0, err
+    code, out, err = run(capsys, "topics", str(root), "--json")
+    assert code == 0, err
+    rows = jsonl(out)
+    listed = {r["topic"] for r in rows}
+    assert {"Fresh", "Empty"} <= listed
+    code, out, err = run(capsys, "status", str(root), "--json")
+    assert code == 0, err
+    status = jsonl(out)[0]
+    assert (status["topics"], status["queues"]) == (len(listed), len(rows))
+
+
 def test_dump_reads_each_kind_of_file_as_the_store_does(capsys: pytest.CaptureFixture[str]) -> None:
     root = FIXTURES / "store-sample"
     records = sorted(expected("store-sample", "clrec"), key=lambda r: r["offset"])

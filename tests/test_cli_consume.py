@@ -276,3 +276,35 @@ def test_tail_and_consumers_started_on_an_empty_store_get_every_message_a_later_
         for p in readers:
             p.kill()
             p.wait(30)
+
+
+def test_print_and_consumer_progress_work_on_a_store_whose_offset_file_holds_bad_values(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a client once stored through a pull's commit offset (2^64), and garbage beside it,
+    no longer keeps the commands from opening the store: the bad entries are left out."""
+    path = root / "config" / "consumerOffset.json"
+    path.write_text(
+        '{"offsetTable": {"Orders@billing": {"0": 18446744073709551616, "1": 3, "18446744073709551616": 1,'
+        ' "2": "garbage", "3": [null]}, "Orders@other": {"0": -5}, "nonsense": 7}}',
+        "utf-8",
+    )
+    code, out, err = run(capsys, "print", str(root), "--no-body", "--json")
+    assert code == 0, err
+    assert len([r for r in jsonl(out) if "physical_offset" in r]) == 40
+    code, out, err = run(capsys, "consumer-progress", str(root), "--json")
+    assert code == 0, err
+    assert jsonl(out)[0] == {
+        "group": "billing",
+        "topic": "Orders",
+        "queue_id": 1,
+        "max_offset": 10,
+        "consumer_offset": 3,
+        "lag": 7,
+    }
+    # reset-offset writes the file: without the bad entries
+    assert (
+        run(capsys, "reset-offset", str(root), "-g", "billing", "-t", "Orders", "-q", "0", "--to", "2")[0]
+        == 0
+    )
+    assert json.loads(path.read_text("utf-8")) == {"offsetTable": {"Orders@billing": {"0": 2, "1": 3}}}

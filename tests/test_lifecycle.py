@@ -23,6 +23,7 @@ import pytest
 from rocketstore import (
     CorruptDataError,
     GetStatus,
+    InvalidArgumentError,
     InvalidMessageError,
     ManualClock,
     Message,
@@ -1117,14 +1118,39 @@ def test_commit_and_query_offsets(tmp_path: Path, clock: ManualClock) -> None:
         assert store.query_offset("g", "T", 0) == 14
 
 
-@pytest.mark.parametrize("group, queue_id, offset", [("", 0, 1), ("a@b", 0, 1), ("g", -1, 1), ("g", 0, -1)])
-def test_invalid_offset_commits_are_refused(
-    tmp_path: Path, clock: ManualClock, group: str, queue_id: int, offset: int
-) -> None:
+@pytest.mark.parametrize("group", ["", "a@b"])
+def test_offset_commits_of_invalid_groups_are_refused(tmp_path: Path, clock: ManualClock, group: str) -> None:
     with open_store(tmp_path, clock, make_config(clock)) as store:
         with pytest.raises(StoreConfigError):
-            store.commit_offset(group, "T", queue_id, offset)
+            store.commit_offset(group, "T", 0, 1)
         assert store.consumer_offsets() == {}
+
+
+@pytest.mark.parametrize(
+    "queue_id, offset, named",
+    [
+        (-1, 1, "queue_id must be in 0..65535, not -1"),
+        (65536, 1, "queue_id must be in 0..65535, not 65536"),
+        (1 << 64, 1, f"queue_id must be in 0..65535, not {1 << 64}"),
+        (0, -1, "offset must be in 0..2^63-1, not -1"),
+        (0, 1 << 63, f"offset must be in 0..2^63-1, not {1 << 63}"),
+        (0, 1 << 64, f"offset must be in 0..2^63-1, not {1 << 64}"),
+        (0, "12", "offset must be an int, not str '12'"),
+        (0, 1.5, "offset must be an int, not float 1.5"),
+        ("0", 1, "queue_id must be an int, not str '0'"),
+    ],
+)
+def test_offset_commits_out_of_range_are_refused_naming_the_value(
+    tmp_path: Path, clock: ManualClock, queue_id: Any, offset: Any, named: str
+) -> None:
+    with open_store(tmp_path, clock, make_config(clock)) as store:
+        with pytest.raises(InvalidArgumentError) as err:
+            store.commit_offset("g", "T", queue_id, offset)
+        assert str(err.value) == named
+        store.commit_offset("g", "T", 65535, (1 << 63) - 1)  # the largest that are valid
+        assert store.consumer_offsets() == {("T", "g"): {65535: (1 << 63) - 1}}
+    with open_store(tmp_path, clock, make_config(clock)) as store:
+        assert store.consumer_offsets() == {("T", "g"): {65535: (1 << 63) - 1}}
 
 
 def test_offsets_are_written_at_close_as_standard_json(tmp_path: Path, clock: ManualClock) -> None:
@@ -1175,20 +1201,7 @@ def test_an_offset_file_written_by_rocketmq_loads(tmp_path: Path, clock: ManualC
     assert path.read_text("utf-8") == text  # nothing committed: not rewritten
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "{not json",
-        "[]",
-        '{"offsetTable": []}',
-        '{"offsetTable": {"no-separator": {"0": 1}}}',
-        '{"offsetTable": {"T@g": {"zero": 1}}}',
-        '{"offsetTable": {"T@g": {"0": "12"}}}',
-        '{"offsetTable": {"T@g": {"0": 1.5}}}',
-        '{"offsetTable": {"T@g": [1, 2]}}',
-        "",
-    ],
-)
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"offsetTable": []}', ""])
 def test_a_corrupt_offset_file_is_reported_at_open(tmp_path: Path, clock: ManualClock, text: str) -> None:
     cfg = make_config(clock)
     path = tmp_path / "config" / "consumerOffset.json"
@@ -1202,6 +1215,74 @@ def test_a_corrupt_offset_file_is_reported_at_open(tmp_path: Path, clock: Manual
     path.unlink()
     with open_store(tmp_path, clock, cfg) as store:  # the lock was released
         assert store.consumer_offsets() == {}
+
+
+BAD_OFFSET_ENTRIES = {
+    "no-separator": {"0": 1},
+    "T@bad-offsets": {
+        "0": 1 << 64,  # what a client once stored through a pull's commit offset
+        "1": -(1 << 64),
+        "2": -1,
+        "3": "12",
+        "4": 1.5,
+        "5": None,
+        "6": [1],
+        "7": {"x": 1},
+        "8": True,
+        "9": 7,  # the one good offset of the entry
+    },
+    "T@bad-queues": {str(1 << 64): 1, "-1": 2, "65536": 3, "zero": 4, "٣": 5, "": 6},
+    "T@not-an-object": [1, 2],
+    "Orders@billing": {"0": 12, "1": 5},
+}
+
+
+def test_bad_entries_of_the_offset_file_are_left_out_and_the_store_opens(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = make_config(clock)
+    path = tmp_path / "config" / "consumerOffset.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"offsetTable": BAD_OFFSET_ENTRIES}), "utf-8")
+    kept = {("Orders", "billing"): {0: 12, 1: 5}, ("T", "bad-offsets"): {9: 7}}
+    logs = caplog.at_level("WARNING", logger="rocketstore.consumer.offset_store")
+    with logs, open_store(tmp_path, clock, cfg) as store:
+        assert store.consumer_offsets() == kept
+        assert store.query_offset("billing", "Orders", 1) == 5
+        assert store.query_offset("bad-offsets", "T", 0) == -1
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings  # one line for the whole file
+    assert "17 bad entries left out" in warnings[0] and str(1 << 64) in warnings[0]
+    with MessageStore.open(tmp_path, cfg, clock=clock, readonly=True) as ro:
+        assert ro.consumer_offsets() == kept
+    # the writer's next write leaves them out of the file
+    with open_store(tmp_path, clock, cfg) as store:
+        store.commit_offset("billing", "Orders", 0, 13)
+    assert json.loads(path.read_text("utf-8")) == {
+        "offsetTable": {"Orders@billing": {"0": 13, "1": 5}, "T@bad-offsets": {"9": 7}}
+    }
+
+
+def test_bad_entries_of_the_delay_offset_file_are_left_out(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = make_config(clock)
+    path = tmp_path / "config" / "delayOffset.json"
+    path.parent.mkdir()
+    text = json.dumps(
+        {"offsetTable": {"1": 1 << 64, "2": "x", "x": 3, "4": 0}, "rocketstoreCommitLogOffset": "nope"}
+    )
+    path.write_text(text, "utf-8")
+    logs = caplog.at_level("WARNING", logger="rocketstore.schedule")
+    with logs, open_store(tmp_path, clock, cfg) as store:
+        assert store.put_message(Message(topic="T", body=b"x", queue_id=0, delay_level=1)).ok
+        store.wait_dispatched()
+        assert store.delay_progress() == {1: (0, 1)}  # level 1's bad offset: from its first message
+    assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [
+        f"4 bad entries left out: level 1: {1 << 64} is out of range "
+        "-9223372036854775808..9223372036854775807; level 2: expected an integer, got 'x'; "
+        "delay level 'x' is not an integer"
+    ]
 
 
 def test_a_leftover_tmp_file_from_a_crash_is_ignored(tmp_path: Path, clock: ManualClock) -> None:

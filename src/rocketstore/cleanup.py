@@ -19,33 +19,24 @@ segment (see ``MappedFileQueue.delete_oldest``), never for an unlink.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from rocketstore.clock import Clock
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.disk_space import DiskUsage, disk_used_ratio
 from rocketstore.index import IndexService
 from rocketstore.service import BackgroundService, FailureHandler
 from rocketstore.storage.mapped_file import MappedFile
 
-__all__ = ["CleanService", "DiskUsage", "ReclaimReport", "disk_used_ratio"]
+__all__ = ["CleanService", "ReclaimReport"]
 
 log = logging.getLogger(__name__)
 
-DiskUsage = Callable[[Path], float]  # fraction (0..1) of the filesystem holding a path that is used
 _MAX_FILES_PER_ROUND = 10
-
-
-def disk_used_ratio(path: Path) -> float:
-    """Used fraction of the filesystem holding ``path``, as RocketMQ's getDiskPartitionSpaceUsedPercent."""
-    usage = shutil.disk_usage(path)
-    return (usage.total - usage.free) / usage.total if usage.total else 0.0
 
 
 @dataclass(frozen=True)
@@ -104,7 +95,8 @@ class CleanService(BackgroundService):
         cfg = self._config
         ratio = self._disk_usage(self._commitlog.files.directory)
         percent = ratio * 100
-        if percent > cfg.disk_warning_ratio:
+        # ratio against level / 100, as RocketMQ compares them (0.9 * 100 is above 90)
+        if ratio > cfg.disk_warning_ratio / 100:
             if not self.disk_full:
                 log.error(
                     "disk full: %.1f%% used, above disk_warning_ratio %d%%; puts are refused until it falls",
@@ -122,11 +114,11 @@ class CleanService(BackgroundService):
         now = self._clock.now_ms()
         ratio = self.check_disk()
         percent = ratio * 100
-        clean_immediately = percent > cfg.disk_clean_forcibly_ratio
+        clean_immediately = ratio > cfg.disk_clean_forcibly_ratio / 100
         triggers = []
         if time.localtime(now / 1000).tm_hour in self._hours:
             triggers.append("time")
-        if percent > cfg.disk_max_used_space_ratio:
+        if ratio > cfg.disk_max_used_space_ratio / 100:
             triggers.append("disk")
         if self._manual_rounds > 0:
             self._manual_rounds -= 1

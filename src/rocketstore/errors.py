@@ -161,7 +161,9 @@ class StoreReadOnlyError(RocketStoreError):
 
 class InvalidArgumentError(RocketStoreError, TypeError):
     """An argument of the wrong type: a queue id, offset or count that is not an int, a topic
-    that is not a str. (Without this a str queue id would simply find no queue.)"""
+    that is not a str (without this a str queue id would simply find no queue); or an int out
+    of its range where storing it would break the store's files (``commit_offset``'s queue id
+    and offset)."""
 
 
 class InvalidMessageError(RocketStoreError, ValueError):

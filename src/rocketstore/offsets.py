@@ -19,17 +19,19 @@ import re
 import threading
 from pathlib import Path
 
-from rocketstore.codec.config_json import decode_offsets
-from rocketstore.consumer.offset_store import QueueKey, commit_offsets, read_offsets
-from rocketstore.errors import CorruptDataError, StoreConfigError
+from rocketstore.consumer.offset_store import QueueKey, commit_offsets, decode_offsets_file, read_offsets
+from rocketstore.errors import CorruptDataError, InvalidArgumentError, StoreConfigError
 from rocketstore.message import TOPIC_PATTERN
 from rocketstore.service import BackgroundService, FailureHandler
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, read_store_text
 
-__all__ = ["GROUP_PATTERN", "ConsumerOffsets", "OffsetFlushService"]
+__all__ = ["GROUP_PATTERN", "MAX_OFFSET", "MAX_QUEUE_ID", "ConsumerOffsets", "OffsetFlushService"]
 
 log = logging.getLogger(__name__)
 GROUP_PATTERN = re.compile(r"[%|A-Za-z0-9_-]{1,255}")
+# a queue offset is a Java long (RocketMQ's readers, the file's loader, take no more)
+MAX_OFFSET = (1 << 63) - 1
+MAX_QUEUE_ID = 65535  # as a put's queue id (prepare.MAX_QUEUE_ID)
 
 
 class ConsumerOffsets:
@@ -46,7 +48,7 @@ class ConsumerOffsets:
         text = read_store_text(self.path)
         if text is not None:
             self._file_id = self._stat()
-            self._table = decode_offsets(text, str(self.path))
+            self._table = decode_offsets_file(text, self.path)[0]
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
@@ -80,8 +82,10 @@ class ConsumerOffsets:
             )
         if not isinstance(topic, str) or not TOPIC_PATTERN.fullmatch(topic):
             raise StoreConfigError(f"topic {topic!r}: not a valid topic name")
-        if offset < 0 or queue_id < 0:
-            raise StoreConfigError(f"offset and queue id must be >= 0, got queue {queue_id} offset {offset}")
+        if not 0 <= queue_id <= MAX_QUEUE_ID:
+            raise InvalidArgumentError(f"queue_id must be in 0..{MAX_QUEUE_ID}, not {queue_id}")
+        if not 0 <= offset <= MAX_OFFSET:
+            raise InvalidArgumentError(f"offset must be in 0..2^63-1, not {offset}")
         with self._lock:
             self._table.setdefault((topic, group), {})[queue_id] = offset
             self._dirty[(topic, group, queue_id)] = offset

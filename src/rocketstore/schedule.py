@@ -112,7 +112,12 @@ class ScheduleService(BackgroundService):
         text = read_store_text(self.path)
         if text is not None:
             # Copies written before the last progress write are covered by it: look after it.
-            self.offsets, self._persisted_at_physical = decode_delay_offsets(text, str(self.path))
+            skipped: list[str] = []
+            self.offsets, self._persisted_at_physical = decode_delay_offsets(text, str(self.path), skipped)
+            if skipped:
+                # such a level starts again from its queue's first message (the next write drops them)
+                shown = "; ".join(problem.removeprefix(f"{self.path}: ") for problem in skipped[:3])
+                log.warning("%s: %d bad entries left out: %s", self.path, len(skipped), shown)
 
     def skip_delivered_before_crash(self) -> None:
         """Move each level past the copies delivered after the saved progress (see the module

@@ -13,13 +13,14 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.checkpoint import StoreCheckpoint
-from rocketstore.cleanup import CleanService, DiskUsage, ReclaimReport, disk_used_ratio
+from rocketstore.cleanup import CleanService, ReclaimReport
 from rocketstore.clock import Clock, SystemClock
 from rocketstore.codec.message_batch import EncodedBatch
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import BrokerRole, FlushDiskType, StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.disk_space import DiskUsage, disk_used_ratio
 from rocketstore.dispatch import DispatchService
 from rocketstore.errors import (
     InvalidArgumentError,
@@ -825,7 +826,8 @@ class MessageStore:
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Remember where ``group`` is in a queue (written to consumerOffset.json periodically
-        and at close)."""
+        and at close). InvalidArgumentError, naming it, for a queue id outside 0..65535 or an
+        offset outside 0..2^63-1; StoreConfigError for a name that is not a group's or topic's."""
         self._check_writable("offset commits")
         self._offsets.commit(
             _str_arg("group", group),

@@ -6,10 +6,13 @@ numba compiles a kernel the first time it runs with given argument types and kee
 code in ``__pycache__`` beside its source (``cache=True``); without this, the first put, ``verify``
 or Spark read of a fresh install spends tens of seconds compiling, without a word. ``warm()`` runs
 every kernel's work once on a throwaway store in a temporary directory: puts (single, batch,
-columnar, delayed), dispatch, reads, queries, recovery, ``verify`` and the Spark source's reads
-(without Spark). ``make`` runs it after installing and the demo before it times anything; when
-the cache is already there it loads in about a second. The cache follows the source files: an
-edited module compiles again on its next use (or the next ``warm``).
+columnar, delayed, and producers' encoded batches as the remoting broker's SEND_BATCH_MESSAGE
+stores them), dispatch, reads, queries, recovery, ``verify`` and the Spark source's reads
+(without Spark); ``tests/test_warm.py`` fails when a kernel is reached by none of it. ``make``
+runs it after installing and the demo before it times anything; when the cache is already there
+it loads in about a second. The cache follows the source files: an edited module compiles again
+on its next use (or the next ``warm``). ``preload()`` loads the kernels a broker's first sends
+run into the running process (``rocketstore serve`` calls it as it starts).
 
 With Java and PySpark present it also records, once, the class archive that local Spark jobs'
 driver JVM maps to start quicker (``rocketstore.spark.class_archive``: about a minute, about 180 MB
@@ -30,8 +33,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rocketstore.config import StoreConfig
+    from rocketstore.store import MessageStore
 
-__all__ = ["warm", "warm_spark"]
+__all__ = ["preload", "warm", "warm_spark"]
 
 
 def warm(say: Callable[[str], None] = print) -> tuple[int, int]:
@@ -59,6 +63,23 @@ def warm(say: Callable[[str], None] = print) -> tuple[int, int]:
         f"({compiled} compiled into numba's cache now, {hits} loaded from it)"
     )
     return compiled, hits
+
+
+def preload() -> None:
+    """Load numba and the kernels a broker's first sends run into this process, from numba's
+    cache, without a store (no file written, no log line): ``rocketstore serve`` runs it on a
+    thread as it starts, so its first batch send does not wait a second or more for numba to
+    load (its import, its compiler's start, the kernels)."""
+    from rocketstore.clock import SystemClock
+    from rocketstore.codec.message_batch import BatchEntry, EncodedBatch, encode_batch_body
+    from rocketstore.codec.properties import encode_properties
+    from rocketstore.prepare import MessageEncoder
+
+    props = encode_properties({"TAGS": "a", "KEYS": "k", "UNIQ_KEY": "U"})
+    body = encode_batch_body([BatchEntry(0, b"x", props)])
+    MessageEncoder(scratch_config(), SystemClock()).prepare_encoded(
+        [EncodedBatch("Warm", 0, body, "127.0.0.1:10911", int(time.time() * 1000))]
+    )
 
 
 def scratch_config() -> StoreConfig:
@@ -95,6 +116,7 @@ def _workload(root: Path) -> None:
         store.put_message(Message("Warm", b"later", delay_level=1, queue_id=1))
         store.put_batch("Warm", [b"c" * 10] * 64, tags="c", keys=[f"c{i}" for i in range(64)])
         store.put_batch("Warm", [b"d"] * 8, queue_ids=2)
+        _producer_batches(store)  # the remoting broker's SEND_BATCH_MESSAGE
         store.wait_dispatched()
         for q in store.topics()["Warm"]:
             store.get_message("warm", "Warm", q, 0, 32)
@@ -126,6 +148,29 @@ def _workload(root: Path) -> None:
         pass
 
 
+def _producer_batches(store: MessageStore) -> None:
+    """Producers' batches in RocketMQ's encoding, as the remoting broker stores a
+    SEND_BATCH_MESSAGE (``put_encoded_batches``), and the properties splitter over them."""
+    import numpy as np
+
+    from rocketstore.codec.message_batch import BatchEntry, EncodedBatch, encode_batch_body
+    from rocketstore.codec.properties import encode_properties, property_spans
+
+    props = [encode_properties({"TAGS": "e", "KEYS": f"e{i}", "UNIQ_KEY": f"U{i:030d}"}) for i in range(16)]
+    body = encode_batch_body([BatchEntry(0, b"e" * i, p) for i, p in enumerate(props)])
+    born = int(time.time() * 1000)
+    store.put_encoded_batches(
+        [
+            EncodedBatch("Warm", 3, body, "127.0.0.1:10911", born, {"CLUSTER": "warm"}),
+            EncodedBatch("Warm", 0, body, "[::1]:10911", born),
+        ]
+    )
+    text = "".join(props).encode()
+    lengths = np.array([len(p.encode()) for p in props], dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    property_spans(text, starts, lengths, ("TAGS", "KEYS"))
+
+
 def _spark_reads(root: Path) -> None:
     """The Spark source's column builders, without Spark (they need pyarrow, which PySpark brings)."""
     try:
@@ -147,6 +192,7 @@ def _spark_reads(root: Path) -> None:
     for bounds in (
         ScanBounds(),
         ScanBounds(store_time=(now - 3_600_000, now + 3_600_000), queue_offset=(1, 50)),
+        ScanBounds(topics=frozenset(("Warm",))),
     ):
         for options in (ScanOptions(bounds=bounds), ScanOptions(body_as="string", bounds=bounds)):
             for part in plan_commitlog(files, bounds, 2):

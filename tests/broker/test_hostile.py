@@ -117,6 +117,39 @@ def test_telemetry_settings_naming_another_accounts_topic_are_refused_and_get_no
         owner.close()
 
 
+def test_another_accounts_client_id_is_refused(
+    start_broker: StartBroker, stub_for: Stub, tmp_path: Path
+) -> None:
+    """A client id belongs to the account that used it first: another account can neither end
+    that client, re-type it, nor take its Telemetry stream (and the orphan checks on it)."""
+    acl = tmp_path / "acl.toml"
+    acl.write_text(ACL)
+    config = BrokerConfig(acl_file=str(acl), transaction_timeout_ms=1, transaction_check_interval_ms=200)
+    _, _, port = start_broker(config)
+    stub = stub_for(port)
+    as_b = (("x-mq-client-id", "client-b"), *signed("b", "sb")[1:])
+    a_as_b = (("x-mq-client-id", "client-b"), *signed("a", "sa")[1:])
+    owner = Telemetry(stub, as_b)
+    try:
+        owner.send(publishing("TopicB"))
+        assert owner.next().status.code == pb.Code.OK
+        for answer in (
+            stub.NotifyClientTermination(rpc.NotifyClientTerminationRequest(), metadata=a_as_b),
+            stub.Heartbeat(rpc.HeartbeatRequest(client_type=pb.ClientType.PRODUCER), metadata=a_as_b),
+        ):
+            assert answer.status.code == pb.Code.FORBIDDEN
+            assert "client id 'client-b' is used by access key 'b'" in answer.status.message
+        intruder = Telemetry(stub, a_as_b)
+        try:
+            assert intruder.next().status.code == pb.Code.FORBIDDEN
+        finally:
+            intruder.close()
+        half_of(stub, "TopicB", as_b)  # its orphan check still reaches b's stream
+        assert owner.next().HasField("recover_orphaned_transaction_command")
+    finally:
+        owner.close()
+
+
 @pytest.mark.parametrize(
     "call",
     [

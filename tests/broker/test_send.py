@@ -13,6 +13,7 @@ from rocketmq.grpc_protocol import service_pb2 as rpc
 from rocketmq.v5.producer import TransactionChecker
 
 from rocketstore.broker import BrokerConfig
+from rocketstore.broker.stats_items import TOPIC_PUT_NUMS
 from rocketstore.broker.transactions import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from rocketstore.codec.java_hash import java_hash
 from rocketstore.message import SCHEDULE_TOPIC, TIMER_TOPIC, MessageExt
@@ -199,3 +200,12 @@ def test_restarted_broker_ends_a_transaction_begun_before(start_broker: StartBro
         assert again.status.code == pb.Code.INVALID_TRANSACTION_ID
     [committed] = stored(store, "Tx")
     assert committed.body == b"across a restart"
+
+
+def test_sends_are_counted_in_the_stats_items(start_broker: StartBroker) -> None:
+    """What mqadmin statsAll reads over remoting counts the gRPC door's sends too."""
+    broker, _, port = start_broker()
+    with producer(port, ("Counted",)) as p:
+        p.send(message("Counted", b"a"))
+        p.send(message("Counted", b"b"))
+    assert broker.metrics.stats.counted(TOPIC_PUT_NUMS, "Counted") == (2, 2)

@@ -13,6 +13,10 @@ read only through its group's receives of ``topic``, and written only by the bro
 dead-letter topic ``%DLQ%{group}`` may be consumed (to look at or replay dead letters) but is
 written only by the broker. Groups starting with ``%`` or ``CID_RMQ_SYS_`` (RocketMQ's system
 groups, the pop log's ``CID_RMQ_SYS_ROCKETSTORE_POP`` among them) are refused.
+
+A request that reaches a stored record rather than naming its topic (RocketMQ 4's view by id and
+send-back, by commitlog offset) is checked against ``owning_topic``: the topic the record's data
+belongs to.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import enum
 from typing import Final
 
 from rocketstore.broker.auth import Account
+from rocketstore.broker.transactions import HALF_TOPIC
 from rocketstore.errors import Refusal, RequestRefusedError
-from rocketstore.message import SCHEDULE_TOPIC, TOPIC_PATTERN
+from rocketstore.message import PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, TOPIC_PATTERN, MessageExt
 
-__all__ = ["Use", "check_group", "check_subscription", "check_topic"]
+__all__ = ["Use", "check_group", "check_subscription", "check_topic", "owning_topic"]
 
 # RocketMQ's TopicValidator.SYSTEM_TOPIC_SET (4.9/5.x), compared in upper case
 _SYSTEM_TOPICS: Final = frozenset(
@@ -45,6 +50,8 @@ _SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
 _SYSTEM_GROUP_PREFIXES: Final = ("CID_RMQ_SYS_", "RMQ_SYS_")
 _RETRY_PREFIX: Final = "%RETRY%"
 _DLQ_PREFIX: Final = "%DLQ%"
+# topics where the broker keeps records for another topic, named by their REAL_TOPIC
+_HOLDING_TOPICS: Final = frozenset({SCHEDULE_TOPIC, HALF_TOPIC})
 
 
 class Use(enum.Enum):
@@ -110,3 +117,15 @@ def check_subscription(account: Account | None, group: str, topic: str) -> tuple
             f"group {group!r} and topic {topic!r}: their retry topic would be longer than 127 characters",
         )
     return group, topic
+
+
+def owning_topic(msg: MessageExt) -> str:
+    """The topic whose data the stored record ``msg`` is: the ``REAL_TOPIC`` of a record the
+    broker holds for a topic (a delayed message in SCHEDULE_TOPIC_XXXX, a transaction half),
+    else its own topic. Who may read the record is who may consume that topic."""
+    topic = msg.topic
+    if topic in _HOLDING_TOPICS:
+        real = msg.properties.get(PROPERTY_REAL_TOPIC)
+        if real:
+            return real
+    return topic

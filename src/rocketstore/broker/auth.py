@@ -46,6 +46,12 @@ class Account:
     groups: frozenset[str]
     admin: bool = False
 
+    def allows_topic(self, topic: str) -> bool:
+        return topic in self.topics or "*" in self.topics
+
+    def allows_group(self, group: str) -> bool:
+        return group in self.groups or "*" in self.groups
+
 
 class Acl:
     def __init__(self, accounts: Mapping[str, Account]) -> None:

@@ -88,6 +88,9 @@ class ClientInfo:
     # the account that signed the open Telemetry stream (None: no ACL): server commands about a
     # topic go only to a stream whose account may use it
     account: Account | None = None
+    # the access key of the account that first used this client id (None: no ACL): requests of
+    # another account under this id are refused until the client is forgotten
+    access_key: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -108,7 +111,9 @@ class ClientRegistry:
     """client id -> ClientInfo; a client is forgotten on NotifyClientTermination or after
     ``expire_ms`` without a request (clients heartbeat every 10 s). One connection (peer) may
     bring at most ``max_per_peer`` client ids: a client inventing ids is refused
-    (``RequestRefusedError`` OVER_LIMIT) rather than held without bound."""
+    (``RequestRefusedError`` OVER_LIMIT) rather than held without bound. A client id belongs to
+    the account that used it first: another account's request under it is refused (FORBIDDEN),
+    so no account ends, re-types or takes the Telemetry stream of another's client."""
 
     def __init__(self, expire_ms: int = 120_000, max_per_peer: int = 64) -> None:
         self._clients: dict[str, ClientInfo] = {}
@@ -117,8 +122,15 @@ class ClientRegistry:
         self._max_per_peer = max_per_peer
         self.changed = False
 
-    def seen(self, client_id: str, peer: str, now_ms: int, metadata: dict[str, str]) -> ClientInfo:
+    def seen(
+        self, client_id: str, peer: str, now_ms: int, metadata: dict[str, str], access_key: str | None = None
+    ) -> ClientInfo:
         info = self._clients.get(client_id)
+        if info is not None and info.access_key != access_key:
+            raise RequestRefusedError(
+                Refusal.FORBIDDEN,
+                f"client id {client_id!r} is used by access key {info.access_key!r}, not {access_key!r}",
+            )
         if info is None:
             held = self._per_peer.get(peer, 0)
             if held >= self._max_per_peer:
@@ -136,6 +148,7 @@ class ClientRegistry:
                 language=metadata.get("x-mq-language", ""),
                 version=metadata.get("x-mq-client-version", ""),
                 first_seen_ms=now_ms,
+                access_key=access_key,
             )
             self.changed = True
             log.info("client connected: %s from %s (%s %s)", client_id, peer, info.language, info.version)

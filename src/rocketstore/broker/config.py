@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocketstore.broker.request_log import DEFAULT_SLOW_REQUEST_MS
 from rocketstore.config import StoreConfig, read_settings_file
 from rocketstore.errors import StoreConfigError
 
@@ -47,11 +48,13 @@ class BrokerConfig:
     max_messages_per_send: int = 1024
     max_concurrent_streams: int = 1024
     # remoting: frame size, connections, requests in progress per connection (parked pulls
-    # included), server requests awaiting an answer per connection, idle close (0: never)
+    # included), bytes of answers queued per connection, server requests awaiting an answer per
+    # connection, idle close (0: never)
     max_frame_size: int = 16 * MIB
     max_connections: int = 1024
     max_requests_per_connection: int = 1024
     max_request_bytes_per_connection: int = 64 * MIB
+    max_answer_bytes_per_connection: int = 16 * MIB
     max_server_requests_per_connection: int = 256
     idle_timeout_ms: int = 120_000
     max_receive_batch: int = 32
@@ -74,6 +77,15 @@ class BrokerConfig:
     tls_key: str | None = None
     # the broker's state file for `rocketstore status` (rewritten when clients come and go)
     state_interval_ms: int = 2_000
+    # `rocketstore serve`'s log file (rotated at 16 MiB, 4 old files kept); None: the store's
+    # logs/rocketstore.log
+    log_file: str | None = None
+    # a request answered later than this is logged, with its code (0: none are); a pull's or
+    # receive's long-poll wait is not counted
+    slow_request_ms: int = DEFAULT_SLOW_REQUEST_MS
+    # the settings file these came from (`serve --config`): where mqadmin updateBrokerConfig's
+    # changes are written, as RocketMQ's broker rewrites its broker.conf; None: not kept
+    config_file: str | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

@@ -7,6 +7,10 @@ leaves on unregister, when its connection closes, or after ``expire_ms`` without
 (RocketMQ: 120 s; clients heartbeat every 30 s). Every change that alters a group's membership or
 subscriptions is reported to the caller, which tells the group's members to rebalance.
 
+The registry counts what it holds (members per connection and per account, subscriptions in all)
+for the caller to bound; a connection's groups are indexed, so its close costs time linear in
+their number.
+
 Thread safety: one thread (the event loop) only.
 """
 
@@ -66,6 +70,7 @@ class ConsumerMember:
     language: str
     version: int
     last_heartbeat_ms: int
+    account: str | None = None  # the ACL access key of its heartbeat
 
 
 @dataclass
@@ -85,6 +90,9 @@ class ConsumerGroup:
 class ConsumerGroups:
     def __init__(self, expire_ms: int = 120_000) -> None:
         self._groups: dict[str, ConsumerGroup] = {}
+        self._by_connection: dict[Hashable, set[str]] = {}
+        self._per_account: dict[str, int] = {}
+        self._subscriptions = 0
         self._expire_ms = expire_ms
 
     def register(
@@ -106,12 +114,19 @@ class ConsumerGroups:
         info.consume_from_where = consume_from_where
         known = info.members.get(member.connection)
         joined = known is None or known.client_id != member.client_id
+        if known is not None:
+            self._uncount(known)
+        else:
+            self._by_connection.setdefault(member.connection, set()).add(group)
         info.members[member.connection] = member
+        if member.account is not None:
+            self._per_account[member.account] = self._per_account.get(member.account, 0) + 1
         if joined:
             log.info("consumer %s joined group %s from %s", member.client_id, group, member.address)
         table = {s.topic: s for s in subscriptions}
         # a newer subscription replaces the old; an older one (a late heartbeat) does not
         changed = False
+        held = len(info.subscriptions)
         for topic, sub in table.items():
             old = info.subscriptions.get(topic)
             if old is None or (old != sub and sub.version >= old.version):
@@ -120,7 +135,24 @@ class ConsumerGroups:
         for topic in [t for t in info.subscriptions if t not in table]:
             del info.subscriptions[topic]
             changed = True
+        self._subscriptions += len(info.subscriptions) - held
         return joined or changed
+
+    def _uncount(self, member: ConsumerMember) -> None:
+        if member.account is not None:
+            held = self._per_account.pop(member.account) - 1
+            if held:
+                self._per_account[member.account] = held
+
+    def _leave(self, group: str, info: ConsumerGroup, connection: Hashable) -> ConsumerMember:
+        member = info.members.pop(connection)
+        self._uncount(member)
+        mine = self._by_connection.get(connection)
+        if mine is not None:
+            mine.discard(group)
+            if not mine:
+                del self._by_connection[connection]
+        return member
 
     def unregister(self, group: str, client_id: str) -> bool:
         """The client left ``group``; True when it was a member."""
@@ -129,7 +161,7 @@ class ConsumerGroups:
             return False
         gone = [c for c, m in info.members.items() if m.client_id == client_id]
         for c in gone:
-            del info.members[c]
+            self._leave(group, info, c)
         self._drop_if_empty(group)
         if gone:
             log.info("consumer %s left group %s", client_id, group)
@@ -138,12 +170,11 @@ class ConsumerGroups:
     def forget_connection(self, connection: Hashable) -> list[str]:
         """The connection closed: its members leave; the groups that lost one."""
         changed = []
-        for group, info in list(self._groups.items()):
-            member = info.members.pop(connection, None)
-            if member is not None:
-                log.info("consumer %s of group %s disconnected", member.client_id, group)
-                changed.append(group)
-                self._drop_if_empty(group)
+        for group in sorted(self._by_connection.get(connection, ())):
+            member = self._leave(group, self._groups[group], connection)
+            log.info("consumer %s of group %s disconnected", member.client_id, group)
+            changed.append(group)
+            self._drop_if_empty(group)
         return changed
 
     def expire(self, now_ms: int) -> list[str]:
@@ -158,7 +189,7 @@ class ConsumerGroups:
                     group,
                     self._expire_ms // 1000,
                 )
-                del info.members[c]
+                self._leave(group, info, c)
             if stale:
                 changed.append(group)
                 self._drop_if_empty(group)
@@ -167,6 +198,7 @@ class ConsumerGroups:
     def _drop_if_empty(self, group: str) -> None:
         info = self._groups.get(group)
         if info is not None and not info.members:
+            self._subscriptions -= len(info.subscriptions)
             del self._groups[group]
 
     def get(self, group: str) -> ConsumerGroup | None:
@@ -180,6 +212,18 @@ class ConsumerGroups:
 
     def group_count(self) -> int:
         return len(self._groups)
+
+    def groups_of(self, connection: Hashable) -> set[str]:
+        """The groups ``connection`` is a member of."""
+        return set(self._by_connection.get(connection, ()))
+
+    def memberships_of_account(self, account: str) -> int:
+        """Memberships whose heartbeat ``account`` signed."""
+        return self._per_account.get(account, 0)
+
+    def subscription_count(self) -> int:
+        """Subscriptions of every group, summed."""
+        return self._subscriptions
 
     def __len__(self) -> int:
         return sum(len(info.members) for info in self._groups.values())

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from rocketstore.broker.stats_items import BrokerStats
 from rocketstore.store import MessageStore
 
 __all__ = ["BrokerMetrics"]
@@ -58,7 +59,10 @@ def _snake(name: str) -> str:
 
 
 class BrokerMetrics:
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, cluster: str = "DefaultCluster") -> None:
+        # RocketMQ's stats items (per topic and group, by minute, hour and day), which mqadmin
+        # statsAll reads over remoting; counted beside the Prometheus counters
+        self.stats = BrokerStats(cluster)
         self.registry = CollectorRegistry()
         r = self.registry
         self.sends = Counter(

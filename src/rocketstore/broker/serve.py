@@ -9,7 +9,11 @@ import os
 import signal
 import socket
 import sys
+import threading
+import time
+from logging.handlers import RotatingFileHandler
 from pathlib import Path
+from typing import Final
 
 import uvloop
 
@@ -18,8 +22,9 @@ from rocketstore.broker.remoting.endpoint import bind_listener
 from rocketstore.broker.server import Broker, advertised_address
 from rocketstore.config import StoreConfig
 from rocketstore.store import MessageStore
+from rocketstore.warm import preload
 
-__all__ = ["configure_logging", "serve"]
+__all__ = ["LOG_FILE_BACKUPS", "LOG_FILE_BYTES", "configure_logging", "log_file_of", "serve"]
 
 
 class _JsonFormatter(logging.Formatter):
@@ -35,13 +40,38 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def configure_logging(as_json: bool, level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
+# the log file: rotated at this size, this many old files kept (log.1 ... log.4): at most 80 MiB
+LOG_FILE_BYTES: Final = 16 << 20
+LOG_FILE_BACKUPS: Final = 4
+
+
+def log_file_of(store: Path, config: BrokerConfig) -> Path:
+    """Where ``rocketstore serve`` logs: the broker's ``log_file``, else the store's
+    ``logs/rocketstore.log``."""
+    return Path(config.log_file) if config.log_file else store / "logs" / "rocketstore.log"
+
+
+def configure_logging(as_json: bool, level: int = logging.INFO, log_file: Path | None = None) -> None:
+    """Log lines to stderr and, given ``log_file``, to that file too (its directory made if
+    missing), rotated at ``LOG_FILE_BYTES`` with ``LOG_FILE_BACKUPS`` old files kept."""
+    formatter = (
         _JsonFormatter() if as_json else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(
+            RotatingFileHandler(
+                log_file, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_BACKUPS, encoding="utf-8"
+            )
+        )
+    for handler in handlers:
+        handler.setFormatter(formatter)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    for old in root.handlers:
+        if isinstance(old, RotatingFileHandler):  # a previous call's
+            old.close()
+    root.handlers[:] = handlers
     root.setLevel(level)
 
 
@@ -64,6 +94,18 @@ def serve(
             signal.signal(sig, handler)
     logging.getLogger("rocketstore.broker").info("store %s closed", path)
     return 128 + received[0] if received else 0
+
+
+def _preload() -> None:
+    started = time.monotonic()
+    try:
+        preload()
+    except Exception as exc:  # the first requests load what they need themselves: slower, no worse
+        logging.getLogger("rocketstore.broker").warning("the compiled kernels were not preloaded: %r", exc)
+    else:
+        logging.getLogger("rocketstore.broker").info(
+            "compiled kernels loaded in %.1f s", time.monotonic() - started
+        )
 
 
 def _serve(
@@ -103,6 +145,8 @@ def _serve_store(
 ) -> None:
     with MessageStore.open(path, store_config) as store:
         broker = Broker(store, config)
+        # numba loads while the listeners start, not in the first batch send's time
+        threading.Thread(target=_preload, name="preload-kernels").start()
 
         async def run() -> None:
             loop = asyncio.get_running_loop()

@@ -20,6 +20,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import uvloop
@@ -65,7 +66,7 @@ class Broker:
         self.store = store
         self.config = config or BrokerConfig()
         self.port: int | None = None
-        self.metrics = BrokerMetrics(store)
+        self.metrics = BrokerMetrics(store, cluster=self.config.cluster_name)
         self.metrics_port: int | None = None
         self.remoting_port: int | None = None
         self.namesrv_port: int | None = None
@@ -81,12 +82,27 @@ class Broker:
         self._state_written = False
         self._replication_written: dict[str, object] | None = None
         self._remoting_seen: tuple[int, list[dict[str, object]]] = (0, [])
+        self._transactions: TransactionLog | None = None
 
     @property
     def service(self) -> MessagingService:
         service = self._grpc.service if self._grpc is not None else None
         assert service is not None, "the broker is not started, or serves no gRPC"
         return service
+
+    def reconfigure(self, changes: Mapping[str, object]) -> BrokerConfig:
+        """Apply new settings while serving (mqadmin updateBrokerConfig; only settings read at
+        each request or check): both doors and the transaction checks see them from now on."""
+        config = self.config = self.config.replace(**changes)
+        if self._grpc is not None and self._grpc.service is not None:
+            self._grpc.service.config = config
+        if self._remoting is not None:
+            self._remoting.ctx.config = config
+        if self._transactions is not None:
+            self._transactions.reconfigure(
+                timeout_ms=config.transaction_timeout_ms, check_max=config.transaction_check_max
+            )
+        return config
 
     @property
     def remoting(self) -> RemotingEndpoint:
@@ -117,6 +133,7 @@ class Broker:
             self.store, timeout_ms=config.transaction_timeout_ms, check_max=config.transaction_check_max
         )
         await loop.run_in_executor(self._executor, transactions.load)
+        self._transactions = transactions
         system_puts = GroupCommit(
             self.store, self._executor, internal=True, max_batch=config.max_messages_per_send
         )
@@ -135,8 +152,10 @@ class Broker:
         if metrics_address:
             self.metrics_port = self.metrics.serve(metrics_address)
         self._tasks = [
-            loop.create_task(self._every(config.transaction_check_interval_ms, checker.check_once)),
-            loop.create_task(self._every(config.state_interval_ms, self._write_state)),
+            loop.create_task(
+                self._every(lambda: self.config.transaction_check_interval_ms, checker.check_once)
+            ),
+            loop.create_task(self._every(lambda: self.config.state_interval_ms, self._write_state)),
         ]
         await self._write_state()
         if self.store.ha_port is not None:
@@ -204,6 +223,7 @@ class Broker:
             metrics=self.metrics,
             transactions=transactions,
             broker_address=broker_address,
+            reconfigure=self.reconfigure,
             sends=GroupCommit(
                 self.store,
                 self._executor,
@@ -219,9 +239,11 @@ class Broker:
             max_frame_size=config.max_frame_size,
             max_requests_per_connection=config.max_requests_per_connection,
             max_request_bytes_per_connection=config.max_request_bytes_per_connection,
+            max_answer_bytes_per_connection=config.max_answer_bytes_per_connection,
             max_server_requests_per_connection=config.max_server_requests_per_connection,
             max_connections=config.max_connections,
             idle_timeout_s=config.idle_timeout_ms / 1000,
+            slow_request_ms=config.slow_request_ms,
         )
         self._remoting = RemotingEndpoint(ctx, limits, acl)
         await self._remoting.start(broker_sock, namesrv_sock)
@@ -236,9 +258,9 @@ class Broker:
             f", name server on port {self.namesrv_port}" if self.namesrv_port is not None else "",
         )
 
-    async def _every(self, interval_ms: int, job: Any) -> None:
+    async def _every(self, interval_ms: Callable[[], int], job: Any) -> None:
         while True:
-            await asyncio.sleep(interval_ms / 1000)
+            await asyncio.sleep(interval_ms() / 1000)
             try:
                 await job()
             except asyncio.CancelledError:

@@ -47,7 +47,8 @@ class TransactionChecker:
         loop = asyncio.get_running_loop()
         due, expired = await loop.run_in_executor(self._executor, txlog.orphans, int(time.time() * 1000))
         for half in expired:
-            txlog.mark_pending(half)
+            if not txlog.mark_pending(half):
+                continue  # its producer is ending it now
             ok = False
             try:
                 outcomes = await self._puts.put(txlog.give_up(half))

@@ -51,6 +51,7 @@ __all__ = [
     "Orphan",
     "TransactionLog",
     "end_transaction",
+    "put_halves",
     "transaction_id",
 ]
 
@@ -66,6 +67,9 @@ PROPERTY_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"
 PROPERTY_TRANSACTION: Final = "TRAN_MSG"
 PROPERTY_PRODUCER_GROUP: Final = "PGROUP"
 PROPERTY_CHECK_IMMUNITY: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+# halves this broker stored, remembered by commitlog offset until they end (the oldest forgotten
+# first): an end right after its send comes before the half's queue entry is dispatched
+_MAX_NOTED: Final = 65_536
 
 
 def transaction_id(result: PutMessageResult) -> str:
@@ -145,6 +149,12 @@ class TransactionLog:
         self._pending: set[int] = set()  # half queue offsets whose op record is being put
         self._checks: dict[int, int] = {}
         self._progress = 0
+        self._noted: dict[int, int] = {}  # commitlog offset -> half queue offset (note_stored)
+
+    def reconfigure(self, *, timeout_ms: int, check_max: int) -> None:
+        """New settings for the next check (mqadmin updateBrokerConfig)."""
+        self._timeout_ms = timeout_ms
+        self._check_max = check_max
 
     def load(self) -> None:
         """Read the op queue (what is resolved) and where the half queue's checks stand."""
@@ -165,6 +175,29 @@ class TransactionLog:
         committed = store.query_offset(TRANS_GROUP, HALF_TOPIC, 0)
         self._progress = max(committed, store.min_offset_in_queue(HALF_TOPIC, 0))
 
+    def _queued_half(self, physical_offset: int, queue_offset: int) -> MessageExt | None:
+        """The half that the half queue (queue 0, where every half is) holds at
+        ``queue_offset`` when its record starts at ``physical_offset``, else None: a record
+        found by an offset alone may be one planted inside another message's body, consistent
+        as it is; only an entry of the half queue points at a real half, or, before dispatch
+        made that entry, this broker's note of the half it stored there."""
+        store = self._store
+        if self._noted.get(physical_offset) == queue_offset:
+            # stored by this broker as a half, perhaps not dispatched yet
+            half = store.look_message_by_offset(physical_offset)
+            if half is None or half.topic != HALF_TOPIC or half.queue_offset != queue_offset:
+                return None
+            return half
+        if not 0 <= queue_offset < store.max_offset_in_queue(HALF_TOPIC, 0):
+            return None
+        res = store.get_message(TRANS_GROUP, HALF_TOPIC, 0, queue_offset, 1, transfer_limits=False)
+        if not res.messages:
+            return None
+        half = res.messages[0]
+        if half.queue_offset != queue_offset or half.physical_offset != physical_offset:
+            return None
+        return half
+
     def half_of(self, txid: str, message_id: str, topic: str) -> MessageExt:
         """The unresolved half a transaction id names; RequestRefusedError UNKNOWN_TRANSACTION if
         none."""
@@ -174,10 +207,15 @@ class TransactionLog:
             raise RequestRefusedError(
                 Refusal.UNKNOWN_TRANSACTION, f"transaction id {txid!r} is malformed"
             ) from None
-        half = self._store.look_message_by_offset(offset)
+        try:
+            record = self._store.look_message_by_offset(offset)
+        except CorruptDataError:
+            record = None
+        half = None
+        if record is not None and record.topic == HALF_TOPIC:
+            half = self._queued_half(offset, record.queue_offset)
         if (
             half is None
-            or half.topic != HALF_TOPIC
             or (message_id and half.uniq_key != message_id)
             or (topic and half.properties.get(PROPERTY_REAL_TOPIC) != topic)
         ):
@@ -188,17 +226,44 @@ class TransactionLog:
             raise RequestRefusedError(Refusal.UNKNOWN_TRANSACTION, f"transaction {txid!r} has already ended")
         return half
 
-    def half_at(self, physical_offset: int) -> MessageExt | None:
-        """The unresolved half stored at ``physical_offset`` (RocketMQ 4.9's END_TRANSACTION
-        names it so), or None when there is none or it has ended."""
-        try:
-            half = self._store.look_message_by_offset(physical_offset)
-        except CorruptDataError:
-            return None
-        if half is None or half.topic != HALF_TOPIC:
-            return None
+    def half_at(
+        self,
+        physical_offset: int,
+        queue_offset: int,
+        producer_group: str,
+        message_id: str,
+        transaction_id: str | None = None,
+    ) -> MessageExt:
+        """The unresolved half RocketMQ 4.9's END_TRANSACTION names: its record starts at
+        ``physical_offset`` and is the half queue's entry ``queue_offset``, its producer group
+        (PGROUP) is ``producer_group``, and ``message_id`` (and ``transaction_id`` when given)
+        is its UNIQ_KEY or its offset message id (what RocketMQ's clients send). Else
+        RequestRefusedError UNKNOWN_TRANSACTION naming what does not match."""
+        half = self._queued_half(physical_offset, queue_offset)
+        if half is None:
+            raise RequestRefusedError(
+                Refusal.UNKNOWN_TRANSACTION,
+                f"no transaction half message at commitlog offset {physical_offset} "
+                f"(transaction state table offset {queue_offset})",
+            )
+        group = half.properties.get(PROPERTY_PRODUCER_GROUP)
+        if group != producer_group:
+            raise RequestRefusedError(
+                Refusal.UNKNOWN_TRANSACTION,
+                f"the producer group {producer_group} is not the half message's {group}",
+            )
+        names = {half.msg_id, half.uniq_key}
+        for field, value in (("msgId", message_id), ("transactionId", transaction_id)):
+            if value is not None and value not in names:
+                raise RequestRefusedError(
+                    Refusal.UNKNOWN_TRANSACTION,
+                    f"{field} {value!r:.80} is not the half message's ({half.uniq_key or half.msg_id})",
+                )
         if half.queue_offset in self._done or half.queue_offset in self._pending:
-            return None
+            raise RequestRefusedError(
+                Refusal.UNKNOWN_TRANSACTION,
+                f"the transaction of message {message_id!r:.80} has already ended",
+            )
         return half
 
     def resolution(self, half: MessageExt, commit: bool) -> list[Message]:
@@ -225,14 +290,30 @@ class TransactionLog:
         """The records that move a half checked too often to TRANS_CHECK_MAX_TIME_TOPIC."""
         return [_copy(half, CHECK_MAX_TOPIC, 0), _op_record(half)]
 
-    def mark_pending(self, half: MessageExt) -> None:
-        self._pending.add(half.queue_offset)
+    def mark_pending(self, half: MessageExt) -> bool:
+        """Take ``half`` to be ended; False when it is being ended or has ended already (two
+        requests for one half both passed their lookups: only the first ends it)."""
+        qo = half.queue_offset
+        if qo in self._pending or qo in self._done:
+            return False
+        self._pending.add(qo)
+        return True
 
     def mark_done(self, half: MessageExt, ok: bool) -> None:
         self._pending.discard(half.queue_offset)
         if ok:
             self._done.add(half.queue_offset)
             self._checks.pop(half.queue_offset, None)
+            self._noted.pop(half.physical_offset, None)
+
+    def note_stored(self, results: list[PutMessageResult]) -> None:
+        """Remember where halves just stored lie (``put_halves``), so that their ends find them
+        before dispatch gives them their queue entries. On the event loop."""
+        noted = self._noted
+        for r in results:
+            noted[r.physical_offset] = r.queue_offset
+        while len(noted) > _MAX_NOTED:
+            del noted[next(iter(noted))]
 
     def orphans(self, now_ms: int) -> tuple[list[Orphan], list[MessageExt]]:
         """Halves due for a check now, and halves checked ``check_max`` times (to give up on).
@@ -277,12 +358,24 @@ class TransactionLog:
         self._checks[half.queue_offset] = self._checks.get(half.queue_offset, 0) + 1
 
 
+async def put_halves(txlog: TransactionLog, puts: GroupCommit, halves: list[Message]) -> list[PutOutcome]:
+    """Store transaction halves (one put through ``puts``, a group commit of internal puts),
+    noting where the stored ones lie (``TransactionLog.note_stored``)."""
+    outcomes = await puts.put(halves)
+    txlog.note_stored([o for o in outcomes if isinstance(o, PutMessageResult) and o.physical_offset >= 0])
+    return outcomes
+
+
 async def end_transaction(
     txlog: TransactionLog, puts: GroupCommit, half: MessageExt, commit: bool
 ) -> PutOutcome | None:
     """Commit or roll back ``half`` (one store put of ``txlog.resolution``, through ``puts``, a
-    group commit of internal puts); None when it is done, else the outcome that failed."""
-    txlog.mark_pending(half)
+    group commit of internal puts); None when it is done, else the outcome that failed.
+    RequestRefusedError UNKNOWN_TRANSACTION when it is being ended or has ended already."""
+    if not txlog.mark_pending(half):
+        raise RequestRefusedError(
+            Refusal.UNKNOWN_TRANSACTION, f"the transaction of message {half.uniq_key!r} has already ended"
+        )
     ok = False
     try:
         outcomes = await puts.put(txlog.resolution(half, commit))

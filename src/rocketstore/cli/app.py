@@ -191,11 +191,19 @@ def reserved_bytes(cfg: StoreConfig, queues: int = 1) -> int:
     return cfg.commitlog_segment_size + queues * cfg.consume_queue_entries * CQ_ENTRY_SIZE + index + 4096
 
 
-def _queues(store: MessageStore, topic: str | None, queue: int | None) -> list[tuple[str, int]]:
+def known_topics(store: MessageStore) -> dict[str, list[int]]:
+    """The store's topics and their queue ids, as ``topics`` lists them and ``status`` counts
+    them: every topic with consume queues on disk (those queues), and every configured one
+    (config/topics.json, creation) without any yet (its read queues)."""
     topics = store.topics()
     for name, config in store.topic_configs().items():
         if name not in topics:  # created, no message yet
             topics[name] = list(range(config.read_queues))
+    return topics
+
+
+def _queues(store: MessageStore, topic: str | None, queue: int | None) -> list[tuple[str, int]]:
+    topics = known_topics(store)
     if topic is not None and topic not in topics:
         raise NotFound(f"no topic {topic!r} in this store (it has: {', '.join(sorted(topics)) or 'none'})")
     pairs = [(t, q) for t, qs in sorted(topics.items()) if topic in (None, t) for q in qs]
@@ -248,6 +256,7 @@ def status(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
     replication = broker.pop("replication", None) if broker else None
     with read_store(ctx, store_dir) as store:
         info = store.runtime_info()
+        topics = known_topics(store)
         physic, logics, index = store.checkpoint
         rec = store.recovery
         earliest = int(info["earliestMessageTimeStamp"])  # type: ignore[call-overload]
@@ -262,8 +271,8 @@ def status(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
             "commitlog_disk_ratio": info["commitLogDiskRatio"],
             "consume_queue_disk_ratio": info["consumeQueueDiskRatio"],
             "dispatch_behind_bytes": info["dispatchBehindBytes"],
-            "topics": len(store.topics()),
-            "queues": sum(len(q) for q in store.topics().values()),
+            "topics": len(topics),
+            "queues": sum(map(len, topics.values())),
             "earliest_message_timestamp": earliest,
             "earliest_message_time": format_time(earliest),
             "physic_msg_time": format_time(physic),

@@ -89,7 +89,7 @@ def serve_command(
     """
     from rocketstore.broker import BrokerConfig, serve
     from rocketstore.broker.config import load_settings
-    from rocketstore.broker.serve import configure_logging
+    from rocketstore.broker.serve import configure_logging, log_file_of
     from rocketstore.errors import StoreConfigError
 
     if config_file is not None:
@@ -101,6 +101,8 @@ def serve_command(
         return None if value.strip().lower() == "off" else value
 
     changes: dict[str, object] = {"listen": address(listen), "namesrv": address(namesrv)}
+    if config_file is not None:
+        changes["config_file"] = str(Path(config_file).resolve())
     given = ctx.get_parameter_source("remoting") is not click.core.ParameterSource.DEFAULT
     # the default gives way to broker.conf's listenPort
     changes["remoting"] = address(remoting) if given or broker.remoting is None else broker.remoting
@@ -123,7 +125,7 @@ def serve_command(
     elif not create:
         state = "is not a store directory" if store_dir.exists() else "does not exist"
         raise click.ClickException(f"{str(store_dir)!r} {state} (--create makes a new store)")
-    elif store_dir.exists() and any(store_dir.iterdir()):
+    elif store_dir.exists() and any(p.name != "logs" for p in store_dir.iterdir()):  # (a failed start's)
         raise click.ClickException(
             f"{store_dir} is not a store directory (and not empty): refusing to write into it"
         )
@@ -138,5 +140,9 @@ def serve_command(
         replication["ha_master_address"] = master_address
     if replication:
         cfg = cfg.replace(**replication)
-    configure_logging(as_json)
+    log_file = log_file_of(store_dir, broker)
+    try:
+        configure_logging(as_json, log_file=log_file)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the log file {log_file}: {exc.strerror or exc}") from None
     return serve(store_dir, broker, cfg, metrics_address=metrics_address)

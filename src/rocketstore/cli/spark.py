@@ -1,9 +1,13 @@
 """``rocketstore spark ...``: the Spark jobs and the Spark maintenance from the command line.
 
-    rocketstore spark export STORE OUT [--format parquet|json] [--topic T ...] [--source commitlog|queues]
-    rocketstore spark stats STORE OUT
-    rocketstore spark verify STORE          # exit 0 clean, 1 damaged (printed as `rocketstore verify` does)
-    rocketstore spark rebuild STORE         # new consumequeue/ and index/ from the commitlog
+    rocketstore spark export STORE... OUT [--format parquet|json] [--topic T ...] [--source commitlog|queues]
+    rocketstore spark stats STORE... OUT
+    rocketstore spark verify STORE...       # exit 0 clean, 1 damaged (printed as `rocketstore verify` does)
+    rocketstore spark rebuild STORE...      # new consumequeue/ and index/ from the commitlog
+
+Several STOREs are a cluster's stores, one per broker (``--broker NAME`` per STORE names them;
+else ``rocketstore.spark.brokers``'s rule): export and stats read them as one data set with a
+``broker`` column; verify and rebuild take them one after the other, each report naming its broker.
 
 Each command starts a SparkSession on ``--master`` (default ``local[*]``) and stops it when done,
 unless the process already had one (then that one is used, and left running). PySpark and the jobs
@@ -14,6 +18,7 @@ Errors are one line on stderr and a non-zero exit, Spark's included.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import sys
 from collections.abc import Iterator
@@ -30,7 +35,16 @@ if TYPE_CHECKING:
 
 __all__ = ["spark_group"]
 
-_STORE = click.argument("store_dir", metavar="STORE", type=click.Path(path_type=Path))
+_STORES = click.argument(
+    "store_dirs", metavar="STORE...", nargs=-1, required=True, type=click.Path(path_type=Path)
+)
+_BROKERS = click.option(
+    "--broker",
+    "brokers",
+    multiple=True,
+    help="The broker of each STORE, in order (repeat it once per STORE). Default: brokerName of "
+    "STORE/broker.conf, else the directory's name. With it, or several STOREs, rows get a broker column.",
+)
 _OUT = click.argument("out", metavar="OUT", type=click.Path(path_type=Path))
 _MASTER = click.option(
     "--master", default="local[*]", show_default=True, help="Spark master URL (local[N], spark://..., yarn)."
@@ -56,7 +70,7 @@ def spark_group() -> None:
 
 
 @spark_group.command()
-@_STORE
+@_STORES
 @_OUT
 @click.option(
     "--format",
@@ -68,39 +82,55 @@ def spark_group() -> None:
 )
 @_TOPICS
 @_SOURCE
+@_BROKERS
 @_MASTER
 @_JSON
 def export(
-    store_dir: Path, out: Path, fmt: str, topics: tuple[str, ...], source: str, master: str, as_json: bool
+    store_dirs: tuple[Path, ...],
+    out: Path,
+    fmt: str,
+    topics: tuple[str, ...],
+    source: str,
+    brokers: tuple[str, ...],
+    master: str,
+    as_json: bool,
 ) -> None:
-    """Write STORE's messages to the new directory OUT (Parquet or JSON Lines)."""
+    """Write the messages of STORE (or of several, one per broker) to the new directory OUT
+    (Parquet or JSON Lines)."""
     from rocketstore.spark import jobs
 
-    _check_store(store_dir)
+    stores, options = _stores(store_dirs, brokers)
     jobs.refuse_existing(out)
-    with _session(master, store_dir) as spark:
-        rows = jobs.export(spark, str(store_dir), str(out), fmt=fmt, **_read_options(topics, source))
+    with _session(master, store_dirs) as spark:
+        rows = jobs.export(spark, stores, str(out), fmt=fmt, **options, **_read_options(topics, source))
     Output(as_json).detail("exported", {"rows": rows, "format": fmt, "out": str(out)})
 
 
 @spark_group.command()
-@_STORE
+@_STORES
 @_OUT
 @_TOPICS
 @_SOURCE
+@_BROKERS
 @_MASTER
 @_JSON
 def stats(
-    store_dir: Path, out: Path, topics: tuple[str, ...], source: str, master: str, as_json: bool
+    store_dirs: tuple[Path, ...],
+    out: Path,
+    topics: tuple[str, ...],
+    source: str,
+    brokers: tuple[str, ...],
+    master: str,
+    as_json: bool,
 ) -> None:
-    """Per topic/queue/hour figures (OUT/stats.parquet) and two charts (OUT/*.png)."""
+    """Per (broker,) topic/queue/hour figures (OUT/stats.parquet) and two charts (OUT/*.png)."""
     from rocketstore.spark import jobs
 
-    _check_store(store_dir)
+    stores, options = _stores(store_dirs, brokers)
     for path in jobs.stats_paths(out).values():
         jobs.refuse_existing(path)
-    with _session(master, store_dir) as spark:
-        summary = jobs.stats(spark, str(store_dir), str(out), **_read_options(topics, source))
+    with _session(master, store_dirs) as spark:
+        summary = jobs.stats(spark, stores, str(out), **options, **_read_options(topics, source))
     output = Output(as_json)
     if as_json:
         output.json(summary)
@@ -110,34 +140,58 @@ def stats(
 
 
 @spark_group.command()
-@_STORE
+@_STORES
 @click.option("--no-crc", is_flag=True, help="Skip body CRCs (structure only; faster).")
+@_BROKERS
 @_MASTER
 @_JSON
 @click.pass_context
-def verify(ctx: click.Context, store_dir: Path, no_crc: bool, master: str, as_json: bool) -> None:
-    """`rocketstore verify` with the work on Spark tasks. Exit 0 clean, 1 damaged."""
+def verify(
+    ctx: click.Context,
+    store_dirs: tuple[Path, ...],
+    no_crc: bool,
+    brokers: tuple[str, ...],
+    master: str,
+    as_json: bool,
+) -> None:
+    """`rocketstore verify` with the work on Spark tasks, for each STORE. Exit 0 clean, 1 damaged."""
     maintenance = _maintenance()
-    _check_store(store_dir)
-    with _session(master, store_dir) as spark:
-        report = maintenance.verify(spark, str(store_dir), check_crc=not no_crc)
+    named = _named(store_dirs, brokers)
     from rocketstore.cli.app import print_verify_report
 
-    print_verify_report(Output(as_json), report)
-    ctx.exit(0 if report.clean else 1)
+    output = Output(as_json)
+    clean = True
+    with _session(master, store_dirs) as spark:
+        for broker, store in named.items():
+            report = maintenance.verify(spark, store, check_crc=not no_crc)
+            clean = clean and report.clean
+            if not broker:
+                print_verify_report(output, report)
+            elif as_json:  # JSON Lines: one report per store
+                output.json({"broker": broker, "store": store, **report.to_dict()})
+            else:
+                output.line(f"broker {broker} ({store}):")
+                print_verify_report(output, report)
+    ctx.exit(0 if clean else 1)
 
 
 @spark_group.command()
-@_STORE
+@_STORES
+@_BROKERS
 @_MASTER
 @_JSON
-def rebuild(store_dir: Path, master: str, as_json: bool) -> None:
-    """Rebuild consumequeue/ and index/ of the closed store STORE from its commitlog, on Spark."""
+def rebuild(store_dirs: tuple[Path, ...], brokers: tuple[str, ...], master: str, as_json: bool) -> None:
+    """Rebuild consumequeue/ and index/ of each closed STORE from its commitlog, on Spark."""
     maintenance = _maintenance()
-    _check_store(store_dir)
-    with _session(master, store_dir) as spark:
-        summary = maintenance.rebuild(spark, str(store_dir))
-    Output(as_json).detail("rebuilt", summary)
+    named = _named(store_dirs, brokers)
+    output = Output(as_json)
+    with _session(master, store_dirs) as spark:
+        for broker, store in named.items():
+            summary = maintenance.rebuild(spark, store)
+            if broker:
+                output.detail(f"rebuilt broker {broker}", {"broker": broker, "store": store, **summary})
+            else:
+                output.detail("rebuilt", summary)
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -146,6 +200,37 @@ def _read_options(topics: tuple[str, ...], source: str) -> dict[str, str]:
     if topics:
         options["topics"] = ",".join(topics)
     return options
+
+
+def _named(store_dirs: tuple[Path, ...], brokers: tuple[str, ...]) -> dict[str, str]:
+    """{broker: store} of the STOREs, checked before Spark starts; {"": store} for one STORE
+    given without --broker (today's output, no broker named)."""
+    for root in store_dirs:
+        _check_store(root)
+    listed = [b for b in brokers if "," in b]
+    if listed:
+        raise click.ClickException(f"--broker {listed[0]!r}: one name per --broker, repeated once per STORE")
+    if len(store_dirs) == 1 and not brokers:
+        return {"": str(store_dirs[0])}
+    from rocketstore.spark.brokers import store_paths
+
+    options = {"paths": json.dumps([str(p) for p in store_dirs])}
+    if brokers:
+        options["brokers"] = ",".join(brokers)
+    try:
+        named = store_paths(options)
+    except ValueError as exc:
+        raise click.ClickException(str(exc).replace("option brokers", "--broker")) from None
+    assert named is not None
+    return named
+
+
+def _stores(store_dirs: tuple[Path, ...], brokers: tuple[str, ...]) -> tuple[str | list[str], dict[str, str]]:
+    """What the jobs read: one store, or the list, with the broker names as option brokers."""
+    named = _named(store_dirs, brokers)
+    if "" in named:
+        return named[""], {}
+    return list(named.values()), {"brokers": ",".join(named)}
 
 
 def _check_store(root: Path) -> None:
@@ -169,7 +254,7 @@ def _maintenance() -> Any:
 
 
 @contextlib.contextmanager
-def _session(master: str, store_dir: Path) -> Iterator[SparkSession]:
+def _session(master: str, store_dirs: tuple[Path, ...]) -> Iterator[SparkSession]:
     """A SparkSession with the source registered (and, for a small store, a JVM that starts
     quicker: ``small_job_conf``); Spark's errors become one-line ClickExceptions."""
     try:
@@ -184,7 +269,7 @@ def _session(master: str, store_dir: Path) -> Iterator[SparkSession]:
     # the progress bar is for a person watching; in a pipe or a log it is noise
     conf = {"spark.ui.showConsoleProgress": "true"} if sys.stderr.isatty() else {}
     if owned:
-        conf.update(small_job_conf(store_dir, master))
+        conf.update(small_job_conf(store_dirs, master))
     try:
         spark = session(master, "rocketstore-cli", **conf)
     except (PySparkException, Py4JError) as exc:

@@ -138,24 +138,43 @@ def encode_topics(topics: dict[str, TopicConfig], counter: int, timestamp: int) 
     return json.dumps(doc, indent=1).encode()
 
 
-def decode_offsets(text: str, what: str = "consumerOffset.json") -> dict[tuple[str, str], dict[int, int]]:
-    """``(topic, group) -> {queue id: offset}``; keys are ``topic@group`` on disk."""
+def decode_offsets(
+    text: str, what: str = "consumerOffset.json", skipped: list[str] | None = None
+) -> dict[tuple[str, str], dict[int, int]]:
+    """``(topic, group) -> {queue id: offset}``; keys are ``topic@group`` on disk. An offset is
+    an integer in 0..2^63-1 and a queue id one in 0..65535. A bad entry (a key without ``@``,
+    a queue id or offset of another type or range) is CorruptDataError, or, when ``skipped``
+    is given, left out and described there: the file's other offsets still count. A file that
+    is not a JSON object with an ``offsetTable`` object is CorruptDataError either way."""
     result: dict[tuple[str, str], dict[int, int]] = {}
     for key, queues in _table(decode_json(text, what), "offsetTable", what).items():
         topic, sep, group = key.partition("@")
         if not sep or not isinstance(queues, dict):
-            raise CorruptDataError(f"{what}: bad entry {key!r} (want 'topic@group': {{queue: offset}})")
-        result[(topic, group)] = {
-            _int_key(q, f"{what}: queue id"): _int(v, f"{what}: {key} queue {q}") for q, v in queues.items()
-        }
+            _bad_entry(skipped, f"{what}: bad entry {key!r:.200} (want 'topic@group': {{queue: offset}})")
+            continue
+        entry: dict[int, int] = {}
+        for q, v in queues.items():
+            try:
+                queue_id = _int_key(q, f"{what}: {key!r:.200} queue id", 0, _MAX_QUEUES - 1)
+                entry[queue_id] = _int(v, f"{what}: {key!r:.200} queue {q!r:.80}", 0)
+            except CorruptDataError as exc:
+                _bad_entry(skipped, str(exc))
+        if entry or not queues:
+            result[(topic, group)] = entry
     return result
 
 
-def _int_key(key: str, what: str) -> int:
+def _bad_entry(skipped: list[str] | None, problem: str) -> None:
+    if skipped is None:
+        raise CorruptDataError(problem)
+    skipped.append(problem)
+
+
+def _int_key(key: str, what: str, low: int = _INT64_MIN, high: int = _INT64_MAX) -> int:
     """A map key that must be an integer (queue id, delay level), as an int."""
     if not _INT_KEY.fullmatch(key):
         raise CorruptDataError(f"{what} {key!r:.80} is not an integer")
-    return _int(int(key), what)
+    return _int(int(key), what, low, high)
 
 
 def encode_offsets(table: dict[tuple[str, str], dict[int, int]]) -> bytes:
@@ -168,16 +187,26 @@ def encode_offsets(table: dict[tuple[str, str], dict[int, int]]) -> bytes:
     return json.dumps(doc, indent=1).encode()
 
 
-def decode_delay_offsets(text: str, what: str = "delayOffset.json") -> tuple[dict[int, int], int]:
+def decode_delay_offsets(
+    text: str, what: str = "delayOffset.json", skipped: list[str] | None = None
+) -> tuple[dict[int, int], int]:
     """delay level -> queue offset of the next message to deliver, and the commitlog offset
-    rocketstore noted at the write (0 in RocketMQ's files, which have no such field)."""
+    rocketstore noted at the write (0 in RocketMQ's files, which have no such field). A bad
+    level or offset is CorruptDataError, or, when ``skipped`` is given, left out (a bad mark
+    read as 0) and described there."""
     doc = decode_json(text, what)
-    table = _table(doc, "offsetTable", what)
-    offsets = {
-        _int_key(level, f"{what}: delay level"): _int(off, f"{what}: level {level}")
-        for level, off in table.items()
-    }
-    return offsets, _int(doc.get(_DELAY_MARK, 0), f"{what}: {_DELAY_MARK}")
+    offsets: dict[int, int] = {}
+    for level, off in _table(doc, "offsetTable", what).items():
+        try:
+            offsets[_int_key(level, f"{what}: delay level")] = _int(off, f"{what}: level {level}")
+        except CorruptDataError as exc:
+            _bad_entry(skipped, str(exc))
+    try:
+        mark = _int(doc.get(_DELAY_MARK, 0), f"{what}: {_DELAY_MARK}")
+    except CorruptDataError as exc:
+        _bad_entry(skipped, str(exc))
+        mark = 0
+    return offsets, mark
 
 
 def encode_delay_offsets(offsets: dict[int, int], physical_mark: int) -> bytes:

@@ -14,11 +14,16 @@ The file keeps RocketMQ's shape (``codec.config_json``). Any process may change 
    release the lock.
 
 Readers take no lock: the file is always whole, the old table or the new one.
+
+A bad entry (an offset or queue id out of range, of another type, a key without ``@``) does
+not make the file unreadable: it is left out, with one warning line per read, and the next
+write leaves it out of the file. A client can never brick the store with an offset.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -27,16 +32,46 @@ from pathlib import Path
 from rocketstore.codec.config_json import decode_offsets, encode_offsets
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write, open_store_file, read_store_text
 
-__all__ = ["OffsetTable", "QueueKey", "commit_offsets", "read_offsets"]
+__all__ = ["OffsetTable", "QueueKey", "commit_offsets", "decode_offsets_file", "read_offsets"]
+
+# bad entries named in the warning of one read (the rest counted)
+_SHOWN = 3
+
+log = logging.getLogger(__name__)
 
 QueueKey = tuple[str, str, int]  # topic, group, queue id
 OffsetTable = dict[tuple[str, str], dict[int, int]]  # (topic, group) -> {queue id: offset}
 
 
 def read_offsets(path: Path) -> OffsetTable:
-    """The table as on disk now (empty when there is no file)."""
+    """The table as on disk now (empty when there is no file), bad entries left out (logged)."""
+    return _read(path)[0]
+
+
+def decode_offsets_file(text: str, path: Path) -> tuple[OffsetTable, int]:
+    """The table ``text`` (the file at ``path``) holds, and how many bad entries were left out:
+    one warning line names them. CorruptDataError only when the file as a whole is not an
+    offsets table (not JSON, no ``offsetTable`` object)."""
+    skipped: list[str] = []
+    table = decode_offsets(text, str(path), skipped)
+    if skipped:
+        shown = "; ".join(problem.removeprefix(f"{path}: ") for problem in skipped[:_SHOWN])
+        more = f"; and {len(skipped) - _SHOWN} more" if len(skipped) > _SHOWN else ""
+        log.warning(
+            "%s: %d bad entr%s left out (the next write drops %s): %s%s",
+            path,
+            len(skipped),
+            "y" if len(skipped) == 1 else "ies",
+            "it" if len(skipped) == 1 else "them",
+            shown,
+            more,
+        )
+    return table, len(skipped)
+
+
+def _read(path: Path) -> tuple[OffsetTable, int]:
     text = read_store_text(path)
-    return decode_offsets(text, str(path)) if text is not None else {}
+    return decode_offsets_file(text, path) if text is not None else ({}, 0)
 
 
 @contextmanager
@@ -59,8 +94,8 @@ def commit_offsets(
     table as written. Raises OSError when the file cannot be written."""
     must_set = set(forced)
     with _locked(path, mode):
-        table = read_offsets(path)
-        changed = False
+        table, skipped = _read(path)
+        changed = skipped > 0  # rewritten without the bad entries
         for key, offset in changes.items():
             topic, group, queue_id = key
             queues = table.setdefault((topic, group), {})

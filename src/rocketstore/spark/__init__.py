@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -38,12 +39,15 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(PushdownDataSource)
 
 
-def small_job_conf(store: str | os.PathLike[str], master: str) -> dict[str, str]:
-    """Spark settings for a job over ``store`` on ``master``, given before the session starts:
-    for a local master and a store with at most ``SMALL_STORE_BYTES`` of commitlog data, a driver
-    JVM without C2, with the serial collector and mapping the class archive when one was built
-    (``class_archive``); nothing otherwise."""
-    if not master.startswith("local") or _commitlog_bytes(store) > SMALL_STORE_BYTES:
+def small_job_conf(
+    store: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], master: str
+) -> dict[str, str]:
+    """Spark settings for a job over ``store`` (or a list of stores) on ``master``, given before
+    the session starts: for a local master and at most ``SMALL_STORE_BYTES`` of commitlog data
+    in all, a driver JVM without C2, with the serial collector and mapping the class archive when
+    one was built (``class_archive``); nothing otherwise."""
+    stores = [store] if isinstance(store, (str, os.PathLike)) else list(store)
+    if not master.startswith("local") or sum(map(_commitlog_bytes, stores)) > SMALL_STORE_BYTES:
         return {}
     from rocketstore.spark.class_archive import java_options
 

@@ -24,8 +24,13 @@ comes from the same pass that writes, so the store is read once and nothing is c
 and returns a summary (topics, messages, bytes, rows, hours, the paths written). The charts are
 drawn on the driver, so ``out`` must be a local directory there.
 
+``store`` is one store directory, or a list of them, one per broker, read as one data set with a
+``broker`` column (``rocketstore.spark.brokers``: option ``brokers`` names them). Then ``export``
+writes the ``broker`` column into its files, and ``stats`` has one row per broker, topic,
+queue_id and hour.
+
 ``read_options`` are the data source's reading options (``source``, ``topics``, ``queueIds``,
-``startTime`` ...; see ``rocketstore.spark.source``). Both jobs refuse to overwrite: an existing
+``startTime``, ``brokers`` ...; see ``rocketstore.spark.source``). Both jobs refuse to overwrite: an existing
 ``out`` (export) or an existing output file (stats) is a ``FileExistsError`` naming it.
 """
 
@@ -35,6 +40,7 @@ import datetime as dt
 import os
 import shutil
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -60,15 +66,28 @@ _HOUR_MS: Final = 3_600_000
 _DAY_US: Final = 86_400_000_000
 _TOP_TYPE: Final = "array<struct<value:string,count:bigint>>"
 
+Stores = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
-def read_store(spark: SparkSession, store: str, **read_options: str) -> DataFrame:
-    """Every record the options select, system topics included: a job reports on the whole store."""
+
+def read_store(spark: SparkSession, store: Stores, **read_options: str) -> DataFrame:
+    """Every record the options select, system topics included: a job reports on the whole store.
+    A list of stores is read as one frame with a ``broker`` column."""
     read_options = {"includeSystemTopics": "true", **read_options}
-    return spark.read.format("rocketstore").options(**read_options).load(str(store))
+    reader = spark.read.format("rocketstore").options(**read_options)
+    if isinstance(store, (str, os.PathLike)):
+        return reader.load(str(store))
+    return reader.load([str(s) for s in store])
+
+
+def _title(store: Stores) -> str:
+    """The store (or stores) as the charts' titles name them."""
+    if isinstance(store, (str, os.PathLike)):
+        return Path(store).name or str(store)
+    return ", ".join(Path(s).name or str(s) for s in store)
 
 
 # --- export ---------------------------------------------------------------------------------------
-def export(spark: SparkSession, store: str, out: str, *, fmt: str = "parquet", **read_options: str) -> int:
+def export(spark: SparkSession, store: Stores, out: str, *, fmt: str = "parquet", **read_options: str) -> int:
     """Write the store's messages to the new directory ``out`` (see the module docstring);
     returns the number of rows written."""
     from pyspark.sql import Observation
@@ -87,7 +106,8 @@ def export(spark: SparkSession, store: str, out: str, *, fmt: str = "parquet", *
         _write_new(df.write.partitionBy(*PARTITION_COLUMNS).format("parquet"), out)
     else:
         # every line has every column (null as null), not only the ones a message happens to have
-        _write_new(df.select(*COLUMNS).write.format("json").option("ignoreNullFields", "false"), out)
+        columns = [*COLUMNS, *(["broker"] if "broker" in df.columns else [])]
+        _write_new(df.select(*columns).write.format("json").option("ignoreNullFields", "false"), out)
     return int(written.get["rows"])
 
 
@@ -125,7 +145,7 @@ def _remove_partial(out: str | os.PathLike[str]) -> None:
 
 
 # --- stats ----------------------------------------------------------------------------------------
-def stats(spark: SparkSession, store: str, out: str, **read_options: str) -> dict[str, Any]:
+def stats(spark: SparkSession, store: Stores, out: str, **read_options: str) -> dict[str, Any]:
     """Per topic / queue / hour figures and two charts into the directory ``out`` (see the module
     docstring); returns a summary of what was written."""
     from pyspark import StorageLevel
@@ -141,7 +161,11 @@ def stats(spark: SparkSession, store: str, out: str, **read_options: str) -> dic
     # bytes, not characters. Only the length is kept in the cached frame.
     options = {**read_options, "includeBody": "true", "bodyAs": "binary"}
     ms = F.unix_millis("store_timestamp")
-    slim = read_store(spark, store, **options).select(
+    df = read_store(spark, store, **options)
+    by_broker = ["broker"] if "broker" in df.columns else []  # several stores: per broker too
+    group = (*by_broker, *_GROUP)
+    slim = df.select(
+        *by_broker,
         "topic",
         "queue_id",
         F.timestamp_millis(ms - F.pmod(ms, F.lit(_HOUR_MS))).alias("hour"),
@@ -154,24 +178,24 @@ def stats(spark: SparkSession, store: str, out: str, **read_options: str) -> dic
     slim = slim.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         table = (
-            slim.groupBy(*_GROUP)
+            slim.groupBy(*group)
             .agg(
                 F.count(F.lit(1)).alias("messages"),
                 F.sum("size").alias("bytes"),
                 F.min("store_timestamp").alias("first_store_timestamp"),
                 F.max("store_timestamp").alias("last_store_timestamp"),
             )
-            .join(_top(slim, F.col("tags"), "top_tags"), list(_GROUP), "left")
-            .join(_top(slim, F.explode("keys"), "top_keys"), list(_GROUP), "left")
+            .join(_top(slim, group, F.col("tags"), "top_tags"), list(group), "left")
+            .join(_top(slim, group, F.explode("keys"), "top_keys"), list(group), "left")
             .select(
-                *_GROUP,
+                *group,
                 "messages",
                 "bytes",
                 "first_store_timestamp",
                 "last_store_timestamp",
                 *(F.coalesce(F.col(c), F.array().cast(_TOP_TYPE)).alias(c) for c in ("top_tags", "top_keys")),
             )
-            .orderBy(*_GROUP)
+            .orderBy(*group)
         )
         # a few rows per queue and hour: one file is easier to hand on than many tiny ones
         _write_new(table.coalesce(1).write.format("parquet"), paths["stats"])
@@ -193,7 +217,7 @@ def stats(spark: SparkSession, store: str, out: str, **read_options: str) -> dic
         .collect()
     ]
     rows = written.count()
-    title = Path(store).name or str(store)
+    title = _title(store)
     _hourly_chart(hourly, paths["messages_per_hour"], title)
     _size_chart(histogram, paths["size_distribution"], title)
     return {
@@ -216,22 +240,22 @@ def stats_paths(out: str | os.PathLike[str]) -> dict[str, Path]:
     }
 
 
-def _top(slim: DataFrame, value: Column, name: str) -> DataFrame:
+def _top(slim: DataFrame, group: Sequence[str], value: Column, name: str) -> DataFrame:
     """Per group, the TOP_N most frequent non-null values as [{value, count}], most frequent first."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     counted = (
-        slim.select(*_GROUP, value.alias("value"))
+        slim.select(*group, value.alias("value"))
         .where(F.col("value").isNotNull())
-        .groupBy(*_GROUP, "value")
+        .groupBy(*group, "value")
         .agg(F.count(F.lit(1)).alias("count"))
     )
-    rank = F.row_number().over(Window.partitionBy(*_GROUP).orderBy(F.desc("count"), F.asc("value")))
+    rank = F.row_number().over(Window.partitionBy(*group).orderBy(F.desc("count"), F.asc("value")))
     ranked = counted.withColumn("rank", rank).where(F.col("rank") <= TOP_N)
     # collect_list keeps no order after a shuffle: the rank travels with each value and sorts it back
     in_order = F.array_sort(F.collect_list(F.struct("rank", "value", "count")))
-    return ranked.groupBy(*_GROUP).agg(
+    return ranked.groupBy(*group).agg(
         F.transform(in_order, lambda s: F.struct(s["value"].alias("value"), s["count"].alias("count"))).alias(
             name
         )

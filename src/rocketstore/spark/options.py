@@ -34,6 +34,7 @@ __all__ = [
     "QueueKey",
     "assigned",
     "boolean",
+    "broker_offsets_json",
     "check_known",
     "integer",
     "is_system_topic",
@@ -49,6 +50,8 @@ LATEST: Final = -1
 # every option the source and sink take, as documented in docs/spark.md
 OPTIONS: Final = (
     "path",
+    "paths",
+    "brokers",
     # which rows
     "source",
     "topic",
@@ -173,6 +176,17 @@ def offsets_json(name: str, raw: str) -> dict[QueueKey, int]:
         else:
             raise bad
     return found
+
+
+def broker_offsets_json(name: str, raw: str) -> dict[str, dict[QueueKey, int]] | None:
+    """The form streaming checkpoints over several stores use, ``{"broker": {"topic/queueId":
+    offset}}``, as {broker: {(topic, queue id): offset}}; None when ``raw`` is another form."""
+    given = _json(raw, name)
+    if not isinstance(given, dict) or not given:
+        return None
+    if not all(isinstance(v, dict) and v and all("/" in str(k) for k in v) for v in given.values()):
+        return None
+    return {str(broker): offsets_json(name, json.dumps(queues)) for broker, queues in given.items()}
 
 
 def _json(raw: str, name: str) -> Any:

@@ -1,6 +1,7 @@
 """The ``rocketstore`` data source for Spark (PySpark's Python Data Source API).
 
     spark.read.format("rocketstore").load("/path/to/store")             # batch
+    spark.read.format("rocketstore").load(["/stores/a", "/stores/b"])   # a cluster: broker column
     spark.readStream.format("rocketstore").load("/path/to/store")       # streaming
     df.write.format("rocketstore").mode("append").save("/path/to/store")
 
@@ -15,6 +16,7 @@ Reading options (case-insensitive):
     includeBody     true (default) | false: body is null and is not read
     bodyAs          binary (default) | string
     minPartitions   at least this many partitions when the store is big enough (default 2 × cores)
+    paths, brokers  several stores, one per broker, and their broker names (``spark.brokers``)
 
 Kafka's options (``subscribe``, ``subscribePattern``, ``assign``, ``startingOffsets``,
 ``endingOffsets``, ``startingTimestamp``, ``startingOffsetsByTimestamp``,
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import logging
 import os
 import re
@@ -84,6 +87,7 @@ from pyspark.sql.types import (
 
 from rocketstore import times
 from rocketstore.errors import DataLossError
+from rocketstore.spark.brokers import store_paths
 from rocketstore.spark.columns import COLUMNS, BodyAs, with_headers
 from rocketstore.spark.options import (
     EARLIEST,
@@ -91,6 +95,7 @@ from rocketstore.spark.options import (
     QueueKey,
     assigned,
     boolean,
+    broker_offsets_json,
     check_known,
     integer,
     offsets_json,
@@ -118,7 +123,7 @@ __all__ = ["PushdownDataSource", "RocketStoreDataSource", "spark_schema"]
 log = logging.getLogger(__name__)
 
 
-def spark_schema(body_as: BodyAs = "binary", headers: bool = False) -> StructType:
+def spark_schema(body_as: BodyAs = "binary", headers: bool = False, broker: bool = False) -> StructType:
     types = {
         "topic": StringType(),
         "queue_id": IntegerType(),
@@ -144,6 +149,8 @@ def spark_schema(body_as: BodyAs = "binary", headers: bool = False) -> StructTyp
     if headers:  # Kafka's headers column
         pair = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
         fields.append(StructField("headers", ArrayType(pair)))
+    if broker:  # several stores: which broker's store the row is from
+        fields.append(StructField("broker", StringType()))
     return StructType(fields)
 
 
@@ -167,9 +174,30 @@ def parse_time(name: str, raw: str) -> int:
 
 def _path(options: Any) -> str:
     path = _option(options, "path")
+    if not path and _option(options, "paths") is not None:
+        raise ValueError("the rocketstore sink writes into one store: .save(path), not several paths")
     if not path:
         raise ValueError("the rocketstore source needs a store directory: .load(path) or .save(path)")
     return path
+
+
+def _stores(options: Any) -> dict[str, StoreFiles]:
+    """{broker: store} of the stores read: several with option ``paths``, or the one store of
+    option ``path`` under the broker name "" (its rows get no broker column)."""
+    named = store_paths(options)
+    if named is None:
+        return {"": StoreFiles.at(_path(options))}
+    return {broker: StoreFiles.at(path) for broker, path in named.items()}
+
+
+def _where(broker: str, key: str) -> str:
+    """A queue ``topic/queueId`` as errors name it: with its broker when there are several."""
+    return f"{broker}/{key}" if broker else key
+
+
+def _with_broker(batches: Iterable[pa.RecordBatch], broker: str) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        yield batch.append_column("broker", pa.repeat(pa.scalar(broker, pa.string()), batch.num_rows))
 
 
 def _topic_list(options: Any, name: str) -> frozenset[str] | None:
@@ -179,10 +207,10 @@ def _topic_list(options: Any, name: str) -> frozenset[str] | None:
     return frozenset(t.strip() for t in raw.split(",") if t.strip())
 
 
-def _warn_missing_topics(options: Any, files: StoreFiles, *, streaming: bool) -> None:
-    """Log the topics a topic option names that the store has no queue of: Kafka's source
+def _warn_missing_topics(options: Any, stores: dict[str, StoreFiles], *, streaming: bool) -> None:
+    """Log the topics a topic option names that no store has a queue of: Kafka's source
     would wait for them silently, and a misspelt name reads as an empty result."""
-    present = {topic for topic, _ in files.queues()}
+    present = {topic for files in stores.values() for topic, _ in files.queues()}
     named: dict[str, frozenset[str]] = {
         name: topics for name in ("subscribe", "topic", "topics") if (topics := _topic_list(options, name))
     }
@@ -193,9 +221,11 @@ def _warn_missing_topics(options: Any, files: StoreFiles, *, streaming: bool) ->
         missing = sorted(topics - present)
         if missing:
             log.warning(
-                "option %s: the store at %s has no topic %s: %s",
+                "option %s: the %s at %s %s no topic %s: %s",
                 name,
-                files.root,
+                "store" if len(stores) == 1 else "stores",
+                ", ".join(files.root for files in stores.values()),
+                "has" if len(stores) == 1 else "have",
                 ", ".join(repr(t) for t in missing),
                 "the stream reads it once it appears" if streaming else "no rows from it",
             )
@@ -245,25 +275,32 @@ def _bounds(options: Any) -> ScanBounds:
 @dataclass(frozen=True)
 class OffsetSpec:
     """Where each queue starts or ends, as Kafka's options say it: per-queue times win over
-    per-queue offsets, which win over ``earliest`` / ``latest`` (``whole``)."""
+    per-queue offsets (one broker's, then every broker's), which win over ``earliest`` /
+    ``latest`` (``whole``)."""
 
     name: str  # the option this came from, for errors
     whole: int = EARLIEST  # EARLIEST or LATEST for queues named nowhere else
-    offsets: dict[QueueKey, int] = field(default_factory=dict)
+    offsets: dict[QueueKey, int] = field(default_factory=dict)  # a queue of that name on any broker
     times: dict[QueueKey, int] = field(default_factory=dict)
     all_time: int | None = None
+    by_broker: dict[str, dict[QueueKey, int]] = field(default_factory=dict)
 
     @property
     def per_queue(self) -> bool:
-        return bool(self.offsets or self.times) or self.all_time is not None
+        return bool(self.offsets or self.times or self.by_broker) or self.all_time is not None
 
-    def resolve(self, files: StoreFiles, key: QueueKey, extent: tuple[int, int]) -> int:
-        """The queue offset of ``key``; the earliest and latest offsets are ``extent``."""
+    def given(self) -> list[int]:
+        """Every offset the option names."""
+        return [*self.offsets.values(), *(n for queues in self.by_broker.values() for n in queues.values())]
+
+    def resolve(self, files: StoreFiles, key: QueueKey, extent: tuple[int, int], broker: str = "") -> int:
+        """The queue offset of ``key`` (of ``broker``'s store ``files``); the earliest and
+        latest offsets are ``extent``."""
         if self.all_time is not None:
             return queue_offset_by_time(files, *key, self.all_time)
         if key in self.times:
             return queue_offset_by_time(files, *key, self.times[key])
-        at = self.offsets.get(key, self.whole)
+        at = self.by_broker.get(broker, {}).get(key, self.offsets.get(key, self.whole))
         return extent[0] if at == EARLIEST else extent[1] if at == LATEST else at
 
 
@@ -274,6 +311,8 @@ def _offset_spec(options: Any, which: str, default: int) -> OffsetSpec:
     spec = OffsetSpec(name, default)
     if raw.lower() in ("earliest", "latest"):
         spec = OffsetSpec(name, EARLIEST if raw.lower() == "earliest" else LATEST)
+    elif raw and (per_broker := broker_offsets_json(name, raw)) is not None:
+        spec = OffsetSpec(name, default, by_broker=per_broker)
     elif raw:
         given = offsets_json(name, raw)
         bad = [f"{t}/{q}={v}" for (t, q), v in given.items() if v < LATEST - 1]
@@ -290,6 +329,21 @@ def _offset_spec(options: Any, which: str, default: int) -> OffsetSpec:
             spec, name=f"{which}Timestamp", all_time=parse_time(f"{which}Timestamp", one_time)
         )
     return spec
+
+
+def _check_brokers(spec: OffsetSpec, stores: dict[str, StoreFiles]) -> None:
+    """Refuse per-broker offsets naming a broker the query does not read: they would be ignored."""
+    unknown = sorted(set(spec.by_broker) - set(stores))
+    if not unknown:
+        return
+    read = (
+        'one store (option path), whose queues are given as {"topic": {"queueId": offset}}'
+        if "" in stores
+        else f"the stores of brokers {', '.join(stores)}"
+    )
+    raise ValueError(
+        f"option {spec.name}: offsets of broker {', '.join(unknown)}, but the query reads {read}"
+    )
 
 
 def _scan_options(options: Any) -> ScanOptions:
@@ -318,7 +372,9 @@ class RocketStoreDataSource(DataSource):
     def schema(self) -> StructType:
         body_as = (_option(self.options, "bodyAs", "binary") or "binary").lower()
         return spark_schema(
-            "string" if body_as == "string" else "binary", _bool(self.options, "includeHeaders", False)
+            "string" if body_as == "string" else "binary",
+            _bool(self.options, "includeHeaders", False),
+            broker=_option(self.options, "paths") is not None,
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -353,9 +409,18 @@ def _read(
     return (with_headers(b) for b in batches) if headers else batches
 
 
+@dataclass(frozen=True)
+class StorePart:
+    """A partition of one broker's store ("" when the query reads one store)."""
+
+    broker: str
+    run: CommitlogRange | QueueRange
+
+
 class RocketStoreReader(DataSourceReader):
     def __init__(self, options: Any) -> None:
-        self.files = StoreFiles.at(_path(options))
+        self.stores = _stores(options)
+        self.brokers: frozenset[str] | None = None  # the stores pushed-down filters on broker keep
         self.scan = _scan_options(options)
         source = _option(options, "source")
         if source is not None and source.lower() not in ("commitlog", "queues"):
@@ -367,10 +432,12 @@ class RocketStoreReader(DataSourceReader):
         self.assign = assigned(options)
         self.starting = _offset_spec(options, "starting", EARLIEST)
         self.ending = _offset_spec(options, "ending", LATEST)
+        _check_brokers(self.starting, self.stores)
+        _check_brokers(self.ending, self.stores)
         # as Kafka's batch queries: they cannot start at the end or end at the start
-        if self.starting.whole == LATEST or LATEST in self.starting.offsets.values():
+        if self.starting.whole == LATEST or LATEST in self.starting.given():
             raise ValueError("option startingOffsets: a batch query cannot start at latest (-1)")
-        if self.ending.whole == EARLIEST or EARLIEST in self.ending.offsets.values():
+        if self.ending.whole == EARLIEST or EARLIEST in self.ending.given():
             raise ValueError("option endingOffsets: a batch query cannot end at earliest (-2)")
         self.per_queue = self.assign is not None or self.starting.per_queue or self.ending.per_queue
         if self.per_queue and self.source == "commitlog":
@@ -378,7 +445,12 @@ class RocketStoreReader(DataSourceReader):
                 f"option source=commitlog: {'assign' if self.assign is not None else 'per-queue offsets'} "
                 "are read through the consume queues (leave source unset or set source=queues)"
             )
-        _warn_missing_topics(options, self.files, streaming=False)
+        _warn_missing_topics(options, self.stores, streaming=False)
+
+    @property
+    def named(self) -> bool:
+        """Whether the rows carry a broker column (several stores: option paths)."""
+        return "" not in self.stores
 
     def chosen_source(self) -> str:
         """The consume queues when the options or filters name queues (topics and queue ids,
@@ -389,21 +461,22 @@ class RocketStoreReader(DataSourceReader):
         named = bounds.topics is not None and bounds.queue_ids is not None
         return "queues" if self.per_queue or named else "commitlog"
 
-    def queue_limits(self) -> dict[QueueKey, tuple[int, int]] | None:
-        """Offsets [start, end) of each queue read, when the options say them per queue."""
+    def queue_limits(self, broker: str, files: StoreFiles) -> dict[QueueKey, tuple[int, int]] | None:
+        """Offsets [start, end) of each queue of ``broker``'s store read, when the options say
+        them per queue."""
         if not self.per_queue:
             return None
         limits = {}
-        for key in self.files.queues():
+        for key in files.queues():
             if self.assign is not None and key not in self.assign:
                 continue
-            extent = queue_extent(self.files, *key)
-            start = self.starting.resolve(self.files, key, extent)
-            end = min(self.ending.resolve(self.files, key, extent), extent[1])
+            extent = queue_extent(files, *key)
+            start = self.starting.resolve(files, key, extent, broker)
+            end = min(self.ending.resolve(files, key, extent, broker), extent[1])
             if start < extent[0] and start < end:
                 lost = (
-                    f"{key[0]}/{key[1]}: {self.starting.name} asks for queue offset {start}, "
-                    f"but the queue begins at {extent[0]} (older messages were reclaimed)"
+                    f"{_where(broker, _queue_key(*key))}: {self.starting.name} asks for queue offset "
+                    f"{start}, but the queue begins at {extent[0]} (older messages were reclaimed)"
                 )
                 if self.fail_on_data_loss:
                     raise DataLossError(lost + "; set failOnDataLoss=false to read from there")
@@ -413,16 +486,22 @@ class RocketStoreReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         bounds = self.scan.bounds
-        parts: Sequence[CommitlogRange | QueueRange]
         source = self.chosen_source()
-        if source == "commitlog":
-            parts = plan_commitlog(self.files, bounds, self.min_partitions)
-        else:
-            parts = plan_queues(self.files, bounds, self.queue_limits())
+        stores = {b: f for b, f in self.stores.items() if self.brokers is None or b in self.brokers}
+        # minPartitions is for the whole query: each store's share of it
+        per_store = -(-self.min_partitions // max(1, len(self.stores)))
+        parts: list[StorePart] = []
+        for broker, files in stores.items():
+            runs: Sequence[CommitlogRange | QueueRange]
+            if source == "commitlog":
+                runs = plan_commitlog(files, bounds, per_store)
+            else:
+                runs = plan_queues(files, bounds, self.queue_limits(broker, files))
+            parts.extend(StorePart(broker, run) for run in runs)
         # PySpark 4.3 shows nothing of a Python source's pushdown in explain(): say it here
         log.info(
             "rocketstore scan of %s: source=%s, %s, %d partitions",
-            self.files.root,
+            ", ".join(files.root for files in stores.values()) or "no store (broker filter)",
             source,
             bounds,
             len(parts),
@@ -430,10 +509,11 @@ class RocketStoreReader(DataSourceReader):
         return [InputPartition(p) for p in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        part = partition.value
+        part: StorePart | None = partition.value
         if part is None:
             return iter(())
-        return _read(self.files, part, self.scan, self.headers)
+        batches = _read(self.stores[part.broker], part.run, self.scan, self.headers)
+        return _with_broker(batches, part.broker) if self.named else batches
 
 
 class FilteringReader(RocketStoreReader):
@@ -442,6 +522,9 @@ class FilteringReader(RocketStoreReader):
         checks them again, so a bound can prune but never change a result."""
         for f in filters:
             self.scan = ScanOptions(self.scan.include_body, self.scan.body_as, _narrow(self.scan.bounds, f))
+            brokers = _broker_values(f) if self.named else None
+            if brokers is not None:
+                self.brokers = brokers if self.brokers is None else self.brokers & brokers
             yield f
 
 
@@ -491,6 +574,18 @@ def _narrow(bounds: ScanBounds, f: Filter) -> ScanBounds:
     return bounds.narrowed(**{name: window})
 
 
+def _broker_values(f: Filter) -> frozenset[str] | None:
+    """The brokers an equality or IN filter on column ``broker`` keeps; None for other filters."""
+    if ".".join(getattr(f, "attribute", ())) != "broker":
+        return None
+    value = getattr(f, "value", None)
+    if isinstance(f, (EqualTo, EqualNullSafe)) and isinstance(value, str):
+        return frozenset((value,))
+    if isinstance(f, In) and all(isinstance(v, str) for v in value if v is not None):  # type: ignore[union-attr]
+        return frozenset(v for v in value if v is not None)  # type: ignore[union-attr]
+    return None
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -507,6 +602,9 @@ def _in_units(column: str, value: Any) -> int | None:
 
 
 # --- streaming ------------------------------------------------------------------------------
+OffsetKey = tuple[str, str]  # (broker, "topic/queueId"); broker "" when the query reads one store
+
+
 def _queue_key(topic: str, queue_id: int) -> str:
     return f"{topic}/{queue_id}"
 
@@ -520,19 +618,22 @@ def _split_key(key: str) -> tuple[str, int]:
 
 @dataclass(frozen=True)
 class StreamRange:
-    """Queue offsets [start, end) of one queue in one micro-batch."""
+    """Queue offsets [start, end) of one queue of one broker's store in one micro-batch."""
 
     run: QueueRange
     fail_on_data_loss: bool
+    broker: str = ""
 
 
 class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are ``{"topic/queueId": next queue offset}`` with sorted keys; only dispatched
-    messages are read (through the consume queues). A batch is planned from its two offsets
-    alone, so replaying it reads exactly the same rows."""
+    """Offsets are ``{"topic/queueId": next queue offset}`` with sorted keys for one store, and
+    ``{"broker": {"topic/queueId": next queue offset}}`` for several (option ``paths``); only
+    dispatched messages are read (through the consume queues). A batch is planned from its two
+    offsets alone, so replaying it reads exactly the same rows. Inside, offsets are kept flat,
+    keyed by ``OffsetKey``."""
 
     def __init__(self, options: Any) -> None:
-        self.files = StoreFiles.at(_path(options))
+        self.stores = _stores(options)
         scan = _scan_options(options)
         self.scan = ScanOptions(scan.include_body, scan.body_as, ScanBounds())
         self.bounds = scan.bounds
@@ -541,33 +642,68 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         if _option(options, "endingOffsets") is not None or _option(options, "endingOffsetsByTimestamp"):
             raise ValueError("option endingOffsets: a streaming query has no end (as in Kafka's source)")
         self.starting = _offset_spec(options, "starting", EARLIEST)  # Kafka: latest; kept as before
+        _check_brokers(self.starting, self.stores)
         per_trigger = [n for n in ("maxOffsetsPerTrigger", "maxMessagesPerTrigger") if _option(options, n)]
         self.max_per_trigger = integer(options, per_trigger[0], 1) if per_trigger else None
         self.min_per_trigger = integer(options, "minOffsetsPerTrigger", 1)
         self.max_trigger_delay = _duration_ms(options, "maxTriggerDelay", "15m")
         self.last_trigger = time.monotonic()
         self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
-        self.available_now: dict[str, int] | None = None
-        _warn_missing_topics(options, self.files, streaming=True)
+        self.available_now: dict[OffsetKey, int] | None = None
+        _warn_missing_topics(options, self.stores, streaming=True)
 
-    def _queues(self) -> dict[str, tuple[int, int]]:
+    @property
+    def named(self) -> bool:
+        return "" not in self.stores
+
+    def _queues(self) -> dict[OffsetKey, tuple[int, int]]:
         found = {}
-        for topic, qid in self.files.queues():
-            if not self.bounds.topic_allowed(topic):
-                continue
-            if self.bounds.queue_ids is not None and qid not in self.bounds.queue_ids:
-                continue
-            if self.assign is not None and (topic, qid) not in self.assign:
-                continue
-            found[_queue_key(topic, qid)] = queue_extent(self.files, topic, qid)
+        for broker, files in self.stores.items():
+            for topic, qid in files.queues():
+                if not self.bounds.topic_allowed(topic):
+                    continue
+                if self.bounds.queue_ids is not None and qid not in self.bounds.queue_ids:
+                    continue
+                if self.assign is not None and (topic, qid) not in self.assign:
+                    continue
+                found[(broker, _queue_key(topic, qid))] = queue_extent(files, topic, qid)
         return dict(sorted(found.items()))
 
-    def initialOffset(self) -> dict[str, int]:
+    def _json(self, flat: dict[OffsetKey, int]) -> dict[str, Any]:
+        """Offsets in the shape Spark keeps in the checkpoint."""
+        if not self.named:
+            return {key: n for (_, key), n in sorted(flat.items())}
+        nested: dict[str, Any] = {}
+        for (broker, key), n in sorted(flat.items()):
+            nested.setdefault(broker, {})[key] = n
+        return nested
+
+    def _flat(self, offsets: dict[str, Any]) -> dict[OffsetKey, int]:
+        """Offsets Spark hands back (from the checkpoint) as flat ones; refused when their shape
+        is not this query's: a query cannot change from one store to several or back."""
+        flat: dict[OffsetKey, int] = {}
+        for key, value in offsets.items():
+            if isinstance(value, dict) != self.named:
+                brokers = ", ".join(self.stores)
+                raise ValueError(
+                    f"the stream's offsets {json.dumps(offsets)[:200]} are those of a query over "
+                    + ("one store" if self.named else "several stores (keyed by broker)")
+                    + ", and this query reads "
+                    + (f"the stores of brokers {brokers}" if self.named else "one store (option path)")
+                    + ": a checkpoint keeps its query's stores; start this one with a new checkpointLocation"
+                )
+            if isinstance(value, dict):
+                flat.update(((key, k), int(n)) for k, n in value.items())
+            else:
+                flat[("", key)] = int(value)
+        return flat
+
+    def initialOffset(self) -> dict[str, Any]:
         start = {
-            key: self.starting.resolve(self.files, _split_key(key), extent)
-            for key, extent in self._queues().items()
+            (broker, key): self.starting.resolve(self.stores[broker], _split_key(key), extent, broker)
+            for (broker, key), extent in self._queues().items()
         }
-        return dict(sorted(start.items()))
+        return self._json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_per_trigger) if self.max_per_trigger else ReadAllAvailable()
@@ -575,7 +711,10 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     def prepareForTriggerAvailableNow(self) -> None:
         self.available_now = {key: hi for key, (_, hi) in self._queues().items()}
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        return self._json(self._latest(self._flat(start), limit))
+
+    def _latest(self, start: dict[OffsetKey, int], limit: ReadLimit) -> dict[OffsetKey, int]:
         queues = self._queues()
         ends = {key: hi for key, (_, hi) in queues.items()}
         if self.available_now is not None:
@@ -595,45 +734,56 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         latest = dict(start)
         for key, hi in ends.items():
             latest[key] = max(hi, start.get(key, 0)) if key in start else max(hi, begin[key])
-        return dict(sorted(latest.items()))
+        return latest
 
-    def reportLatestOffset(self) -> dict[str, int]:
-        return {key: hi for key, (_, hi) in self._queues().items()}
+    def reportLatestOffset(self) -> dict[str, Any]:
+        return self._json({key: hi for key, (_, hi) in self._queues().items()})
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        first = self._flat(start)
         parts = []
-        for key, hi in sorted(end.items()):
-            lo = start.get(key, 0)
+        for (broker, key), hi in sorted(self._flat(end).items()):
+            lo = first.get((broker, key), 0)
             if hi <= lo:
                 continue
+            files = self.stores.get(broker)
+            if files is None:
+                raise ValueError(
+                    f"{_where(broker, key)}: the stream has offsets {lo}..{hi - 1} to read from broker "
+                    f"{broker!r}, whose store is not among this query's paths any more"
+                )
             topic, qid = _split_key(key)
-            q_min, _ = queue_extent(self.files, topic, qid)
+            q_min, _ = queue_extent(files, topic, qid)
             if q_min > lo:
-                lost = f"{key}: queue offsets {lo}..{min(q_min, hi) - 1} were reclaimed before they were read"
+                lost = (
+                    f"{_where(broker, key)}: queue offsets {lo}..{min(q_min, hi) - 1} were reclaimed "
+                    "before they were read"
+                )
                 if self.fail_on_data_loss:
                     raise DataLossError(lost + " (set failOnDataLoss=false to skip them)")
                 log.warning("%s; skipped (failOnDataLoss=false)", lost)
                 lo = min(q_min, hi)
             for a in range(lo, hi, 1 << 20):
                 run = QueueRange(topic, qid, a, min(hi, a + (1 << 20)))
-                parts.append(InputPartition(StreamRange(run, self.fail_on_data_loss)))
+                parts.append(InputPartition(StreamRange(run, self.fail_on_data_loss, broker)))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         part: StreamRange = partition.value
         expected = part.run.end - part.run.start
         seen = 0
-        for batch in _read(self.files, part.run, self.scan, self.headers):
+        batches = _read(self.stores[part.broker], part.run, self.scan, self.headers)
+        for batch in _with_broker(batches, part.broker) if self.named else batches:
             seen += batch.num_rows
             yield batch
         if seen != expected and part.fail_on_data_loss:
             raise DataLossError(
-                f"{_queue_key(part.run.topic, part.run.queue_id)}: {expected - seen} of queue offsets "
-                f"{part.run.start}..{part.run.end - 1} could not be read (reclaimed or damaged); "
-                "set failOnDataLoss=false to skip them"
+                f"{_where(part.broker, _queue_key(part.run.topic, part.run.queue_id))}: {expected - seen} "
+                f"of queue offsets {part.run.start}..{part.run.end - 1} could not be read (reclaimed or "
+                "damaged); set failOnDataLoss=false to skip them"
             )
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the store keeps no state for its readers."""
 
 
@@ -659,7 +809,7 @@ def _duration_ms(options: Any, name: str, default: str) -> int:
     return int(found[1]) * _UNIT_MS[found[2]]
 
 
-def _share(begin: dict[str, int], ends: dict[str, int], budget: int) -> dict[str, int]:
+def _share(begin: dict[OffsetKey, int], ends: dict[OffsetKey, int], budget: int) -> dict[OffsetKey, int]:
     """Cap the ends so that at most ``budget`` messages are taken in all, shared out evenly
     between the queues that have some (queues in key order take the remainder first)."""
     want = {key: max(0, ends[key] - begin.get(key, ends[key])) for key in ends}

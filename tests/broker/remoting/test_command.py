@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from rocketstore.broker.remoting.codes import LANGUAGES
+from rocketstore.broker.remoting.codes import LANGUAGES, ResponseCode
 from rocketstore.broker.remoting.command import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -190,8 +190,19 @@ def test_header_field_readers() -> None:
     ext = {"n": "12", "bad": "x", "t": "TRUE", "s": "v"}
     assert number(ext, "n") == 12 and text(ext, "s") == "v"
     assert flag(ext, "t") and not flag(ext, "s") and not flag(ext, "missing")
-    with pytest.raises(RequestRefused, match="not an integer"):
+    with pytest.raises(RequestRefused, match="the custom field bad is 'x', not a Java long"):
         number(ext, "bad")
+    # what Java's broker parses (Long.parseLong, Integer.parseInt), nothing more
+    edges = {"lo": str(-(1 << 63)), "hi": str((1 << 63) - 1), "plus": "+7", "ihi": str((1 << 31) - 1)}
+    assert [number(edges, k) for k in ("lo", "hi", "plus")] == [-(1 << 63), (1 << 63) - 1, 7]
+    assert number(edges, "ihi", java_int=True) == (1 << 31) - 1
+    for value in [str(1 << 63), str(-(1 << 63) - 1), str(1 << 64), "1_0", " 1", "1 ", "٣", "", "0x10"]:
+        with pytest.raises(RequestRefused, match="not a Java long") as err:
+            number({"f": value}, "f")
+        assert err.value.code == ResponseCode.SYSTEM_ERROR
+    for value in [str(1 << 31), str(-(1 << 31) - 1), str(1 << 64)]:
+        with pytest.raises(RequestRefused, match=r"the custom field queueId is .*, not a Java int"):
+            number({"queueId": value}, "queueId", java_int=True)
     with pytest.raises(RequestRefused, match="the custom field missing is null"):
         text(ext, "missing")
     assert to_ext(a=True, b=None, c=-1) == {"a": "true", "c": "-1"}

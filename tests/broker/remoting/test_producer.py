@@ -246,7 +246,7 @@ def end(c: RawClient, resp: RemotingCommand, kind: int, group: str = "txg", from
             "commitLogOffset": str(decode_offset_msg_id(resp.ext_fields["msgId"])[2]),
             "commitOrRollback": str(kind),
             "fromTransactionCheck": "true" if from_check else "false",
-            "msgId": "x",
+            "msgId": resp.ext_fields["msgId"],  # the offset id; RocketMQ's client sends the UNIQ_KEY
         },
     )
 

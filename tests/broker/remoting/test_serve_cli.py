@@ -4,6 +4,7 @@ brokerClusterName, the record's store host = the remoting address, and the optio
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore.broker import BrokerConfig
+from rocketstore.broker.remoting.codes import ResponseCode
 from rocketstore.broker.remoting.endpoint import bind_listener
 from rocketstore.broker.server import advertised_address
 from rocketstore.codec.message_id import decode_offset_msg_id
@@ -52,8 +54,17 @@ def test_broker_conf_names_the_port_broker_and_cluster(tmp_path: Path) -> None:
             # the record names the remoting address as its store host: the offset id leads there
             addr, id_port, _ = decode_offset_msg_id(resp.ext_fields["msgId"])
             assert (addr, id_port) == (bytes([127, 0, 0, 1]), port)
+            assert c.call(4242).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         s.proc.send_signal(signal.SIGTERM)
         assert s.proc.wait(60) == 128 + signal.SIGTERM, s.log()
+        # the log file in the store: what stderr had, the refusal with its codes among it
+        logged = (tmp_path / "store" / "logs" / "rocketstore.log").read_text()
+        assert "broker bx of cluster CX" in logged and re.search(
+            r"INFO rocketstore.broker: store .* closed", logged
+        )
+        assert "refused OTHER from 127.0.0.1:" in logged and "request type 4242 not supported" in logged
+        assert "REQUEST_CODE_NOT_SUPPORTED (3)" in logged
+        assert "compiled kernels loaded in" in logged  # (warm.preload, on a thread at start)
     finally:
         if s.proc.poll() is None:
             s.proc.kill()

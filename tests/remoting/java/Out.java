@@ -1,6 +1,9 @@
 import com.alibaba.fastjson.JSONObject;
 import java.util.HashMap;
 import java.util.Map;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
+import org.apache.rocketmq.remoting.RPCHook;
 
 /** Machine-readable output of the test programs: one line "@@ " + JSON object per event, flushed at once. */
 public final class Out {
@@ -41,6 +44,12 @@ public final class Out {
     public static String get(Map<String, String> m, String key, String dflt) {
         String v = m.get(key);
         return v == null ? dflt : v;
+    }
+
+    /** The signing hook of account ak= sk= (RocketMQ's AclClientRPCHook); null without ak=. */
+    public static RPCHook hook(Map<String, String> m) {
+        String ak = m.get("ak");
+        return ak == null ? null : new AclClientRPCHook(new SessionCredentials(ak, need(m, "sk")));
     }
 
     public static String need(Map<String, String> m, String key) {

@@ -11,8 +11,9 @@ import org.apache.rocketmq.common.message.Message;
 
 /**
  * Sends count messages and prints one "sent" event per acknowledged message.
- * Args: namesrv= topic= [count=10] [mode=sync|async|oneway|batch] [group=] [tags=] [keys=PREFIX] [size=BYTES]
+ * Args: namesrv= topic= [count=10] [mode=sync|async|oneway|batch] [group=] [tags=] [keys=PREFIX] [size=BYTES] [ak= sk=]
  *       [delay=LEVEL] [queue=ID (sync: that queue)] [prop.NAME=VALUE ...]
+ *       [hold=SECONDS (after the sends, stay connected that long, printing "holding")]
  * The body of message i is "body-i" padded with '.' to size bytes (when size is larger).
  */
 public final class Produce {
@@ -21,7 +22,7 @@ public final class Produce {
         String topic = Out.need(a, "topic");
         int count = Integer.parseInt(Out.get(a, "count", "10"));
         String mode = Out.get(a, "mode", "sync");
-        DefaultMQProducer producer = new DefaultMQProducer(Out.get(a, "group", "test_producer_" + mode));
+        DefaultMQProducer producer = new DefaultMQProducer(Out.get(a, "group", "test_producer_" + mode), Out.hook(a));
         producer.setNamesrvAddr(Out.need(a, "namesrv"));
         producer.setSendMsgTimeout(Integer.parseInt(Out.get(a, "timeout", "10000")));
         producer.start();
@@ -97,6 +98,11 @@ public final class Produce {
                     throw new IllegalArgumentException("mode must be sync, async, oneway or batch: " + mode);
             }
             Out.emit("done");
+            int hold = Integer.parseInt(Out.get(a, "hold", "0"));
+            if (hold > 0) {
+                Out.emit("holding");
+                Thread.sleep(hold * 1000L);
+            }
         } catch (Exception e) {
             Out.emit("error", "error", Out.describe(e));
         } finally {

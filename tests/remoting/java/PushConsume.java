@@ -7,6 +7,7 @@ import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -20,7 +21,7 @@ import org.apache.rocketmq.common.message.MessageExt;
  * deliveries were consumed successfully (or after timeout= seconds: event "timeout").
  * Args: namesrv= group= topic= [sub=*] [orderly=false] [expect=10] [timeout=120] [from=first|last]
  *       [fail=BODY,BODY (answer RECONSUME_LATER for these bodies...)] [failTimes=N (...while reconsumeTimes < N)]
- *       [retryDelay=LEVEL (delay level of the next attempt; -1 = straight to the DLQ)] [maxReconsume=N]
+ *       [retryDelay=LEVEL (delay level of the next attempt; -1 = straight to the DLQ)] [maxReconsume=N] [ak= sk=]
  *       [instance=NAME]
  */
 public final class PushConsume {
@@ -31,7 +32,7 @@ public final class PushConsume {
         Set<String> fail = new HashSet<>(Arrays.asList(Out.get(a, "fail", "").split(",")));
         String retryDelay = a.get("retryDelay");
         CountDownLatch done = new CountDownLatch(expect);
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(Out.need(a, "group"));
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(Out.need(a, "group"), Out.hook(a), new AllocateMessageQueueAveragely());
         consumer.setNamesrvAddr(Out.need(a, "namesrv"));
         if (a.containsKey("instance")) {
             consumer.setInstanceName(a.get("instance"));

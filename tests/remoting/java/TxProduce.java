@@ -13,7 +13,7 @@ import org.apache.rocketmq.common.message.MessageExt;
  * Sends count transactional messages; message i's local transaction commits (i % 3 == 0), rolls back
  * (i % 3 == 1) or stays unknown (i % 3 == 2). The broker's check of an unknown one is answered COMMIT
  * and printed ("checked"). Waits until every unknown one was checked (at most wait= seconds).
- * Args: namesrv= topic= [count=6] [group=test_tx_producer] [wait=120]
+ * Args: namesrv= topic= [count=6] [group=test_tx_producer] [wait=120] [ak= sk=]
  */
 public final class TxProduce {
     public static void main(String[] argv) throws Exception {
@@ -21,7 +21,7 @@ public final class TxProduce {
         String topic = Out.need(a, "topic");
         int count = Integer.parseInt(Out.get(a, "count", "6"));
         Set<String> checked = ConcurrentHashMap.newKeySet();
-        TransactionMQProducer producer = new TransactionMQProducer(Out.get(a, "group", "test_tx_producer"));
+        TransactionMQProducer producer = new TransactionMQProducer(Out.get(a, "group", "test_tx_producer"), Out.hook(a));
         producer.setNamesrvAddr(Out.need(a, "namesrv"));
         producer.setSendMsgTimeout(10000);
         producer.setTransactionListener(new TransactionListener() {

@@ -33,16 +33,20 @@ from rocketstore.broker.grpc.sent_message import SentMessage, to_store_message
 from rocketstore.broker.grpc.status import Code, StatusError, put_status_code, refusal_status, status
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
+from rocketstore.broker.request_log import RequestLog
+from rocketstore.broker.send_check import messages_refusal
 from rocketstore.broker.transactions import (
     Orphan,
     TransactionLog,
     end_transaction,
     half_message,
+    put_halves,
     transaction_id,
 )
 from rocketstore.errors import (
     InvalidMessageError,
     InvalidReceiptHandleError,
+    Refusal,
     RequestRefusedError,
     RocketStoreError,
     StoreWriteError,
@@ -90,6 +94,17 @@ _RECHECK_S = 1.0
 _OK: int = Code.OK
 # copied into each answer that holds it (upb copies a submessage it is given)
 _OK_STATUS = status(Code.OK)
+# answers of a unary call that are no refusal (a send stored, not yet known durable; mixed results)
+_NOT_REFUSED = frozenset(
+    (
+        Code.OK,
+        Code.MASTER_PERSISTENCE_TIMEOUT,
+        Code.SLAVE_PERSISTENCE_TIMEOUT,
+        Code.HA_NOT_AVAILABLE,
+        Code.MULTIPLE_RESULTS,
+    )
+)
+_LOGGED_REFUSALS = (Refusal.UNAUTHORIZED, Refusal.FORBIDDEN)
 
 
 def _duration_ms(d: Any) -> int:
@@ -132,15 +147,27 @@ def _answer(
     def wrap(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(handler)
         async def run(self: MessagingService, request: Any, context: Any) -> Any:
+            started = time.monotonic()
+            logged = False  # a refusal of keys or permissions has its own line (log_refusal)
             try:
-                return await handler(self, request, context)
+                answer = await handler(self, request, context)
             except (StatusError, RequestRefusedError) as exc:
-                return response(status=_refused(handler.__name__, context, exc))
+                answer = response(status=_refused(handler.__name__, context, exc))
+                logged = isinstance(exc, RequestRefusedError) and exc.reason in _LOGGED_REFUSALS
             except StoreWriteError as exc:  # stored but not known durable, or not stored
-                return response(status=status(put_status_code(exc.status), str(exc)))
+                answer = response(status=status(put_status_code(exc.status), str(exc)))
             except Exception as exc:
                 log.exception("%s failed", handler.__name__)
-                return response(status=status(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
+                answer = response(status=status(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
+            code = answer.status.code
+            if code not in _NOT_REFUSED and not logged:
+                self._requests.refused(
+                    handler.__name__, Code.Name(code), context.peer(), answer.status.message
+                )
+            elapsed = time.monotonic() - started
+            if elapsed > self._requests.slow_s:
+                self._requests.slow(elapsed, handler.__name__, Code.Name(code), context.peer())
+            return answer
 
         return run
 
@@ -209,6 +236,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         )
         self._streams = 0
         self._round_robin: dict[str, int] = {}
+        self._requests = RequestLog(log, "grpc", config.slow_request_ms)
 
     # --- shared steps --------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -223,7 +251,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         if not client_id:
             raise StatusError(Code.CLIENT_ID_REQUIRED, "the request has no x-mq-client-id header")
         account = self._acl.authenticate(metadata) if self._acl is not None else None
-        info = self.clients.seen(client_id, context.peer(), int(time.time() * 1000), metadata)
+        info = self.clients.seen(
+            client_id,
+            context.peer(),
+            int(time.time() * 1000),
+            metadata,
+            account.access_key if account is not None else None,
+        )
         self._metrics.clients.set(len(self.clients))
         return _Caller(info, account)
 
@@ -440,14 +474,27 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         except StatusError as exc:
             self._metrics.sends.labels(topic, "invalid", Code.Name(exc.code)).inc(len(msgs))
             raise
-        queues = await self._known_topic(
-            topic,
-            ordered=any(s.message.properties and PROPERTY_SHARDING_KEY in s.message.properties for s in sent),
-        )
-        if any(s.transactional for s in sent):
-            outcomes = await self._put_halves(sent, queues)
-        else:
-            outcomes = await self._sends.put([s.message for s in sent])
+        outcomes: list[PutOutcome] = []
+        if self.store.topic_config(topic) is None:
+            # refuse first, create after: a send the store would refuse creates no topic
+            checked = [half_message(s.message, 0) if s.transactional else s.message for s in sent]
+            kinds = [s.transactional for s in sent]
+            refused = await self._run(
+                functools.partial(messages_refusal, internal=kinds), self.store.config, checked
+            )
+            if refused is not None:
+                outcomes = [refused] * len(sent)
+        if not outcomes:
+            queues = await self._known_topic(
+                topic,
+                ordered=any(
+                    s.message.properties and PROPERTY_SHARDING_KEY in s.message.properties for s in sent
+                ),
+            )
+            if any(s.transactional for s in sent):
+                outcomes = await self._put_halves(sent, queues)
+            else:
+                outcomes = await self._sends.put([s.message for s in sent])
         entries = []
         # the sends counted per (kind, code), not per message: a labels() lookup costs as much
         # as building the entry
@@ -460,6 +507,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             counts[key] = counts.get(key, 0) + 1
         for (kind, code), n in counts.items():
             self._metrics.sends.labels(topic, kind, Code.Name(code)).inc(n)
+        stored = counts.get((kind_of_request, Code.OK), 0) + counts.get(("TRANSACTION", Code.OK), 0)
+        if stored:
+            self._metrics.stats.count_put(topic, stored, 0)
         codes = {code for _, code in counts}
         head = entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS)
         return rpc.SendMessageResponse(status=head, entries=entries)
@@ -471,7 +521,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             n = self._round_robin.get(topic, 0)
             self._round_robin[topic] = n + 1
             halves.append(half_message(s.message, n % queues))
-        return await self._system_puts.put(halves)
+        return await put_halves(self.transactions, self._system_puts, halves)
 
     @staticmethod
     def _entry(sent: SentMessage, outcome: PutOutcome) -> tuple[Any, int]:
@@ -523,7 +573,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 f"source {request.source} is not SOURCE_UNSPECIFIED, SOURCE_CLIENT or SOURCE_SERVER_CHECK",
             )
         txlog = self.transactions
-        half = txlog.half_of(request.transaction_id, request.message_id, topic)
+        # off the loop: the lookup reads the half queue, and may wait for its dispatch
+        half = await self._run(txlog.half_of, request.transaction_id, request.message_id, topic)
         commit = resolution == pb.TransactionResolution.COMMIT
         failed = await end_transaction(txlog, self._system_puts, half, commit)
         if failed is not None:
@@ -666,6 +717,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 )
             )
         self._metrics.receives.labels(group, topic).inc(len(popped))
+        self._metrics.stats.count_get(topic, group, len(popped), 0)
         # RocketMQ ends a stream with messages so: Python's PushConsumer computes its delivery
         # latency from it and drops the whole batch when it is missing
         yield rpc.ReceiveMessageResponse(delivery_timestamp=timestamp(int(time.time() * 1000)))

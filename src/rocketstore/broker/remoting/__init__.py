@@ -12,6 +12,7 @@ Modules:
 ``refusal``         ``RequestRefused(code, remark)``: how a handler answers anything but SUCCESS
 ``server``          asyncio TCP server: connections, dispatch, oneway, server requests, limits
 ``acl``             RocketMQ 4.9's plain ACL (AccessKey/Signature) against the broker's ACL file
+``client_ids``      client ids bound to the connection and account that used them first
 ``context``         ``RemotingContext``: what every processor works with
 ``endpoint``        the two listeners and their handler tables; transaction checks over remoting
 ``namesrv``         name-server requests (routes, cluster, topic list, KV config)
@@ -56,8 +57,11 @@ Rules a handler follows:
 * Server -> client requests: ``await conn.oneway(cmd)`` (NOTIFY_CONSUMER_IDS_CHANGED,
   CHECK_TRANSACTION_STATE) or ``await conn.invoke(cmd, timeout_s)`` (GET_CONSUMER_RUNNING_INFO);
   the opaque is the server's own; pending answers are bounded per connection.
-* The ACL check runs before the handler (``acl.py``); a new code that names a topic or group
-  gets its line in ``RemotingAcl._resources``.
+* The ACL check runs before the handler (``acl.py``) on the topics and groups the header names
+  (``RemotingAcl._resources``). What a handler reaches otherwise (through a body, a stored
+  record) it checks itself: ``if ctx.acl: ctx.acl.require(cmd, topics, groups)`` or
+  ``ctx.acl.require_record(cmd, msg)``. A client id a request names goes through
+  ``ctx.claim_client_id(client_id, cmd, conn)``.
 * State of a connection: ``conn.attributes`` (``client_id``, ``language``, ``version`` after a
   heartbeat); ``conn.on_close.append(callback)`` to forget it when it closes.
 * Shared state between processors lives on the context (``ctx.producers``; a new registry goes

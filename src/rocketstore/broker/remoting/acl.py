@@ -1,28 +1,43 @@
 """RocketMQ 4.9's plain ACL over remoting (REMOTING.md §10): the request's ``AccessKey`` and
 ``Signature`` against the accounts of the broker's ACL file (the one the gRPC side reads,
-``auth.Acl``), then the topics and groups the request names against the account's lists.
+``auth.Acl``), then every topic, group and stored record the request reaches against the
+account's lists.
 
 Signature: Base64(HmacSHA1(secret key, the values of every extField but ``Signature``, sorted by
 key and joined without separators, in UTF-8, followed by the body)). RocketMQ's broker leaves
 ``_UNIQUE_KEY_QUERY`` out of the content while the 4.9.8 client signs it (its QUERY_MESSAGE bug);
 a signature made either way is accepted.
 
-What each request needs (the account's ``topics``/``groups``, ``"*"`` for any):
+What each request needs (the account's ``topics``/``groups``, ``"*"`` for any). A topic
+``%RETRY%G`` is group ``G``'s (as in RocketMQ): it needs group ``G``, not a topic entry.
 
 ==========================================  ===================================================
-SEND_MESSAGE(_V2)                           the topic; a ``%RETRY%G`` topic: group G
-CONSUMER_SEND_MSG_BACK                      group ``group``
-PULL_MESSAGE, UPDATE_CONSUMER_OFFSET        topic and group ``consumerGroup``
-QUERY_MESSAGE                               the topic
-HEART_BEAT                                  every consumer group and subscribed topic
-UNREGISTER_CLIENT, GET_CONSUMER_LIST...     group ``consumerGroup``
+SEND_MESSAGE(_V2), SEND_BATCH_MESSAGE       the topic; a transactional one: its ``PGROUP`` too
+END_TRANSACTION                             group ``producerGroup``; the half's real topic
+CONSUMER_SEND_MSG_BACK                      group ``group``; the stored message's topic
+VIEW_MESSAGE_BY_ID                          the stored message's topic
+HEART_BEAT                                  every consumer group, subscribed topic and producer
+                                            group (but ``CLIENT_INNER_PRODUCER``, as in
+                                            UNREGISTER_CLIENT)
+LOCK_BATCH_MQ, UNLOCK_BATCH_MQ,             the body's group and queues' topics
+CHECK_CLIENT_CONFIG
 UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC...,   an account with ``admin = true``
 UPDATE_BROKER_CONFIG, (UPDATE|DELETE)_
 SUBSCRIPTIONGROUP
-anything else                               a valid signature
+any other                                   the ``topic`` and the group (``consumerGroup``,
+                                            ``group``, ``producerGroup``) its header names
 ==========================================  ===================================================
 
-A refusal is an ``AclException`` as RocketMQ's broker reports it: SYSTEM_ERROR with the remark
+"The stored message's topic" is ``access.owning_topic``: a delayed message or a half counts as
+its real topic's. A retry message (``%RETRY%G``) needs group ``G`` only, not the topic it first
+came from (``RETRY_TOPIC``): it is the group's own record, readable by pulling ``%RETRY%G``, and
+a group's retries may come from a topic its account does not read (a consumer replaying a
+dead-letter topic sends back copies whose ``RETRY_TOPIC`` is the original topic).
+
+The checks that need what a handler reads (a body, a stored record) are made by the handler
+through ``require``/``require_record`` with the request's account (``account``); the ones the
+header shows are made by ``check`` before the handler runs. A refusal is an ``AclException`` as
+RocketMQ's broker reports it: SYSTEM_ERROR with the remark
 ``org.apache.rocketmq.acl.common.AclException: <why>`` (sends retry on that code). The name
 server never checks (nor does RocketMQ's).
 """
@@ -36,18 +51,22 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Final
 
+from rocketstore.broker.access import owning_topic
 from rocketstore.broker.auth import Account, Acl
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.refusal import RequestRefused
+from rocketstore.message import MessageExt
 
-__all__ = ["RemotingAcl", "signature"]
+__all__ = ["RemotingAcl", "acl_denied", "signature"]
 
 ACCESS_KEY: Final = "AccessKey"
 SIGNATURE: Final = "Signature"
 SECURITY_TOKEN: Final = "SecurityToken"
 UNIQUE_KEY_QUERY: Final = "_UNIQUE_KEY_QUERY"
 RETRY_PREFIX: Final = "%RETRY%"
+# every client instance lists it in its heartbeats (RocketMQ's MixAll.CLIENT_INNER_PRODUCER_GROUP)
+CLIENT_INNER_PRODUCER: Final = "CLIENT_INNER_PRODUCER"
 
 _ADMIN_CODES: Final = frozenset(
     {
@@ -58,6 +77,12 @@ _ADMIN_CODES: Final = frozenset(
         RequestCode.DELETE_SUBSCRIPTIONGROUP,
     }
 )
+_SEND_CODES: Final = frozenset(
+    {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
+)
+# header fields that name a topic or a group, checked on every request not listed apart
+_TOPIC_FIELDS: Final = ("topic",)
+_GROUP_FIELDS: Final = ("consumerGroup", "group", "producerGroup")
 
 
 def signature(
@@ -72,8 +97,25 @@ def signature(
     return base64.b64encode(mac.digest()).decode()
 
 
-def _denied(why: str) -> RequestRefused:
+def acl_denied(why: str) -> RequestRefused:
+    """A refusal as RocketMQ's broker answers an AclException."""
     return RequestRefused(ResponseCode.SYSTEM_ERROR, f"org.apache.rocketmq.acl.common.AclException: {why}")
+
+
+def _allows(account: Account, topics: Iterable[str], groups: Iterable[str]) -> str | None:
+    """Why ``account`` may not use ``topics`` and ``groups`` (a ``%RETRY%G`` topic is group G's),
+    None when it may."""
+    for topic in topics:
+        if topic.startswith(RETRY_PREFIX):
+            group = topic[len(RETRY_PREFIX) :]
+            if not account.allows_group(group):
+                return f"No permission for group={group} (its retry topic {topic})"
+        elif not account.allows_topic(topic):
+            return f"No permission for topic={topic}"
+    for group in groups:
+        if not account.allows_group(group):
+            return f"No permission for group={group}"
+    return None
 
 
 class RemotingAcl:
@@ -81,72 +123,102 @@ class RemotingAcl:
         self._acl = acl
 
     def check(self, cmd: RemotingCommand) -> Account:
-        """The account that signed ``cmd``, after checking what it names; RequestRefused if not."""
+        """The account that signed ``cmd``, after checking what its header names;
+        RequestRefused if not."""
         ext = cmd.ext_fields
         access_key = ext.get(ACCESS_KEY)
         if not access_key:
-            raise _denied("No accessKey is configured")
+            raise acl_denied("No accessKey is configured")
         account = self._acl.account(access_key)
         if account is None:
-            raise _denied(f"No acl config for {access_key}")
+            raise acl_denied(f"No acl config for {access_key}")
         given = ext.get(SIGNATURE, "")
         body = cmd.body
         ok = hmac.compare_digest(given, signature(account.secret_key, ext, body, skip=(UNIQUE_KEY_QUERY,)))
         if not ok and UNIQUE_KEY_QUERY in ext:
             ok = hmac.compare_digest(given, signature(account.secret_key, ext, body))
         if not ok:
-            raise _denied(f"Check signature failed for accessKey={access_key}")
+            raise acl_denied(f"Check signature failed for accessKey={access_key}")
+        if cmd.code in _ADMIN_CODES:
+            if not account.admin:
+                raise acl_denied(
+                    f"Need admin permission for request code={cmd.code}, but accessKey={access_key} is not"
+                )
+            return account
         topics, groups = self._resources(cmd)
-        if cmd.code in _ADMIN_CODES and not account.admin:
-            raise _denied(
-                f"Need admin permission for request code={cmd.code}, but accessKey={access_key} is not"
-            )
-        for topic in topics:
-            if topic not in account.topics and "*" not in account.topics:
-                raise _denied(f"No permission for topic={topic}, accessKey={access_key}")
-        for group in groups:
-            if group not in account.groups and "*" not in account.groups:
-                raise _denied(f"No permission for group={group}, accessKey={access_key}")
+        why = _allows(account, topics, groups)
+        if why is not None:
+            raise acl_denied(f"{why}, accessKey={access_key}")
         return account
+
+    def account(self, cmd: RemotingCommand) -> Account:
+        """The account of a request ``check`` passed."""
+        account = self._acl.account(cmd.ext_fields.get(ACCESS_KEY, ""))
+        if account is None:  # check() refused such a request before its handler ran
+            raise acl_denied("No accessKey is configured")
+        return account
+
+    def require(self, cmd: RemotingCommand, topics: Iterable[str] = (), groups: Iterable[str] = ()) -> None:
+        """RequestRefused unless the account of ``cmd`` may use ``topics`` and ``groups`` (what a
+        handler found in the body or the store)."""
+        account = self.account(cmd)
+        why = _allows(account, topics, groups)
+        if why is not None:
+            raise acl_denied(f"{why}, accessKey={account.access_key}")
+
+    def require_record(self, cmd: RemotingCommand, msg: MessageExt) -> None:
+        """RequestRefused unless the account of ``cmd`` may read the stored record ``msg``: consume
+        the topic it belongs to (``owning_topic``; a retry record: its group)."""
+        topic = owning_topic(msg)
+        account = self.account(cmd)
+        why = _allows(account, (topic,), ())
+        if why is not None:
+            offset = msg.physical_offset
+            raise acl_denied(
+                f"{why}: the message at offset {offset} is {topic}'s, accessKey={account.access_key}"
+            )
+
+    def allows(self, access_key: str | None, topics: Iterable[str] = (), groups: Iterable[str] = ()) -> bool:
+        """Whether the account of ``access_key`` may use ``topics`` and ``groups``."""
+        account = self._acl.account(access_key) if access_key else None
+        return account is not None and _allows(account, topics, groups) is None
 
     @staticmethod
     def _resources(cmd: RemotingCommand) -> tuple[list[str], list[str]]:
-        """(topics, groups) the request names (PlainAccessValidator.parse)."""
+        """(topics, groups) the request's header (and a heartbeat's body) names."""
         ext = cmd.ext_fields
         code = cmd.code
         topics: list[str] = []
         groups: list[str] = []
-        if code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        if code in _SEND_CODES:
             v2 = code != RequestCode.SEND_MESSAGE
-            topic = ext.get("b" if v2 else "topic", "")
-            # (RocketMQ checks no topic of a batch: here a batch is checked like a single send)
-            if topic.startswith(RETRY_PREFIX):
-                groups.append(topic[len(RETRY_PREFIX) :])
-            else:
-                topics.append(topic)
-        elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
-            groups.append(ext.get("group", ""))
-        elif code in (RequestCode.PULL_MESSAGE, RequestCode.UPDATE_CONSUMER_OFFSET):
-            topics.append(ext.get("topic", ""))
-            groups.append(ext.get("consumerGroup", ""))
-        elif code == RequestCode.QUERY_MESSAGE:
-            topics.append(ext.get("topic", ""))
-        elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
-            group = ext.get("consumerGroup")
-            if group:
-                groups.append(group)
+            # (RocketMQ checks no topic of a batch: here a batch is checked like a single send;
+            # a %RETRY%G topic needs group G)
+            topics.append(ext.get("b" if v2 else "topic", ""))
         elif code == RequestCode.HEART_BEAT:
             try:
                 data = json.loads(bytes(cmd.body))
-            except (ValueError, UnicodeDecodeError):
-                raise _denied("the heartbeat body does not parse") from None
-            for consumer in (data.get("consumerDataSet") or []) if isinstance(data, dict) else []:
-                if not isinstance(consumer, dict):
-                    continue
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                raise acl_denied("the heartbeat body does not parse") from None
+            if not isinstance(data, dict):
+                return topics, groups
+            for consumer in _dicts(data.get("consumerDataSet")):
                 groups.append(str(consumer.get("groupName", "")))
-                for sub in consumer.get("subscriptionDataSet") or []:
-                    topic = str(sub.get("topic", "")) if isinstance(sub, dict) else ""
-                    if topic.startswith(RETRY_PREFIX):
-                        continue  # the group's own retry topic: covered by the group
-                    topics.append(topic)
+                topics.extend(
+                    str(sub.get("topic", "")) for sub in _dicts(consumer.get("subscriptionDataSet"))
+                )
+            for producer in _dicts(data.get("producerDataSet")):
+                group = str(producer.get("groupName") or "")
+                if group and group != CLIENT_INNER_PRODUCER:  # (a nameless one registers nothing)
+                    groups.append(group)
+        else:
+            topics.extend(ext[name] for name in _TOPIC_FIELDS if name in ext)
+            groups.extend(ext[name] for name in _GROUP_FIELDS if name in ext)
+            if code == RequestCode.UNREGISTER_CLIENT and ext.get("producerGroup") == CLIENT_INNER_PRODUCER:
+                groups.remove(CLIENT_INNER_PRODUCER)  # every client's, unregistered at its shutdown
         return topics, groups
+
+
+def _dicts(value: object) -> list[dict[str, object]]:
+    """The JSON objects of a list in a heartbeat (anything else there names nothing)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []

@@ -1,7 +1,8 @@
 """Queries and administration over remoting (REMOTING.md §7): what ``mqadmin`` clusterList,
 topicList, topicRoute, topicStatus, updateTopic, deleteTopic, consumerProgress,
-consumerConnection, brokerStatus, queryMsgByKey, queryMsgById, queryMsgByOffset and
-getBrokerConfig send to the broker.
+consumerConnection, producerConnection, brokerStatus, queryMsgByKey, queryMsgById,
+queryMsgByOffset, getBrokerConfig, updateBrokerConfig, resetOffsetByTime and statsAll send to
+the broker.
 
 Message bodies (QUERY_MESSAGE, VIEW_MESSAGE_BY_ID) are the stored records as they lie in the
 commitlog. Statistics come from the store (offsets, times, runtime figures) and the consumer
@@ -12,20 +13,31 @@ string of their JSON object, which RocketMQ's client reads as fastjson's object 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
+import math
+import shutil
 import time
-from collections.abc import Mapping
 from typing import Any, Final
 
+from rocketstore.broker.remoting.broker_settings import (
+    SettingRefused,
+    broker_settings,
+    parse_update,
+    persist,
+    properties_text,
+)
 from rocketstore.broker.remoting.codes import VERSION, RequestCode, ResponseCode
-from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.command import MAX_FRAME_SIZE, RemotingCommand
 from rocketstore.broker.remoting.consumers import consumer_groups, json_body
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import number, text, to_ext
+from rocketstore.broker.remoting.namesrv import broker_topic_configs
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_back import retry_topic
+from rocketstore.broker.stats_items import GROUP_GET_NUMS
 from rocketstore.errors import RocketStoreError
 from rocketstore.message import TOPIC_PATTERN
 
@@ -49,30 +61,18 @@ _SYSTEM_TOPICS: Final = frozenset(
     )
 )
 _CLIENT_CALL_TIMEOUT_S: Final = 10.0
-# StoreConfig settings getBrokerConfig shows under RocketMQ's names
-_STORE_SETTINGS: Final = {
-    "storePathRootDir": "store_path_root_dir",
-    "mappedFileSizeCommitLog": "commitlog_segment_size",
-    "maxMessageSize": "max_message_size",
-    "defaultTopicQueueNums": "default_topic_queue_nums",
-    "flushDiskType": "flush_disk_type",
-    "brokerRole": "broker_role",
-    "syncFlushTimeout": "sync_flush_timeout",
-    "flushIntervalCommitLog": "flush_interval",
-    "flushCommitLogLeastPages": "flush_least_pages",
-    "transientStorePoolEnable": "transient_store_pool_enable",
-    "deleteWhen": "delete_when",
-    "fileReservedTime": "file_reserved_time",
-    "diskMaxUsedSpaceRatio": "disk_max_used_space_ratio",
-    "maxHashSlotNum": "index_hash_slots",
-    "maxIndexNum": "index_max_entries",
-    "messageIndexEnable": "message_index_enable",
-    "defaultQueryMaxNum": "default_query_max_num",
-    "maxTransferBytesOnMessageInMemory": "max_transfer_bytes_on_message_in_memory",
-    "maxTransferCountOnMessageInMemory": "max_transfer_count_on_message_in_memory",
-    "messageDelayLevel": "message_delay_level",
-    "haListenPort": "ha_listen_port",
-    "haMasterAddress": "ha_master_address",
+# RocketMQ's maxMsgsNumBatch: the most records one QUERY_MESSAGE answers, whatever maxNum says
+MAX_QUERY_RESULTS: Final = 64
+# and their bytes, so that the answer fits the frame a client accepts (its header is small)
+MAX_QUERY_BYTES: Final = MAX_FRAME_SIZE - 64 * 1024
+_LANGUAGE_CPP: Final = "CPP"
+# brokerStatus keys from the broker's settings (prepareRuntimeInfo), shown as getBrokerConfig does
+_CAPACITY_KEYS: Final = {
+    "sendThreadPoolQueueCapacity": "sendThreadPoolQueueCapacity",
+    "pullThreadPoolQueueCapacity": "pullThreadPoolQueueCapacity",
+    "queryThreadPoolQueueCapacity": "queryThreadPoolQueueCapacity",
+    "EndTransactionThreadPoolQueueCapacity": "endTransactionPoolQueueCapacity",
+    "startAcceptSendRequestTimeStamp": "startAcceptSendRequestTimeStamp",
 }
 
 
@@ -81,15 +81,12 @@ def message_queue_key(topic: str, broker_name: str, queue_id: int) -> str:
     return json.dumps({"brokerName": broker_name, "queueId": queue_id, "topic": topic}, separators=(",", ":"))
 
 
-def _java_properties(values: Mapping[str, object]) -> str:
-    """``key=value`` lines as ``java.util.Properties.load`` reads them (backslashes escaped)."""
-    lines = []
-    for key, value in values.items():
-        shown = (
-            "" if value is None else ("true" if value is True else "false" if value is False else str(value))
-        )
-        lines.append(f"{key}={shown.replace(chr(92), chr(92) * 2)}")
-    return "\n".join(lines) + "\n"
+def _bytes(count: int) -> str:
+    """MixAll.humanReadableByteCount(count, false): ``0 B``, ``1.5 KiB``, ``252.0 GiB``."""
+    if count < 1024:
+        return f"{count} B"
+    exp = min(int(math.log(count) / math.log(1024)), 6)
+    return f"{count / 1024**exp:.1f} {'KMGTPE'[exp - 1]}iB"
 
 
 def _tps(value: object) -> str:
@@ -110,6 +107,8 @@ class AdminProcessor:
     def __init__(self, ctx: RemotingContext) -> None:
         self.ctx = ctx
         self.groups = consumer_groups(ctx)
+        self._config_version = 0
+        self._config_update = asyncio.Lock()
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -125,6 +124,10 @@ class AdminProcessor:
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.consumer_running_info,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
+            RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+            RequestCode.VIEW_BROKER_STATS_DATA: self.stats_data,
         }
 
     @property
@@ -140,14 +143,15 @@ class AdminProcessor:
         if ext.get("_UNIQUE_KEY_QUERY", "").lower() == "true":
             max_num = self.ctx.store.config.default_query_max_num
         store = self.ctx.store
-        found = await self.ctx.run(store.query_message, topic, key, max(max_num, 1), begin, end)
+        max_num = min(max(max_num, 1), MAX_QUERY_RESULTS)
+        found = await self.ctx.run(self._query, topic, key, max_num, begin, end)
         if not found:
             raise RequestRefused(
                 ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct"
             )
         headers = store.index_headers()
         last = headers[-1][1] if headers else {}
-        body = b"".join([m.record_view for m in found])
+        body = b"".join(found)
         return cmd.response(
             ext_fields=to_ext(
                 indexLastUpdateTimestamp=last.get("endTs", 0),
@@ -156,16 +160,40 @@ class AdminProcessor:
             body=body,
         )
 
+    def _query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[memoryview]:
+        """The records of the newest ``max_num`` messages found, as many as fit in
+        ``MAX_QUERY_BYTES``."""
+        records: list[memoryview] = []
+        size = 0
+        for msg in itertools.islice(self.ctx.store.iter_query_message(topic, key, begin, end), max_num):
+            record = msg.record_view
+            if size + len(record) > MAX_QUERY_BYTES:
+                if not records:
+                    raise RequestRefused(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"the message found is {len(record)} bytes, "
+                        f"over the {MAX_FRAME_SIZE}-byte frame limit",
+                    )
+                break
+            records.append(record)
+            size += len(record)
+        return records
+
     async def view_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         offset = number(cmd.ext_fields, "offset")
         msg = await self.ctx.run(self.ctx.store.look_message_by_offset, offset)
         if msg is None:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
+        if self.ctx.acl is not None:
+            self.ctx.acl.require_record(cmd, msg)
         return cmd.response(body=bytes(msg.record_view))
 
     # --- the broker -------------------------------------------------------------------------
-    async def runtime_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        info = await self.ctx.run(self.ctx.store.runtime_info)
+    def _runtime_info(self) -> dict[str, str]:
+        store = self.ctx.store
+        info = store.runtime_info()
+        settings = broker_settings(self.ctx.config, store, self.ctx.broker_address)
+        stats = self.ctx.metrics.stats
         table: dict[str, str] = {
             "brokerVersionDesc": VERSION_DESC,
             "brokerVersion": str(VERSION),
@@ -182,37 +210,79 @@ class AdminProcessor:
             "queryThreadPoolQueueSize": "0",
             "queryThreadPoolQueueHeadWaitTimeMills": "0",
             "runtime": _runtime(int(str(info.get("runtimeMillis", 0)))),
+            "EndTransactionQueueSize": "0",
+            "dispatchMaxBuffer": "0",
+            "getMessageEntireTimeMax": str(stats.get_max_ms),
+            **{key: settings[name] for key, name in _CAPACITY_KEYS.items()},
+            **stats.put_latency(),
         }
         for key, value in info.items():
             if key in ("putTps", "getFoundTps", "getMissTps", "getTransferedTps"):
                 table[key] = _tps(value)
+            elif key in ("remainHowManyDataToFlush", "remainHowManyDataToCommit") and isinstance(value, int):
+                table[key] = _bytes(value)
             elif isinstance(value, bool):
                 table[key] = "true" if value else "false"
             elif isinstance(value, (int, float, str)):
                 table[key] = str(value)
+        if not store.config.transient_store_pool_enable:
+            table.pop("remainHowManyDataToCommit", None)  # RocketMQ shows it with the pool only
+        found, miss = info.get("getFoundTps"), info.get("getMissTps")
+        if isinstance(found, list) and isinstance(miss, list):
+            table["getTotalTps"] = _tps([f + m for f, m in zip(found, miss)])
+        puts = int(str(info.get("putMessageTimesTotal", 0)))
+        table["putMessageAverageSize"] = str(int(str(info.get("putMessageSizeTotal", 0))) / max(puts, 1))
+        # one commitlog directory: its ratio under its path too, as RocketMQ lists each of its paths
+        commitlog = store.layout.root / "commitlog"
+        table[f"commitLogDiskRatio_{commitlog}"] = table.get("commitLogDiskRatio", "0")
+        usage = shutil.disk_usage(store.layout.root)
+        table["commitLogDirCapacity"] = f"Total : {_bytes(usage.total)}, Free : {_bytes(usage.free)}."
+        for level, (delivered, max_offset) in store.delay_progress().items():
+            table[f"scheduleMessageOffset_{level}"] = f"{delivered},{max_offset}"
+        return table
+
+    async def runtime_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        table = await self.ctx.run(self._runtime_info)
         return cmd.response(body=json_body({"table": table}))
 
     async def broker_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        config, store_config = self.ctx.config, self.ctx.store.config
-        values: dict[str, object] = {
-            "brokerClusterName": getattr(config, "cluster_name", "DefaultCluster"),
-            "brokerName": config.broker_name,
-            "brokerId": 0,
-            "brokerAddr": self.ctx.broker_address,
-            "autoCreateTopicEnable": config.auto_create_topic,
-            "autoCreateSubscriptionGroup": config.auto_create_group,
-            "transactionTimeOut": config.transaction_timeout_ms,
-            "transactionCheckInterval": config.transaction_check_interval_ms,
-            "transactionCheckMax": config.transaction_check_max,
-            "longPollingEnable": True,
-            "aclEnable": config.acl_file is not None,
-        }
-        for name, attr in _STORE_SETTINGS.items():
-            value = getattr(store_config, attr, None)
-            if value is not None:
-                values[name] = getattr(value, "name", value)  # enums by name
-        version = json_body({"counter": 0, "timestamp": int(time.time() * 1000)}).decode()
-        return cmd.response(ext_fields={"version": version}, body=_java_properties(values).encode())
+        values = broker_settings(self.ctx.config, self.ctx.store, self.ctx.broker_address)
+        version = json_body({"counter": self._config_version, "timestamp": int(time.time() * 1000)}).decode()
+        return cmd.response(ext_fields={"version": version}, body=properties_text(values).encode())
+
+    async def update_broker_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """Change the settings the broker applies live, and keep them in its settings file
+        (broker_settings.py); refused naming any other key."""
+        reconfigure = self.ctx.reconfigure
+        if not cmd.body:
+            return cmd.response()  # RocketMQ: nothing to change is a success
+        if reconfigure is None:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR, "this broker's settings can not change while it runs"
+            )
+        try:
+            persisted, changes = parse_update(bytes(cmd.body), self.ctx.config)
+        except SettingRefused as exc:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        path = self.ctx.config.config_file
+        async with self._config_update:  # one at a time: each rewrites the file
+            if path is not None:
+                try:
+                    await self.ctx.run(persist, path, persisted)
+                except (OSError, UnicodeError) as exc:
+                    raise RequestRefused(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"can not write the settings file {path}: {exc}; nothing changed",
+                    ) from None
+            reconfigure(changes)
+            self._config_version += 1
+        log.info(
+            "broker settings changed over remoting by %s: %s%s",
+            conn.peer,
+            ", ".join(f"{k}={v}" for k, v in persisted.items()),
+            f" (written to {path})" if path else " (serve has no --config file: not kept after a restart)",
+        )
+        return cmd.response()
 
     # --- topics -----------------------------------------------------------------------------
     def _topic_config_json(self) -> dict[str, Any]:
@@ -236,7 +306,7 @@ class AdminProcessor:
         config = self.ctx.config
         if (
             topic in _SYSTEM_TOPICS
-            or topic.startswith("rmq_sys_")
+            or topic.upper().startswith("RMQ_SYS_")  # in any case, as sends refuse them
             or topic in (self.broker_name, getattr(config, "cluster_name", "DefaultCluster"))
         ):
             raise RequestRefused(
@@ -266,6 +336,7 @@ class AdminProcessor:
             await self.ctx.run(self.ctx.store.delete_topic, topic)
         except RocketStoreError as exc:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        self.ctx.metrics.stats.forget_topic(topic)
         log.info("topic %s deleted over remoting", topic)
         return cmd.response()
 
@@ -280,7 +351,7 @@ class AdminProcessor:
 
     def _topic_stats(self, topic: str) -> dict[str, Any]:
         store = self.ctx.store
-        config = store.topic_config(topic)
+        config = store.topic_config(topic) or broker_topic_configs(self.ctx).get(topic)
         if config is None:
             raise RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         table = {}
@@ -305,12 +376,15 @@ class AdminProcessor:
         topics = [topic] if topic else sorted({t for (t, g) in offsets if g == group})
         configs = store.topic_configs()
         table: dict[str, Any] = {}
+        consume_tps = 0.0
         for t in topics:
             config = configs.get(t)
             if config is None:
                 continue
             if not topic and online is not None and online.members and t not in online.subscriptions:
                 continue
+            gets = self.ctx.metrics.stats.read(GROUP_GET_NUMS, f"{t}@{group}")
+            consume_tps += gets[0].tps if gets is not None else 0.0  # over the last minute
             committed = offsets.get((t, group), {})
             for q in range(config.write_queues):
                 consumer_offset = max(committed.get(q, 0), 0)
@@ -321,7 +395,7 @@ class AdminProcessor:
                     if consumer_offset > 0
                     else 0,
                 }
-        return {"consumeTps": 0.0, "offsetTable": table}
+        return {"consumeTps": consume_tps, "offsetTable": table}
 
     async def consume_stats(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
@@ -390,3 +464,108 @@ class AdminProcessor:
         except ConnectionError as exc:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         return cmd.response(answer.code, remark=answer.remark, ext_fields=answer.ext_fields, body=answer.body)
+
+    # --- producers --------------------------------------------------------------------------
+    async def producer_connections(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_PRODUCER_CONNECTION_LIST: the group's connected producers (from heartbeats)."""
+        group = text(cmd.ext_fields, "producerGroup")
+        members = self.ctx.producers.members(group)
+        if not members:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        connections = []
+        for member in members:
+            attributes = member.connection.attributes
+            connections.append(
+                {
+                    "clientAddr": member.connection.peer,
+                    "clientId": member.client_id,
+                    "language": str(attributes.get("language", "JAVA")),
+                    "version": int(attributes.get("version", 0)),
+                }
+            )
+        return cmd.response(body=json_body({"connectionSet": connections}))
+
+    # --- offsets ----------------------------------------------------------------------------
+    def _reset_targets(self, topic: str, group: str, timestamp: int, force: bool) -> dict[int, int]:
+        """Broker2Client.resetOffset's table: per write queue, the offset at ``timestamp`` (-1:
+        the end), or the stored one when that is earlier and ``force`` is off."""
+        store = self.ctx.store
+        config = store.topic_config(topic)
+        if config is None:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}",
+            )
+        committed = store.consumer_offsets().get((topic, group), {})
+        table: dict[int, int] = {}
+        for q in range(config.write_queues):
+            current = committed.get(q, -1)
+            if current < 0:
+                raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
+            if timestamp == -1:
+                target = store.max_offset_in_queue(topic, q)
+            else:
+                target = store.offset_in_queue_by_time(topic, q, timestamp)
+            target = max(target, 0)
+            table[q] = target if force or target < current else current
+        return table
+
+    async def reset_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """INVOKE_BROKER_TO_RESET_OFFSET (REMOTING.md §7.7): the new offsets go to the group's
+        connected consumers (RESET_CONSUMER_CLIENT_OFFSET, oneway), which apply and commit them;
+        CONSUMER_NOT_ONLINE without one (mqadmin then commits them itself)."""
+        ext = cmd.ext_fields
+        topic, group, timestamp = text(ext, "topic"), text(ext, "group"), number(ext, "timestamp")
+        force = ext.get("isForce", "true").lower() != "false"
+        table = await self.ctx.run(self._reset_targets, topic, group, timestamp, force)
+        offsets = {message_queue_key(topic, self.broker_name, q): o for q, o in table.items()}
+        if cmd.language == _LANGUAGE_CPP:
+            listed = [
+                {"brokerName": self.broker_name, "offset": o, "queueId": q, "topic": topic}
+                for q, o in table.items()
+            ]
+            notice_body = json_body({"offsetTable": listed})
+        else:
+            notice_body = json_body({"offsetTable": offsets})
+        info = self.groups.get(group)
+        live = [
+            (m.client_id, m.connection)
+            for m in (info.members.values() if info else ())
+            if isinstance(m.connection, Connection) and not m.connection.closed
+        ]
+        if not live:
+            raise RequestRefused(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} "
+                f"Timestamp: {timestamp}",
+            )
+        for client_id, target in live:
+            notice = RemotingCommand(
+                code=RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                ext_fields=to_ext(topic=topic, group=group, timestamp=timestamp, isForce=False),
+                body=notice_body,
+            )
+            try:
+                await target.oneway(notice)
+            except (ConnectionError, RequestRefused) as exc:
+                log.warning("reset offset of %s on %s: not sent to %s: %s", group, topic, client_id, exc)
+        log.info(
+            "offsets of group %s on topic %s reset to %s (timestamp %d) by %s",
+            group,
+            topic,
+            table,
+            timestamp,
+            conn.peer,
+        )
+        return cmd.response(body=json_body({"offsetTable": offsets}))
+
+    # --- statistics -------------------------------------------------------------------------
+    async def stats_data(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """VIEW_BROKER_STATS_DATA: an item's sums and rates by minute, hour and day."""
+        ext = cmd.ext_fields
+        name, key = text(ext, "statsName"), text(ext, "statsKey")
+        found = self.ctx.metrics.stats.read(name, key)
+        if found is None:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        minute, hour, day = ({"avgpt": s.avgpt, "sum": s.sum, "tps": s.tps} for s in found)
+        return cmd.response(body=json_body({"statsDay": day, "statsHour": hour, "statsMinute": minute}))

@@ -179,7 +179,10 @@ def _json_text(value: object) -> str:
         return value
     if isinstance(value, (int, float)):
         return str(value)
-    return json.dumps(value, separators=(",", ":"))
+    try:
+        return json.dumps(value, separators=(",", ":"))
+    except RecursionError:
+        raise CorruptDataError("JSON header: an extFields value nests too deeply") from None
 
 
 def _decode_json(header: memoryview) -> RemotingCommand:
@@ -187,6 +190,8 @@ def _decode_json(header: memoryview) -> RemotingCommand:
         obj = json.loads(bytes(header))
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptDataError(f"JSON header does not parse: {exc}") from None
+    except RecursionError:
+        raise CorruptDataError("JSON header nests too deeply to parse") from None
     if not isinstance(obj, dict):
         raise CorruptDataError(f"JSON header is a {type(obj).__name__}, not an object")
     ext = obj.get("extFields")

@@ -23,19 +23,28 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from rocketstore.broker.consumer_groups import ConsumerGroup, ConsumerGroups, ConsumerMember, Subscription
-from rocketstore.broker.consumer_offsets import resume_offset
+from rocketstore.broker.consumer_offsets import CommitRefusal, CommitRefusedError, check_commit, resume_offset
 from rocketstore.broker.queue_locks import QueueLocks
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import number, optional_number, text, to_ext
-from rocketstore.broker.remoting.heartbeat import parse_json_body
+from rocketstore.broker.remoting.heartbeat import HEARTBEAT_ACCOUNT, check_group_name, parse_json_body
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_back import DEFAULT_MAX_RECONSUME_TIMES, retry_topic, send_back
 from rocketstore.codec.config_json import TopicConfig
+from rocketstore.errors import InvalidArgumentError, StoreConfigError
+from rocketstore.store import MessageStore
 
-__all__ = ["ConsumerProcessor", "consumer_groups", "ensure_topic", "json_body", "queue_locks"]
+__all__ = [
+    "ConsumerProcessor",
+    "commit_offset",
+    "consumer_groups",
+    "ensure_topic",
+    "json_body",
+    "queue_locks",
+]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
@@ -46,8 +55,18 @@ _GROUPS_KEY: Final = "consumer_groups"
 _LOCKS_KEY: Final = "queue_locks"
 # what one client makes the broker keep is bounded (members per group: by the connection limit)
 MAX_GROUPS_PER_HEARTBEAT: Final = 1024
-MAX_SUBSCRIPTIONS: Final = 1024
+MAX_SUBSCRIPTIONS: Final = 1024  # per group
 MAX_GROUPS: Final = 10_000
+# groups one connection is a member of, and their subscriptions summed
+MAX_GROUPS_PER_CONNECTION: Final = 1024
+MAX_SUBSCRIPTIONS_PER_CONNECTION: Final = 4096
+# memberships whose heartbeat one ACL account signed, and subscriptions of every group
+MAX_MEMBERSHIPS_PER_ACCOUNT: Final = 8192
+MAX_SUBSCRIPTIONS_IN_ALL: Final = 100_000
+# queues one LOCK_BATCH_MQ / UNLOCK_BATCH_MQ names
+MAX_QUEUES_PER_LOCK_REQUEST: Final = 8192
+# members silent for 120 s are looked for at most this often (each look visits every group)
+_EXPIRE_EVERY_MS: Final = 1000
 SQL92_UNSUPPORTED: Final = "The broker does not support consumer to filter message by SQL92"
 
 
@@ -81,6 +100,23 @@ async def ensure_topic(ctx: RemotingContext, topic: str, queues: int = 1) -> Top
         config = await ctx.run(lambda: ctx.store.create_topic(topic, queues, perm=PERM_READ_WRITE))
         log.info("created topic %s (%d queue%s)", topic, queues, "s" if queues > 1 else "")
     return config
+
+
+def commit_offset(store: MessageStore, group: str, topic: str, queue_id: int, offset: int) -> None:
+    """Store a client's offset commit, or refuse it (``consumer_offsets.check_commit``): an
+    unknown topic TOPIC_NOT_EXIST, anything else SYSTEM_ERROR, the remark naming the value."""
+    try:
+        check_commit(store, topic, queue_id, offset)
+        store.commit_offset(group, topic, queue_id, offset)
+    except CommitRefusedError as exc:
+        code = (
+            ResponseCode.TOPIC_NOT_EXIST
+            if exc.reason is CommitRefusal.NO_TOPIC
+            else ResponseCode.SYSTEM_ERROR
+        )
+        raise RequestRefused(code, str(exc)) from None
+    except (StoreConfigError, InvalidArgumentError) as exc:  # the group's name, a read-only store
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
 
 
 def _now_ms() -> int:
@@ -130,6 +166,7 @@ class ConsumerProcessor:
         ctx.heartbeat_hooks.append(self._on_heartbeat)
         ctx.unregister_hooks.append(self._on_unregister)
         self._notices: set[asyncio.Task[None]] = set()
+        self._expired_ms = 0
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -147,19 +184,22 @@ class ConsumerProcessor:
         client_id = str(data.get("clientID"))
         language = str(conn.attributes.get("language", "JAVA"))
         version = int(conn.attributes.get("version", 0))
+        account = conn.attributes.get(HEARTBEAT_ACCOUNT)
         now = _now_ms()
-        changed = set(self.groups.expire(now))
+        changed = set(self._expire(now))
         consumers = data.get("consumerDataSet") or []
         if not isinstance(consumers, list) or len(consumers) > MAX_GROUPS_PER_HEARTBEAT:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,
                 f"HeartbeatData: consumerDataSet is not a list of at most {MAX_GROUPS_PER_HEARTBEAT} groups",
             )
+        listed: list[tuple[str, dict[str, Any], list[Subscription]]] = []
         for cd in consumers:
             if not isinstance(cd, dict) or not isinstance(cd.get("groupName"), str) or not cd["groupName"]:
                 raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"a consumer data has no groupName: {cd!r}")
-            group = cd["groupName"]
-            subscriptions = _subscriptions(cd)
+            listed.append((check_group_name(cd["groupName"]), cd, _subscriptions(cd)))
+        self._check_bounds(conn, account, listed)
+        for group, cd, subscriptions in listed:
             if self.groups.get(group) is None and self.groups.group_count() >= MAX_GROUPS:
                 raise RequestRefused(
                     ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {MAX_GROUPS} consumer groups are online already"
@@ -168,7 +208,7 @@ class ConsumerProcessor:
             if _GROUPS_KEY not in conn.attributes:
                 conn.attributes[_GROUPS_KEY] = True
                 conn.on_close.append(self._closed)
-            member = ConsumerMember(client_id, conn, conn.peer, language, version, now)
+            member = ConsumerMember(client_id, conn, conn.peer, language, version, now, account)
             if self.groups.register(
                 group,
                 member,
@@ -179,6 +219,55 @@ class ConsumerProcessor:
             ):
                 changed.add(group)
         await self._notify(changed)
+
+    def _check_bounds(
+        self,
+        conn: Connection,
+        account: str | None,
+        listed: list[tuple[str, dict[str, Any], list[Subscription]]],
+    ) -> None:
+        """Refuse a heartbeat that would take ``conn`` (or ``account``) past its bounds, before
+        anything of it is registered."""
+        groups = self.groups
+        mine = groups.groups_of(conn)
+        joining = {group for group, _, _ in listed} - mine
+        if len(mine) + len(joining) > MAX_GROUPS_PER_CONNECTION:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"this connection would be in {len(mine) + len(joining)} consumer groups: "
+                f"at most {MAX_GROUPS_PER_CONNECTION}",
+            )
+        if (
+            account is not None
+            and groups.memberships_of_account(account) + len(joining) > MAX_MEMBERSHIPS_PER_ACCOUNT
+        ):
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"access key {account} would hold more than {MAX_MEMBERSHIPS_PER_ACCOUNT} "
+                "consumer group memberships",
+            )
+        renewed = {group for group, _, _ in listed}
+        held = {g: len(info.subscriptions) for g in mine if (info := groups.get(g)) is not None}
+        new = sum(len(subs) for _, _, subs in listed)
+        kept = sum(n for g, n in held.items() if g not in renewed)
+        if kept + new > MAX_SUBSCRIPTIONS_PER_CONNECTION:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"the groups of this connection would have {kept + new} subscriptions: "
+                f"at most {MAX_SUBSCRIPTIONS_PER_CONNECTION}",
+            )
+        replaced = sum(n for g, n in held.items() if g in renewed)
+        if groups.subscription_count() - replaced + new > MAX_SUBSCRIPTIONS_IN_ALL:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_BUSY,
+                f"[OVERLOAD] {MAX_SUBSCRIPTIONS_IN_ALL} subscriptions are online already",
+            )
+
+    def _expire(self, now: int) -> list[str]:
+        if now - self._expired_ms < _EXPIRE_EVERY_MS:
+            return []
+        self._expired_ms = now
+        return self.groups.expire(now)
 
     async def _on_unregister(self, ext: dict[str, str], conn: Connection) -> None:
         group = ext.get("consumerGroup")
@@ -209,7 +298,7 @@ class ConsumerProcessor:
                 )
 
     def _online(self, group: str) -> ConsumerGroup | None:
-        self.groups.expire(_now_ms())
+        self._expire(_now_ms())
         return self.groups.get(group)
 
     async def consumer_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -222,7 +311,8 @@ class ConsumerProcessor:
     # --- offsets ------------------------------------------------------------------------------
     async def query_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        group, topic, queue_id = text(ext, "consumerGroup"), text(ext, "topic"), number(ext, "queueId")
+        group, topic = text(ext, "consumerGroup"), text(ext, "topic")
+        queue_id = number(ext, "queueId", java_int=True)
         offset = await self.ctx.run(resume_offset, self.ctx.store, group, topic, queue_id)
         if offset is None:
             raise RequestRefused(
@@ -233,11 +323,9 @@ class ConsumerProcessor:
 
     async def update_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        group, topic, queue_id = text(ext, "consumerGroup"), text(ext, "topic"), number(ext, "queueId")
-        offset = number(ext, "commitOffset")
-        if offset < 0:
-            raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"commitOffset {offset} is negative")
-        self.ctx.store.commit_offset(group, topic, queue_id, offset)
+        group, topic = text(ext, "consumerGroup"), text(ext, "topic")
+        queue_id, offset = number(ext, "queueId", java_int=True), number(ext, "commitOffset")
+        commit_offset(self.ctx.store, group, topic, queue_id, offset)
         return cmd.response()
 
     # --- orderly consumers --------------------------------------------------------------------
@@ -246,21 +334,65 @@ class ConsumerProcessor:
         group, client_id = body.get("consumerGroup"), body.get("clientId")
         if not isinstance(group, str) or not isinstance(client_id, str):
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"{what} needs consumerGroup and clientId")
-        return group, client_id, [_queue_key(mq) for mq in body.get("mqSet") or ()]
+        check_group_name(group)
+        listed = body.get("mqSet") or ()
+        if not isinstance(listed, list) or len(listed) > MAX_QUEUES_PER_LOCK_REQUEST:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"{what}: mqSet is not a list of at most {MAX_QUEUES_PER_LOCK_REQUEST} queues",
+            )
+        return group, client_id, [_queue_key(mq) for mq in listed]
+
+    def _existing(self, queues: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+        """The queues of topics this broker has, with queue ids in range (a consumer reads
+        ``readQueueNums`` queues); the others cannot be locked."""
+        store = self.ctx.store
+        configs: dict[str, TopicConfig | None] = {}
+        out = []
+        for key in queues:
+            if key[0] not in configs:
+                configs[key[0]] = store.topic_config(key[0])
+            config = configs[key[0]]
+            if config is not None and 0 <= key[2] < config.read_queues:
+                out.append(key)
+        return out
+
+    def _check_lock_request(
+        self,
+        cmd: RemotingCommand,
+        conn: Connection,
+        group: str,
+        client_id: str,
+        queues: list[tuple[str, str, int]],
+    ) -> None:
+        """The group and the queues' topics are the account's, the client id this connection's."""
+        if self.ctx.acl is not None:
+            self.ctx.acl.require(cmd, {q[0] for q in queues}, (group,))
+        self.ctx.claim_client_id(client_id, cmd, conn)
 
     async def lock(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, client_id, queues = self._lock_request(cmd, "LockBatchRequestBody")
-        held = self.locks.lock(group, queues, client_id, _now_ms())
+        self._check_lock_request(cmd, conn, group, client_id, queues)
+        held = self.locks.lock(group, self._existing(queues), client_id, _now_ms())
         return cmd.response(body=json_body({"lockOKMQSet": [_queue_json(q) for q in held]}))  # type: ignore[arg-type]
 
     async def unlock(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         group, client_id, queues = self._lock_request(cmd, "UnlockBatchRequestBody")
+        self._check_lock_request(cmd, conn, group, client_id, queues)
         self.locks.unlock(group, queues, client_id)
         return cmd.response()
 
     async def check_client_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         body = parse_json_body(cmd, "CheckClientRequestBody")
         sub = body.get("subscriptionData")
+        if self.ctx.acl is not None:
+            topic = sub.get("topic") if isinstance(sub, dict) else None
+            self.ctx.acl.require(
+                cmd, (topic,) if isinstance(topic, str) else (), (str(body.get("group", "")),)
+            )
+        client_id = body.get("clientId")
+        if isinstance(client_id, str) and client_id:
+            self.ctx.claim_client_id(client_id, cmd, conn)
         kind = str(sub.get("expressionType") or "TAG").upper() if isinstance(sub, dict) else "TAG"
         if kind != "TAG":
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, SQL92_UNSUPPORTED)
@@ -271,12 +403,15 @@ class ConsumerProcessor:
         ext = cmd.ext_fields
         offset, group = number(ext, "offset"), text(ext, "group")
         delay_level = number(ext, "delayLevel")
+        check_group_name(group)
         max_times = optional_number(ext, "maxReconsumeTimes")
         if max_times is None or cmd.version < _VERSION_WITH_MAX_RECONSUME:
             max_times = DEFAULT_MAX_RECONSUME_TIMES
         msg = await self.ctx.run(self.ctx.store.look_message_by_offset, offset)
         if msg is None:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+        if self.ctx.acl is not None:
+            self.ctx.acl.require_record(cmd, msg)
         copy = await self.ctx.run(send_back, msg, group, delay_level, max_times)
         await ensure_topic(self.ctx, copy.message.topic)
         [outcome] = await self.ctx.system_puts.put([copy.message])

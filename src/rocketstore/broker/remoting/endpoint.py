@@ -91,7 +91,7 @@ class RemotingEndpoint:
     def __init__(self, ctx: RemotingContext, limits: RemotingLimits, acl: Acl | None = None) -> None:
         self.ctx = ctx
         self.limits = limits
-        self._acl = RemotingAcl(acl) if acl is not None else None
+        self._acl = ctx.acl = RemotingAcl(acl) if acl is not None else None
         self.broker: RemotingServer | None = None
         self.namesrv: RemotingServer | None = None
 
@@ -148,18 +148,23 @@ class RemotingEndpoint:
 
     async def send_orphan_check(self, orphan: Orphan) -> bool:
         """CHECK_TRANSACTION_STATE, oneway, to a live producer of the half's group (REMOTING.md
-        §5.2); False when none is connected. The producer answers with END_TRANSACTION."""
+        §5.2) whose account (with an ACL) may use that group and the half's real topic; False
+        when none is connected. The producer answers with END_TRANSACTION."""
         half = orphan.half
         props = dict(half.properties)
         group = props.get(PROPERTY_PRODUCER_GROUP)
         if not group:
             return False
-        conn = self.ctx.producers.live_connection(group)
+        real_topic = props.get(PROPERTY_REAL_TOPIC, orphan.topic)
+        acl = self._acl
+        conn = self.ctx.producers.live_connection(
+            group,
+            allowed=None if acl is None else lambda key: acl.allows(key, (real_topic,), (group,)),
+        )
         if conn is None:
             return False
         rec = half.record
         props[PROPERTY_CHECK_TIMES] = str(orphan.checks + 1)
-        real_topic = props.get(PROPERTY_REAL_TOPIC, orphan.topic)
         try:
             real_queue = int(props.get(PROPERTY_REAL_QUEUE_ID, "0"))
         except ValueError:

@@ -10,6 +10,7 @@ the client also receives as SYSTEM_ERROR). ``to_ext`` writes a response header t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -18,6 +19,11 @@ from rocketstore.broker.remoting.codes import ResponseCode
 from rocketstore.broker.remoting.refusal import RequestRefused
 
 __all__ = ["SEND_V2_NAMES", "SendMessageHeader", "flag", "number", "optional_number", "text", "to_ext"]
+
+# what Long.parseLong / Integer.parseInt take: ASCII digits (int() would take '1_0', ' 1', '٣')
+_DECIMAL: Final = re.compile(r"[+-]?[0-9]{1,20}", re.ASCII)
+_JAVA_LONG: Final = (-(1 << 63), (1 << 63) - 1, "long")
+_JAVA_INT: Final = (-(1 << 31), (1 << 31) - 1, "int")
 
 
 def text(ext: Mapping[str, str], name: str) -> str:
@@ -28,22 +34,26 @@ def text(ext: Mapping[str, str], name: str) -> str:
     return value
 
 
-def optional_number(ext: Mapping[str, str], name: str) -> int | None:
-    """An optional integer field (None when absent)."""
+def optional_number(ext: Mapping[str, str], name: str, *, java_int: bool = False) -> int | None:
+    """An optional integer field (None when absent): decimal digits in a Java long's range, or
+    an int's when ``java_int`` (the header field is an ``Integer``), as Java's broker parses
+    them; anything else refuses the request naming the field."""
     value = ext.get(name)
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        raise RequestRefused(
-            ResponseCode.SYSTEM_ERROR, f"the custom field {name} is {value!r}, not an integer"
-        ) from None
+    low, high, kind = _JAVA_INT if java_int else _JAVA_LONG
+    if _DECIMAL.fullmatch(value):
+        n = int(value)
+        if low <= n <= high:
+            return n
+    raise RequestRefused(
+        ResponseCode.SYSTEM_ERROR, f"the custom field {name} is {value!r:.40}, not a Java {kind}"
+    )
 
 
-def number(ext: Mapping[str, str], name: str) -> int:
-    """A required integer field."""
-    value = optional_number(ext, name)
+def number(ext: Mapping[str, str], name: str, *, java_int: bool = False) -> int:
+    """A required integer field (see ``optional_number``)."""
+    value = optional_number(ext, name, java_int=java_int)
     if value is None:
         raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the custom field {name} is null")
     return value
@@ -156,9 +166,9 @@ class SendMessageHeader:
             born_timestamp=_number_as(ext, n["bornTimestamp"], "bornTimestamp"),
             flag=_number_as(ext, n["flag"], "flag"),
             properties=ext.get(n["properties"], ""),
-            reconsume_times=optional_number(ext, n["reconsumeTimes"]) or 0,
+            reconsume_times=_optional_number_as(ext, n["reconsumeTimes"], "reconsumeTimes") or 0,
             unit_mode=flag(ext, n["unitMode"]),
-            max_reconsume_times=optional_number(ext, n["maxReconsumeTimes"]),
+            max_reconsume_times=_optional_number_as(ext, n["maxReconsumeTimes"], "maxReconsumeTimes"),
             batch=flag(ext, n["batch"]),
             broker_name=ext.get(n["bname"]),
         )
@@ -192,9 +202,17 @@ def _text_as(ext: Mapping[str, str], key: str, field: str) -> str:
 
 
 def _number_as(ext: Mapping[str, str], key: str, field: str) -> int:
-    value = ext.get(key)
+    value = _optional_number_as(ext, key, field)
     if value is None:
         raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the custom field {field} ({key}) is null")
+    return value
+
+
+def _optional_number_as(ext: Mapping[str, str], key: str, field: str) -> int | None:
+    """A send header's number as ``from_ext``'s one pass reads it (the store checks its range)."""
+    value = ext.get(key)
+    if value is None:
+        return None
     try:
         return int(value)
     except ValueError:

@@ -1,6 +1,8 @@
 """HEART_BEAT and UNREGISTER_CLIENT (REMOTING.md §6.1): who is connected, as which client, in
 which producer groups (and, by the consumer processor, which consumer groups).
 
+The ``clientID`` is bound to the connection (and account) that used it first
+(``client_ids.py``): a heartbeat or unregister naming another live connection's id is refused.
 The connection remembers the heartbeat's ``clientID``, language and version
 (``conn.attributes``: ``client_id``, ``language``, ``version``); producer groups go to
 ``ctx.producers`` (the transaction checks look there); then ``ctx.heartbeat_hooks`` /
@@ -22,11 +24,16 @@ from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import text
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
+from rocketstore.message import TOPIC_PATTERN
+from rocketstore.offsets import GROUP_PATTERN
 
-__all__ = ["HeartbeatProcessor", "parse_json_body"]
+__all__ = ["HEARTBEAT_ACCOUNT", "HeartbeatProcessor", "check_group_name", "parse_json_body"]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
+# ``conn.attributes`` key: the ACL access key that signed the connection's last heartbeat (None
+# without the ACL), what the registries count per account
+HEARTBEAT_ACCOUNT = "heartbeat_account"
 # producer groups one heartbeat may register (a client has a few: its own and CLIENT_INNER_PRODUCER)
 MAX_PRODUCER_GROUPS = 1024
 
@@ -37,9 +44,29 @@ def parse_json_body(cmd: RemotingCommand, what: str) -> dict[str, Any]:
         value = json.loads(bytes(cmd.body))
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"{what} body does not parse: {exc}") from None
+    except RecursionError:
+        raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"{what} body nests too deeply") from None
     if not isinstance(value, dict):
         raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"{what} body is not a JSON object")
     return value
+
+
+def check_group_name(group: object, consumer: bool = True) -> str:
+    """``group`` when it is a valid group name (RocketMQ's ``Validators.checkGroup``: 1..255
+    characters of ``[%|a-zA-Z0-9_-]``) and, for a consumer group, its retry topic
+    ``%RETRY%<group>`` a valid topic name (at most 127 characters); else SYSTEM_ERROR saying so."""
+    if not isinstance(group, str) or not GROUP_PATTERN.fullmatch(group):
+        raise RequestRefused(
+            ResponseCode.SYSTEM_ERROR,
+            f"the specified group[{group}] is not valid: 1..255 characters of [%|a-zA-Z0-9_-]",
+        )
+    if consumer and not TOPIC_PATTERN.fullmatch(f"%RETRY%{group}"):
+        raise RequestRefused(
+            ResponseCode.SYSTEM_ERROR,
+            f"the specified group[{group}] is too long for a consumer group: its retry topic "
+            "%RETRY%<group> must be at most 127 characters",
+        )
+    return group
 
 
 class HeartbeatProcessor:
@@ -57,6 +84,7 @@ class HeartbeatProcessor:
         client_id = data.get("clientID")
         if not isinstance(client_id, str) or not client_id:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "HeartbeatData has no clientID")
+        self.ctx.claim_client_id(client_id, cmd, conn)
         if conn.attributes.get("client_id") != client_id:
             log.info("client %s (%s %d) on %s", client_id, cmd.language, cmd.version, conn.peer)
         conn.attributes.update(client_id=client_id, language=cmd.language, version=cmd.version)
@@ -67,10 +95,15 @@ class HeartbeatProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"HeartbeatData: producerDataSet is not a list of at most {MAX_PRODUCER_GROUPS} groups",
             )
+        # the access key that signed it (the ACL checked the signature before this handler)
+        account = cmd.ext_fields.get("AccessKey") if self.ctx.acl is not None else None
+        conn.attributes[HEARTBEAT_ACCOUNT] = account
         for producer in producers:
             group = producer.get("groupName") if isinstance(producer, dict) else None
             if isinstance(group, str) and group:
-                self.ctx.producers.register(group, client_id, conn, now)
+                self.ctx.producers.register(
+                    check_group_name(group, consumer=False), client_id, conn, now, account
+                )
         for hook in self.ctx.heartbeat_hooks:
             await hook(data, conn)
         return cmd.response()
@@ -78,6 +111,7 @@ class HeartbeatProcessor:
     async def unregister(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
         client_id = text(ext, "clientID")
+        self.ctx.claim_client_id(client_id, cmd, conn)
         group = ext.get("producerGroup")
         if group:
             self.ctx.producers.unregister(group, client_id)

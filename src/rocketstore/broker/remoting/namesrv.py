@@ -4,9 +4,13 @@ configuration, for a name server whose one broker is this process.
 Routes are made from the store's topics at each request, so a topic created by any path (a
 send's auto-creation, mqadmin, a heartbeat's retry topic, gRPC, the CLI) is routable at once and
 a deleted one is gone. Every route names one broker, ``brokerName`` in cluster
-``brokerClusterName``, whose master (id 0) is the remoting address. ``TBW102``, the topic
-producers fall back to for a topic without a route, is routed (8 queues, perm 7) while topic
-auto-creation is on, as RocketMQ's broker registers it then.
+``brokerClusterName``, whose master (id 0) is the remoting address. The topics RocketMQ's broker
+has from its start (``broker_topic_configs``) are listed and routed too: ``TBW102``, the topic
+producers fall back to for a topic without a route (perm 7, while topic auto-creation is on),
+``SELF_TEST_TOPIC``, ``BenchmarkTest``, the cluster's and the broker's own topics,
+``OFFSET_MOVED_EVENT``, ``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_TRANS_HALF_TOPIC`` and
+``<cluster>_REPLY_TOPIC``. A send to one of
+them that the store does not have yet creates it with the routed queues.
 
 The KV configuration (PUT/GET/DELETE_KV_CONFIG, GET_KVLIST_BY_NAMESPACE; mqadmin updateTopic
 ``-o`` writes namespace ``ORDER_TOPIC_CONFIG``) is kept in ``config/kvConfig.json`` of the
@@ -36,6 +40,7 @@ __all__ = [
     "KV_CONFIG_FILE",
     "PERM_INHERIT",
     "NameServerProcessor",
+    "broker_topic_configs",
     "default_topic_config",
     "json_body",
 ]
@@ -46,8 +51,11 @@ DEFAULT_TOPIC: Final = "TBW102"  # RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC
 PERM_INHERIT: Final = 0x1
 KV_CONFIG_FILE: Final = "kvConfig.json"
 # entries the KV configuration keeps (RocketMQ's name server has no bound; its clients write a
-# handful): past it a new key is refused, so requests cannot grow the file without end
+# handful, each a few bytes): past them a change is refused, so requests cannot grow the file
+# (rewritten whole at each change) without end. Bytes are namespace + key + value in UTF-8.
 MAX_KV_ENTRIES: Final = 10_000
+MAX_KV_ENTRY_BYTES: Final = 64 * 1024
+MAX_KV_BYTES: Final = 4 * 1024 * 1024
 
 
 def default_topic_config(ctx: RemotingContext) -> TopicConfig:
@@ -57,9 +65,36 @@ def default_topic_config(ctx: RemotingContext) -> TopicConfig:
     return TopicConfig(DEFAULT_TOPIC, queues, queues, PERM_READ | PERM_WRITE | PERM_INHERIT)
 
 
+def broker_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
+    """The topics RocketMQ's broker has from its start (TopicConfigManager's constructor), with
+    its queues and permissions; ``BenchmarkTest`` gets ``defaultTopicQueueNums`` queues (RocketMQ:
+    1024), what a benchmark's auto-created topic has here."""
+    config = ctx.config
+    rw, inherit = PERM_READ | PERM_WRITE, PERM_INHERIT
+    queues = ctx.store.config.default_topic_queue_nums
+    topics = [
+        TopicConfig("SELF_TEST_TOPIC", 1, 1, rw),
+        TopicConfig("BenchmarkTest", queues, queues, rw),
+        TopicConfig(config.cluster_name, 16, 16, rw | inherit),
+        TopicConfig(config.broker_name, 1, 1, rw | inherit),
+        TopicConfig("OFFSET_MOVED_EVENT", 1, 1, rw),
+        TopicConfig("SCHEDULE_TOPIC_XXXX", 18, 18, rw),
+        # RocketMQ's transaction check creates it in its first round, a minute after the start
+        TopicConfig("RMQ_SYS_TRANS_HALF_TOPIC", 1, 1, rw),
+        TopicConfig(f"{config.cluster_name}_REPLY_TOPIC", 1, 1, rw),
+    ]
+    if config.auto_create_topic:
+        topics.append(default_topic_config(ctx))
+    return {t.topic: t for t in topics}
+
+
 def json_body(value: object) -> bytes:
     """A JSON body as fastjson writes it: keys sorted, no spaces, UTF-8."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _entry_bytes(namespace: str, key: str, value: str) -> int:
+    return len(namespace.encode()) + len(key.encode()) + len(value.encode())
 
 
 class NameServerProcessor:
@@ -68,6 +103,9 @@ class NameServerProcessor:
         self._kv_path = ctx.store.layout.root / "config" / KV_CONFIG_FILE
         self._kv_update = asyncio.Lock()  # one change at a time: each rewrites the whole file
         self._kv: dict[str, dict[str, str]] = self._load_kv()
+        self._kv_bytes = sum(
+            _entry_bytes(ns, k, v) for ns, entries in self._kv.items() for k, v in entries.items()
+        )
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -87,11 +125,8 @@ class NameServerProcessor:
 
     # --- what the broker has ----------------------------------------------------------------
     def topic_configs(self) -> dict[str, TopicConfig]:
-        """Every topic the broker serves, TBW102 included while auto-creation is on."""
-        topics = dict(self.ctx.store.topic_configs())
-        if self.ctx.config.auto_create_topic and DEFAULT_TOPIC not in topics:
-            topics[DEFAULT_TOPIC] = default_topic_config(self.ctx)
-        return topics
+        """Every topic the broker serves: the store's, and the broker's own it does not have."""
+        return {**broker_topic_configs(self.ctx), **self.ctx.store.topic_configs()}
 
     def broker_data(self) -> dict[str, Any]:
         config = self.ctx.config
@@ -104,9 +139,7 @@ class NameServerProcessor:
     # --- handlers -----------------------------------------------------------------------------
     async def route(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         topic = text(cmd.ext_fields, "topic")
-        config = self.ctx.store.topic_config(topic)
-        if config is None and topic == DEFAULT_TOPIC and self.ctx.config.auto_create_topic:
-            config = default_topic_config(self.ctx)
+        config = self.ctx.store.topic_config(topic) or broker_topic_configs(self.ctx).get(topic)
         if config is None:
             raise RequestRefused(
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -177,16 +210,30 @@ class NameServerProcessor:
     async def put_kv(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
         namespace, key, value = text(ext, "namespace"), text(ext, "key"), text(ext, "value")
+        size = _entry_bytes(namespace, key, value)
+        if size > MAX_KV_ENTRY_BYTES:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"a KV configuration entry of {size} bytes (namespace, key and value): "
+                f"at most {MAX_KV_ENTRY_BYTES}",
+            )
         async with self._kv_update:
-            if key not in self._kv.get(namespace, {}) and sum(map(len, self._kv.values())) >= MAX_KV_ENTRIES:
+            old = self._kv.get(namespace, {}).get(key)
+            if old is None and sum(map(len, self._kv.values())) >= MAX_KV_ENTRIES:
                 raise RequestRefused(
                     ResponseCode.SYSTEM_ERROR,
                     f"the KV configuration holds {MAX_KV_ENTRIES} entries: the limit",
                 )
+            total = self._kv_bytes + size - (0 if old is None else _entry_bytes(namespace, key, old))
+            if total > MAX_KV_BYTES:
+                raise RequestRefused(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"the KV configuration would hold {total} bytes: at most {MAX_KV_BYTES}",
+                )
             table = {ns: dict(entries) for ns, entries in self._kv.items()}
             table.setdefault(namespace, {})[key] = value
             await self.ctx.run(self._save_kv, table)
-            self._kv = table
+            self._kv, self._kv_bytes = table, total
         return cmd.response()
 
     async def get_kv(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -205,11 +252,11 @@ class NameServerProcessor:
         async with self._kv_update:
             if key in self._kv.get(namespace, {}):
                 table = {ns: dict(entries) for ns, entries in self._kv.items()}
-                del table[namespace][key]
+                size = _entry_bytes(namespace, key, table[namespace].pop(key))
                 if not table[namespace]:
                     del table[namespace]
                 await self.ctx.run(self._save_kv, table)
-                self._kv = table
+                self._kv, self._kv_bytes = table, self._kv_bytes - size
         return cmd.response()
 
     async def kv_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:

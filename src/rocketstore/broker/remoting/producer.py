@@ -17,8 +17,10 @@ a half (``transactions.py``); END_TRANSACTION finds it by its commitlog offset.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
+import time
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -27,15 +29,22 @@ from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import SendMessageHeader, flag, number, text
-from rocketstore.broker.remoting.namesrv import DEFAULT_TOPIC, PERM_INHERIT, default_topic_config
+from rocketstore.broker.remoting.namesrv import (
+    DEFAULT_TOPIC,
+    PERM_INHERIT,
+    broker_topic_configs,
+    default_topic_config,
+)
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
+from rocketstore.broker.send_check import batch_refusal, messages_refusal
 from rocketstore.broker.transactions import (
     HALF_TOPIC,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION,
     end_transaction,
     half_message,
+    put_halves,
 )
 from rocketstore.codec.commitlog_record import (
     SYSFLAG_CONTENT,
@@ -47,7 +56,7 @@ from rocketstore.codec.commitlog_record import (
 from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig
 from rocketstore.codec.message_batch import EncodedBatch
 from rocketstore.codec.properties import decode_properties
-from rocketstore.errors import InvalidMessageError, StoreClosedError
+from rocketstore.errors import InvalidMessageError, RequestRefusedError, StoreClosedError
 from rocketstore.message import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -160,33 +169,46 @@ class ProducerProcessor:
         }
 
     # --- topics -------------------------------------------------------------------------------
-    async def topic_config(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig:
-        """``topic``'s configuration; created from the default topic when it has none and
-        RocketMQ would auto-create it (SendMessageProcessor.msgCheck), else TOPIC_NOT_EXIST."""
-        store = self.ctx.store
-        config = store.topic_config(topic)
-        if config is not None:
-            return config
-        queues: int | None = None
+    def _new_topic(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig:
+        """The configuration ``topic`` (which does not exist) gets when the send creates it, as
+        RocketMQ auto-creates it (SendMessageProcessor.msgCheck); TOPIC_NOT_EXIST when it would
+        not. Nothing is created here: a send is checked whole first (``send_check``)."""
         perm = PERM_READ | PERM_WRITE
+        routed = broker_topic_configs(self.ctx).get(topic) if topic != DEFAULT_TOPIC else None
+        if routed is not None:  # one of the broker's own topics: as its route says
+            queues = routed.write_queues
+            return TopicConfig(topic, queues, queues, routed.perm & ~PERM_INHERIT)
         if topic.startswith(RETRY_PREFIX):
-            queues = 1
-        elif default_topic == DEFAULT_TOPIC and self.ctx.config.auto_create_topic:
+            return TopicConfig(topic, 1, 1, perm)
+        if default_topic == DEFAULT_TOPIC and self.ctx.config.auto_create_topic:
             queues = max(1, min(queue_nums, default_topic_config(self.ctx).write_queues))
-        else:
-            default = store.topic_config(default_topic)
-            if default is not None and default.perm & PERM_INHERIT:
-                queues = max(1, min(queue_nums, default.write_queues))
-                perm = default.perm & ~PERM_INHERIT
-        if queues is None:
-            raise RequestRefused(
-                ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{topic}] not exist, apply first please! "
-                "(auto-creation is off, or the default topic does not allow it)",
-            )
-        created = await self.ctx.run(lambda: store.create_topic(topic, queues, perm=perm))
-        log.info("topic %s created with %d queues (sent to, default topic %s)", topic, queues, default_topic)
-        return created
+            return TopicConfig(topic, queues, queues, perm)
+        default = self.ctx.store.topic_config(default_topic)
+        if default is not None and default.perm & PERM_INHERIT:
+            queues = max(1, min(queue_nums, default.write_queues))
+            return TopicConfig(topic, queues, queues, default.perm & ~PERM_INHERIT)
+        raise RequestRefused(
+            ResponseCode.TOPIC_NOT_EXIST,
+            f"topic[{topic}] not exist, apply first please! "
+            "(auto-creation is off, or the default topic does not allow it)",
+        )
+
+    async def _create(self, configs: list[TopicConfig], default_topic: str) -> None:
+        """Create the topics a checked send goes to (its topic, a dead-letter topic)."""
+        store = self.ctx.store
+        for c in configs:
+            if store.topic_config(c.topic) is not None:
+                continue  # a concurrent send created it
+            await self.ctx.run(lambda c=c: store.create_topic(c.topic, c.write_queues, perm=c.perm))
+            if c.topic.startswith(DLQ_PREFIX):
+                log.info("topic %s created (dead letters)", c.topic)
+            else:
+                log.info(
+                    "topic %s created with %d queues (sent to, default topic %s)",
+                    c.topic,
+                    c.write_queues,
+                    default_topic,
+                )
 
     def _check_topic(self, topic: str) -> None:
         if topic in self._sendable:
@@ -196,17 +218,25 @@ class ProducerProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"the specified topic[{topic}] is not valid: 1..127 characters of [%|a-zA-Z0-9_-]",
             )
-        if topic in FORBIDDEN_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX):
+        # the broker's own topics in any letter case: RMQ_SYS_* names the store reserves, and
+        # rmq_sys_* ones (TopicValidator.SYSTEM_TOPIC_PREFIX) the broker keeps (the pop log's)
+        if topic in FORBIDDEN_TOPICS or topic.upper().startswith(SYSTEM_TOPIC_PREFIX):
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
         if len(self._sendable) < _MAX_SENDABLE_CACHED:
             self._sendable.add(topic)
 
-    async def _target(self, header: SendMessageHeader, version: int) -> tuple[_Target, TopicConfig]:
+    def _target(self, header: SendMessageHeader, version: int) -> tuple[_Target, list[TopicConfig]]:
+        """Where the send goes, and the topics to create for it (once it is checked whole)."""
         topic = header.topic
         self._check_topic(topic)
-        config = await self.topic_config(topic, header.default_topic, header.default_topic_queue_nums)
+        store = self.ctx.store
+        new: list[TopicConfig] = []
+        config = store.topic_config(topic)
+        if config is None:
+            config = self._new_topic(topic, header.default_topic, header.default_topic_queue_nums)
+            new.append(config)
         if not config.perm & PERM_WRITE:
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
@@ -229,13 +259,10 @@ class ProducerProcessor:
                 limit = DEFAULT_MAX_RECONSUME_TIMES
             if header.reconsume_times >= limit:
                 dlq = DLQ_PREFIX + topic[len(RETRY_PREFIX) :]
-                if self.ctx.store.topic_config(dlq) is None:
-                    await self.ctx.run(
-                        lambda: self.ctx.store.create_topic(dlq, 1, perm=PERM_READ | PERM_WRITE)
-                    )
-                    log.info("topic %s created (dead letters)", dlq)
+                if store.topic_config(dlq) is None:
+                    new.append(TopicConfig(dlq, 1, 1, PERM_READ | PERM_WRITE))
                 target = _Target(dlq, 0)
-        return target, config
+        return target, new
 
     # --- sending ------------------------------------------------------------------------------
     def _message(
@@ -289,30 +316,46 @@ class ProducerProcessor:
             raise RequestRefused(
                 ResponseCode.MESSAGE_ILLEGAL, f"the message body size {len(cmd.body)} exceeds {max_size}"
             )
-        target, _config = await self._target(header, cmd.version)
+        target, new_topics = self._target(header, cmd.version)
         props = decode_properties(header.properties)
         if header.batch:
-            return await self._send_batch(cmd, conn, header, target, props)
+            return await self._send_batch(cmd, conn, header, target, props, new_topics)
         props.pop(PROPERTY_WAIT, None)
         transactional = (header.sys_flag & SYSFLAG_TX_MASK) == TX_PREPARED and props.get(
             PROPERTY_TRANSACTION
         ) == "true"
         if transactional:
             props.pop(PROPERTY_DELAY, None)
+            if self.ctx.acl is not None:  # the group its checks go to
+                self.ctx.acl.require(cmd, groups=(props.get(PROPERTY_PRODUCER_GROUP, ""),))
         msg = self._message(target.topic, target.queue_id, cmd.body, props, header, header.flag, conn.peer)
         if target.topic.startswith(DLQ_PREFIX):
             msg.delay_level = 0
+        started = time.monotonic()
         if transactional:
-            (outcome,) = await self.ctx.system_puts.put([half_message(msg, target.queue_id)])
+            msg = half_message(msg, target.queue_id)
         else:
             msg.sys_flag &= ~SYSFLAG_TX_MASK
+        if new_topics:
+            checked = functools.partial(messages_refusal, internal=transactional)
+            refused = await self.ctx.run(checked, self.ctx.store.config, [msg])
+            if refused is not None:
+                raise _refusal(refused)
+            await self._create(new_topics, header.default_topic)
+        if transactional:
+            (outcome,) = await put_halves(self.ctx.transactions, self.ctx.system_puts, [msg])
+        else:
             (outcome,) = await self.ctx.sends.put([msg])
+        stats = self.ctx.metrics.stats
         if not isinstance(outcome, PutMessageResult) or outcome.physical_offset < 0:
+            stats.count_put_failure()
             raise _refusal(outcome)
         code = put_status_code(outcome.status)
         if code not in _STORED_CODES:
+            stats.count_put_failure()
             raise _refusal(outcome)
         self._count(target.topic, "REMOTING", code)
+        stats.count_put(target.topic, 1, outcome.wrote_bytes, int((time.monotonic() - started) * 1000))
         return cmd.response(
             code,
             None if code == ResponseCode.SUCCESS else f"stored, but {outcome.status.name}",
@@ -331,31 +374,42 @@ class ProducerProcessor:
         header: SendMessageHeader,
         target: _Target,
         batch_props: dict[str, str],
+        new_topics: list[TopicConfig],
     ) -> RemotingCommand:
         if header.sys_flag & SYSFLAG_TX_MASK:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support transaction")
         batch_props[PROPERTY_CLUSTER] = self.ctx.config.cluster_name
-        outcome = await self.ctx.batch_sends.put(
-            EncodedBatch(
-                target.topic,
-                target.queue_id,
-                bytes(cmd.body),
-                conn.peer,
-                header.born_timestamp,
-                batch_props,
-                header.sys_flag & SYSFLAG_CONTENT,
-                header.reconsume_times,
-            )
+        batch = EncodedBatch(
+            target.topic,
+            target.queue_id,
+            bytes(cmd.body),
+            conn.peer,
+            header.born_timestamp,
+            batch_props,
+            header.sys_flag & SYSFLAG_CONTENT,
+            header.reconsume_times,
         )
+        if new_topics:
+            refused = await self.ctx.run(batch_refusal, self.ctx.store.config, batch)
+            if refused is not None:
+                raise _refusal(refused)
+            await self._create(new_topics, header.default_topic)
+        started = time.monotonic()
+        outcome = await self.ctx.batch_sends.put(batch)
+        stats = self.ctx.metrics.stats
         if not isinstance(outcome, PutBatchResult) or outcome.physical_offsets[0] < 0:
+            stats.count_put_failure()
             raise _refusal(outcome[0] if isinstance(outcome, PutBatchResult) else outcome)
         code = put_status_code(outcome.status)
         if code not in _STORED_CODES:
+            stats.count_put_failure()
             raise _refusal(outcome[0])
         # offset message ids, as PutMessageResult.msg_id writes each
         prefix = outcome.id_prefix
         ids = ",".join([f"{prefix}{offset:016X}" for offset in outcome.physical_offsets.tolist()])
         self._count(target.topic, "REMOTING_BATCH", code, len(outcome))
+        elapsed_ms = int((time.monotonic() - started) * 1000)
+        stats.count_put(target.topic, len(outcome), int(outcome.sizes.sum()), elapsed_ms)
         return cmd.response(
             code,
             None if code == ResponseCode.SUCCESS else f"stored, but {outcome.status.name}",
@@ -387,24 +441,20 @@ class ProducerProcessor:
             )
             return cmd.response()
         txlog = self.ctx.transactions
-        half = await self.ctx.run(txlog.half_at, offset)
-        if half is None:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR, f"no open transaction half message at commitlog offset {offset}"
+        try:
+            half = await self.ctx.run(
+                txlog.half_at,
+                offset,
+                queue_offset,
+                group,
+                text(ext, "msgId"),
+                ext.get("transactionId") or None,
             )
-        if half.properties.get(PROPERTY_PRODUCER_GROUP) != group:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR,
-                f"the producer group {group} is not the half message's "
-                f"{half.properties.get(PROPERTY_PRODUCER_GROUP)}",
-            )
-        if half.queue_offset != queue_offset:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR,
-                f"the transaction state table offset {queue_offset} is not the half message's "
-                f"{half.queue_offset}",
-            )
-        failed = await end_transaction(txlog, self.ctx.system_puts, half, kind == TX_COMMIT)
+            if self.ctx.acl is not None:  # (the group was checked with the header)
+                self.ctx.acl.require_record(cmd, half)
+            failed = await end_transaction(txlog, self.ctx.system_puts, half, kind == TX_COMMIT)
+        except RequestRefusedError as exc:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, exc.message) from None
         if failed is not None:
             raise _refusal(failed)
         self.ctx.metrics.transactions.labels(

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Final
 
 from rocketstore.broker.consumer_groups import Subscription
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
-from rocketstore.broker.remoting.consumers import SQL92_UNSUPPORTED, consumer_groups
+from rocketstore.broker.remoting.consumers import SQL92_UNSUPPORTED, commit_offset, consumer_groups
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import number, text, to_ext
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
+from rocketstore.broker.request_log import parked
 from rocketstore.config import BrokerRole
 from rocketstore.results import GetMessageResult, GetStatus
 
@@ -118,7 +120,8 @@ class PullProcessor:
                 ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {self.max_suspended} pulls are suspended already"
             )
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        started = loop.time()
+        deadline = started + timeout_s
         store, arrival = self.ctx.store, self.ctx.arrival
         self.suspended += 1
         try:
@@ -129,11 +132,12 @@ class PullProcessor:
                 mark = arrival.mark()
         finally:
             self.suspended -= 1
+            parked(loop.time() - started)  # waiting on purpose: not a slow request
 
     async def pull(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
         group, topic = text(ext, "consumerGroup"), text(ext, "topic")
-        queue_id, offset = number(ext, "queueId"), number(ext, "queueOffset")
+        queue_id, offset = number(ext, "queueId", java_int=True), number(ext, "queueOffset")
         max_msgs = min(max(number(ext, "maxMsgNums"), 1), MAX_MESSAGES_PER_PULL)
         sys_flag = number(ext, "sysFlag")
         store = self.ctx.store
@@ -160,13 +164,18 @@ class PullProcessor:
             and store.config.broker_role is not BrokerRole.SLAVE
         ):
             commit = number(ext, "commitOffset")
-            if commit >= 0:
-                store.commit_offset(group, topic, queue_id, commit)
+            try:
+                commit_offset(store, group, topic, queue_id, commit)
+            except RequestRefused as exc:
+                # not stored; the pull is answered still, its nextBeginOffset correcting the client
+                log.debug("pull of %s from %s: commit offset not taken: %s", group, conn.peer, exc.remark)
 
         arrival = self.ctx.arrival
         with arrival.watching():
             mark = arrival.mark()
+            started = time.monotonic()
             result = await self.ctx.run(store.get_message, group, topic, queue_id, offset, max_msgs, tags)
+            read_ms = int((time.monotonic() - started) * 1000)
             code = response_code(result, offset)
             if code is ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND:
                 requested_ms = max(number(ext, "suspendTimeoutMillis"), 0)
@@ -184,4 +193,5 @@ class PullProcessor:
         if code is not ResponseCode.SUCCESS:
             return cmd.response(code, remark=result.status.value, ext_fields=header)
         body = b"".join([m.record_view for m in result.messages])
+        self.ctx.metrics.stats.count_get(topic, group, len(result.messages), len(body), read_ms)
         return cmd.response(ext_fields=header, body=body)

@@ -27,12 +27,12 @@ class QueueOffsetsProcessor:
 
     async def max_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        offset = self.ctx.store.max_offset_in_queue(text(ext, "topic"), number(ext, "queueId"))
+        offset = self.ctx.store.max_offset_in_queue(text(ext, "topic"), number(ext, "queueId", java_int=True))
         return cmd.response(ext_fields=to_ext(offset=offset))
 
     async def min_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        offset = self.ctx.store.min_offset_in_queue(text(ext, "topic"), number(ext, "queueId"))
+        offset = self.ctx.store.min_offset_in_queue(text(ext, "topic"), number(ext, "queueId", java_int=True))
         return cmd.response(ext_fields=to_ext(offset=offset))
 
     async def offset_by_time(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -40,7 +40,7 @@ class QueueOffsetsProcessor:
         offset = await self.ctx.run(
             self.ctx.store.offset_in_queue_by_time,
             text(ext, "topic"),
-            number(ext, "queueId"),
+            number(ext, "queueId", java_int=True),
             number(ext, "timestamp"),
         )
         return cmd.response(ext_fields=to_ext(offset=offset))
@@ -48,6 +48,6 @@ class QueueOffsetsProcessor:
     async def earliest_time(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
         timestamp = await self.ctx.run(
-            self.ctx.store.earliest_message_time, text(ext, "topic"), number(ext, "queueId")
+            self.ctx.store.earliest_message_time, text(ext, "topic"), number(ext, "queueId", java_int=True)
         )
         return cmd.response(ext_fields=to_ext(timestamp=timestamp))

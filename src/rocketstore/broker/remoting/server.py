@@ -15,14 +15,22 @@ answers go out in whatever order they finish (the client matches them by opaque)
   timeout).
 * A handler's ``RequestRefused`` becomes its code and remark; any other exception SYSTEM_ERROR
   with the exception's text and a log line. The connection lives on.
-* Limits (``RemotingLimits``): frame size (a larger length field closes the connection),
-  requests in progress per connection (more are answered SYSTEM_BUSY ``[OVERLOAD]``), bytes
-  of requests in progress per connection (past it the connection is not read until some end),
+* Limits (``RemotingLimits``): frame size (a larger length field closes the connection; an
+  answer that would be larger is replaced by SYSTEM_ERROR), requests in progress per
+  connection (more are answered SYSTEM_BUSY ``[OVERLOAD]``), bytes of requests in progress per
+  connection (past it the connection is not read until some end), bytes of answers queued for
+  a connection's socket (past it the connection is not read, and finished requests wait to
+  queue their answers, until the client takes some; a read's answer that would make as many
+  bytes again wait is answered SYSTEM_BUSY instead, see ``Connection.answer``),
   server-initiated requests awaiting an answer per connection, connections (more are closed
   at accept), and idle time (a connection with no frame for that long is closed, as the
   RocketMQ broker does after 120 s; clients heartbeat every 30 s).
+  Waiting for one connection's client never holds up another connection.
 * A malformed frame (bad length, header that does not decode) closes its connection with one
-  warning line; nothing else is affected.
+  warning line (rate-limited); nothing else is affected.
+* Logged, rate-limited (``request_log``): a refused request (``_REFUSED``; for a request that
+  stores, any answer but a stored status) with its code, and a request answered more than
+  ``slow_request_ms`` after its frame was read (a pull's parked time not counted).
 
 Thread safety: everything runs on the event loop of ``start``.
 """
@@ -41,6 +49,7 @@ from enum import IntEnum
 from typing import Any
 
 from rocketstore.broker.metrics import BrokerMetrics
+from rocketstore.broker.rate_limited_log import RateLimitedLog
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import (
     FLAG_ONEWAY,
@@ -51,6 +60,7 @@ from rocketstore.broker.remoting.command import (
     frame_length,
 )
 from rocketstore.broker.remoting.refusal import RequestRefused
+from rocketstore.broker.request_log import DEFAULT_SLOW_REQUEST_MS, RequestLog
 from rocketstore.errors import CorruptDataError
 
 __all__ = ["Connection", "Handler", "RemotingLimits", "RemotingServer"]
@@ -62,6 +72,43 @@ Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | 
 # write buffer above which a writer waits for the socket (asyncio's default high-water mark)
 _WRITE_HIGH_WATER = 64 * 1024
 _MAX_OPAQUE = 0x7FFFFFFF
+# answers that refuse whatever was asked (an ACL refusal is SYSTEM_ERROR, as RocketMQ's)
+_REFUSED = frozenset(
+    (
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+        ResponseCode.MESSAGE_ILLEGAL,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.VERSION_NOT_SUPPORTED,
+        ResponseCode.NO_PERMISSION,
+    )
+)
+# requests that store a message: any answer but these refused it
+_STORES = frozenset(
+    (
+        RequestCode.SEND_MESSAGE,
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.SEND_BATCH_MESSAGE,
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        RequestCode.END_TRANSACTION,
+    )
+)
+_STORED = frozenset(
+    (
+        ResponseCode.SUCCESS,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    )
+)
+
+
+def _label(codes: type[IntEnum], code: int) -> str:
+    """A log line's label of a code: ``NAME (number)``, or OTHER for a code RocketMQ does not
+    define (so a client cannot make the kinds of rate-limited lines grow without bound)."""
+    name = _code_name(codes, code)
+    return name if name == "OTHER" else f"{name} ({code})"
 
 
 def _code_name(codes: type[IntEnum], code: int) -> str:
@@ -80,10 +127,17 @@ class RemotingLimits:
     max_requests_per_connection: int = 1024
     # bytes of those requests' frames: past it the connection is not read until some finish
     max_request_bytes_per_connection: int = 4 * MAX_FRAME_SIZE
+    # bytes of answers (and server requests) queued for one connection's socket and not yet
+    # taken by it (Redis' client-output-buffer-limit): past it the connection is not read, and
+    # finished requests wait to queue their answers, until it drains below; answers with a
+    # body that would make as many bytes again wait are answered SYSTEM_BUSY instead
+    max_answer_bytes_per_connection: int = MAX_FRAME_SIZE
     # requests this server sent on one connection and still waits an answer for
     max_server_requests_per_connection: int = 256
     max_connections: int = 1024
     idle_timeout_s: float = 120.0
+    # a request answered later than this is logged (0: none are)
+    slow_request_ms: int = DEFAULT_SLOW_REQUEST_MS
 
 
 class ConnectionClosedError(ConnectionError):
@@ -106,9 +160,12 @@ class Connection:
     last_read: float = 0.0
     requests_in_progress: int = 0
     bytes_in_progress: int = 0
+    # answers finished and waiting for room in the output (see ``queued_bytes``)
+    waiting_answer_bytes: int = 0
     _room: asyncio.Event = field(default_factory=asyncio.Event)
     _pending: dict[int, asyncio.Future[RemotingCommand]] = field(default_factory=dict)
     _out: list[bytes | bytearray | memoryview] = field(default_factory=list)
+    _out_bytes: int = 0
     _flush_scheduled: bool = False
     _drain_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     peer: str = field(init=False)
@@ -121,36 +178,121 @@ class Connection:
         self.peer = f"{host}:{self.peer_port}"
         self._loop = asyncio.get_running_loop()
         self._transport = self.writer.transport
+        limit = self.server.limits.max_answer_bytes_per_connection
+        if limit < _WRITE_HIGH_WATER:
+            # the transport must pause (and ``drain`` wait) before the output passes the limit
+            self._transport.set_write_buffer_limits(high=limit)
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes queued for this connection's socket and not yet taken by it: this turn's
+        output and the transport's buffer."""
+        return self._out_bytes + self._transport.get_write_buffer_size()
 
     async def send(self, cmd: RemotingCommand) -> None:
-        """Write one command (a response, or a request without waiting for its answer). The
-        commands sent in one turn of the loop go out in one write (a group commit answers many
-        sends of a connection at once)."""
-        if self._queue(cmd):
-            await self._drain()
+        """Write one command (a server request, or a small answer of the reader's own) without
+        waiting for the client to read it, so a client that does not read never holds up the
+        caller (a notice to every member of a group). While the output is past
+        ``max_answer_bytes_per_connection`` a server request is dropped instead: a notice or a
+        transaction check is sent again later in any case."""
+        if self.queued_bytes > self.server.limits.max_answer_bytes_per_connection and not cmd.is_response:
+            log.debug(
+                "%s: dropped request %d to %s: its output is full", self.server.name, cmd.code, self.peer
+            )
+            return
+        parts = encode_command(cmd)
+        self._queue(parts, sum(map(len, parts)))
 
-    def _queue(self, cmd: RemotingCommand) -> bool:
-        """Queue ``cmd`` for this turn's write; True when the socket's buffer is full and the
-        writer must wait for it (``_drain``) before going on."""
+    async def answer(self, cmd: RemotingCommand) -> None:
+        """Write the answer to one of this connection's requests once the output has room
+        (``max_answer_bytes_per_connection``). The commands queued in one turn of the loop go
+        out in one write (a group commit answers many sends of a connection at once).
+
+        An answer over the frame size is replaced by SYSTEM_ERROR saying so. While the output
+        is full, answers wait; an answer with a body (a read: a pull, a query, a list) that
+        would take the bytes waiting past the limit too is replaced by SYSTEM_BUSY (the client
+        asks again later), so what waits stays bounded. An answer without a body (a send's, a
+        commit's) always waits: it is small, and never turned into an error for a write made."""
+        limits = self.server.limits
+        parts = encode_command(cmd)
+        size = sum(map(len, parts))
+        if size - 4 > limits.max_frame_size:
+            self.server.client_log.warning(
+                "answer too large",
+                "%s: the answer to %s is %d bytes, over the frame limit: answered SYSTEM_ERROR",
+                self.server.name,
+                self.peer,
+                size,
+            )
+            parts, size = self._replace(
+                cmd,
+                ResponseCode.SYSTEM_ERROR,
+                f"the answer is {size} bytes, over the {limits.max_frame_size}-byte frame limit",
+            )
+        limit = limits.max_answer_bytes_per_connection
+        if self.queued_bytes > limit:
+            if len(cmd.body) and self.waiting_answer_bytes + size > limit:
+                self.server.client_log.warning(
+                    "answers not read",
+                    "%s: %s does not read its answers (%d bytes queued, %d waiting): answered SYSTEM_BUSY",
+                    self.server.name,
+                    self.peer,
+                    self.queued_bytes,
+                    self.waiting_answer_bytes,
+                )
+                parts, size = self._replace(
+                    cmd,
+                    ResponseCode.SYSTEM_BUSY,
+                    f"[OVERLOAD] {self.queued_bytes + self.waiting_answer_bytes} bytes of answers wait for "
+                    "this connection's client to read them",
+                )
+            self.waiting_answer_bytes += size
+            try:
+                await self.room_to_write()
+            finally:
+                self.waiting_answer_bytes -= size
+        self._queue(parts, size)
+
+    @staticmethod
+    def _replace(
+        cmd: RemotingCommand, code: int, remark: str
+    ) -> tuple[list[bytes | bytearray | memoryview], int]:
+        parts = encode_command(
+            RemotingCommand(
+                code=code, opaque=cmd.opaque, flag=cmd.flag, remark=remark, serialize_type=cmd.serialize_type
+            )
+        )
+        return parts, sum(map(len, parts))
+
+    async def room_to_write(self) -> None:
+        """Return once the output is within ``max_answer_bytes_per_connection`` (or the
+        connection closed)."""
+        limit = self.server.limits.max_answer_bytes_per_connection
+        while not self.closed and self.queued_bytes > limit:
+            # handed to the transport, the output past its high-water mark pauses it, and drain
+            # waits until the client has taken most of it
+            self._flush()
+            try:
+                async with self._drain_lock:
+                    await self.writer.drain()
+            except (ConnectionError, RuntimeError) as exc:
+                log.debug("write to %s failed: %s", self.peer, exc)
+                self.close()
+
+    def _queue(self, parts: list[bytes | bytearray | memoryview], size: int) -> None:
+        """Queue a frame's ``parts`` for this turn's write."""
         if self.closed:
-            return False
-        self._out.extend(encode_command(cmd))
+            return
+        self._out.extend(parts)
+        self._out_bytes += size
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
-        return self._transport.get_write_buffer_size() > _WRITE_HIGH_WATER
-
-    async def _drain(self) -> None:
-        try:
-            async with self._drain_lock:
-                await self.writer.drain()
-        except (ConnectionError, RuntimeError) as exc:
-            log.debug("write to %s failed: %s", self.peer, exc)
-            self.close()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         out, self._out = self._out, []
+        self._out_bytes = 0
         if self.closed or not out:
             return
         try:
@@ -169,13 +311,17 @@ class Connection:
     async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send a request of the server's own and wait for the client's answer. Raises
         TimeoutError, ConnectionClosedError, or RequestRefused(SYSTEM_BUSY) when this
-        connection already has the most server requests pending."""
+        connection already has the most server requests pending or its output is full."""
         if self.closed:
             raise ConnectionClosedError(f"connection {self.peer} is closed")
         limit = self.server.limits.max_server_requests_per_connection
         if len(self._pending) >= limit:
             raise RequestRefused(
                 ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {limit} requests to {self.peer} await an answer"
+            )
+        if self.queued_bytes > self.server.limits.max_answer_bytes_per_connection:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {self.peer} does not read what it is sent"
             )
         cmd.flag &= ~FLAG_ONEWAY
         opaque = cmd.opaque = self.server.next_opaque()
@@ -199,7 +345,12 @@ class Connection:
             return
         self.closed = True
         with contextlib.suppress(Exception):
-            self.writer.close()
+            if self.queued_bytes > self.server.limits.max_answer_bytes_per_connection:
+                # a client that does not read would keep a closing transport (and its buffer)
+                # waiting for ever to flush: drop what it did not take
+                self._transport.abort()
+            else:
+                self.writer.close()
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(ConnectionClosedError(f"connection {self.peer} closed"))
@@ -231,6 +382,10 @@ class RemotingServer:
         self._counted: dict[tuple[int, int], Any] = {}
         self.limits = limits
         self.name = name
+        # what clients cause (malformed frames, unread answers, refused connections): one line
+        # per kind and interval, however many clients do it
+        self.client_log = RateLimitedLog(log)
+        self.requests = RequestLog(log, name, limits.slow_request_ms)
         self.connections: set[Connection] = set()
         self.port: int | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -283,15 +438,20 @@ class RemotingServer:
         while True:
             await asyncio.sleep(min(10.0, max(0.05, idle / 4)))
             now = time.monotonic()
+            limit = self.limits.max_answer_bytes_per_connection
             for conn in list(self.connections):
-                if now - conn.last_read > idle and conn.requests_in_progress == 0:
+                # a connection not read for so long because its client takes no answers is idle too
+                if now - conn.last_read > idle and (
+                    conn.requests_in_progress == 0 or conn.queued_bytes > limit
+                ):
                     log.info("%s: closing %s, idle for %.0f s", self.name, conn.peer, idle)
                     conn.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
         if len(self.connections) >= self.limits.max_connections:
-            log.warning(
+            self.client_log.warning(
+                "connections",
                 "%s: refused a connection from %s: %d connections is the limit",
                 self.name,
                 peer[0],
@@ -318,6 +478,7 @@ class RemotingServer:
     async def _read(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         max_frame = self.limits.max_frame_size
         max_bytes = self.limits.max_request_bytes_per_connection
+        max_answer_bytes = self.limits.max_answer_bytes_per_connection
         while not conn.closed:
             try:
                 prefix = await reader.readexactly(4)
@@ -327,42 +488,66 @@ class RemotingServer:
             except (asyncio.IncompleteReadError, ConnectionError):
                 return  # the client went away (between or inside a frame)
             except CorruptDataError as exc:
-                log.warning("%s: closing %s: malformed frame: %s", self.name, conn.peer, exc)
+                self.client_log.warning(
+                    "malformed frame", "%s: closing %s: malformed frame: %s", self.name, conn.peer, exc
+                )
                 return
             conn.last_read = time.monotonic()
             if cmd.is_response:
                 conn._answered(cmd)
                 continue
+            if conn.queued_bytes > max_answer_bytes:
+                # its client leaves its answers unread: this request waits, and no more are read
+                await conn.room_to_write()
+                if conn.closed:
+                    return
             if conn.requests_in_progress >= self.limits.max_requests_per_connection:
+                busy = cmd.response(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"[OVERLOAD] {conn.requests_in_progress} requests of this connection are in progress",
+                )
+                self._refused(conn, cmd, busy)
                 if not cmd.is_oneway:
-                    await conn.send(
-                        cmd.response(
-                            ResponseCode.SYSTEM_BUSY,
-                            f"[OVERLOAD] {conn.requests_in_progress} requests of this connection "
-                            "are in progress",
-                        )
-                    )
+                    await conn.send(busy)
                 continue
             conn.requests_in_progress += 1
             conn.bytes_in_progress += length
-            task = asyncio.get_running_loop().create_task(self._handle(conn, cmd, length))
+            task = asyncio.get_running_loop().create_task(self._handle(conn, cmd, length, conn.last_read))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             while conn.bytes_in_progress > max_bytes and not conn.closed:
                 conn._room.clear()
                 await conn._room.wait()  # read no more until requests in progress finish
 
-    async def _handle(self, conn: Connection, cmd: RemotingCommand, length: int) -> None:
+    async def _handle(self, conn: Connection, cmd: RemotingCommand, length: int, started: float) -> None:
+        """Answer ``cmd``, whose frame was read at ``started`` (time.monotonic)."""
         try:
             response = await self._answer(conn, cmd)
-            if response is not None and not cmd.flag & FLAG_ONEWAY and conn._queue(response):
-                await conn._drain()
+            if response is not None:
+                code = response.code
+                if code and (code in _REFUSED or (cmd.code in _STORES and code not in _STORED)):
+                    self._refused(conn, cmd, response)
+            elapsed = time.monotonic() - started
+            if elapsed > self.requests.slow_s:
+                self.requests.slow(
+                    elapsed,
+                    _label(RequestCode, cmd.code),
+                    "NONE" if response is None else _code_name(ResponseCode, response.code),
+                    conn.peer,
+                )
+            if response is not None and not cmd.flag & FLAG_ONEWAY:
+                await conn.answer(response)
             if self._metrics is not None:
                 self._count(cmd.code, response.code if response is not None else -1)
         finally:
             conn.requests_in_progress -= 1
             conn.bytes_in_progress -= length
             conn._room.set()
+
+    def _refused(self, conn: Connection, cmd: RemotingCommand, response: RemotingCommand) -> None:
+        self.requests.refused(
+            _label(RequestCode, cmd.code), _label(ResponseCode, response.code), conn.peer, response.remark
+        )
 
     def _count(self, request: int, response: int) -> None:
         child = self._counted.get((request, response))
