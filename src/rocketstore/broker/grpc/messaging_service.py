@@ -459,7 +459,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         topic = check_topic(caller.account, next(iter(topics)), Use.SEND)
         peer = _peer_host(context.peer())
         now = int(time.time() * 1000)
-        store_config = self.store.config
         sent: list[SentMessage] = []
         try:
             for m in msgs:
@@ -468,7 +467,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                         m,
                         peer_host=peer,
                         now_ms=now,
-                        delay_levels_ms=store_config.delay_levels_ms,
                         max_body_size=self.config.max_body_size,
                         max_delivery_ahead_ms=self.config.max_delivery_ahead_ms,
                     )
