@@ -31,45 +31,20 @@ from .test_consumer_requests import bodies, heartbeat, pull_ext
 from .test_heartbeat import on_loop
 from .test_producer import transactional, wait_for
 
-ACL = """
-[[accounts]]
-access_key = "app1"
-secret_key = "secret-1"
-topics = ["TopicA"]
-groups = ["groupA", "pgA"]
-
-[[accounts]]
-access_key = "app2"
-secret_key = "secret-2"
-topics = ["TopicB"]
-groups = ["groupB", "pgB"]
-
-[[accounts]]
-access_key = "app3"
-secret_key = "secret-3"
-topics = ["TopicA"]
-groups = ["pgB"]
-
-[[accounts]]
-access_key = "app4"
-secret_key = "secret-4"
-topics = ["TopicA"]
-groups = ["*"]
-
-[[accounts]]
-access_key = "ops"
-secret_key = "secret-ops"
-topics = []
-groups = []
-admin = true
-"""
-SECRETS = {
-    "app1": "secret-1",
-    "app2": "secret-2",
-    "app3": "secret-3",
-    "app4": "secret-4",
-    "ops": "secret-ops",
+# access key: (secret key, topics, groups, admin)
+ACCOUNTS: dict[str, tuple[str, list[str], list[str], bool]] = {
+    "app1": ("secret-1", ["TopicA"], ["groupA", "pgA"], False),
+    "app2": ("secret-2", ["TopicB"], ["groupB", "pgB"], False),
+    "app3": ("secret-3", ["TopicA"], ["pgB"], False),
+    "app4": ("secret-4", ["TopicA"], ["*"], False),
+    "ops": ("secret-ops", [], [], True),  # admin, listing nothing
 }
+ACL = "".join(
+    f'[[accounts]]\naccess_key = "{key}"\nsecret_key = "{secret}"\ntopics = {json.dumps(topics)}\n'
+    f"groups = {json.dumps(groups)}\nadmin = {str(admin).lower()}\n"
+    for key, (secret, topics, groups, admin) in ACCOUNTS.items()
+)
+SECRETS = {key: account[0] for key, account in ACCOUNTS.items()}
 DENIED = "org.apache.rocketmq.acl.common.AclException: "
 
 
