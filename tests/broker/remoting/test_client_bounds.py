@@ -5,6 +5,7 @@ refused with a clear remark and no traceback."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
@@ -20,6 +21,8 @@ from rocketstore.broker.remoting import admin, consumers, namesrv, producers
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand, encode_command
 from rocketstore.broker.remoting.producers import MAX_GROUPS_PER_CONNECTION, ProducerGroups
+from rocketstore.broker.transactions import Orphan
+from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.message import Message
 
 from .client import RawClient
@@ -28,6 +31,7 @@ from .test_acl_accounts import FakeConnection
 from .test_answer_bounds import _slow_reader
 from .test_consumer_requests import bodies, heartbeat
 from .test_heartbeat import on_loop, wait_for
+from .test_producer import transactional
 
 
 def _producer_heartbeat(client_id: str, groups: list[str]) -> bytes:
@@ -379,3 +383,27 @@ def test_unread_view_answers_of_the_broker_stay_within_its_limit(start_remoting:
         assert (
             set(codes) <= {ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY} and ResponseCode.SUCCESS in codes
         )
+
+
+def test_a_transaction_check_dropped_on_a_full_output_is_not_counted_as_sent(
+    start_remoting: StartRemoting,
+) -> None:
+    r = start_remoting(max_answer_bytes_per_connection=1024 * 1024)
+    r.store.create_topic("T", 1)
+    [put] = r.store.put_messages([Message("T", b"v" * 200_000, queue_id=0)])
+    r.store.wait_dispatched()
+    endpoint = r.broker.remoting
+    with _slow_reader(r.port) as producer:
+        assert producer.call(RequestCode.HEART_BEAT, body=_producer_heartbeat("P", ["txg"])).code == 0
+        sent = transactional(producer, "T", "U1")
+        half = r.store.look_message_by_offset(decode_offset_msg_id(sent.ext_fields["msgId"])[2])
+        assert half is not None
+        orphan = Orphan(half, "T", "U1", 0)
+        view = {"offset": str(put.physical_offset)}
+        for _ in range(100):  # answers it does not read: its output fills
+            producer.send(RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields=view))
+        conn = on_loop(r, lambda: endpoint.ctx.producers.live_connection("txg"))
+        wait_for(lambda: on_loop(r, lambda: conn.queued_bytes) > 1024 * 1024, "the output to fill")
+        assert endpoint.broker is not None
+        checked = asyncio.run_coroutine_threadsafe(endpoint.send_orphan_check(orphan), r.broker._loop)
+        assert checked.result(30) is False
