@@ -293,13 +293,16 @@ def test_a_heartbeat_handled_after_its_connection_closed_registers_nothing(
     ctx = r.broker.remoting.ctx
     server = r.broker.remoting.broker
     assert server is not None
-    for n in range(5):
-        beat = heartbeat(f"x@{n}", producers=tuple(f"p{n}_{i}" for i in range(8)))
-        cmd = RemotingCommand(code=RequestCode.HEART_BEAT, opaque=n + 1, body=beat)
+
+    def then_close(cmd: RemotingCommand) -> None:
         with socket.create_connection(("127.0.0.1", r.port)) as s:
             s.sendall(b"".join(bytes(p) for p in encode_command(cmd)))
             s.shutdown(socket.SHUT_WR)
             s.recv(1)  # the server closed it
+
+    for n in range(5):
+        beat = heartbeat(f"x@{n}", producers=tuple(f"p{n}_{i}" for i in range(8)))
+        then_close(RemotingCommand(code=RequestCode.HEART_BEAT, opaque=n + 1, body=beat))
     wait_for(lambda: on_loop(r, lambda: len(server.connections)) == 0, "the connections to close")
     time.sleep(0.2)  # the heartbeats' handlers have run
     registry = consumers.consumer_groups(ctx)

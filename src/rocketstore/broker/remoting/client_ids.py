@@ -48,10 +48,11 @@ class ClientIds:
         self, client_id: str, conn: Connection, access_key: str | None, now: float | None = None
     ) -> None:
         """Bind ``client_id`` to ``conn`` and ``access_key`` (None: no ACL), or confirm it is;
-        RequestRefused when another live connection or another account holds it. A closed
-        ``conn`` (a request handled after its connection closed) binds nothing."""
+        RequestRefused when another live connection or another account holds it, or ``conn``
+        is closed (a request handled after its connection closed binds nothing, nor acts in the
+        id's name)."""
         if conn.closed:
-            return
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the connection of client id {client_id} closed")
         holder = self._holders.get(client_id)
         if holder is not None and holder.connection is conn:
             if holder.access_key != access_key:

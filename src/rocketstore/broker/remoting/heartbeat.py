@@ -92,9 +92,7 @@ class HeartbeatProcessor:
         client_id = data.get("clientID")
         if not isinstance(client_id, str) or not client_id:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "HeartbeatData has no clientID")
-        self.ctx.claim_client_id(client_id, cmd, conn)
-        if conn.closed:
-            return cmd.response()  # an answer nobody takes: nothing is kept for it
+        self.ctx.claim_client_id(client_id, cmd, conn)  # (refused for a closed connection)
         if conn.attributes.get("client_id") != client_id:
             log.info("client %s (%s %d) on %s", client_id, cmd.language, cmd.version, conn.peer)
         conn.attributes.update(client_id=client_id, language=cmd.language, version=cmd.version)
