@@ -161,12 +161,10 @@ def _answer(
                 answer = response(status=status(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
             code = answer.status.code
             if code not in _NOT_REFUSED and not logged:
-                self._requests.refused(
-                    handler.__name__, Code.Name(code), context.peer(), answer.status.message
-                )
+                self._requests.refused(handler.__name__, code, context.peer(), answer.status.message)
             elapsed = time.monotonic() - started
             if elapsed > self._requests.slow_s:
-                self._requests.slow(elapsed, handler.__name__, Code.Name(code), context.peer())
+                self._requests.slow(elapsed, handler.__name__, code, context.peer())
             return answer
 
         return run
@@ -236,7 +234,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         )
         self._streams = 0
         self._round_robin: dict[str, int] = {}
-        self._requests = RequestLog(log, "grpc", config.slow_request_ms)
+        self._requests = RequestLog(log, "grpc", config.slow_request_ms, code_label=Code.Name)
 
     # --- shared steps --------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
