@@ -198,6 +198,42 @@ def test_cancel(tmp_path: Path) -> None:
         assert [m.body for m in read_all(store, "T")] == [b"keep"]
 
 
+def test_a_cancel_names_only_a_timer_of_its_own_topic(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        due = T0 + 10_000
+        store.put_message(Message("Victim", b"v", queue_id=0, deliver_at=due, uniq_key="V" * 32))
+        # whoever may write only to "Attacker" names Victim's timer: refused, naming the property
+        forged = Message(
+            "Attacker",
+            b"0",
+            properties={"TIMER_DEL_UNIQKEY": "Victim+" + "V" * 32},
+            uniq_key="X" * 32,
+            deliver_at=due,
+        )
+        with pytest.raises(InvalidMessageError, match="TIMER_DEL_UNIQKEY"):
+            store.put_message(forged)
+        # such a record already in the timer topic (written before the put refused it) is ignored,
+        # in the wheel and when found due at enqueue alike
+        for out_ms in (due - 1000, T0 - 1000):
+            record = Message(
+                TIMER_TOPIC,
+                b"0",
+                queue_id=0,
+                uniq_key="X" * 32,
+                properties={
+                    "TIMER_DEL_UNIQKEY": "Victim+" + "V" * 32,
+                    "TIMER_OUT_MS": str(out_ms),
+                    "REAL_TOPIC": "Attacker",
+                    "REAL_QID": "0",
+                },
+            )
+            assert store.put_messages([record], internal=True)[0].ok
+        settle(store, clock)
+        advance_to(store, clock, due + 100)
+        assert [x.body for x in read_all(store, "Victim")] == [b"v"]
+
+
 def test_timers_beyond_the_window_roll_and_arrive(tmp_path: Path) -> None:
     clock = ManualClock(T0)
     cfg = CFG.replace(timer_roll_window_slots=100)  # a 10 s window at 100 ms

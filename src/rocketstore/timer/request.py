@@ -85,8 +85,16 @@ class TimerRules:
             deliver_ms = now_ms + _long(props, PROPERTY_TIMER_DELAY_MS)
         else:
             deliver_ms = _long(props, PROPERTY_TIMER_DELIVER_MS)
+        cancels = props.get(PROPERTY_TIMER_DEL_UNIQKEY)
+        if cancels is not None and not cancels.startswith(f"{topic}+"):
+            # a cancel may name only a timer of its own topic: whoever may write there
+            raise InvalidMessageError(
+                f"timer message illegal: {PROPERTY_TIMER_DEL_UNIQKEY}={cancels!r} names a timer "
+                f"of another topic than {topic!r}",
+                _ILLEGAL,
+            )
         if deliver_ms <= now_ms:
-            if PROPERTY_TIMER_DEL_UNIQKEY in props:
+            if cancels is not None:
                 raise InvalidMessageError(self._illegal(), _ILLEGAL)
             return False  # due already: stored in its topic, delivered at once
         if deliver_ms - now_ms > self.max_delay_ms:

@@ -384,9 +384,7 @@ class TimerService(BackgroundService):
         run, self._due_now = self._due_now, []
         if not run:
             return True
-        deleted = {
-            m.properties.get(PROPERTY_TIMER_DEL_UNIQKEY, "") for m, _, magic in run if magic & MAGIC_DELETE
-        }
+        deleted = {key for m, _, magic in run if magic & MAGIC_DELETE and (key := _cancelled_key(m))}
         timers = [
             t
             for t in run
@@ -439,8 +437,8 @@ class TimerService(BackgroundService):
         for unit in chain:
             if unit.magic & MAGIC_DELETE and not unit.magic & MAGIC_ROLL:
                 msg = self._commitlog.message_at(unit.offset_py, unit.size_py)
-                if msg is not None:
-                    deleted.add(msg.properties.get(PROPERTY_TIMER_DEL_UNIQKEY, ""))
+                if msg is not None and (key := _cancelled_key(msg)):
+                    deleted.add(key)
         # a rolled delete unit rolls like the timer it cancels, to meet it in its final slot
         normal = [u for u in chain if not u.magic & MAGIC_DELETE or u.magic & MAGIC_ROLL]
         done_slot, done = self._slot_done
@@ -544,6 +542,14 @@ class TimerFlushService(BackgroundService):
 
     def run_once(self) -> None:
         self._timers.flush()
+
+
+def _cancelled_key(msg: MessageExt) -> str:
+    """The ``<topic>+<UNIQ_KEY>`` a delete record cancels, or "" when it names another topic's
+    timer than its own (records written before the put refused those): never honoured."""
+    props = msg.properties
+    key = props.get(PROPERTY_TIMER_DEL_UNIQKEY, "")
+    return key if key.startswith(f"{props.get(PROPERTY_REAL_TOPIC, '')}+") else ""
 
 
 def _converted(msg: MessageExt, enqueue_ms: int, now_ms: int, *, roll: bool) -> Message:
