@@ -234,6 +234,22 @@ def test_a_cancel_names_only_a_timer_of_its_own_topic(tmp_path: Path) -> None:
         assert [x.body for x in read_all(store, "Victim")] == [b"v"]
 
 
+def test_a_slot_with_a_timer_and_a_cancel_is_delivered_on_catch_up(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        due = T0 + 10_000
+        store.put_message(Message("T", b"keep", queue_id=0, deliver_at=due, uniq_key="K" * 32))
+        # a cancel of a timer that does not exist (or was delivered) lands in the same slot
+        store.put_message(cancel_message("T", "N" * 32, due))
+        settle(store, clock)
+        assert store.timer_status()["pending"] == 1  # the cancel is no timer and takes none away
+    clock.advance(600_000)  # closed long enough that the open catches up in one pass over the wheel
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        settle(store, clock)
+        assert [x.body for x in read_all(store, "T")] == [b"keep"]
+        assert store.timer_status()["pending"] == 0
+
+
 def test_timers_beyond_the_window_roll_and_arrive(tmp_path: Path) -> None:
     clock = ManualClock(T0)
     cfg = CFG.replace(timer_roll_window_slots=100)  # a 10 s window at 100 ms

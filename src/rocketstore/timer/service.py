@@ -188,7 +188,7 @@ class TimerService(BackgroundService):
             for i, (magic, write_ms, delay, offset_py, size_py) in enumerate(
                 zip(*(units[f].tolist() for f in ("magic", "write_ms", "delay", "offset_py", "size_py")))
             ):
-                self._relink(write_ms + delay, first + i * UNIT_SIZE, -1 if magic & MAGIC_DELETE else 1)
+                self._relink(write_ms + delay, first + i * UNIT_SIZE, 0 if magic & MAGIC_DELETE else 1)
                 last = (offset_py, size_py)
         now = self._clock.now_ms()
         self.write_ms = now // self._precision * self._precision
@@ -368,7 +368,7 @@ class TimerService(BackgroundService):
         pos = self.log.append(
             TimerUnit(slot.last_pos, magic, write_ms, slot_ms - write_ms, phy, size, java_hash(real_topic))
         )
-        delta = -1 if deleting else 1
+        delta = 0 if deleting else 1  # num counts timers (timerwheel.py)
         with self._counting:  # the unit counts in the wheel as the entry leaves the backlog
             self.wheel.put_slot(
                 slot_ms, pos if slot.empty else slot.first_pos, pos, slot.num + delta, slot.magic

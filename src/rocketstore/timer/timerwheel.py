@@ -7,12 +7,17 @@ big-endian::
     0   long  time      slot time in precision units (t // precision)
     8   long  firstPos  timer log offset of the slot's first unit
     16  long  lastPos   timer log offset of its last unit (the head of the backward chain)
-    24  int   num       units in the slot (+1 per enqueue, -1 per delete unit)
+    24  int   num       timers in the slot (+1 per enqueue of a timer; a delete unit adds 0)
     28  int   magic     unused, written back as read
 
 A slot counts for time *t* only when its stored time is ``t // precision``; a slot of an
 earlier lap reads as empty and needs no clearing. The file is created zero-filled (sparse)
 and must be exactly the expected length.
+
+RocketMQ counts a delete unit -1 in ``num``; here it counts 0, so a slot's ``num`` is the
+timers it holds, never negative (RocketMQ reads ``num`` only for its flow control, which
+is off by default). A slot is non-empty by its ``firstPos`` alone: one timer and one cancel
+leave RocketMQ's ``num`` at 0 with a timer still to deliver.
 
 Unlike RocketMQ, which keeps a heap copy and copies changed bytes into the mapping at each
 flush, the mapping itself is written: a process crash loses nothing written, and ``flush``
@@ -125,15 +130,16 @@ class TimerWheel:
         whole wheel, for catching up after the store was closed for a long time."""
         lo, hi = from_ms // self.precision_ms, -(-to_ms // self.precision_ms)
         times = self.slots["time"]
-        hit = (times >= lo) & (times < hi) & (self.slots["first_pos"] >= 0) & (self.slots["num"] != 0)
+        hit = (times >= lo) & (times < hi) & (self.slots["first_pos"] >= 0)
         return [int(t) * self.precision_ms for t in np.sort(times[hit])]
 
     def pending(self, from_ms: int) -> int:
-        """Units in the slots of time ``from_ms`` or later (delete units count -1)."""
+        """Timers in the slots of time ``from_ms`` or later (a slot written by RocketMQ, whose
+        delete units count -1, counts at least 0)."""
         if self._mm is None:
             return 0
         valid = (self.slots["time"] >= from_ms // self.precision_ms) & (self.slots["first_pos"] >= 0)
-        return int(self.slots["num"][valid].astype(np.int64).sum())
+        return int(np.maximum(self.slots["num"][valid].astype(np.int64), 0).sum())
 
     def clear_pointing_past(self, end: int) -> int:
         """Empty every slot whose chain starts at or past timer log offset ``end`` (its units are
