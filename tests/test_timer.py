@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from rocketstore import (
+    BrokerRole,
     GetStatus,
     InvalidMessageError,
     ManualClock,
@@ -248,6 +250,47 @@ def test_a_slot_with_a_timer_and_a_cancel_is_delivered_on_catch_up(tmp_path: Pat
         settle(store, clock)
         assert [x.body for x in read_all(store, "T")] == [b"keep"]
         assert store.timer_status()["pending"] == 0
+
+
+def test_a_timer_enqueued_but_never_checkpointed_survives_a_crash(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        store.put_message(Message("T", b"a", queue_id=0, deliver_at=T0 + 5_000))
+        settle(store, clock)
+        assert store.timer_status()["in_wheel"] == 1
+        shutil.copytree(tmp_path / "s", tmp_path / "crash")  # what kill -9 leaves (the page cache)
+    (tmp_path / "crash/config/timercheck").unlink(missing_ok=True)  # before the first flush
+    clock.advance(10_000)
+    with MessageStore.open(tmp_path / "crash", CFG, clock=clock) as store:
+        settle(store, clock)
+        assert [x.body for x in read_all(store, "T")] == [b"a"]
+
+
+def test_without_timer_files_delivered_timers_are_not_delivered_again(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    s = tmp_path / "s"
+    with MessageStore.open(s, CFG, clock=clock) as store:
+        store.put_message(Message("T", b"a", queue_id=0, deliver_at=T0 + 5_000))
+        store.put_message(Message("T", b"b", queue_id=0, deliver_at=T0 + 50_000))
+        advance_to(store, clock, T0 + 6_000)
+        assert [x.body for x in read_all(store, "T")] == [b"a"]
+    # a slave's copy (commitlog and queues from its master, no timer files), promoted
+    shutil.rmtree(s / "timerlog")
+    (s / "timerwheel").unlink()
+    (s / "config/timercheck").unlink()
+    clock.advance(1000)
+    with MessageStore.open(s, CFG, clock=clock) as store:
+        settle(store, clock)
+        assert [x.body for x in read_all(store, "T")] == [b"a"]
+        advance_to(store, clock, T0 + 51_000)
+        assert [x.body for x in read_all(store, "T")] == [b"a", b"b"]
+
+
+def test_a_slave_makes_no_timer_files(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", CFG.replace(broker_role=BrokerRole.SLAVE)):
+        pass
+    assert not (tmp_path / "s/timerwheel").exists() and not (tmp_path / "s/timerlog").exists()
+    assert not (tmp_path / "s/config/timercheck").exists()
 
 
 def test_timers_beyond_the_window_roll_and_arrive(tmp_path: Path) -> None:

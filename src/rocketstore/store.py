@@ -179,6 +179,7 @@ class MessageStore:
             self._deliver_timers,
             config,
             clock,
+            find_copy=self.query_by_uniq_key,
             readonly=readonly,
             on_failure=self._service_failed,
         )
@@ -304,8 +305,11 @@ class MessageStore:
         # crash can be recognised (see schedule.py).
         scheduler = self._scheduler
         scheduler.skip_delivered_before_crash()
-        self._timers.recover()  # whoever opens the store for writing: `recover` knows the timer files
         delivering = self._delayed_delivery and not self._is_slave
+        # A slave's timer files would hold no progress (its master delivers): none are made. A
+        # tool that does not deliver (`recover`) mends the files that exist and makes none.
+        if delivering or (not self._is_slave and self._timers.files_exist()):
+            self._timers.recover()
         self._cleaner = cleaner = CleanService(
             self._commitlog,
             self._queues,

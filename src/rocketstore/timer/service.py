@@ -82,6 +82,7 @@ __all__ = ["TimerFlushService", "TimerService", "timer_paths"]
 log = logging.getLogger(__name__)
 
 Put = Callable[[Sequence[Message]], list[PutMessageResult]]
+FindCopy = Callable[[str, str], "MessageExt | None"]  # (topic, UNIQ_KEY) -> the newest such message
 _READ_AHEAD = 256  # queue entries read per step of the enqueue
 _ENQUEUE_PER_ROUND = 20_000  # entries enqueued per round at most: the dequeue is never starved
 _PUT_CHUNK = 256  # timers of a slot put per call
@@ -118,6 +119,7 @@ class TimerService(BackgroundService):
         config: StoreConfig,
         clock: Clock,
         *,
+        find_copy: FindCopy | None = None,
         readonly: bool = False,
         on_failure: FailureHandler | None = None,
     ) -> None:
@@ -127,12 +129,15 @@ class TimerService(BackgroundService):
         self._commitlog = commitlog
         self._queues = queues
         self._put = put
+        self._find_copy = find_copy
+        self._unsure_before_ms = 0  # timers due before this may have been delivered (no timercheck)
         self._clock = clock
         self._readonly = readonly
         self._precision = config.timer_precision_ms
         self._window_ms = config.timer_roll_window_slots * config.timer_precision_ms
         self._dir_mode = config.dir_mode
         self._wheel_path = wheel_path
+        self._log_dir = log_dir
         self._file_mode = config.file_mode
         self.wheel: TimerWheel | None = None
         self.log = TimerLog(
@@ -161,6 +166,9 @@ class TimerService(BackgroundService):
         if self._readonly and store_file_exists(self._wheel_path):
             self.wheel = TimerWheel(self._wheel_path, self._precision, readonly=True)
 
+    def files_exist(self) -> bool:
+        return store_file_exists(self._wheel_path) or self._log_dir.is_dir()
+
     def recover(self) -> None:
         """Open the wheel and the timer log and make them whole again (see the module doc). The
         store's queues must be complete (dispatch caught up) when this runs."""
@@ -184,21 +192,31 @@ class TimerService(BackgroundService):
         if cleared:
             log.warning("timer wheel: %d slot(s) pointed past the timer log's end; relinked", cleared)
         last: tuple[int, int] | None = None
+        earliest = _LONG_MAX
         for first, units in found:
             for i, (magic, write_ms, delay, offset_py, size_py) in enumerate(
                 zip(*(units[f].tolist() for f in ("magic", "write_ms", "delay", "offset_py", "size_py")))
             ):
                 self._relink(write_ms + delay, first + i * UNIT_SIZE, 0 if magic & MAGIC_DELETE else 1)
+                earliest = min(earliest, write_ms + delay)
                 last = (offset_py, size_py)
         now = self._clock.now_ms()
         self.write_ms = now // self._precision * self._precision
-        self.read_ms = progress.last_read_time_ms or self.write_ms
+        cq = self._queues.get(TIMER_TOPIC, 0)
+        if not store_file_exists(self.checkpoint.path) and cq is not None and cq.max_offset > cq.min_offset:
+            # timers but no progress (files lost, or a slave's copy now written to): what was due
+            # may have been delivered, by this store or its master; its copy then exists
+            self._unsure_before_ms = self.write_ms
+            log.warning(
+                "timer topic has entries but no timercheck: timers due before now are delivered "
+                "only when their real topic has no delivered copy of them"
+            )
+        self.read_ms = progress.last_read_time_ms or min(self.write_ms, earliest)
         after = self._queue_offset_after(last)
         # units cut for damage: their timers are enqueued again (a timer found due without a
         # unit in between may come twice); else the later of the two marks
         cut = dropped and after
         self.queue_offset = after if cut else max(progress.last_timer_queue_offset, after)
-        cq = self._queues.get(TIMER_TOPIC, 0)
         if cq is not None:
             self.queue_offset = min(max(self.queue_offset, cq.min_offset), cq.max_offset)
 
@@ -507,6 +525,8 @@ class TimerService(BackgroundService):
         now = self._clock.now_ms()
         msgs: list[Message] = []
         for msg, enqueue_ms, magic in timers:
+            if self._unsure_before_ms and not magic & MAGIC_ROLL and self._delivered_before(msg):
+                continue
             try:
                 msgs.append(_converted(msg, enqueue_ms, now, roll=bool(magic & MAGIC_ROLL)))
             except CorruptDataError as exc:
@@ -526,6 +546,25 @@ class TimerService(BackgroundService):
         if refused:
             log.warning("timer delivery refused (%s); retrying", refused[0].status)
             return False
+        return True
+
+
+    def _delivered_before(self, msg: MessageExt) -> bool:
+        """Whether a timer due before ``_unsure_before_ms`` already has its delivered copy."""
+        props = msg.properties
+        try:
+            out_ms = int(props.get(PROPERTY_TIMER_OUT_MS, ""))
+        except ValueError:
+            return False
+        topic, uniq = props.get(PROPERTY_REAL_TOPIC), props.get(PROPERTY_UNIQ_KEY)
+        if out_ms >= self._unsure_before_ms or not topic or not uniq or self._find_copy is None:
+            return False
+        copy = self._find_copy(topic, uniq)
+        if copy is None or copy.physical_offset < msg.physical_offset:
+            return False
+        if copy.properties.get(PROPERTY_TIMER_OUT_MS) != str(out_ms):
+            return False
+        log.info("timer %s of %s was delivered before this open; not delivered again", uniq, topic)
         return True
 
 
