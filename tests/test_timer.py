@@ -293,6 +293,33 @@ def test_a_slave_makes_no_timer_files(tmp_path: Path) -> None:
     assert not (tmp_path / "s/config/timercheck").exists()
 
 
+@pytest.mark.parametrize("limit", ["properties", "record"])
+def test_a_timer_the_put_accepts_at_its_size_limit_is_delivered(tmp_path: Path, limit: str) -> None:
+    clock = ManualClock(T0)
+    cfg = CFG if limit == "properties" else CFG.replace(max_message_size=4096)
+    with MessageStore.open(tmp_path / "s", cfg, clock=clock) as store:
+
+        def put(pad: int) -> bool:  # the real topic's name is longer than the timer topic's
+            props = {"pad": "p" * pad} if limit == "properties" else {}
+            body = b"b" * (pad if limit == "record" else 1)
+            msg = Message("T" * 100, body, queue_id=0, deliver_at=T0 + 60_000, uniq_key="U" * 32, properties=props)
+            try:
+                return store.put_message(msg).ok
+            except InvalidMessageError as exc:
+                assert "delivery" in str(exc)  # the refusal says why
+                return False
+
+        lo, hi = 0, 33_000 if limit == "properties" else 4096
+        while lo < hi:  # the largest the put accepts
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if put(mid) else (lo, mid - 1)
+        assert lo > 0
+        advance_to(store, clock, T0 + 61_000)
+        got = read_all(store, "T" * 100)
+        assert store.timer_status()["pending"] == 0
+        assert any(len(m.body) == lo or len(m.properties.get("pad", "")) == lo for m in got)
+
+
 def test_timers_beyond_the_window_roll_and_arrive(tmp_path: Path) -> None:
     clock = ManualClock(T0)
     cfg = CFG.replace(timer_roll_window_slots=100)  # a 10 s window at 100 ms

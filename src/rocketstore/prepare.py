@@ -70,7 +70,7 @@ from rocketstore.message import (
     Message,
 )
 from rocketstore.results import PutStatus
-from rocketstore.timer.request import ASKING, TimerRules, deliver_at_ms
+from rocketstore.timer.request import ASKING, DELIVERY_HEADROOM, TimerRules, deliver_at_ms
 
 __all__ = [
     "MessageColumns",
@@ -685,6 +685,7 @@ class MessageEncoder:
             props[ASKING[2]] = str(deliver_at_ms(msg.deliver_at))
 
         delay_ms = 0
+        headroom = -1  # >= 0 for a timer: what its delivery adds to the record beyond its properties
         level = msg.delay_level
         if (sys_flag & SYSFLAG_TX_MASK) not in (TX_NOT, TX_COMMIT):
             pass  # a prepared half (or rollback) is never delayed: its commit is
@@ -692,6 +693,8 @@ class MessageEncoder:
             for name in ASKING:  # a delay level wins over a timer (RocketMQ 5's HookUtils)
                 props.pop(name, None)
         elif props and self._timer.rewrite(props, topic, queue_id, self._clock.now_ms()):
+            # delivered, the record names its real topic instead of the timer topic
+            headroom = max(0, len(topic_bytes) - len(TIMER_TOPIC))
             topic, queue_id = TIMER_TOPIC, 0
             topic_bytes = topic.encode()
         if level and (sys_flag & SYSFLAG_TX_MASK) in (TX_NOT, TX_COMMIT):
@@ -703,7 +706,9 @@ class MessageEncoder:
             topic_bytes = topic.encode()
             delay_ms = self._delay_levels[level - 1]
 
-        props_bytes = _properties_bytes(encode_properties(props)) if props else b""
+        props_room = DELIVERY_HEADROOM if headroom >= 0 else 0
+        props_bytes = _properties_bytes(encode_properties(props), props_room) if props else b""
+        headroom = max(0, headroom) + props_room
         if msg.born_host is None:
             born_addr, born_port = self._store_addr, self._store_port
         else:
@@ -731,7 +736,7 @@ class MessageEncoder:
             )
         except struct.error as exc:
             raise InvalidMessageError(f"a field is out of range: {exc}", _ILLEGAL) from None
-        self._check_record_length(len(record))
+        self._check_record_length(len(record) + headroom, headroom)
         return PreparedMessage(
             record,
             topic,
@@ -865,10 +870,11 @@ class MessageEncoder:
             props[PROPERTY_UNIQ_KEY] = uniq
         return props, keys_text
 
-    def _check_record_length(self, length: int) -> None:
+    def _check_record_length(self, length: int, headroom: int = 0) -> None:
         if length > self._max_record:
+            room = f" (with the {headroom} bytes its timer's delivery may add)" if headroom else ""
             raise InvalidMessageError(
-                f"record of {length} bytes exceeds the limit of {self._max_record} "
+                f"record of {length - headroom} bytes{room} exceeds the limit of {self._max_record} "
                 "(max_message_size, and a commitlog segment less 8 bytes)",
                 PutStatus.MESSAGE_SIZE_EXCEEDED,
             )
@@ -1014,15 +1020,17 @@ def _bad_keys(u8: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> tupl
     return -1, False
 
 
-def _properties_bytes(properties: str) -> bytes:
-    """The properties string as stored: UTF-8, at most 32767 bytes."""
+def _properties_bytes(properties: str, headroom: int = 0) -> bytes:
+    """The properties string as stored: UTF-8, at most 32767 bytes (less ``headroom``, the
+    bytes a timer's delivery adds)."""
     try:
         encoded = properties.encode()
     except UnicodeEncodeError as exc:
         raise InvalidMessageError(f"properties are not valid text: {exc}", _ILLEGAL) from None
-    if len(encoded) > _MAX_PROPERTIES_BYTES:
+    if len(encoded) + headroom > _MAX_PROPERTIES_BYTES:
+        room = f" and a timer's delivery adds up to {headroom}" if headroom else ""
         raise InvalidMessageError(
-            f"properties take {len(encoded)} bytes, more than {_MAX_PROPERTIES_BYTES}",
+            f"properties take {len(encoded)} bytes{room}, more than {_MAX_PROPERTIES_BYTES}",
             PutStatus.PROPERTIES_SIZE_EXCEEDED,
         )
     return encoded

@@ -23,15 +23,29 @@ from rocketstore.message import (
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TIMER_ROLL_TIMES,
     TIMER_TOPIC,
 )
 from rocketstore.results import PutStatus
 
-__all__ = ["ASKING", "TimerRules", "deliver_at_ms", "slot_time"]
+__all__ = ["ASKING", "DELIVERY_HEADROOM", "TimerRules", "deliver_at_ms", "slot_time"]
 
 ASKING: Final = (PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS)
 _ILLEGAL = PutStatus.MESSAGE_ILLEGAL
+# Bytes the delivery (or a roll) may add to a timer's properties at most: TIMER_ENQUEUE_MS and
+# TIMER_DEQUEUE_MS (longs) and TIMER_ROLL_TIMES (an int), each "name\x01value\x02". The put
+# keeps this room, so a timer it accepts is never refused at delivery.
+DELIVERY_HEADROOM: Final = sum(
+    len(name) + 2 + digits
+    for name, digits in (
+        (PROPERTY_TIMER_ENQUEUE_MS, 19),
+        (PROPERTY_TIMER_DEQUEUE_MS, 19),
+        (PROPERTY_TIMER_ROLL_TIMES, 10),
+    )
+)
 # java.lang.Long's range: RocketMQ parses these properties with Long.parseLong
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
 
