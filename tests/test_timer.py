@@ -24,6 +24,8 @@ from rocketstore import (
     Message,
     MessageExt,
     MessageStore,
+    PutMessageResult,
+    PutStatus,
     StoreConfig,
 )
 from rocketstore.timer import cancel_message
@@ -302,7 +304,9 @@ def test_a_timer_the_put_accepts_at_its_size_limit_is_delivered(tmp_path: Path, 
         def put(pad: int) -> bool:  # the real topic's name is longer than the timer topic's
             props = {"pad": "p" * pad} if limit == "properties" else {}
             body = b"b" * (pad if limit == "record" else 1)
-            msg = Message("T" * 100, body, queue_id=0, deliver_at=T0 + 60_000, uniq_key="U" * 32, properties=props)
+            msg = Message(
+                "T" * 100, body, queue_id=0, deliver_at=T0 + 60_000, uniq_key="U" * 32, properties=props
+            )
             try:
                 return store.put_message(msg).ok
             except InvalidMessageError as exc:
@@ -318,6 +322,36 @@ def test_a_timer_the_put_accepts_at_its_size_limit_is_delivered(tmp_path: Path, 
         got = read_all(store, "T" * 100)
         assert store.timer_status()["pending"] == 0
         assert any(len(m.body) == lo or len(m.properties.get("pad", "")) == lo for m in got)
+
+
+@pytest.mark.parametrize("due_when_enqueued", [False, True])
+def test_a_partly_refused_delivery_delivers_each_timer_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, due_when_enqueued: bool
+) -> None:
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        timers = store._timers  # the put it delivers with, refusing as a closing store would
+        put, refused = timers._put, []
+
+        def flaky(msgs: Any) -> Any:
+            if len(msgs) > 1:  # the batch fails: the service puts them one by one
+                raise InvalidMessageError("one of them is bad", PutStatus.MESSAGE_ILLEGAL)
+            if msgs[0].body == b"2" and not refused:
+                refused.append(msgs[0])
+                return [PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE)]
+            return put(msgs)
+
+        monkeypatch.setattr(timers, "_put", flaky)
+        for body in (b"1", b"2", b"3"):
+            if due_when_enqueued:  # a record whose slot passed before the service read it
+                props = {"TIMER_OUT_MS": str(T0 - 1000), "REAL_TOPIC": "T", "REAL_QID": "0"}
+                msg = Message(TIMER_TOPIC, body, queue_id=0, properties=props)
+                assert store.put_messages([msg], internal=True)[0].ok
+            else:
+                store.put_message(Message("T", body, queue_id=0, deliver_at=T0 + 5_000))
+        advance_to(store, clock, T0 + 6_000)
+        assert wait_until(lambda: len(read_all(store, "T")) >= 3)
+        assert refused and sorted(m.body for m in read_all(store, "T")) == [b"1", b"2", b"3"]
 
 
 def test_timers_beyond_the_window_roll_and_arrive(tmp_path: Path) -> None:

@@ -25,7 +25,9 @@ read resumes at the checkpoint's read time, and slots missed while the store was
 read at once, however long that was (one pass over the wheel finds them). Timers delivered after
 the last checkpoint are delivered again: a duplicate, never a loss.
 
-Memory: no per-timer state; a slot's units are read when it is due (a bounded chunk at a time).
+Memory: no per-timer state for pending timers. While a due slot is delivered, its chain is held
+as its units' timer log offsets (8 bytes a unit: 8 MB for a slot of a million timers) and the
+units and their records are read 256 at a time; the cancels of the slot are kept as a set of keys.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from rocketstore.message import (
     Message,
     MessageExt,
 )
-from rocketstore.results import PutMessageResult
+from rocketstore.results import PutMessageResult, PutStatus
 from rocketstore.service import BackgroundService, FailureHandler
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import StoreLayout, parse_queue_id, store_file_exists
@@ -149,8 +151,7 @@ class TimerService(BackgroundService):
         self.read_ms = 0  # the first slot not yet fully delivered
         self.write_ms = 0
         self._slot_done = (-1, 0)  # (slot, timers of it delivered) of a slot a refusal interrupted
-        self._due_now: list[tuple[MessageExt, int, int]] = []  # a run of timers due when enqueued
-        self._due_from = 0  # the queue offset of its first
+        self._due_now: list[tuple[MessageExt, int, int, int]] = []  # a run of timers due when enqueued
         self._reclaimed_at = 0
         self._counting = threading.Lock()  # status() sees an entry in the wheel or the backlog, once
         self.log_bytes_cut = 0  # by the last recovery
@@ -333,14 +334,12 @@ class TimerService(BackgroundService):
         offset = max(self.queue_offset, cq.min_offset)
         budget = _ENQUEUE_PER_ROUND
         self._due_now = []
-        self._due_from = offset
         while offset < cq.max_offset and budget > 0:
             entries = cq.entries(offset, _READ_AHEAD)
             if entries is None:  # a segment reclaimed under us: go on after it
                 if not self._deliver_due_now():
                     return
                 offset = max(cq.next_segment_offset(offset), cq.min_offset)
-                self._due_from = offset
                 continue
             phys, sizes = entries["offset"].astype(np.int64), entries["size"].astype(np.int64)
             for phy, size, msg in zip(phys.tolist(), sizes.tolist(), self._records_at(phys, sizes)):
@@ -368,9 +367,7 @@ class TimerService(BackgroundService):
         deleting = PROPERTY_TIMER_DEL_UNIQKEY in props
         write_ms = self.write_ms
         if out_ms < write_ms:  # its slot has passed: due now, delivered with the run it is in
-            if not self._due_now:
-                self._due_from = offset
-            self._due_now.append((msg, _LONG_MAX, MAGIC_DELETE if deleting else MAGIC_DEFAULT))
+            self._due_now.append((msg, _LONG_MAX, MAGIC_DELETE if deleting else MAGIC_DEFAULT, offset))
             return True
         if not self._deliver_due_now():
             return False
@@ -398,19 +395,20 @@ class TimerService(BackgroundService):
 
     def _deliver_due_now(self) -> bool:
         """Deliver the run of timers found due at enqueue, less those a delete among them cancels;
-        False (``queue_offset`` at the run's start) when the store refused them."""
+        False (``queue_offset`` at the first the store refused) when it refused one."""
         run, self._due_now = self._due_now, []
         if not run:
             return True
-        deleted = {key for m, _, magic in run if magic & MAGIC_DELETE and (key := _cancelled_key(m))}
+        deleted = {key for m, _, magic, _ in run if magic & MAGIC_DELETE and (key := _cancelled_key(m))}
         timers = [
             t
             for t in run
             if not t[2] & MAGIC_DELETE
             and f"{t[0].properties.get(PROPERTY_REAL_TOPIC, '')}+{t[0].uniq_key or ''}" not in deleted
         ]
-        if timers and not self._deliver(timers):
-            self.queue_offset = self._due_from
+        if timers and (stored := self._deliver([t[:3] for t in timers])) < len(timers):
+            # read again from the first not stored (and the cancels of the run, to apply again)
+            self.queue_offset = min([timers[stored][3], *(t[3] for t in run if t[2] & MAGIC_DELETE)])
             return False
         return True
 
@@ -436,8 +434,59 @@ class TimerService(BackgroundService):
         slot = self.wheel.slot(slot_ms)
         if slot.empty:
             return True
-        chain: list[TimerUnit] = []
-        pos = slot.last_pos
+        chain = self._chain(slot_ms, slot.last_pos)
+        deleted: set[str] = set()
+        for i in range(0, len(chain), _PUT_CHUNK):
+            for unit in self._units(chain[i : i + _PUT_CHUNK]):
+                if unit.magic & MAGIC_DELETE and not unit.magic & MAGIC_ROLL:
+                    msg = self._commitlog.message_at(unit.offset_py, unit.size_py)
+                    if msg is not None and (key := _cancelled_key(msg)):
+                        deleted.add(key)
+        done_slot, done = self._slot_done
+        start = done if done_slot == slot_ms else 0
+        now = self._clock.now_ms()
+        for i in range(start, len(chain), _PUT_CHUNK):
+            batch: list[tuple[MessageExt, int, int]] = []
+            at: list[int] = []  # the chain index of each of batch
+            leaving: list[tuple[int, str]] = []  # (chain index, real topic) of each timer
+            units = self._units(chain[i : i + _PUT_CHUNK])
+            # a rolled delete unit rolls like the timer it cancels, to meet it in its final slot
+            normal = [
+                (i + j, u) for j, u in enumerate(units) if not u.magic & MAGIC_DELETE or u.magic & MAGIC_ROLL
+            ]
+            for (k, unit), msg in zip(normal, self._records([u for _, u in normal])):
+                if msg is None:
+                    log.warning(
+                        "timer at %d (slot %d): its record was reclaimed; not delivered",
+                        unit.offset_py,
+                        slot_ms,
+                    )
+                    if not unit.magic & MAGIC_DELETE:
+                        leaving.append((k, ""))
+                    continue
+                props = msg.properties
+                real_topic = props.get(PROPERTY_REAL_TOPIC, "")
+                if not unit.magic & MAGIC_DELETE:
+                    leaving.append((k, real_topic))
+                    if deleted and f"{real_topic}+{props.get(PROPERTY_UNIQ_KEY, '')}" in deleted:
+                        log.info("timer %s of %s was cancelled", props.get(PROPERTY_UNIQ_KEY), real_topic)
+                        continue
+                batch.append((msg, unit.write_ms, unit.magic))
+                at.append(k)
+            stored = self._deliver(batch) if batch else 0
+            stop = at[stored] if stored < len(batch) else i + len(units)
+            self._left_wheel([topic for k, topic in leaving if k < stop], now)
+            if stop < i + len(units):
+                self._slot_done = (slot_ms, stop)
+                return False
+        self._slot_done = (-1, 0)
+        return True
+
+    def _chain(self, slot_ms: int, last_pos: int) -> npt.NDArray[np.int64]:
+        """The timer log offsets of a slot's units, in enqueue order: 8 bytes a unit."""
+        chain = np.empty(1024, dtype=np.int64)
+        n = 0
+        pos = last_pos
         while pos >= self.log.files.min_offset:  # below it: units whose records were reclaimed
             try:
                 unit = self.log.unit_at(pos)
@@ -448,49 +497,21 @@ class TimerService(BackgroundService):
                 break
             if unit.slot_ms != slot_ms:
                 break  # a unit of an earlier lap: the chain of this one ended
-            chain.append(unit)
+            if n == len(chain):
+                chain = np.resize(chain, 2 * n)
+            chain[n] = pos
+            n += 1
             pos = unit.prev_pos
-        chain.reverse()
-        deleted: set[str] = set()
-        for unit in chain:
-            if unit.magic & MAGIC_DELETE and not unit.magic & MAGIC_ROLL:
-                msg = self._commitlog.message_at(unit.offset_py, unit.size_py)
-                if msg is not None and (key := _cancelled_key(msg)):
-                    deleted.add(key)
-        # a rolled delete unit rolls like the timer it cancels, to meet it in its final slot
-        normal = [u for u in chain if not u.magic & MAGIC_DELETE or u.magic & MAGIC_ROLL]
-        done_slot, done = self._slot_done
-        start = done if done_slot == slot_ms else 0
-        now = self._clock.now_ms()
-        for i in range(start, len(normal), _PUT_CHUNK):
-            batch: list[tuple[MessageExt, int, int]] = []
-            leaving: list[str] = []
-            chunk = normal[i : i + _PUT_CHUNK]
-            for unit, msg in zip(chunk, self._records(chunk)):
-                if msg is None:
-                    log.warning(
-                        "timer at %d (slot %d): its record was reclaimed; not delivered",
-                        unit.offset_py,
-                        slot_ms,
-                    )
-                    continue
-                props = msg.properties
-                real_topic = props.get(PROPERTY_REAL_TOPIC, "")
-                if unit.magic & MAGIC_DELETE:
-                    batch.append((msg, unit.write_ms, unit.magic))
-                    continue
-                leaving.append(real_topic)
-                if deleted and f"{real_topic}+{props.get(PROPERTY_UNIQ_KEY, '')}" in deleted:
-                    log.info("timer %s of %s was cancelled", props.get(PROPERTY_UNIQ_KEY), real_topic)
-                    continue
-                batch.append((msg, unit.write_ms, unit.magic))
-            if batch and not self._deliver(batch):
-                self._slot_done = (slot_ms, i)
-                return False
-            for topic in leaving:
-                self.metrics.add(topic, -1, now)
-        self._slot_done = (-1, 0)
-        return True
+        out: npt.NDArray[np.int64] = chain[:n][::-1].copy()
+        return out
+
+    def _units(self, positions: npt.NDArray[np.int64]) -> list[TimerUnit]:
+        return [self.log.unit_at(pos) for pos in positions.tolist()]
+
+    def _left_wheel(self, topics: list[str], now_ms: int) -> None:
+        for topic in topics:
+            if topic:
+                self.metrics.add(topic, -1, now_ms)
 
     def _records(self, units: list[TimerUnit]) -> list[MessageExt | None]:
         """The timer records of ``units`` (None for one that is gone)."""
@@ -519,20 +540,23 @@ class TimerService(BackgroundService):
                 out.append(None)
         return out
 
-    def _deliver(self, timers: list[tuple[MessageExt, int, int]]) -> bool:
-        """Put each timer into its real queue (or back into the timer topic, a roll); False when
-        the store refused the put (nothing of it was stored)."""
+    def _deliver(self, timers: list[tuple[MessageExt, int, int]]) -> int:
+        """Put each timer into its real queue (or back into the timer topic, a roll); how many of
+        ``timers`` are done (stored, or skipped as undeliverable): all but those from the first
+        the store refused (it is closing, or its disk is full) on."""
         now = self._clock.now_ms()
         msgs: list[Message] = []
-        for msg, enqueue_ms, magic in timers:
+        at: list[int] = []  # the index in timers of each of msgs
+        for i, (msg, enqueue_ms, magic) in enumerate(timers):
             if self._unsure_before_ms and not magic & MAGIC_ROLL and self._delivered_before(msg):
                 continue
             try:
                 msgs.append(_converted(msg, enqueue_ms, now, roll=bool(magic & MAGIC_ROLL)))
+                at.append(i)
             except CorruptDataError as exc:
                 log.error("timer at %d cannot be delivered, skipped: %s", msg.physical_offset, exc)
         if not msgs:
-            return True
+            return len(timers)
         try:
             results = self._put(msgs)
         except InvalidMessageError:
@@ -542,12 +566,15 @@ class TimerService(BackgroundService):
                     results += self._put([one])
                 except InvalidMessageError as exc:
                     log.error("timer to %s cannot be delivered, skipped: %s", one.topic, exc)
-        refused = [r for r in results if not r.ok]
-        if refused:
-            log.warning("timer delivery refused (%s); retrying", refused[0].status)
-            return False
-        return True
-
+                    results.append(PutMessageResult(PutStatus.PUT_OK))  # done: never deliverable
+                    continue
+                if not results[-1].ok:
+                    break
+        for k, result in enumerate(results):
+            if not result.ok:
+                log.warning("timer delivery refused (%s); retrying", result.status)
+                return at[k]
+        return len(timers)
 
     def _delivered_before(self, msg: MessageExt) -> bool:
         """Whether a timer due before ``_unsure_before_ms`` already has its delivered copy."""
