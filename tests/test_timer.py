@@ -29,6 +29,7 @@ from rocketstore import (
     StoreConfig,
 )
 from rocketstore.timer import cancel_message
+from rocketstore.timer.request import slot_time
 
 CFG = StoreConfig(
     commitlog_segment_size=1 << 20,
@@ -466,9 +467,16 @@ def test_cli_put_deliver_at_status_print_verify_recover(
     assert run("status", str(root), "--json")[1][0]["timer_pending"] == 1
     rows = run("print", str(root), "--topic", TIMER_TOPIC, "--json")[1]
     assert len(rows) == 1 and rows[0]["real_topic"] == "Later" and rows[0]["body"] == "hello"
-    assert parse_time(rows[0]["due_time"]) == due
+    assert parse_time(rows[0]["due_time"]) == slot_time(due, StoreConfig().timer_precision_ms)  # TIMER_OUT_MS
+    # a rolled record is stored long after the put: its TIMER_DELAY_SEC says nothing of its time
+    with MessageStore.open(root, delayed_delivery=False) as store:
+        props = {"TIMER_DELAY_SEC": "60", "TIMER_OUT_MS": str(due + 7_200_000), "REAL_TOPIC": "Later"}
+        props |= {"REAL_QID": "0", "TIMER_ROLL_TIMES": "1"}
+        store.put_messages([Message(TIMER_TOPIC, b"rolled", queue_id=0, properties=props)], internal=True)
+    rows = run("print", str(root), "--topic", TIMER_TOPIC, "--json")[1]
+    assert parse_time(rows[1]["due_time"]) == due + 7_200_000
     assert run("verify", str(root), "--json")[1][0]["damage"] == []
-    assert run("recover", str(root), "--json")[1][0]["timer_pending"] == 1
+    assert run("recover", str(root), "--json")[1][0]["timer_pending"] == 2  # and the rolled one
     assert main(["put", str(root), "-t", "Later", "--deliver-at", "tomorrow-ish", "x"]) != 0
     assert "--deliver-at" in capsys.readouterr().err
 

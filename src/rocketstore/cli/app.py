@@ -467,17 +467,13 @@ def print_(
 
 
 def _with_due_time(row: dict[str, Any]) -> dict[str, Any]:
-    """A timer record's row with the time it was asked for (TIMER_DELIVER_MS, or the store time
-    plus TIMER_DELAY_SEC / TIMER_DELAY_MS, as the put reckoned) and its real topic."""
+    """A timer record's row with its due time (TIMER_OUT_MS: the start of the slot it is
+    delivered from, within one timer precision after; right for a rolled record too, whose
+    store time is not the put's) and its real topic."""
     props = row.get("properties") or {}
     try:
-        if "TIMER_DELAY_SEC" in props:
-            due: int | None = int(props["TIMER_DELAY_SEC"]) * 1000 + row["store_timestamp"]
-        elif "TIMER_DELAY_MS" in props:
-            due = int(props["TIMER_DELAY_MS"]) + row["store_timestamp"]
-        else:
-            due = int(props["TIMER_DELIVER_MS"]) if "TIMER_DELIVER_MS" in props else None
-    except ValueError:  # the put refuses such a value: only a damaged record has one
+        due = int(props["TIMER_OUT_MS"]) if "TIMER_OUT_MS" in props else None
+    except ValueError:  # the put writes a number: only a damaged record has another
         due = None
     row["due_time"] = format_time(due) if due is not None else None
     row["real_topic"] = props.get("REAL_TOPIC")
