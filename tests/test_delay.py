@@ -15,7 +15,6 @@ import pytest
 
 from rocketstore import (
     CorruptDataError,
-    GetStatus,
     ManualClock,
     Message,
     MessageExt,
@@ -25,6 +24,7 @@ from rocketstore import (
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.schedule import real_message
 from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, fixture_clock
+from tests.helpers import read_all, wait_until
 
 CFG = StoreConfig(
     commitlog_segment_size=65536,
@@ -36,26 +36,6 @@ CFG = StoreConfig(
 T0 = 1_700_000_000_000
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 REPO = Path(__file__).resolve().parent.parent
-
-
-def read_all(store: MessageStore, topic: str, queue_id: int) -> list[MessageExt]:
-    out: list[MessageExt] = []
-    offset = store.min_offset_in_queue(topic, queue_id)
-    while True:
-        res = store.get_message("g", topic, queue_id, offset, 32)
-        if res.status is not GetStatus.FOUND:
-            return out
-        out.extend(res.messages)
-        offset = res.next_begin_offset
-
-
-def wait_until(predicate: object, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def delivered(store: MessageStore, topic: str, queue_id: int) -> list[MessageExt]:

@@ -22,7 +22,6 @@ from rocketstore import (
     InvalidMessageError,
     ManualClock,
     Message,
-    MessageExt,
     MessageStore,
     PutMessageResult,
     PutStatus,
@@ -30,6 +29,7 @@ from rocketstore import (
 )
 from rocketstore.timer import cancel_message
 from rocketstore.timer.request import slot_time
+from tests.helpers import HAVE_ORACLE, ORACLE_SKIP_REASON, oracle_read, read_all, wait_until
 
 CFG = StoreConfig(
     commitlog_segment_size=1 << 20,
@@ -41,27 +41,6 @@ CFG = StoreConfig(
 T0 = 1_700_000_000_000
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 REPO = Path(__file__).resolve().parent.parent
-
-
-def read_all(store: MessageStore, topic: str, queue_id: int = 0) -> list[MessageExt]:
-    assert store.wait_dispatched(60)
-    out: list[MessageExt] = []
-    offset = store.min_offset_in_queue(topic, queue_id)
-    while True:
-        res = store.get_message("g", topic, queue_id, offset, 32)
-        if res.status is not GetStatus.FOUND:
-            return out
-        out.extend(res.messages)
-        offset = res.next_begin_offset
-
-
-def wait_until(predicate: object, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.005)
-    return False
 
 
 def settle(store: MessageStore, clock: ManualClock) -> None:
@@ -508,13 +487,7 @@ def test_verify_names_damaged_timer_files(tmp_path: Path) -> None:
         assert store.failure is None and store.put_message(Message("T", b"y", queue_id=0)).ok
 
 
-ORACLE = os.environ.get("ROCKETMQ_ORACLE", "")
-
-
-@pytest.mark.skipif(
-    not Path(ORACLE).is_file(),
-    reason="set ROCKETMQ_ORACLE to the oracle's run.sh (RocketMQ 4.9.8's store driver: docs/testing.md)",
-)
+@pytest.mark.skipif(not HAVE_ORACLE, reason=ORACLE_SKIP_REASON)
 def test_rocketmq_4_9_loads_a_store_with_pending_timers(tmp_path: Path) -> None:
     root = tmp_path / "s"
     with MessageStore.open(root, CFG) as store:
@@ -525,25 +498,9 @@ def test_rocketmq_4_9_loads_a_store_with_pending_timers(tmp_path: Path) -> None:
         assert store.put_message(Message("Now", b"plain", queue_id=0)).ok
         assert wait_until(lambda: store.timer_status()["not_enqueued"] == 0)
     assert (root / "timerwheel").exists() and (root / "config" / "timercheck").exists()
-    out = tmp_path / "oracle.txt"
-    run = subprocess.run(
-        [
-            ORACLE,
-            "read",
-            str(root),
-            "--hashSlots",
-            str(CFG.index_hash_slots),
-            "--indexNum",
-            str(CFG.index_max_entries),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        timeout=300,
+    text = oracle_read(
+        root, tmp_path / "oracle.txt", hash_slots=CFG.index_hash_slots, index_num=CFG.index_max_entries
     )
-    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
-    text = out.read_text()
-    assert "load=true" in text, text[:2000]
     assert "queue topic=rmq_sys_wheel_timer queueId=0 minOffset=0 maxOffset=5" in text
     assert "queue topic=Now queueId=0 minOffset=0 maxOffset=1" in text
     timers = [

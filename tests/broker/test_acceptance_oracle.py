@@ -10,9 +10,7 @@ the queue offsets and properties the broker wrote.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -23,19 +21,14 @@ from rocketmq.v5.producer import TransactionChecker
 
 from rocketstore import MessageStore
 from rocketstore.broker import Broker, BrokerConfig
+from tests.helpers import HAVE_ORACLE, ORACLE_SKIP_REASON, oracle_read
 
 from .clients import message, producer, simple_consumer
 from .conftest import SMALL
 
-ORACLE = os.environ.get("ROCKETMQ_ORACLE", "")
-SKIP_REASON = (
-    "set ROCKETMQ_ORACLE to the oracle's run.sh (RocketMQ 4.9.8's store driver: docs/testing.md)"
-    if not ORACLE
-    else f"ROCKETMQ_ORACLE={ORACLE!r} is not a file: set it to the oracle's run.sh (docs/testing.md)"
-)
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not Path(ORACLE).is_file(), reason=SKIP_REASON),
+    pytest.mark.skipif(not HAVE_ORACLE, reason=ORACLE_SKIP_REASON),
 ]
 QUEUE = re.compile(r"^queue topic=(\S+) queueId=(\d+) minOffset=(-?\d+) maxOffset=(-?\d+)$")
 MSG = re.compile(
@@ -50,24 +43,7 @@ class _Commit(TransactionChecker):  # type: ignore[misc]
 
 def oracle_listing(store_dir: Path, out: Path) -> tuple[dict[tuple[str, int], int], list[dict[str, Any]]]:
     """RocketMQ's reading: max offset per (topic, queue), and every message (topic, queue, sysflag, props)."""
-    run = subprocess.run(
-        [
-            ORACLE,
-            "read",
-            str(store_dir),
-            "--hashSlots",
-            str(SMALL.index_hash_slots),
-            "--indexNum",
-            str(SMALL.index_max_entries),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
-    text = out.read_text()
-    assert "load=true" in text, text[:2000]
+    text = oracle_read(store_dir, out, hash_slots=SMALL.index_hash_slots, index_num=SMALL.index_max_entries)
     queues, msgs = {}, []
     for line in text.splitlines():
         if q := QUEUE.match(line):
