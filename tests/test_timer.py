@@ -334,6 +334,26 @@ def test_a_partly_refused_delivery_delivers_each_timer_once(
         assert refused and sorted(m.body for m in read_all(store, "T")) == [b"1", b"2", b"3"]
 
 
+def test_pending_is_counted_as_timers_come_and_go_not_by_scanning_the_wheel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = ManualClock(T0)
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        wheel = store._timers.wheel
+        assert wheel is not None
+        monkeypatch.setattr(wheel, "pending", lambda *_: pytest.fail("status scanned the wheel"))
+        for i, due in enumerate((T0 + 5_000, T0 + 5_000, T0 + 9_000)):
+            store.put_message(Message("T", b"%d" % i, queue_id=0, deliver_at=due, uniq_key=f"{i:032d}"))
+        store.put_message(cancel_message("T", f"{1:032d}", T0 + 5_000))
+        settle(store, clock)
+        assert store.timer_status()["pending"] == 3 and store.runtime_info()["timerPending"] == 3
+        advance_to(store, clock, T0 + 6_000)
+        assert store.timer_status()["pending"] == 1  # the one delivered and the cancelled one are out
+        advance_to(store, clock, T0 + 10_000)
+        assert store.timer_status()["pending"] == 0
+        assert [m.body for m in read_all(store, "T")] == [b"0", b"2"]
+
+
 def test_timers_beyond_the_window_roll_and_arrive(tmp_path: Path) -> None:
     clock = ManualClock(T0)
     cfg = CFG.replace(timer_roll_window_slots=100)  # a 10 s window at 100 ms

@@ -166,7 +166,7 @@ class MessageStore:
         self._scheduler = ScheduleService(
             self._commitlog,
             self._queues,
-            self._deliver_delayed,
+            lambda msg: self._deliver((msg,), internal=False)[0],
             layout.config / "delayOffset.json",
             config,
             clock,
@@ -176,7 +176,7 @@ class MessageStore:
             layout,
             self._commitlog,
             self._queues,
-            self._deliver_timers,
+            self._deliver,
             config,
             clock,
             find_copy=self.query_by_uniq_key,
@@ -487,21 +487,12 @@ class MessageStore:
             return self.put_messages((msg,))[0]  # raises why not
         return writer.put_message(msg)
 
-    def _deliver_delayed(self, msg: Message) -> PutMessageResult:
-        """The scheduler's put: while the store closes it gets a status, not StoreClosedError (its
-        message then stays due and is delivered after the next open)."""
-        if self._state.closed:
-            return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE)
-        try:
-            return self.put_messages((msg,))[0]
-        except StoreClosedError:
-            return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE)
-
-    def _deliver_timers(self, msgs: Sequence[Message]) -> list[PutMessageResult]:
-        """The timer service's put, as ``_deliver_delayed``: a status while the store closes."""
+    def _deliver(self, msgs: Sequence[Message], *, internal: bool = True) -> list[PutMessageResult]:
+        """The put of the scheduler and the timer service: while the store closes it answers a
+        status, not StoreClosedError (what was due then stays due, delivered after the next open)."""
         if not self._state.closed:
             try:
-                return self.put_messages(msgs, internal=True)
+                return self.put_messages(msgs, internal=internal)
             except StoreClosedError:
                 pass
         return [PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in msgs]

@@ -154,6 +154,7 @@ class TimerService(BackgroundService):
         self._due_now: list[tuple[MessageExt, int, int, int]] = []  # a run of timers due when enqueued
         self._reclaimed_at = 0
         self._counting = threading.Lock()  # status() sees an entry in the wheel or the backlog, once
+        self._in_wheel = 0  # timers in the wheel's unread slots: counted at recovery, then kept
         self.log_bytes_cut = 0  # by the last recovery
         self.slots_cleared = 0
 
@@ -213,6 +214,7 @@ class TimerService(BackgroundService):
                 "only when their real topic has no delivered copy of them"
             )
         self.read_ms = progress.last_read_time_ms or min(self.write_ms, earliest)
+        self._in_wheel = self.wheel.pending(self.read_ms)  # the one pass over the wheel
         after = self._queue_offset_after(last)
         # units cut for damage: their timers are enqueued again (a timer found due without a
         # unit in between may come twice); else the later of the two marks
@@ -309,8 +311,8 @@ class TimerService(BackgroundService):
         cq = self._queues.get(TIMER_TOPIC, 0)
         with self._counting:
             backlog = max(0, cq.max_offset - max(self.queue_offset, cq.min_offset)) if cq is not None else 0
-            # counted from the wheel, not the metrics: exact after a crash too (a cancel counts -1)
-            in_wheel = self.wheel.pending(self.read_ms) if self.wheel is not None else self.metrics.total()
+            # counted from the wheel, not the metrics: exact after a crash too (a cancel is no timer)
+            in_wheel = self._in_wheel if self.wheel is not None else self.metrics.total()
         return {
             "pending": in_wheel + backlog,
             "in_wheel": in_wheel,
@@ -389,6 +391,7 @@ class TimerService(BackgroundService):
                 slot_ms, pos if slot.empty else slot.first_pos, pos, slot.num + delta, slot.magic
             )
             self.queue_offset = offset + 1
+            self._in_wheel += delta
         if not deleting:
             self.metrics.add(real_topic, 1, self._clock.now_ms())
         return True
@@ -480,6 +483,8 @@ class TimerService(BackgroundService):
                 self._slot_done = (slot_ms, stop)
                 return False
         self._slot_done = (-1, 0)
+        with self._counting:  # the slot's timers are out of the wheel
+            self._in_wheel = max(0, self._in_wheel - max(0, slot.num))
         return True
 
     def _chain(self, slot_ms: int, last_pos: int) -> npt.NDArray[np.int64]:
