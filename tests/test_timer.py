@@ -354,6 +354,29 @@ def test_pending_is_counted_as_timers_come_and_go_not_by_scanning_the_wheel(
         assert [m.body for m in read_all(store, "T")] == [b"0", b"2"]
 
 
+def test_a_torn_unit_is_cut_and_its_slot_relinked_from_its_first_unit(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    due = T0 + 50_000
+    with MessageStore.open(tmp_path / "s", CFG, clock=clock) as store:
+        store.put_message(Message("T", b"A", queue_id=0, deliver_at=due))
+        for i in range(20):  # units of other slots: A is far before the flushed position
+            store.put_message(Message("Other", b"o", queue_id=0, deliver_at=T0 + 60_000 + i * 1000))
+        settle(store, clock)
+        store._timers.flush()
+        store.put_message(Message("T", b"B", queue_id=0, deliver_at=due))  # A's slot, after the flush
+        settle(store, clock)
+        shutil.copytree(tmp_path / "s", tmp_path / "crash")  # what kill -9 leaves
+    segment = tmp_path / "crash/timerlog" / f"{0:020d}"
+    data = bytearray(segment.read_bytes())
+    data[21 * 52 + 16 : 22 * 52] = bytes(36)  # B's unit torn: its head written, not its tail
+    segment.write_bytes(bytes(data))
+    clock.advance(51_000)
+    with MessageStore.open(tmp_path / "crash", CFG, clock=clock) as store:
+        assert store.timer_status()["recovery_log_bytes_cut"] > 0
+        settle(store, clock)
+        assert sorted(m.body for m in read_all(store, "T")) == [b"A", b"B"]
+
+
 def test_timers_beyond_the_window_roll_and_arrive(tmp_path: Path) -> None:
     clock = ManualClock(T0)
     cfg = CFG.replace(timer_roll_window_slots=100)  # a 10 s window at 100 ms

@@ -186,7 +186,13 @@ class TimerService(BackgroundService):
                 self.log.end,
             )
             start = self.log.files.min_offset
-        found, end = self.log.scan(self._rescan_from(start))
+        start = self._rescan_from(start)
+        found, end = self.log.scan(start)
+        older = self.wheel.first_pos_pointing_past(end)
+        if 0 <= older < start and older >= self.log.files.min_offset:
+            # a slot about to be emptied began before the rescan: link all its units again
+            start = older
+            found, end = self.log.scan(start)
         dropped = self.log_bytes_cut = self.log.truncate(end)
         if dropped:
             log.warning("timer log: %d bytes after offset %d are no whole units; truncated", dropped, end)

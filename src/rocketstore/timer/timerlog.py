@@ -170,7 +170,15 @@ class TimerLog:
             count = max(0, written - pos) // UNIT_SIZE
             units = np.frombuffer(mf.buf[pos : pos + count * UNIT_SIZE].tobytes(), dtype=UNIT_DTYPE)
             magic = units["magic"]
-            good = (units["size"] == UNIT_SIZE) & ((magic | 0xF) == 0xF) & (magic != 0)
+            # a unit torn by a crash may have its head and not its tail: a write time and a
+            # record size are never 0 in a whole one
+            good = (
+                (units["size"] == UNIT_SIZE)
+                & ((magic | 0xF) == 0xF)
+                & (magic != 0)
+                & (units["write_ms"] > 0)
+                & (units["size_py"] > 0)
+            )
             bad = np.flatnonzero(~good)
             n = int(bad[0]) if len(bad) else len(units)
             found.append((mf.from_offset + pos, units[:n]))

@@ -141,6 +141,15 @@ class TimerWheel:
         valid = (self.slots["time"] >= from_ms // self.precision_ms) & (self.slots["first_pos"] >= 0)
         return int(np.maximum(self.slots["num"][valid].astype(np.int64), 0).sum())
 
+    def first_pos_pointing_past(self, end: int) -> int:
+        """The lowest first unit offset of the slots whose chain reaches ``end`` or past it (-1
+        if none): their units before ``end`` must be linked again once they are emptied."""
+        if self._mm is None:
+            return -1
+        hit = (self.slots["last_pos"] >= end) & (self.slots["time"] != 0) & (self.slots["first_pos"] >= 0)
+        firsts = self.slots["first_pos"][hit]
+        return int(firsts.min()) if len(firsts) else -1
+
     def clear_pointing_past(self, end: int) -> int:
         """Empty every slot whose chain starts at or past timer log offset ``end`` (its units are
         gone: recovery links what remains again); how many."""
