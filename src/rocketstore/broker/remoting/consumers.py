@@ -311,7 +311,7 @@ class ConsumerProcessor:
     # --- offsets ------------------------------------------------------------------------------
     async def query_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        group, topic = text(ext, "consumerGroup"), text(ext, "topic")
+        group, topic = check_group_name(text(ext, "consumerGroup")), text(ext, "topic")
         queue_id = number(ext, "queueId", java_int=True)
         offset = await self.ctx.run(resume_offset, self.ctx.store, group, topic, queue_id)
         if offset is None:
@@ -323,7 +323,7 @@ class ConsumerProcessor:
 
     async def update_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        group, topic = text(ext, "consumerGroup"), text(ext, "topic")
+        group, topic = check_group_name(text(ext, "consumerGroup")), text(ext, "topic")
         queue_id, offset = number(ext, "queueId", java_int=True), number(ext, "commitOffset")
         commit_offset(self.ctx.store, group, topic, queue_id, offset)
         return cmd.response()
