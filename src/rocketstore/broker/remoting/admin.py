@@ -21,24 +21,25 @@ import shutil
 import time
 from typing import Any, Final
 
+from rocketstore import properties
 from rocketstore.broker.remoting.broker_settings import (
     SettingRefused,
     broker_settings,
     parse_update,
     persist,
-    properties_text,
 )
 from rocketstore.broker.remoting.codes import VERSION, RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import MAX_FRAME_SIZE, RemotingCommand
 from rocketstore.broker.remoting.consumers import consumer_groups, json_body
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import number, text, to_ext
+from rocketstore.broker.remoting.heartbeat import check_group_name
 from rocketstore.broker.remoting.namesrv import broker_topic_configs
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_back import retry_topic
 from rocketstore.broker.stats_items import GROUP_GET_NUMS
-from rocketstore.errors import RocketStoreError
+from rocketstore.errors import RocketStoreError, StoreConfigError
 from rocketstore.message import TOPIC_PATTERN
 
 __all__ = ["AdminProcessor", "message_queue_key"]
@@ -248,7 +249,7 @@ class AdminProcessor:
     async def broker_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         values = broker_settings(self.ctx.config, self.ctx.store, self.ctx.broker_address)
         version = json_body({"counter": self._config_version, "timestamp": int(time.time() * 1000)}).decode()
-        return cmd.response(ext_fields={"version": version}, body=properties_text(values).encode())
+        return cmd.response(ext_fields={"version": version}, body=properties.text_of(values).encode())
 
     async def update_broker_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """Change the settings the broker applies live, and keep them in its settings file
@@ -269,7 +270,9 @@ class AdminProcessor:
             if path is not None:
                 try:
                     await self.ctx.run(persist, path, persisted)
-                except (OSError, UnicodeError) as exc:
+                except StoreConfigError as exc:  # the new text would not load: says so itself
+                    raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+                except (OSError, UnicodeError, RocketStoreError) as exc:
                     raise RequestRefused(
                         ResponseCode.SYSTEM_ERROR,
                         f"can not write the settings file {path}: {exc}; nothing changed",
@@ -515,7 +518,8 @@ class AdminProcessor:
         connected consumers (RESET_CONSUMER_CLIENT_OFFSET, oneway), which apply and commit them;
         CONSUMER_NOT_ONLINE without one (mqadmin then commits them itself)."""
         ext = cmd.ext_fields
-        topic, group, timestamp = text(ext, "topic"), text(ext, "group"), number(ext, "timestamp")
+        topic, timestamp = text(ext, "topic"), number(ext, "timestamp")
+        group = check_group_name(text(ext, "group"))
         force = ext.get("isForce", "true").lower() != "false"
         table = await self.ctx.run(self._reset_targets, topic, group, timestamp, force)
         offsets = {message_queue_key(topic, self.broker_name, q): o for q, o in table.items()}
