@@ -190,7 +190,7 @@ def test_a_restart_whose_brokers_are_named_differently_is_refused(tmp_path: Path
     assert set(end) == {"a", "b"}
     (roots[1] / "broker.conf").write_text("brokerName=broker-b\n")  # b's derived name changes
     renamed = _stream(roots)
-    with pytest.raises(ValueError, match="offsets of brokers b, .* none of brokers broker-b") as refused:
+    with pytest.raises(ValueError, match=r"offsets of brokers b, .* none of brokers broker-b") as refused:
         renamed.latestOffset(end, ReadAllAvailable())
     assert "option brokers" in str(refused.value) and "new checkpointLocation" in str(refused.value)
     with pytest.raises(ValueError, match="none of brokers broker-b"):
