@@ -1056,7 +1056,19 @@ def test_a_corrupt_topics_json_is_reported_at_open(tmp_path: Path, clock: Manual
 
 
 @pytest.mark.parametrize(
-    "name", ["", "bad topic", "a/b", "x" * 128, "T@g", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRACE"]
+    "name",
+    [
+        "",
+        "bad topic",
+        "a/b",
+        "x" * 128,
+        "T@g",
+        "SCHEDULE_TOPIC_XXXX",
+        "schedule_topic_xxxx",
+        "RMQ_SYS_TRACE",
+        "rmq_sys_ROCKETSTORE_POP_LOG",  # the system prefix in any case, as the broker refuses it
+        "Rmq_Sys_X",
+    ],
 )
 def test_invalid_topic_names_are_refused(tmp_path: Path, clock: ManualClock, name: str) -> None:
     with open_store(tmp_path, clock, make_config(clock)) as store:
@@ -1066,6 +1078,13 @@ def test_invalid_topic_names_are_refused(tmp_path: Path, clock: ManualClock, nam
             store.put_message(Message(name, b"x", queue_id=None))
         assert store.topic_configs() == {}
     assert not (tmp_path / "config" / "topics.json").exists()
+
+
+def test_the_stores_own_puts_use_system_topics_in_any_case(tmp_path: Path, clock: ManualClock) -> None:
+    with open_store(tmp_path, clock, make_config(clock)) as store:
+        for topic in ("RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_wheel_timer"):
+            assert store.put_messages([Message(topic, b"x", queue_id=0)], internal=True)[0].ok
+        assert set(store.topic_configs()) == {"RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_wheel_timer"}
 
 
 @pytest.mark.parametrize("queues", [-1, 1025])

@@ -69,6 +69,7 @@ from rocketstore.message import (
     Message,
 )
 from rocketstore.results import PutStatus
+from rocketstore.system_topics import reserved_by_store
 
 __all__ = [
     "MessageColumns",
@@ -82,7 +83,6 @@ __all__ = [
     "validate_topic",
 ]
 
-SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
 _USER_SYSFLAG_BITS: Final = SYSFLAG_CONTENT | SYSFLAG_TX_MASK
 _MAX_PROPERTIES_BYTES: Final = 32767
 MAX_QUEUE_ID: Final = 65535
@@ -138,7 +138,7 @@ def validate_topic(topic: object, *, allow_system: bool = False) -> str:
             f"invalid topic {topic!r}: topics are 1-127 characters of letters, digits, '_', '-', '%', '|'",
             _ILLEGAL,
         )
-    if not allow_system and (topic == SCHEDULE_TOPIC or topic.startswith(SYSTEM_TOPIC_PREFIX)):
+    if not allow_system and reserved_by_store(topic):
         raise InvalidMessageError(f"topic {topic!r} is reserved for the store itself", _ILLEGAL)
     return topic
 

@@ -41,26 +41,13 @@ from rocketstore.broker.send_back import retry_topic
 from rocketstore.broker.stats_items import GROUP_GET_NUMS
 from rocketstore.errors import RocketStoreError, StoreConfigError
 from rocketstore.message import TOPIC_PATTERN
+from rocketstore.system_topics import is_system_topic
 
 __all__ = ["AdminProcessor", "message_queue_key"]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
 VERSION_DESC: Final = "V4_9_8"
-# topics a client may not create or delete (RocketMQ's TopicValidator.isSystemTopic + the broker's own)
-_SYSTEM_TOPICS: Final = frozenset(
-    (
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    )
-)
 _CLIENT_CALL_TIMEOUT_S: Final = 10.0
 # RocketMQ's maxMsgsNumBatch: the most records one QUERY_MESSAGE answers, whatever maxNum says
 MAX_QUERY_RESULTS: Final = 64
@@ -307,10 +294,9 @@ class AdminProcessor:
                 ResponseCode.SYSTEM_ERROR, f"The specified topic[{topic}] contains illegal characters"
             )
         config = self.ctx.config
-        if (
-            topic in _SYSTEM_TOPICS
-            or topic.upper().startswith("RMQ_SYS_")  # in any case, as sends refuse them
-            or topic in (self.broker_name, getattr(config, "cluster_name", "DefaultCluster"))
+        if is_system_topic(topic) or topic in (
+            self.broker_name,
+            getattr(config, "cluster_name", "DefaultCluster"),
         ):
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."

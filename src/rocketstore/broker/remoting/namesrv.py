@@ -15,8 +15,10 @@ Two kinds of broker appear in its answers:
   auto-creation is on, as RocketMQ's broker registers it then; so are the other topics RocketMQ's
   broker has from its start (``broker_topic_configs``: ``SELF_TEST_TOPIC``, ``BenchmarkTest``,
   the cluster's and the broker's own, ``OFFSET_MOVED_EVENT``, ``SCHEDULE_TOPIC_XXXX``,
-  ``RMQ_SYS_TRANS_HALF_TOPIC``, ``<cluster>_REPLY_TOPIC``); a send to one of them that the store
-  does not have yet creates it with the routed queues. Wipes and deletions on the name
+  ``RMQ_SYS_TRANS_HALF_TOPIC``, ``<cluster>_REPLY_TOPIC``). A send to ``BenchmarkTest``, the
+  cluster's or the broker's own topic or ``<cluster>_REPLY_TOPIC`` that the store does not have
+  yet creates it with the routed queues; the others are refused to clients, as by RocketMQ's
+  broker (``system_topics.sending_forbidden``). Wipes and deletions on the name
   server apply to registered brokers only (this broker's routes are its store's topics).
 
 The KV configuration (PUT/GET/DELETE_KV_CONFIG, GET_KVLIST_BY_NAMESPACE; mqadmin updateTopic
@@ -56,7 +58,15 @@ from rocketstore.broker.routes import BrokerSet, MasterInfo, QueueData, RouteTab
 from rocketstore.clock import SystemClock
 from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig
 from rocketstore.errors import CorruptDataError
+from rocketstore.message import SCHEDULE_TOPIC
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write
+from rocketstore.system_topics import (
+    AUTO_CREATE_TOPIC,
+    BENCHMARK_TOPIC,
+    HALF_TOPIC,
+    OFFSET_MOVED_EVENT,
+    SELF_TEST_TOPIC,
+)
 
 __all__ = [
     "DEFAULT_TOPIC",
@@ -74,7 +84,7 @@ __all__ = [
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
-DEFAULT_TOPIC: Final = "TBW102"  # RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC
+DEFAULT_TOPIC: Final = AUTO_CREATE_TOPIC  # RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC
 PERM_INHERIT: Final = 0x1
 KV_CONFIG_FILE: Final = "kvConfig.json"
 # entries the KV configuration keeps (RocketMQ's name server has no bound; its clients write a
@@ -102,14 +112,14 @@ def broker_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
     rw, inherit = PERM_READ | PERM_WRITE, PERM_INHERIT
     queues = ctx.store.config.default_topic_queue_nums
     topics = [
-        TopicConfig("SELF_TEST_TOPIC", 1, 1, rw),
-        TopicConfig("BenchmarkTest", queues, queues, rw),
+        TopicConfig(SELF_TEST_TOPIC, 1, 1, rw),
+        TopicConfig(BENCHMARK_TOPIC, queues, queues, rw),
         TopicConfig(config.cluster_name, 16, 16, rw | inherit),
         TopicConfig(config.broker_name, 1, 1, rw | inherit),
-        TopicConfig("OFFSET_MOVED_EVENT", 1, 1, rw),
-        TopicConfig("SCHEDULE_TOPIC_XXXX", 18, 18, rw),
+        TopicConfig(OFFSET_MOVED_EVENT, 1, 1, rw),
+        TopicConfig(SCHEDULE_TOPIC, 18, 18, rw),
         # RocketMQ's transaction check creates it in its first round, a minute after the start
-        TopicConfig("RMQ_SYS_TRANS_HALF_TOPIC", 1, 1, rw),
+        TopicConfig(HALF_TOPIC, 1, 1, rw),
         TopicConfig(f"{config.cluster_name}_REPLY_TOPIC", 1, 1, rw),
     ]
     if config.auto_create_topic:

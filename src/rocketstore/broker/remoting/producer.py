@@ -39,7 +39,6 @@ from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_check import batch_refusal, messages_refusal
 from rocketstore.broker.transactions import (
-    HALF_TOPIC,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION,
     end_transaction,
@@ -63,12 +62,11 @@ from rocketstore.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
-    SCHEDULE_TOPIC,
     TOPIC_PATTERN,
     Message,
 )
-from rocketstore.prepare import SYSTEM_TOPIC_PREFIX
 from rocketstore.results import PutBatchResult, PutMessageResult, PutStatus
+from rocketstore.system_topics import sending_forbidden
 
 __all__ = ["DLQ_PREFIX", "RETRY_PREFIX", "ProducerProcessor", "put_status_code"]
 
@@ -79,17 +77,6 @@ DLQ_PREFIX: Final = "%DLQ%"
 PROPERTY_CLUSTER: Final = "CLUSTER"
 # RocketMQ's subscription group default retryMaxTimes
 DEFAULT_MAX_RECONSUME_TIMES: Final = 16
-# topics a client may not send to (AbstractSendMessageProcessor / TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)
-FORBIDDEN_TOPICS: Final = frozenset(
-    {
-        SCHEDULE_TOPIC,
-        HALF_TOPIC,
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-)
 _RESPONSE_EXTRAS: Final = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 # stored with the message: the transaction type is set by the path taken, hosts by the store
 _SENT_SYSFLAG: Final = SYSFLAG_CONTENT | SYSFLAG_TX_MASK
@@ -218,9 +205,7 @@ class ProducerProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"the specified topic[{topic}] is not valid: 1..127 characters of [%|a-zA-Z0-9_-]",
             )
-        # the broker's own topics in any letter case: RMQ_SYS_* names the store reserves, and
-        # rmq_sys_* ones (TopicValidator.SYSTEM_TOPIC_PREFIX) the broker keeps (the pop log's)
-        if topic in FORBIDDEN_TOPICS or topic.upper().startswith(SYSTEM_TOPIC_PREFIX):
+        if sending_forbidden(topic):
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
