@@ -103,6 +103,8 @@ class Broker:
         self._replication_written: dict[str, object] | None = None
         self._remoting_seen: tuple[int, list[dict[str, object]]] = (0, [])
         self._transactions: TransactionLog | None = None
+        # set by reconfigure: the transaction checks' timer re-reads its interval at once
+        self._check_interval_changed = asyncio.Event()
 
     @property
     def service(self) -> MessagingService:
@@ -122,6 +124,7 @@ class Broker:
             self._transactions.reconfigure(
                 timeout_ms=config.transaction_timeout_ms, check_max=config.transaction_check_max
             )
+        self._check_interval_changed.set()
         return config
 
     @property
@@ -173,7 +176,11 @@ class Broker:
             self.metrics_port = self.metrics.serve(metrics_address)
         self._tasks = [
             loop.create_task(
-                self._every(lambda: self.config.transaction_check_interval_ms, checker.check_once)
+                self._every(
+                    lambda: self.config.transaction_check_interval_ms,
+                    checker.check_once,
+                    self._check_interval_changed,
+                )
             ),
             loop.create_task(self._every(lambda: self.config.state_interval_ms, self._write_state)),
         ]
@@ -289,9 +296,21 @@ class Broker:
         if self.slave_sync is not None:
             self.slave_sync.set_master(result.master_addr)
 
-    async def _every(self, interval_ms: Callable[[], int], job: Any) -> None:
+    async def _every(
+        self, interval_ms: Callable[[], int], job: Any, changed: asyncio.Event | None = None
+    ) -> None:
+        """Run ``job`` ``interval_ms()`` after the end of its last run; ``changed`` set (a new
+        interval) re-reads the interval before the wait is over."""
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(interval_ms() / 1000)
+            last = loop.time()
+            while (remaining := last + interval_ms() / 1000 - loop.time()) > 0:
+                if changed is None:
+                    await asyncio.sleep(remaining)
+                    continue
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(changed.wait(), remaining)
+                changed.clear()
             try:
                 await job()
             except asyncio.CancelledError:

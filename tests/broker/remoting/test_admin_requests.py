@@ -5,6 +5,7 @@ frames (REMOTING.md §7); tests/remoting/test_mqadmin.py runs mqadmin itself bes
 from __future__ import annotations
 
 import json
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from rocketstore.broker.remoting.admin import message_queue_key
 from rocketstore.broker.remoting.broker_settings import SettingRefused, parse_update, persist
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.stats_items import GROUP_GET_NUMS, MAX_ITEMS_PER_NAME, TOPIC_PUT_NUMS, BrokerStats
+from rocketstore.broker.transaction_check import TransactionChecker
 from rocketstore.errors import StoreConfigError
 
 from .client import RawClient
@@ -220,6 +222,25 @@ def test_update_broker_config_applies_live_settings_and_keeps_them(
             no = c.call(RequestCode.UPDATE_BROKER_CONFIG, body=body)
             assert no.code == ResponseCode.SYSTEM_ERROR and named in no.remark, no.remark
         assert settings(c) == after and r.broker.config.auto_create_topic is False
+
+
+def test_a_shorter_transaction_check_interval_applies_before_the_current_wait_ends(
+    start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks: list[float] = []
+
+    async def check_once(self: TransactionChecker) -> None:
+        checks.append(time.monotonic())
+
+    monkeypatch.setattr(TransactionChecker, "check_once", check_once)
+    r = start_remoting(transaction_check_interval_ms=3_600_000)
+    with RawClient(r.port) as c:
+        change = c.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"transactionCheckInterval=1000")
+        assert change.code == ResponseCode.SUCCESS, change.remark
+        changed = time.monotonic()
+        while not checks and time.monotonic() - changed < 30:  # not the hour left of the old wait
+            time.sleep(0.05)
+    assert checks, "no transaction check within 30 s of the interval becoming 1 s"
 
 
 def test_settings_files_are_updated_in_place(tmp_path: Path) -> None:
