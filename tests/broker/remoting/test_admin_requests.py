@@ -5,9 +5,12 @@ frames (REMOTING.md §7); tests/remoting/test_mqadmin.py runs mqadmin itself bes
 from __future__ import annotations
 
 import json
+import os
 import time
 import tracemalloc
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -307,8 +310,20 @@ def test_a_settings_file_that_can_not_be_replaced_is_refused_over_remoting(
     assert conf.read_text() == "brokerName=broker-a\n" and r.broker.config.transaction_check_max != 3
 
 
-def test_runtime_info_has_rocketmqs_keys(start_remoting: StartRemoting) -> None:
+def test_runtime_info_has_rocketmqs_keys(
+    start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch
+) -> None:
     r = start_remoting()
+    real_statvfs = os.statvfs
+
+    def statvfs(path: Any) -> Any:  # 1 MiB blocks, 50 of them reserved for root: free, not usable
+        st = real_statvfs(path)
+        fields = {n: getattr(st, n) for n in dir(st) if n.startswith("f_")}
+        return SimpleNamespace(
+            **{**fields, "f_frsize": 1 << 20, "f_blocks": 1000, "f_bfree": 900, "f_bavail": 850}
+        )
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
     with RawClient(r.port) as c:
         assert send(c, "RT", b"x", {"UNIQ_KEY": "U1", "WAIT": "true", "DELAY": "2"}).code == 0
         r.store.wait_dispatched()
@@ -332,9 +347,8 @@ def test_runtime_info_has_rocketmqs_keys(start_remoting: StartRemoting) -> None:
     ):
         assert key in table, key
     assert table["scheduleMessageOffset_2"] == "0,1"  # level 2: none delivered of 1
-    assert (
-        table["commitLogDirCapacity"].startswith("Total : ") and ", Free : " in table["commitLogDirCapacity"]
-    )
+    # Java's File.getFreeSpace (f_bfree), as RocketMQ prints it; not the space usable (f_bavail)
+    assert table["commitLogDirCapacity"] == "Total : 1000.0 MiB, Free : 900.0 MiB."
     commitlog = r.store.layout.root / "commitlog"
     assert table[f"commitLogDiskRatio_{commitlog}"] == table["commitLogDiskRatio"]
     assert table["remainHowManyDataToFlush"].endswith("B")  # human-readable, as RocketMQ's

@@ -17,11 +17,10 @@ import itertools
 import json
 import logging
 import math
-import shutil
 import time
 from typing import Any, Final
 
-from rocketstore import properties
+from rocketstore import disk_space, properties
 from rocketstore.broker.remoting.broker_settings import (
     SettingRefused,
     broker_settings,
@@ -223,8 +222,8 @@ class AdminProcessor:
         # one commitlog directory: its ratio under its path too, as RocketMQ lists each of its paths
         commitlog = store.layout.root / "commitlog"
         table[f"commitLogDiskRatio_{commitlog}"] = table.get("commitLogDiskRatio", "0")
-        usage = shutil.disk_usage(store.layout.root)
-        table["commitLogDirCapacity"] = f"Total : {_bytes(usage.total)}, Free : {_bytes(usage.free)}."
+        total, free = disk_space.capacity(store.layout.root)
+        table["commitLogDirCapacity"] = f"Total : {_bytes(total)}, Free : {_bytes(free)}."
         for level, (delivered, max_offset) in store.delay_progress().items():
             table[f"scheduleMessageOffset_{level}"] = f"{delivered},{max_offset}"
         return table
