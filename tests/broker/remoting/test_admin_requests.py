@@ -4,6 +4,7 @@ frames (REMOTING.md §7); tests/remoting/test_mqadmin.py runs mqadmin itself bes
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -16,6 +17,7 @@ import pytest
 
 from rocketstore.broker import BrokerConfig
 from rocketstore.broker.config import load_settings
+from rocketstore.broker.remoting import producer
 from rocketstore.broker.remoting.admin import message_queue_key
 from rocketstore.broker.remoting.broker_settings import SettingRefused, parse_update, persist
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
@@ -117,6 +119,23 @@ def test_put_latency_is_shown_for_the_last_whole_minute() -> None:
 
 
 # --- over remoting ------------------------------------------------------------------------------
+
+
+def test_put_latency_leaves_out_a_new_topics_creation(
+    start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create = producer.ProducerProcessor._create
+
+    async def slow_create(self: producer.ProducerProcessor, *args: Any) -> None:
+        await asyncio.sleep(1.5)  # creating the topic (a check, topics.json) takes its time
+        await create(self, *args)
+
+    monkeypatch.setattr(producer.ProducerProcessor, "_create", slow_create)
+    r = start_remoting()
+    with RawClient(r.port) as c:
+        assert send(c, "Fresh", b"x", queue_id=0).code == ResponseCode.SUCCESS
+    assert "Fresh" in r.store.topic_configs()  # made on the way, its time not the put's
+    assert int(r.broker.metrics.stats.put_latency()["putMessageEntireTimeMax"]) < 1500
 
 
 def test_stats_data_counts_puts_and_gets(start_remoting: StartRemoting) -> None:

@@ -316,7 +316,6 @@ class ProducerProcessor:
         msg = self._message(target.topic, target.queue_id, cmd.body, props, header, header.flag, conn.peer)
         if target.topic.startswith(DLQ_PREFIX):
             msg.delay_level = 0
-        started = time.monotonic()
         if transactional:
             msg = half_message(msg, target.queue_id)
         else:
@@ -327,6 +326,7 @@ class ProducerProcessor:
             if refused is not None:
                 raise _refusal(refused)
             await self._create(new_topics, header.default_topic)
+        started = time.monotonic()  # the put's latency: a new topic's check and creation not in it
         if transactional:
             (outcome,) = await put_halves(self.ctx.transactions, self.ctx.system_puts, [msg])
         else:
