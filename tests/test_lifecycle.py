@@ -1271,7 +1271,8 @@ def test_bad_entries_of_the_offset_file_are_left_out_and_the_store_opens(
         assert store.query_offset("bad-offsets", "T", 0) == -1
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1, warnings  # one line for the whole file
-    assert "17 bad entries left out" in warnings[0] and str(1 << 64) in warnings[0]
+    assert "17 bad entries left out (the next write drops them): " in warnings[0]
+    assert str(1 << 64) in warnings[0] and warnings[0].endswith("; and 14 more")
     with MessageStore.open(tmp_path, cfg, clock=clock, readonly=True) as ro:
         assert ro.consumer_offsets() == kept
     # the writer's next write leaves them out of the file
@@ -1298,9 +1299,9 @@ def test_bad_entries_of_the_delay_offset_file_are_left_out(
         store.wait_dispatched()
         assert store.delay_progress() == {1: (0, 1)}  # level 1's bad offset: from its first message
     assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [
-        f"4 bad entries left out: level 1: {1 << 64} is out of range "
+        f"4 bad entries left out (the next write drops them): level 1: {1 << 64} is out of range "
         "-9223372036854775808..9223372036854775807; level 2: expected an integer, got 'x'; "
-        "delay level 'x' is not an integer"
+        "delay level 'x' is not an integer; and 1 more"  # the same line as the offsets file's
     ]
 
 

@@ -56,6 +56,7 @@ from rocketstore.codec.text_column import TextColumn
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
 from rocketstore.jit import kernel
+from rocketstore.limits import MAX_QUEUE_ID
 from rocketstore.message import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -85,7 +86,6 @@ __all__ = [
 
 _USER_SYSFLAG_BITS: Final = SYSFLAG_CONTENT | SYSFLAG_TX_MASK
 _MAX_PROPERTIES_BYTES: Final = 32767
-MAX_QUEUE_ID: Final = 65535
 _ILLEGAL = PutStatus.MESSAGE_ILLEGAL
 # Below this many messages the columnar path's numpy overhead costs more than it saves.
 MIN_COLUMNAR_BATCH: Final = 16
