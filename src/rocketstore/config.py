@@ -104,6 +104,16 @@ class StoreConfig:
     )
     default_topic_queue_nums: int = 4
     flush_consumer_offset_interval: int = 5_000
+    # --- timer messages (docs/timers.md; RocketMQ 5's timer wheel) ------------------------
+    timer_wheel_enable: bool = True
+    # slot width, 100, 200, 500 or 1000 ms (RocketMQ's default 1000): a timer is delivered at
+    # most one precision (plus the delivery's own time) after it is due, never before
+    timer_precision_ms: int = 100
+    timer_max_delay_sec: int = 259_200  # 3 days: a timer due later is refused
+    # slots ahead beyond which a timer waits in a nearer slot and is put again (rolls)
+    timer_roll_window_slots: int = 172_800
+    timer_log_segment_size: int = 100 * 1024 * 1024
+    timer_flush_interval: int = 1_000
     # --- reading ----------------------------------------------------------------------------
     default_query_max_num: int = 32
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
@@ -187,6 +197,7 @@ class StoreConfig:
             "os_page_cache_busy_timeout",
             "schedule_tick",
             "flush_consumer_offset_interval",
+            "timer_flush_interval",
         ):
             _require(getattr(self, name) > 0, f"{name} must be positive (milliseconds)")
         _require(
@@ -208,6 +219,7 @@ class StoreConfig:
         )
         _require(self.transient_store_pool_size >= 1, "transient_store_pool_size must be at least 1")
         self._check_replication()
+        self._check_timer()
         from rocketstore.codec.host import parse_host  # local: codec imports errors only
 
         try:
@@ -220,6 +232,18 @@ class StoreConfig:
                 hour.strip().isascii() and hour.strip().isdigit() and 0 <= int(hour) <= 23,
                 f"delete_when must be ';'-separated hours 0-23, not {self.delete_when!r}",
             )
+
+    def _check_timer(self) -> None:
+        _require(
+            self.timer_precision_ms in (100, 200, 500, 1000),
+            f"timer_precision_ms must be 100, 200, 500 or 1000, not {self.timer_precision_ms}",
+        )
+        _require(self.timer_max_delay_sec >= 1, "timer_max_delay_sec must be at least 1")
+        _require(
+            2 <= self.timer_roll_window_slots <= 7 * 86400 - 60,
+            f"timer_roll_window_slots must be in 2..{7 * 86400 - 60} (the wheel's slots less 60)",
+        )
+        _require(self.timer_log_segment_size >= 4096, "timer_log_segment_size must be at least 4096 bytes")
 
     def _check_replication(self) -> None:
         for name in ("ha_listen_port", "ha_start_offset"):
@@ -477,6 +501,12 @@ _ROCKETMQ_NAMES: dict[str, tuple[str, Any]] = {
     "maxTransferBytesOnMessageInMemory": ("max_transfer_bytes_on_message_in_memory", int),
     "maxTransferCountOnMessageInMemory": ("max_transfer_count_on_message_in_memory", int),
     "messageDelayLevel": ("message_delay_level", str),
+    "timerWheelEnable": ("timer_wheel_enable", None),
+    "timerPrecisionMs": ("timer_precision_ms", int),
+    "timerMaxDelaySec": ("timer_max_delay_sec", int),
+    "timerRollWindowSlot": ("timer_roll_window_slots", int),
+    "mappedFileSizeTimerLog": ("timer_log_segment_size", int),
+    "timerFlushIntervalMs": ("timer_flush_interval", int),
     "storePathRootDir": ("store_path_root_dir", str),
     "brokerRole": ("broker_role", str),
     "haListenPort": ("ha_listen_port", int),

@@ -6,6 +6,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from rocketstore.codec.commitlog_record import SYSFLAG_TX_MASK, DecodedRecord, body_span, decode_record
@@ -21,10 +22,19 @@ __all__ = [
     "PROPERTY_REAL_QUEUE_ID",
     "PROPERTY_REAL_TOPIC",
     "PROPERTY_TAGS",
+    "PROPERTY_TIMER_DELAY_MS",
+    "PROPERTY_TIMER_DELAY_SEC",
+    "PROPERTY_TIMER_DELIVER_MS",
+    "PROPERTY_TIMER_DEL_UNIQKEY",
+    "PROPERTY_TIMER_DEQUEUE_MS",
+    "PROPERTY_TIMER_ENQUEUE_MS",
+    "PROPERTY_TIMER_OUT_MS",
+    "PROPERTY_TIMER_ROLL_TIMES",
     "PROPERTY_UNIQ_KEY",
     "PROPERTY_WAIT",
     "RESERVED_PROPERTIES",
     "SCHEDULE_TOPIC",
+    "TIMER_TOPIC",
     "TOPIC_PATTERN",
     "Message",
     "MessageExt",
@@ -39,6 +49,17 @@ PROPERTY_REAL_TOPIC: Final = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID: Final = "REAL_QID"
 PROPERTY_WAIT: Final = "WAIT"
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+# RocketMQ 5's timer messages (TIMER.md): asked for by one of three properties, kept in this topic
+# (queue 0) until due; see rocketstore.timer
+TIMER_TOPIC: Final = "rmq_sys_wheel_timer"
+PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC: Final = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS: Final = "TIMER_DELAY_MS"
+PROPERTY_TIMER_OUT_MS: Final = "TIMER_OUT_MS"
+PROPERTY_TIMER_ENQUEUE_MS: Final = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS: Final = "TIMER_DEQUEUE_MS"
+PROPERTY_TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
+PROPERTY_TIMER_DEL_UNIQKEY: Final = "TIMER_DEL_UNIQKEY"
 # Written by the store from a Message's own fields (keys, tags, uniq_key, delay_level): a Message
 # may not carry them in ``properties``, and a delivered delayed message gets them from its fields.
 RESERVED_PROPERTIES: Final = frozenset(
@@ -99,6 +120,7 @@ class Message:
     sys_flag: int = 0
     prepared_transaction_offset: int = 0
     reconsume_times: int = 0
+    deliver_at: datetime | int | None = None
 
 
 class MessageExt:

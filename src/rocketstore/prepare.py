@@ -66,11 +66,13 @@ from rocketstore.message import (
     PROPERTY_UNIQ_KEY,
     RESERVED_PROPERTIES,
     SCHEDULE_TOPIC,
+    TIMER_TOPIC,
     TOPIC_PATTERN,
     Message,
 )
 from rocketstore.results import PutStatus
 from rocketstore.system_topics import reserved_by_store
+from rocketstore.timer.request import ASKING, TimerRules, deliver_at_ms
 
 __all__ = [
     "MessageColumns",
@@ -113,7 +115,7 @@ _EMPTY_BATCH, _NAMED, _BODY_TOO_BIG, _PROPERTIES_TOO_BIG, _RECORD_TOO_BIG = rang
 # what the batch path reads of every message, in one C-level pass (columns 9.. decide the path)
 _MESSAGE_FIELDS: Final = operator.attrgetter(
     "topic", "body", "tags", "keys", "properties", "queue_id", "flag", "born_timestamp", "uniq_key",
-    "delay_level", "sys_flag", "born_host", "reconsume_times",
+    "delay_level", "sys_flag", "born_host", "reconsume_times", "deliver_at",
 )  # fmt: skip
 
 
@@ -138,7 +140,7 @@ def validate_topic(topic: object, *, allow_system: bool = False) -> str:
             f"invalid topic {topic!r}: topics are 1-127 characters of letters, digits, '_', '-', '%', '|'",
             _ILLEGAL,
         )
-    if not allow_system and reserved_by_store(topic):
+    if not allow_system and reserved_by_store(topic):  # TIMER_TOPIC (rmq_sys_wheel_timer) among them
         raise InvalidMessageError(f"topic {topic!r} is reserved for the store itself", _ILLEGAL)
     return topic
 
@@ -213,6 +215,9 @@ class MessageEncoder:
             config.max_message_size, config.commitlog_segment_size - END_FILE_MIN_BLANK_LENGTH
         )
         self._delay_levels = config.delay_levels_ms
+        self._timer = TimerRules(
+            config.timer_wheel_enable, config.timer_precision_ms, config.timer_max_delay_sec * 1000
+        )
         self._uniq = UniqKeyGenerator() if config.generate_uniq_key else None
         self._topics: dict[str, bytes] = {}
         self._system_topics: dict[str, bytes] = {}
@@ -235,8 +240,14 @@ class MessageEncoder:
         columns = list(zip(*map(_MESSAGE_FIELDS, msgs)))
         if queue_ids is not None:
             columns[5] = tuple(queue_ids)
-        delays, sys_flags, born_hosts, reconsumes = columns[9:]
-        if any(delays) or any(sys_flags) or any(reconsumes) or born_hosts.count(None) != n:
+        delays, sys_flags, born_hosts, reconsumes, deliver_ats = columns[9:]
+        if (
+            any(delays)
+            or any(sys_flags)
+            or any(reconsumes)
+            or born_hosts.count(None) != n
+            or deliver_ats.count(None) != n
+        ):
             return None
         if {*map(type, delays), *map(type, sys_flags), *map(type, reconsumes)} != {
             int
@@ -662,12 +673,27 @@ class MessageEncoder:
             or msg.born_host is not None
             or msg.properties
             or internal
+            or msg.deliver_at is not None
         ):
             return self._prepare_plain_one(msg, topic, topic_bytes, body, queue_id, uniq)
         props, keys_text = self._properties(msg, uniq, internal=internal)
+        if msg.deliver_at is not None:
+            if any(name in props for name in ASKING):
+                raise InvalidMessageError(
+                    f"deliver_at and a {'/'.join(ASKING)} property: give one of them", _ILLEGAL
+                )
+            props[ASKING[2]] = str(deliver_at_ms(msg.deliver_at))
 
         delay_ms = 0
         level = msg.delay_level
+        if (sys_flag & SYSFLAG_TX_MASK) not in (TX_NOT, TX_COMMIT):
+            pass  # a prepared half (or rollback) is never delayed: its commit is
+        elif level:
+            for name in ASKING:  # a delay level wins over a timer (RocketMQ 5's HookUtils)
+                props.pop(name, None)
+        elif props and self._timer.rewrite(props, topic, queue_id, self._clock.now_ms()):
+            topic, queue_id = TIMER_TOPIC, 0
+            topic_bytes = topic.encode()
         if level and (sys_flag & SYSFLAG_TX_MASK) in (TX_NOT, TX_COMMIT):
             level = min(level, len(self._delay_levels))
             props[PROPERTY_REAL_TOPIC] = topic

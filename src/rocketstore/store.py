@@ -40,7 +40,7 @@ from rocketstore.geometry import fit_geometry
 from rocketstore.ha.master import HAMaster
 from rocketstore.ha.slave import HASlave
 from rocketstore.index import IndexService
-from rocketstore.message import SCHEDULE_TOPIC, Message, MessageExt
+from rocketstore.message import SCHEDULE_TOPIC, TIMER_TOPIC, Message, MessageExt
 from rocketstore.offsets import ConsumerOffsets, OffsetFlushService
 from rocketstore.prepare import MessageEncoder, validate_topic
 from rocketstore.put_path import MessageWriter, StoreState, lock_held_ms
@@ -61,6 +61,7 @@ from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.paths import StoreLayout, open_store_file, store_file_exists
 from rocketstore.storage.transient_pool import TransientStorePool
 from rocketstore.store_lock import StoreLock
+from rocketstore.timer.service import TimerFlushService, TimerService
 from rocketstore.topics import TopicConfig, TopicTable
 
 if TYPE_CHECKING:
@@ -171,6 +172,16 @@ class MessageStore:
             clock,
             on_failure=self._service_failed,
         )
+        self._timers = TimerService(
+            layout,
+            self._commitlog,
+            self._queues,
+            self._deliver_timers,
+            config,
+            clock,
+            readonly=readonly,
+            on_failure=self._service_failed,
+        )
         self._reader = MessageReader(self._commitlog, self._queues, self._index, self._stats, config)
         self._writer: MessageWriter | None = None  # made by _start, with the writing services
         self._services: list[BackgroundService] = []
@@ -264,6 +275,7 @@ class MessageStore:
         self._topics.load(self._queues.topics())
         self._offsets.load()
         self._scheduler.load_progress()
+        self._timers.load()
         if self._follower is not None:
             self.recovery = self._follower.attach(self.recovery)
         log_report(self.recovery, readonly=self.readonly)
@@ -292,6 +304,8 @@ class MessageStore:
         # crash can be recognised (see schedule.py).
         scheduler = self._scheduler
         scheduler.skip_delivered_before_crash()
+        self._timers.recover()  # whoever opens the store for writing: `recover` knows the timer files
+        delivering = self._delayed_delivery and not self._is_slave
         self._cleaner = cleaner = CleanService(
             self._commitlog,
             self._queues,
@@ -343,7 +357,11 @@ class MessageStore:
         # (the scheduler's last deliveries are puts: the writing services stop after it)
         self._services = [
             # a slave gets its master's deliveries; a tool opened without delayed delivery none
-            *([scheduler] if self._delayed_delivery and not self._is_slave else []),
+            *(
+                [scheduler, self._timers, TimerFlushService(self._timers, self.config, self._service_failed)]
+                if delivering
+                else []
+            ),
             self._cleaner,
             self._stats,
             self._allocator,
@@ -423,6 +441,7 @@ class MessageStore:
                 self.layout.abort.unlink(missing_ok=True)
             except BaseException as exc:
                 errors.append(exc)
+        self._timers.close()
         self._commitlog.close()
         self._queues.close()
         if self._index is not None:
@@ -473,6 +492,15 @@ class MessageStore:
             return self.put_messages((msg,))[0]
         except StoreClosedError:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE)
+
+    def _deliver_timers(self, msgs: Sequence[Message]) -> list[PutMessageResult]:
+        """The timer service's put, as ``_deliver_delayed``: a status while the store closes."""
+        if not self._state.closed:
+            try:
+                return self.put_messages(msgs, internal=True)
+            except StoreClosedError:
+                pass
+        return [PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in msgs]
 
     def put_messages(self, msgs: Sequence[Message], *, internal: bool = False) -> list[PutMessageResult]:
         """Store a batch under one lock acquisition: all of it, or (bad message) none of it.
@@ -783,8 +811,8 @@ class MessageStore:
         reclaimed, and consumer offsets stay. Like RocketMQ, records of the topic newer than every
         remaining queue's are dispatched again at the next open (its queues come back)."""
         self._check_writable("topic changes")
-        if topic == SCHEDULE_TOPIC:
-            raise StoreConfigError(f"{SCHEDULE_TOPIC} holds the delayed messages: it cannot be deleted")
+        if topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+            raise StoreConfigError(f"{topic} holds the delayed messages: it cannot be deleted")
         self.wait_dispatched()
         removed = self._queues.delete_topic(topic)
         self._topics.delete(topic)
@@ -860,6 +888,14 @@ class MessageStore:
                 result[level] = (max(done, topic_queue.min_offset), topic_queue.max_offset)
         return dict(sorted(result.items()))
 
+    def timer_status(self) -> dict[str, int]:
+        """Timer messages (docs/timers.md): ``pending`` (not yet delivered), of which
+        ``not_enqueued`` are stored but not yet in the wheel; ``read_time_ms``, before which every
+        timer was delivered (0 before the first delivery round); ``precision_ms``; what the
+        open's recovery cut from the timer log (bytes) and emptied in the wheel (slots)."""
+        self._check_open()
+        return self._timers.status()
+
     # --- runtime statistics ------------------------------------------------------------------
     def runtime_info(self) -> dict[str, object]:
         """The store's state, like RocketMQ's brokerStatus (its key names where it has them).
@@ -893,6 +929,7 @@ class MessageStore:
             "abnormalShutdownDetected": self.abnormal_shutdown_detected,
             "readonly": self.readonly,
             "failure": repr(self._state.failure) if self._state.failure is not None else None,
+            "timerPending": self._timers.status()["pending"],
             "delayedPending": {lvl: hi - lo for lvl, (lo, hi) in self.delay_progress().items() if hi > lo},
         }
         return info

@@ -132,10 +132,10 @@ def test_rocketmq_4_9_8_reads_the_store_the_broker_wrote(tmp_path: Path) -> None
     fifo = of("OFifo")
     assert len({m["queue"] for m in fifo}) == 1 and [m["offset"] for m in fifo] == [0, 1, 2]
     assert all(m["__SHARDINGKEY"] == "g" for m in fifo)
-    [scheduled] = of("SCHEDULE_TOPIC_XXXX")
-    assert scheduled["REAL_TOPIC"] == "ODelay" and "TIMER_DELIVER_MS" in scheduled and "DELAY" in scheduled
+    [timer] = of("rmq_sys_wheel_timer")  # a timer, as RocketMQ 5 stores it: RocketMQ 4.9 reads it
+    assert timer["REAL_TOPIC"] == "ODelay" and "TIMER_OUT_MS" in timer and "DELAY" not in timer
     [delivered] = of("ODelay")
-    assert delivered["TIMER_DELIVER_MS"] == scheduled["TIMER_DELIVER_MS"]
+    assert delivered["TIMER_DELIVER_MS"] == timer["TIMER_DELIVER_MS"]
     halves = of("RMQ_SYS_TRANS_HALF_TOPIC")
     assert len(halves) == 2 and all(h["REAL_TOPIC"] == "OTx" and h["TRAN_MSG"] == "true" for h in halves)
     assert sorted(int(m["queue"]) for m in of("RMQ_SYS_TRANS_OP_HALF_TOPIC")) == [0, 0]

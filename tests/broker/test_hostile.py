@@ -83,15 +83,20 @@ def half_of(stub: Any, topic: str, metadata: Any) -> Any:
     return sent.entries[0]
 
 
-# --- item 1: every name is checked against the caller's account ------------------------------------
-def test_telemetry_settings_naming_another_accounts_topic_are_refused_and_get_no_orphan(
-    start_broker: StartBroker, stub_for: Stub, tmp_path: Path
-) -> None:
+def _acl_broker(start_broker: StartBroker, stub_for: Stub, tmp_path: Path) -> Any:
+    """A stub of a broker under ``ACL`` that checks open transactions every 200 ms."""
     acl = tmp_path / "acl.toml"
     acl.write_text(ACL)
     config = BrokerConfig(acl_file=str(acl), transaction_timeout_ms=1, transaction_check_interval_ms=200)
     _, _, port = start_broker(config)
-    stub = stub_for(port)
+    return stub_for(port)
+
+
+# --- item 1: every name is checked against the caller's account ------------------------------------
+def test_telemetry_settings_naming_another_accounts_topic_are_refused_and_get_no_orphan(
+    start_broker: StartBroker, stub_for: Stub, tmp_path: Path
+) -> None:
+    stub = _acl_broker(start_broker, stub_for, tmp_path)
     as_a = (("x-mq-client-id", "client-a"), *signed("a", "sa")[1:])
     as_b = (("x-mq-client-id", "client-b"), *signed("b", "sb")[1:])
     half_of(stub, "TopicB", as_b)  # b's open transaction
@@ -122,11 +127,7 @@ def test_another_accounts_client_id_is_refused(
 ) -> None:
     """A client id belongs to the account that used it first: another account can neither end
     that client, re-type it, nor take its Telemetry stream (and the orphan checks on it)."""
-    acl = tmp_path / "acl.toml"
-    acl.write_text(ACL)
-    config = BrokerConfig(acl_file=str(acl), transaction_timeout_ms=1, transaction_check_interval_ms=200)
-    _, _, port = start_broker(config)
-    stub = stub_for(port)
+    stub = _acl_broker(start_broker, stub_for, tmp_path)
     as_b = (("x-mq-client-id", "client-b"), *signed("b", "sb")[1:])
     a_as_b = (("x-mq-client-id", "client-b"), *signed("a", "sa")[1:])
     owner = Telemetry(stub, as_b)

@@ -41,6 +41,32 @@ def test_slow_requests_count_parked_time_out(caplog: pytest.LogCaptureFixture) -
     ]
 
 
+def test_refusals_are_rate_limited_on_their_codes_before_a_line_is_made(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A flood of refusals (a busy broker's) costs a look-up each: the labels are made only for
+    the lines written."""
+    made: list[int] = []
+
+    def label(code: int) -> str:
+        made.append(code)
+        return f"CODE{code}"
+
+    requests = RequestLog(logging.getLogger(LOGGER), "door", request_label=label, code_label=label)
+    with caplog.at_level(logging.WARNING, LOGGER):
+        for _ in range(1000):
+            requests.refused(10, 1, "1.2.3.4:5", "no")
+        requests.refused(11, 1, "1.2.3.4:5", "x" * 1000)
+        for _ in range(1000):
+            requests.slow(5.0, 10, 0, "1.2.3.4:5")
+    assert made == [10, 1, 11, 1, 10, 0]
+    assert lines(caplog) == [
+        "door: refused CODE10 from 1.2.3.4:5: CODE1 no",
+        f"door: refused CODE11 from 1.2.3.4:5: CODE1 {'x' * 200}",
+        "door: slow request: CODE10 from 1.2.3.4:5 answered CODE0 after 5000 ms (threshold 1000 ms)",
+    ]
+
+
 @pytest.fixture
 def root_handlers() -> Iterator[None]:
     root = logging.getLogger()

@@ -13,11 +13,10 @@ from rocketmq.grpc_protocol import service_pb2 as rpc
 from rocketmq.v5.producer import TransactionChecker
 
 from rocketstore.broker import BrokerConfig
-from rocketstore.broker.grpc.sent_message import delay_level_for
 from rocketstore.broker.stats_items import TOPIC_PUT_NUMS
 from rocketstore.broker.transactions import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from rocketstore.codec.java_hash import java_hash
-from rocketstore.message import SCHEDULE_TOPIC, MessageExt
+from rocketstore.message import SCHEDULE_TOPIC, TIMER_TOPIC, MessageExt
 from rocketstore.store import MessageStore
 
 from .clients import message, producer
@@ -70,32 +69,24 @@ def test_fifo_messages_of_a_group_share_a_queue_in_send_order(start_broker: Star
         ]
 
 
-def test_delay_levels_are_never_earlier_than_the_wait() -> None:
-    levels = (1000, 5000, 10000, 30000)
-    assert [delay_level_for(w, levels) for w in (1, 1000, 1001, 5000, 29000, 30000, 10**9)] == [
-        1,
-        1,
-        2,
-        2,
-        4,
-        4,
-        4,
-    ]
-
-
-def test_delay_message_waits_in_the_schedule_topic_with_its_requested_time(start_broker: StartBroker) -> None:
+def test_a_delivery_time_is_an_exact_timer(start_broker: StartBroker) -> None:
+    """RocketMQ 5's proxy: delivery_timestamp becomes TIMER_DELIVER_MS, no delay level; the message
+    waits in rmq_sys_wheel_timer and reaches its topic at that time, not before, with its id."""
     _, store, port = start_broker()
-    deliver_at = int(time.time()) + 25  # the 30 s level: the first not earlier than 25 s
+    deliver_at = int(time.time()) + 2  # whole seconds, as the official Python client sends them
     with producer(port, ("Later",)) as p:
-        p.send(message("Later", b"later", deliver_at_s=deliver_at))
-    assert stored(store, "Later") == []
-    [scheduled] = stored(store, SCHEDULE_TOPIC)
-    props = scheduled.properties
-    assert props["REAL_TOPIC"] == "Later"
+        receipt = p.send(message("Later", b"later", deliver_at_s=deliver_at))
+    assert stored(store, "Later") == [] and stored(store, SCHEDULE_TOPIC) == []
+    [timer] = stored(store, TIMER_TOPIC)
+    props = timer.properties
+    assert props["REAL_TOPIC"] == "Later" and "DELAY" not in props
     assert props["TIMER_DELIVER_MS"] == str(deliver_at * 1000)
-    level = int(props["DELAY"])
-    assert store.config.delay_levels_ms[level - 1] == 30_000
-    assert scheduled.queue_id == level - 1
+    deadline = time.monotonic() + 20
+    while not stored(store, "Later") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    [delivered] = stored(store, "Later")
+    assert delivered.store_timestamp >= deliver_at * 1000  # never early
+    assert delivered.uniq_key == receipt.message_id and delivered.body == b"later"
 
 
 def test_a_delivery_time_in_milliseconds_is_refused_saying_so(start_broker: StartBroker) -> None:
@@ -105,7 +96,7 @@ def test_a_delivery_time_in_milliseconds_is_refused_saying_so(start_broker: Star
     deliver_at_ms = int(time.time() * 1000) + 25_000
     with producer(port, ("Later",)) as p, pytest.raises(Exception, match=r"ahead.*looks like milliseconds"):
         p.send(message("Later", b"later", deliver_at_s=deliver_at_ms))
-    assert stored(store, SCHEDULE_TOPIC) == []
+    assert stored(store, TIMER_TOPIC) == []
 
 
 class Checker(TransactionChecker):  # type: ignore[misc]

@@ -192,7 +192,7 @@ def _serve_store(
     with MessageStore.open(path, store_config) as store:
         broker = Broker(store, config)
         # numba loads while the listeners start, not in the first batch send's time
-        threading.Thread(target=_preload, name="preload-kernels").start()
+        threading.Thread(target=_preload, name="preload-kernels", daemon=True).start()
 
         async def run() -> None:
             loop = asyncio.get_running_loop()

@@ -279,6 +279,7 @@ def status(ctx: click.Context, store_dir: Path, as_json: bool) -> None:
             "logics_msg_time": format_time(logics),
             "index_msg_time": format_time(index),
             "delayed_pending": info["delayedPending"],
+            "timer_pending": info["timerPending"],
             "recovery_would_cut_bytes": rec.bytes_cut if rec else 0,
             "damage": rec.damage if rec else None,
             "replication": replication or store.ha_status(),
@@ -457,8 +458,30 @@ def print_(
             )
             return
         columns = _MSG_COLUMNS if body else _MSG_COLUMNS[:-1]
-        n = out.rows(columns, (message_out(out, m, body, charset) for m in found))
+        rows = (message_out(out, m, body, charset) for m in found)
+        if topic == "rmq_sys_wheel_timer":  # pending timers: when each is due, and where to
+            columns = [*columns[:6], "due_time", "real_topic", *columns[6:]]
+            rows = (_with_due_time(row) for row in rows)
+        n = out.rows(columns, rows)
     out.note(f"{n} message(s)")
+
+
+def _with_due_time(row: dict[str, Any]) -> dict[str, Any]:
+    """A timer record's row with the time it was asked for (TIMER_DELIVER_MS, or the store time
+    plus TIMER_DELAY_SEC / TIMER_DELAY_MS, as the put reckoned) and its real topic."""
+    props = row.get("properties") or {}
+    try:
+        if "TIMER_DELAY_SEC" in props:
+            due: int | None = int(props["TIMER_DELAY_SEC"]) * 1000 + row["store_timestamp"]
+        elif "TIMER_DELAY_MS" in props:
+            due = int(props["TIMER_DELAY_MS"]) + row["store_timestamp"]
+        else:
+            due = int(props["TIMER_DELIVER_MS"]) if "TIMER_DELIVER_MS" in props else None
+    except ValueError:  # the put refuses such a value: only a damaged record has one
+        due = None
+    row["due_time"] = format_time(due) if due is not None else None
+    row["real_topic"] = props.get("REAL_TOPIC")
+    return row
 
 
 def _detail(out: Output, msg: MessageExt | None, what: str, charset: str = "utf-8") -> None:
@@ -663,10 +686,10 @@ def recover(ctx: click.Context, store_dir: Path, dry_run: bool, as_json: bool) -
     out = Output(as_json)
     if dry_run:
         with read_store(ctx, store_dir) as store:
-            rec = store.recovery
+            rec, timers = store.recovery, store.timer_status()
     else:
         with _write(ctx, store_dir) as store:
-            rec = store.recovery
+            rec, timers = store.recovery, store.timer_status()
     assert rec is not None
     fields = {
         "dry_run": dry_run,
@@ -684,6 +707,10 @@ def recover(ctx: click.Context, store_dir: Path, dry_run: bool, as_json: bool) -
         # damage in older segments, stepped over (not cut): "start..end: reason; ..."
         "stepped_over": "; ".join(f"{d.start}..{d.end}: {d.reason}" for d in rec.stepped_over) or None,
         "reput_from": rec.reput_from,
+        # the timer files (docs/timers.md): what recovery cut, and the timers still to deliver
+        "timer_log_bytes_cut": timers["recovery_log_bytes_cut"],
+        "timer_slots_emptied": timers["recovery_slots_cleared"],
+        "timer_pending": timers["pending"],
     }
     out.detail("recovery (dry run: nothing written)" if dry_run else "recovery done", fields)
 
@@ -729,6 +756,9 @@ def reclaim(ctx: click.Context, store_dir: Path, reserved_hours: int | None, as_
 @click.option("--queue", "-q", type=int, help="Queue id (default: the store picks, round robin).")
 @click.option("--delay", type=int, default=0, help="Delay level (1 = 1 s, ... 18 = 2 h).")
 @click.option(
+    "--deliver-at", help="A timer: delivered at this time (see Times), by the process that serves the store."
+)
+@click.option(
     "--file", "body_file", type=click.File("rb"), help="One message: this file's bytes ('-' for stdin)."
 )
 @click.option("--lines", is_flag=True, help="One message per line of stdin.")
@@ -749,6 +779,7 @@ def put(
     props: tuple[str, ...],
     queue: int | None,
     delay: int,
+    deliver_at: str | None,
     body_file: Any,
     lines: bool,
     create: bool,
@@ -774,6 +805,8 @@ def put(
         raise click.UsageError("nothing to put: give BODIES, --file or --lines")
     from rocketstore.message import Message
 
+    deliver_ms = time_value(deliver_at, "--deliver-at")
+
     def message(body: bytes) -> Message:
         return Message(
             topic,
@@ -783,6 +816,7 @@ def put(
             properties=properties or None,
             queue_id=queue,
             delay_level=delay,
+            deliver_at=deliver_ms,
         )
 
     out = Output(as_json)

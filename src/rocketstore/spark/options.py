@@ -16,8 +16,8 @@ queue offsets for the partition's offsets:
   (``{"topic": {"queueId": epoch ms}}``): each queue starts (ends) at its first message stored
   at or after the time.
 
-System topics (``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``, ``%RETRY%*``, ``%DLQ%*``) are read only when
-a topic option names them, or with ``includeSystemTopics=true``.
+System topics (``SCHEDULE_TOPIC_XXXX``, ``rmq_sys_wheel_timer``, ``RMQ_SYS_*``, ``%RETRY%*``, ``%DLQ%*``) are
+read only when a topic option names them, or with ``includeSystemTopics=true``.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ OPTIONS: Final = (
     "checkpointLocation",
 )
 _KNOWN: Final = {name.lower(): name for name in OPTIONS}
-_SYSTEM_TOPIC = re.compile(r"SCHEDULE_TOPIC_XXXX|RMQ_SYS_.*|%RETRY%.*|%DLQ%.*", re.DOTALL)
+_SYSTEM_TOPIC = re.compile(r"SCHEDULE_TOPIC_XXXX|rmq_sys_wheel_timer|RMQ_SYS_.*|%RETRY%.*|%DLQ%.*", re.DOTALL)
 
 
 def check_known(options: Mapping[str, Any]) -> None:

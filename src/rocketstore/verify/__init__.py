@@ -16,6 +16,7 @@ bytes (each module's docstring lists its checks and the damage kinds they report
                       against the record it names; every key the index should hold
                       (pointer_kernels.py: its compiled loops)
     metadata.py       checkpoint (4096 bytes), config/ (a directory), the geometry
+    timers.py         timerwheel, timerlog/, config/timercheck, config/timermetrics
     listing.py        directory walks: links are not followed; a store file that is not a
                       regular file, or a store directory that is not a real directory, is
                       reported and not read (file_type); stray names are reported (file_name)
@@ -72,6 +73,7 @@ from rocketstore.verify.report import (
     no_progress,
 )
 from rocketstore.verify.segments import check_commitlog
+from rocketstore.verify.timers import check_timer_files
 
 __all__ = ["DAMAGE_KINDS", "MAX_DAMAGE_PER_FILE", "Damage", "VerifyReport", "verify_store"]
 
@@ -107,4 +109,5 @@ def verify_store(
     records, commitlog_range = check_commitlog(paths, cfg, check_crc, checker, damage, tick)
     check_checkpoint(paths, damage)
     check_config_dir(paths, damage)
+    check_timer_files(paths, commitlog_range[1], cfg.timer_log_segment_size, damage)
     return VerifyReport(damage.result(), records, queue_entries, index_entries, commitlog_range)

@@ -32,6 +32,8 @@ DAMAGE_KINDS: Final = (
     "index_chain",
     "index_entry",
     "index_missing",
+    "timer_log_unit",
+    "timer_file",
 )
 MAX_DAMAGE_PER_FILE: Final = 100
 

@@ -95,7 +95,7 @@ def test_unique_key_query_signed_either_way(tmp_path: Path) -> None:
     # the 4.9.8 client signs _UNIQUE_KEY_QUERY, which RocketMQ's broker leaves out: both pass
     acl = tmp_path / "acl.toml"
     acl.write_text(ACL)
-    check = RemotingAcl(Acl.from_file(acl)).check
+    check = RemotingAcl(Acl.from_file(acl), lambda topic: False).check
     query = {"topic": "Allowed", "key": "k", "maxNum": "32", "beginTimestamp": "0", "endTimestamp": "1"}
     client_way = signed({**query, "_UNIQUE_KEY_QUERY": "false"})
     broker_way = {**query, "_UNIQUE_KEY_QUERY": "false", "AccessKey": "RocketMQ"}

@@ -6,6 +6,7 @@ stored or changed; the same requests on an account's own resources work."""
 from __future__ import annotations
 
 import json
+import logging
 import select
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from rocketstore import Message
 from rocketstore.broker import BrokerConfig
+from rocketstore.broker.pop_copies import retry_topic as pop_retry_topic
 from rocketstore.broker.remoting.client_ids import ClientIds
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
@@ -25,29 +27,24 @@ from rocketstore.codec.message_id import decode_offset_msg_id
 from .client import RawClient
 from .conftest import Remoting, StartRemoting
 from .test_acl import signed
-from .test_consumer_requests import bodies, pull_ext
+from .test_consumer_requests import bodies, heartbeat, pull_ext
+from .test_heartbeat import on_loop
 from .test_producer import transactional, wait_for
 
-ACL = """
-[[accounts]]
-access_key = "app1"
-secret_key = "secret-1"
-topics = ["TopicA"]
-groups = ["groupA", "pgA"]
-
-[[accounts]]
-access_key = "app2"
-secret_key = "secret-2"
-topics = ["TopicB"]
-groups = ["groupB", "pgB"]
-
-[[accounts]]
-access_key = "app3"
-secret_key = "secret-3"
-topics = ["TopicA"]
-groups = ["pgB"]
-"""
-SECRETS = {"app1": "secret-1", "app2": "secret-2", "app3": "secret-3"}
+# access key: (secret key, topics, groups, admin)
+ACCOUNTS: dict[str, tuple[str, list[str], list[str], bool]] = {
+    "app1": ("secret-1", ["TopicA"], ["groupA", "pgA"], False),
+    "app2": ("secret-2", ["TopicB"], ["groupB", "pgB"], False),
+    "app3": ("secret-3", ["TopicA"], ["pgB"], False),
+    "app4": ("secret-4", ["TopicA"], ["*"], False),
+    "ops": ("secret-ops", [], [], True),  # admin, listing nothing
+}
+ACL = "".join(
+    f'[[accounts]]\naccess_key = "{key}"\nsecret_key = "{secret}"\ntopics = {json.dumps(topics)}\n'
+    f"groups = {json.dumps(groups)}\nadmin = {str(admin).lower()}\n"
+    for key, (secret, topics, groups, admin) in ACCOUNTS.items()
+)
+SECRETS = {key: account[0] for key, account in ACCOUNTS.items()}
 DENIED = "org.apache.rocketmq.acl.common.AclException: "
 
 
@@ -81,37 +78,6 @@ def start(start_remoting: StartRemoting, tmp_path: Path, **changes: Any) -> Remo
 
 def refused(resp: RemotingCommand, why: str) -> bool:
     return resp.code == ResponseCode.SYSTEM_ERROR and (resp.remark or "").startswith(DENIED + why)
-
-
-def heartbeat(
-    client_id: str, consumers: dict[str, list[str]] | None = None, producers: tuple[str, ...] = ()
-) -> bytes:
-    return json.dumps(
-        {
-            "clientID": client_id,
-            "consumerDataSet": [
-                {
-                    "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
-                    "consumeType": "CONSUME_PASSIVELY",
-                    "groupName": group,
-                    "messageModel": "CLUSTERING",
-                    "subscriptionDataSet": [
-                        {
-                            "expressionType": "TAG",
-                            "subString": "*",
-                            "subVersion": 1,
-                            "topic": t,
-                            "tagsSet": [],
-                        }
-                        for t in topics
-                    ],
-                    "unitMode": False,
-                }
-                for group, topics in (consumers or {}).items()
-            ],
-            "producerDataSet": [{"groupName": g} for g in (*producers, "CLIENT_INNER_PRODUCER")],
-        }
-    ).encode()
 
 
 def test_a_stored_message_is_read_and_sent_back_only_by_accounts_of_its_topic(
@@ -202,12 +168,19 @@ def test_transactions_are_ended_and_checked_only_by_accounts_of_their_group_and_
         # a half naming another account's producer group is not stored
         assert refused(transactional(app1, "TopicA", "A0", group="pgB"), "No permission for group=pgB")
 
-        # 5. CHECK_TRANSACTION_STATE: app1 may not heartbeat as pgB; app3 may (its group) but
-        # cannot see TopicB, so every check goes to app2's producer
-        resp = app1.call(RequestCode.HEART_BEAT, body=heartbeat("app1@1", producers=("pgB",)))
-        assert refused(resp, "No permission for group=pgB, accessKey=app1")
-        assert app3.call(RequestCode.HEART_BEAT, body=heartbeat("app3@1", producers=("pgB",))).code == 0
-        assert app2.call(RequestCode.HEART_BEAT, body=heartbeat("app2@1", producers=("pgB",))).code == 0
+        # 5. CHECK_TRANSACTION_STATE: app1's heartbeat naming pgB does not make it pgB's producer
+        # (answered SUCCESS, as RocketMQ's ACL checks no producer group); app3 may (its group)
+        # but cannot see TopicB, so every check goes to app2's producer
+        resp = app1.call(RequestCode.HEART_BEAT, body=heartbeat("app1@1", consumers={}, producers=("pgB",)))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert (
+            app3.call(RequestCode.HEART_BEAT, body=heartbeat("app3@1", consumers={}, producers=("pgB",))).code
+            == 0
+        )
+        assert (
+            app2.call(RequestCode.HEART_BEAT, body=heartbeat("app2@1", consumers={}, producers=("pgB",))).code
+            == 0
+        )
         for _ in range(2):  # the two producers in turn, if app3 were asked too
             check = app2.server_request()
             assert check.code == RequestCode.CHECK_TRANSACTION_STATE
@@ -259,7 +232,7 @@ def test_queue_locks_and_client_ids_stay_their_owners(start_remoting: StartRemot
     r = start(start_remoting, tmp_path)
     with Signed(r.port, "app1") as app1, Signed(r.port, "app2") as peer:
         owner = Signed(r.port, "app2")
-        beat = heartbeat("app2@1", {"groupB": ["TopicB", "%RETRY%groupB"]})
+        beat = heartbeat("app2@1", consumers={"groupB": ["TopicB", "%RETRY%groupB"]})
         assert owner.call(RequestCode.HEART_BEAT, body=beat).code == 0
         assert locked(owner, "app2@1", "groupB", 0, 1) == [0, 1]
 
@@ -269,10 +242,12 @@ def test_queue_locks_and_client_ids_stay_their_owners(start_remoting: StartRemot
             assert refused(resp, "No permission for topic=TopicB"), resp.remark
         resp = app1.call(RequestCode.LOCK_BATCH_MQ, body=lock_body("app2@1", "groupA", 0, topic="TopicA"))
         assert refused(resp, "client id app2@1 is held by another connection")
-        resp = app1.call(RequestCode.HEART_BEAT, body=heartbeat("app2@1", {"groupA": ["TopicA"]}))
+        resp = app1.call(RequestCode.HEART_BEAT, body=heartbeat("app2@1", consumers={"groupA": ["TopicA"]}))
         assert refused(resp, "client id app2@1 is held by another connection")
         # nor subscribe its own group to groupB's retries
-        resp = app1.call(RequestCode.HEART_BEAT, body=heartbeat("app1@1", {"groupA": ["%RETRY%groupB"]}))
+        resp = app1.call(
+            RequestCode.HEART_BEAT, body=heartbeat("app1@1", consumers={"groupA": ["%RETRY%groupB"]})
+        )
         assert refused(resp, "No permission for group=groupB (its retry topic %RETRY%groupB)")
         resp = app1.call(RequestCode.UNREGISTER_CLIENT, {"clientID": "app2@1", "consumerGroup": "groupA"})
         assert refused(resp, "client id app2@1 is held by another connection")
@@ -321,6 +296,12 @@ class FakeConnection:
         for callback in self.on_close:
             callback(self)
 
+    def when_closed(self, callback: Any) -> None:
+        if self.closed:
+            callback(self)
+        else:
+            self.on_close.append(callback)
+
 
 def test_a_client_id_is_free_once_its_connection_closed_or_went_silent() -> None:
     ids = ClientIds(expire_s=120, max_per_connection=2)
@@ -343,3 +324,75 @@ def test_a_client_id_is_free_once_its_connection_closed_or_went_silent() -> None
     second.close()
     assert len(ids) == 0
     ids.claim("c", first, None, now=122)  # type: ignore[arg-type]
+
+
+def test_a_heartbeat_registers_only_the_producer_groups_its_account_may_use(
+    start_remoting: StartRemoting, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A producer group the account does not list is left out of the registrations (it gets no
+    transaction checks), with one rate-limited line; the heartbeat's consumers still join."""
+    r = start(start_remoting, tmp_path)
+    beat = heartbeat("app1@1", consumers={"groupA": ["TopicA"]}, producers=("orders-producer", "pgA"))
+    with caplog.at_level(logging.WARNING, "rocketstore.broker.remoting"), Signed(r.port, "app1") as app1:
+        for _ in range(3):
+            resp = app1.call(RequestCode.HEART_BEAT, body=beat)
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+        members = app1.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "groupA"})
+        assert members.code == ResponseCode.SUCCESS
+        assert json.loads(members.body) == {"consumerIdList": ["app1@1"]}
+        assert on_loop(r, lambda: sorted(r.broker.remoting.ctx.producers.groups())) == ["pgA"]
+    lines = [rec.getMessage() for rec in caplog.records if "orders-producer" in rec.getMessage()]
+    assert len(lines) == 1 and "accessKey=app1 may not use: not registered" in lines[0]
+
+
+def test_an_admin_account_reads_what_mqadmin_reads_without_listing_it(
+    start_remoting: StartRemoting, tmp_path: Path
+) -> None:
+    """As RocketMQ's checkPerm passes an admin: mqadmin's reads need no topic or group entry;
+    the clients' data path still does."""
+    r = start(start_remoting, tmp_path)
+    with Signed(r.port, "ops") as ops:
+        stats = ops.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "billing"})
+        assert not (stats.remark or "").startswith(DENIED), stats.remark
+        topic = ops.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "TopicB"})
+        assert topic.code == ResponseCode.SUCCESS, topic.remark
+        created = ops.call(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {"topic": "New", "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"},
+        )
+        assert created.code == ResponseCode.SUCCESS, created.remark
+        sent = ops.call(
+            RequestCode.SEND_MESSAGE_V2, {"a": "pg", "b": "TopicA", "e": "0", "g": "0"}, b"not its topic"
+        )
+        assert refused(sent, "No permission for topic=TopicA")
+        pulled = ops.call(RequestCode.PULL_MESSAGE, pull_ext("TopicA", 0))
+        assert refused(pulled, "No permission for topic=TopicA")
+
+
+def test_a_pop_retry_topic_needs_its_topic(start_remoting: StartRemoting, tmp_path: Path) -> None:
+    """gRPC pop re-puts a group's expired messages of topic T into %RETRY%{group}_{T}: over
+    remoting that name needs topic T as well as group {group}_{T}."""
+    r = start(start_remoting, tmp_path)
+    store = r.store
+    theirs, mine = (
+        store.put_message(
+            Message(pop_retry_topic("gx", t), f"{t}'s".encode(), queue_id=0, properties={"RETRY_TOPIC": t})
+        )
+        for t in ("TopicB", "TopicA")
+    )
+    store.wait_dispatched()
+    with Signed(r.port, "app4") as app4:  # every group, topic TopicA only
+        why = "No permission for topic=TopicB (its pop retry topic %RETRY%gx_TopicB)"
+        pulled = app4.call(RequestCode.PULL_MESSAGE, pull_ext("%RETRY%gx_TopicB", 0))
+        assert refused(pulled, why) and pulled.body == b""
+        view = app4.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(theirs.physical_offset)})
+        assert refused(view, why) and view.body == b""
+        # its own topic's pop retries and a group's own retry topic are readable
+        pulled = app4.call(RequestCode.PULL_MESSAGE, pull_ext("%RETRY%gx_TopicA", 0))
+        assert pulled.code == ResponseCode.SUCCESS and bodies(pulled.body) == [(0, b"TopicA's")]
+        view = app4.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(mine.physical_offset)})
+        assert view.code == ResponseCode.SUCCESS
+        offsets = app4.call(
+            RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "gy", "topic": "%RETRY%gy", "queueId": "0"}
+        )
+        assert not (offsets.remark or "").startswith(DENIED)

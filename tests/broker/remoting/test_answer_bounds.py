@@ -116,6 +116,43 @@ def test_unread_answers_pause_the_connection_and_others_go_on(big_harness: Any) 
         h.run(_wait_for(lambda: conn.queued_bytes == 0 and conn.waiting_answer_bytes == 0))
 
 
+def test_a_closed_connection_drops_the_answers_its_client_did_not_take(big_harness: Any) -> None:
+    """Below the output limit too: a client that half-closes and stays connected without
+    reading would keep a closing transport's buffer for ever, counted by nothing."""
+    h = big_harness(max_answer_bytes_per_connection=16 * MIB)
+    held = []
+    for _ in range(2):
+        c = _slow_reader(h.port)
+        for _ in range(3):
+            c.send(_big(4 * MIB))  # 12 MiB: within the limit
+        h.run(_wait_for(lambda: len(h.connections) == 3 * (len(held) + 1)))
+        conn = h.connections[-1]
+        h.run(_wait_for(lambda conn=conn: conn.requests_in_progress == 0))
+        assert conn.queued_bytes > 4 * MIB
+        c.sock.shutdown(socket.SHUT_WR)
+        h.run(_wait_for(lambda conn=conn: conn.closed))
+        held.append((c, conn))
+    assert h.run(_wait_for(lambda: not h.server.connections)) is None
+    assert [conn._transport.get_write_buffer_size() for _, conn in held] == [0, 0]
+    for c, _ in held:
+        c.close()
+
+
+def test_a_server_request_to_a_full_output_is_dropped_and_says_so(big_harness: Any) -> None:
+    limit = 1 * MIB
+    h = big_harness(max_answer_bytes_per_connection=limit)
+    with _slow_reader(h.port) as c, RawClient(h.port) as other:
+        for _ in range(64):  # far more than the limit and the sockets' buffers
+            c.send(_big(256 * KIB))
+        h.run(_wait_for(lambda: h.connections and h.connections[0].queued_bytes > limit))
+        full = h.connections[0]
+        other.call(BIG, {"size": "1"})
+        fine = h.connections[-1]
+        assert h.run(full.oneway(RemotingCommand(code=ECHO))) is False
+        assert h.run(fine.oneway(RemotingCommand(code=ECHO))) is True
+        assert other.server_request().code == ECHO
+
+
 def test_answers_past_the_limit_are_busy_but_answers_without_a_body_wait(big_harness: Any) -> None:
     limit = 1 * MIB
     h = big_harness(max_answer_bytes_per_connection=limit)

@@ -5,8 +5,11 @@ refused with a clear remark and no traceback."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +19,19 @@ from rocketstore.broker.consumer_groups import ConsumerGroups, ConsumerMember, S
 from rocketstore.broker.queue_locks import QueueLocks
 from rocketstore.broker.remoting import admin, consumers, namesrv, producers
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
-from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.command import RemotingCommand, encode_command
 from rocketstore.broker.remoting.producers import MAX_GROUPS_PER_CONNECTION, ProducerGroups
+from rocketstore.broker.transactions import Orphan
+from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.message import Message
 
 from .client import RawClient
 from .conftest import StartRemoting
+from .test_acl_accounts import FakeConnection
 from .test_answer_bounds import _slow_reader
 from .test_consumer_requests import bodies, heartbeat
 from .test_heartbeat import on_loop, wait_for
+from .test_producer import transactional
 
 
 def _producer_heartbeat(client_id: str, groups: list[str]) -> bytes:
@@ -88,22 +95,9 @@ def test_producer_groups_per_connection_are_bounded(start_remoting: StartRemotin
     wait_for(lambda: on_loop(r, registry.groups) == {}, "the closed connections' groups to go")
 
 
-class _Conn:
-    """What the registries use of a connection: a key with close callbacks."""
-
-    def __init__(self) -> None:
-        self.on_close: list[Any] = []
-        self.closed = False
-
-    def close(self) -> None:
-        self.closed = True
-        for callback in self.on_close:
-            callback(self)
-
-
 def test_closing_a_connection_visits_only_its_own_registrations(monkeypatch: pytest.MonkeyPatch) -> None:
     registry = ProducerGroups()
-    a, b = _Conn(), _Conn()
+    a, b = FakeConnection("a:1"), FakeConnection("b:1")
     for i in range(1000):
         registry.register(f"g{i}", "A", a, 0)  # type: ignore[arg-type]
     for i in range(500, 1500):
@@ -145,7 +139,7 @@ def test_consumer_groups_forget_a_closed_connection_in_one_visit_of_its_own(
 def test_producer_registrations_per_account_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(producers, "MAX_REGISTRATIONS_PER_ACCOUNT", 3)
     registry = ProducerGroups()
-    a, b, c = _Conn(), _Conn(), _Conn()
+    a, b, c = FakeConnection("a:1"), FakeConnection("b:1"), FakeConnection("c:1")
     registry.register("g1", "A", a, 0, "app1")  # type: ignore[arg-type]
     registry.register("g2", "A", a, 0, "app1")  # type: ignore[arg-type]
     registry.register("g1", "B", b, 0, "app1")  # type: ignore[arg-type]
@@ -217,6 +211,104 @@ def test_queue_locks_are_bounded_and_lapsed_ones_make_room() -> None:
     assert locks.holder("h", "q1", 62_000) is None
 
 
+def test_locks_per_client_id_are_bounded_and_counted_exactly() -> None:
+    locks = QueueLocks(max_live_ms=60_000, max_locks=100, max_per_client=3)
+    assert locks.lock("g", ["q1", "q2", "q3", "q4"], "A", 0) == ["q1", "q2", "q3"]
+    assert locks.lock("h", ["q1", "q2"], "B", 0) == ["q1", "q2"]  # the others are not held out
+    assert locks.lock("g", ["q3", "q1"], "A", 1000) == ["q3", "q1"]  # renewing needs no room
+    locks.unlock("g", ["q1", "q4"], "A")
+    assert locks.held_by("A") == 2 and locks.lock("g", ["q4", "q5"], "A", 1000) == ["q4"]
+    # g/q2 lapses (renewed at 0), g/q3 and q4 not (1000): B takes q2 over, A's count drops
+    assert locks.lock("g", ["q2", "q3"], "B", 60_500) == ["q2"]
+    assert (locks.held_by("A"), locks.held_by("B"), len(locks)) == (2, 3, 5)
+    assert locks.lock("g", ["q5", "q6"], "A", 60_500) == ["q5"]  # at its cap again
+    # at its cap, the lapsed locks (A's among them) are purged to make room
+    assert locks.lock("g", ["q9"], "A", 200_000) == ["q9"]
+    assert (locks.held_by("A"), locks.held_by("B"), len(locks)) == (1, 0, 1)
+    locks.unlock("g", ["q9"], "A")
+    assert (locks.held_by("A"), len(locks)) == (0, 0)
+
+
+def test_locks_name_this_broker(start_remoting: StartRemoting) -> None:
+    """A queue of another broker name is not this broker's: made-up broker names take no locks,
+    and one client id cannot take the whole table."""
+    r = start_remoting()
+    r.store.create_topic("T", 4)
+
+    def lock(c: RawClient, client_id: str, group: str, mqs: list[dict[str, Any]]) -> list[Any]:
+        body = json.dumps({"clientId": client_id, "consumerGroup": group, "mqSet": mqs}).encode()
+        resp = c.call(RequestCode.LOCK_BATCH_MQ, body=body)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        return list(json.loads(resp.body)["lockOKMQSet"])
+
+    with RawClient(r.port) as bad, RawClient(r.port) as good:
+        for batch in range(8):
+            made_up = [{"topic": "T", "brokerName": f"x{batch}-{i}", "queueId": 0} for i in range(8192)]
+            assert lock(bad, "bad@1", "g", made_up) == []
+        assert len(consumers.queue_locks(r.broker.remoting.ctx)) == 0
+        mine = [{"brokerName": "broker-a", "queueId": q, "topic": "T"} for q in range(4)]
+        assert lock(good, "good@1", "legit", mine) == mine
+
+
+def test_many_connections_of_producer_groups_keep_no_consumer_out(
+    start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No cap in all that some clients could fill: a consumer's heartbeat joins its group however
+    many producer groups others hold, and CLIENT_INNER_PRODUCER is not registered."""
+    monkeypatch.setattr(producers, "MAX_GROUPS_PER_CONNECTION", 64)
+    r = start_remoting()
+    r.store.create_topic("T", 1)
+    registry = r.broker.remoting.ctx.producers
+    clients = [RawClient(r.port) for _ in range(16)]
+    try:
+        for n, c in enumerate(clients):
+            beat = _producer_heartbeat(f"bad@{n}", [f"p{n}_{i}" for i in range(64)])
+            assert c.call(RequestCode.HEART_BEAT, body=beat).code == 0
+        with RawClient(r.port) as good:
+            resp = good.call(RequestCode.HEART_BEAT, body=heartbeat("good@1", producers=("pg",)))
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            members = good.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "cg"})
+            assert json.loads(members.body) == {"consumerIdList": ["good@1"]}
+            assert "CLIENT_INNER_PRODUCER" not in on_loop(r, registry.groups)
+            assert on_loop(r, lambda: len(registry)) == 16 * 64 + 1
+            # a heartbeat past its connection's producer cap is refused, but its consumers join
+            beat = json.loads(heartbeat("good@1", group="cg2", producers=tuple(f"q{i}" for i in range(64))))
+            resp = good.call(RequestCode.HEART_BEAT, body=json.dumps(beat).encode())
+            assert resp.code == ResponseCode.SYSTEM_ERROR and "64 groups" in (resp.remark or "")
+            members = good.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "cg2"})
+            assert json.loads(members.body) == {"consumerIdList": ["good@1"]}
+    finally:
+        for c in clients:
+            c.close()
+
+
+def test_a_heartbeat_handled_after_its_connection_closed_registers_nothing(
+    start_remoting: StartRemoting,
+) -> None:
+    """A heartbeat and the end of its connection read together: the connection closes before
+    the heartbeat is handled, which then keeps nothing (no producer group, consumer group or
+    client id that no close would ever forget)."""
+    r = start_remoting()
+    r.store.create_topic("T", 1)
+    ctx = r.broker.remoting.ctx
+    server = r.broker.remoting.broker
+    assert server is not None
+
+    def then_close(cmd: RemotingCommand) -> None:
+        with socket.create_connection(("127.0.0.1", r.port)) as s:
+            s.sendall(b"".join(bytes(p) for p in encode_command(cmd)))
+            s.shutdown(socket.SHUT_WR)
+            s.recv(1)  # the server closed it
+
+    for n in range(5):
+        beat = heartbeat(f"x@{n}", producers=tuple(f"p{n}_{i}" for i in range(8)))
+        then_close(RemotingCommand(code=RequestCode.HEART_BEAT, opaque=n + 1, body=beat))
+    wait_for(lambda: on_loop(r, lambda: len(server.connections)) == 0, "the connections to close")
+    time.sleep(0.2)  # the heartbeats' handlers have run
+    registry = consumers.consumer_groups(ctx)
+    assert on_loop(r, lambda: (len(ctx.producers), len(ctx.client_ids), registry.group_count())) == (0, 0, 0)
+
+
 def test_name_server_kv_bytes_are_bounded(
     start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -237,6 +329,12 @@ def test_name_server_kv_bytes_are_bounded(
         assert ns.call(RequestCode.PUT_KV_CONFIG, {**ns_args, "key": "k3", "value": value}).code == 0
         assert ns.call(RequestCode.DELETE_KV_CONFIG, {**ns_args, "key": "k0"}).code == 0
         assert ns.call(RequestCode.PUT_KV_CONFIG, {**ns_args, "key": "k4", "value": value[:-100]}).code == 0
+        # a configuration over the cap (made under a larger one) may shrink, not grow
+        monkeypatch.setattr(namesrv, "MAX_KV_BYTES", 100 * 1024)
+        assert ns.call(RequestCode.PUT_KV_CONFIG, {**ns_args, "key": "k3", "value": value[:-200]}).code == 0
+        got = ns.call(RequestCode.PUT_KV_CONFIG, {**ns_args, "key": "k3", "value": value[:-100]})
+        assert got.code == ResponseCode.SYSTEM_ERROR and "at most 102400" in (got.remark or "")
+        assert ns.call(RequestCode.DELETE_KV_CONFIG, {**ns_args, "key": "k3"}).code == 0
     kv = r.store.layout.root / "config" / namesrv.KV_CONFIG_FILE
     assert kv.stat().st_size < 200 * 1024 + 1024
 
@@ -288,3 +386,27 @@ def test_unread_view_answers_of_the_broker_stay_within_its_limit(start_remoting:
         assert (
             set(codes) <= {ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY} and ResponseCode.SUCCESS in codes
         )
+
+
+def test_a_transaction_check_dropped_on_a_full_output_is_not_counted_as_sent(
+    start_remoting: StartRemoting,
+) -> None:
+    r = start_remoting(max_answer_bytes_per_connection=1024 * 1024)
+    r.store.create_topic("T", 1)
+    [put] = r.store.put_messages([Message("T", b"v" * 200_000, queue_id=0)])
+    r.store.wait_dispatched()
+    endpoint = r.broker.remoting
+    with _slow_reader(r.port) as producer:
+        assert producer.call(RequestCode.HEART_BEAT, body=_producer_heartbeat("P", ["txg"])).code == 0
+        sent = transactional(producer, "T", "U1")
+        half = r.store.look_message_by_offset(decode_offset_msg_id(sent.ext_fields["msgId"])[2])
+        assert half is not None
+        orphan = Orphan(half, "T", "U1", 0)
+        view = {"offset": str(put.physical_offset)}
+        for _ in range(100):  # answers it does not read: its output fills
+            producer.send(RemotingCommand(code=RequestCode.VIEW_MESSAGE_BY_ID, ext_fields=view))
+        conn = on_loop(r, lambda: endpoint.ctx.producers.live_connection("txg"))
+        wait_for(lambda: on_loop(r, lambda: conn.queued_bytes) > 1024 * 1024, "the output to fill")
+        assert endpoint.broker is not None
+        checked = asyncio.run_coroutine_threadsafe(endpoint.send_orphan_check(orphan), r.broker._loop)
+        assert checked.result(30) is False

@@ -120,7 +120,17 @@ def test_a_suspended_pull_is_answered_when_a_message_arrives(start_remoting: Sta
         }
 
 
-def heartbeat(client_id: str, group: str = "cg", sub: str = "*") -> bytes:
+def heartbeat(
+    client_id: str,
+    group: str = "cg",
+    sub: str = "*",
+    *,
+    consumers: dict[str, list[str]] | None = None,
+    producers: tuple[str, ...] = (),
+) -> bytes:
+    """A Java client's HeartbeatData: consumer groups (``consumers``: group -> topics; by default
+    ``group`` on topic T), each topic subscribed with ``sub``, and ``producers`` with
+    CLIENT_INNER_PRODUCER, which every client lists."""
     return json.dumps(
         {
             "clientID": client_id,
@@ -128,21 +138,23 @@ def heartbeat(client_id: str, group: str = "cg", sub: str = "*") -> bytes:
                 {
                     "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
                     "consumeType": "CONSUME_PASSIVELY",
-                    "groupName": group,
+                    "groupName": name,
                     "messageModel": "CLUSTERING",
                     "subscriptionDataSet": [
                         {
                             "expressionType": "TAG",
                             "subString": sub,
                             "subVersion": 1,
-                            "topic": "T",
+                            "topic": topic,
                             "tagsSet": [],
                         }
+                        for topic in topics
                     ],
                     "unitMode": False,
                 }
+                for name, topics in ({group: ["T"]} if consumers is None else consumers).items()
             ],
-            "producerDataSet": [{"groupName": "CLIENT_INNER_PRODUCER"}],
+            "producerDataSet": [{"groupName": g} for g in (*producers, "CLIENT_INNER_PRODUCER")],
         }
     ).encode()
 

@@ -161,12 +161,10 @@ def _answer(
                 answer = response(status=status(Code.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"))
             code = answer.status.code
             if code not in _NOT_REFUSED and not logged:
-                self._requests.refused(
-                    handler.__name__, Code.Name(code), context.peer(), answer.status.message
-                )
+                self._requests.refused(handler.__name__, code, context.peer(), answer.status.message)
             elapsed = time.monotonic() - started
             if elapsed > self._requests.slow_s:
-                self._requests.slow(elapsed, handler.__name__, Code.Name(code), context.peer())
+                self._requests.slow(elapsed, handler.__name__, code, context.peer())
             return answer
 
         return run
@@ -236,7 +234,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         )
         self._streams = 0
         self._round_robin: dict[str, int] = {}
-        self._requests = RequestLog(log, "grpc", config.slow_request_ms)
+        self._requests = RequestLog(log, "grpc", config.slow_request_ms, code_label=Code.Name)
 
     # --- shared steps --------------------------------------------------------------------------
     async def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -459,7 +457,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         topic = check_topic(caller.account, next(iter(topics)), Use.SEND)
         peer = _peer_host(context.peer())
         now = int(time.time() * 1000)
-        store_config = self.store.config
         sent: list[SentMessage] = []
         try:
             for m in msgs:
@@ -468,7 +465,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                         m,
                         peer_host=peer,
                         now_ms=now,
-                        delay_levels_ms=store_config.delay_levels_ms,
                         max_body_size=self.config.max_body_size,
                         max_delivery_ahead_ms=self.config.max_delivery_ahead_ms,
                     )

@@ -8,8 +8,8 @@ message_id                 ``UNIQ_KEY`` (the client's id: consumers see it again
 tag / keys                 ``TAGS`` / ``KEYS`` (joined by spaces)
 user_properties            properties; a name RocketMQ uses itself is refused
 message_group              ``__SHARDINGKEY``: the store puts a group in one queue
-delivery_timestamp         ``TIMER_DELIVER_MS`` (ms), and ``DELAY`` = the first delay level
-                           not earlier than the wait (else the longest)
+delivery_timestamp         ``TIMER_DELIVER_MS`` (ms, nanos cut): a timer message, delivered at
+                           that time (docs/timers.md), as RocketMQ 5's proxy sends it
 TRANSACTION                ``TRAN_MSG=true``, ``PGROUP`` = topic (kept back as a half: see
                            broker/transactions.py), ``CHECK_IMMUNITY_TIME_IN_SECONDS``
 delivery_attempt           ``RECONSUME_TIME``
@@ -22,7 +22,6 @@ body_encoding GZIP         sysflag COMPRESSED (the body stays as sent)
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -37,7 +36,7 @@ from rocketstore.message import Message
 from rocketstore.protocol import definition_pb2
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
-__all__ = ["SYSTEM_PROPERTIES", "SentMessage", "delay_level_for", "to_store_message"]
+__all__ = ["SYSTEM_PROPERTIES", "SentMessage", "to_store_message"]
 
 MessageType: Any = definition_pb2.MessageType
 Encoding: Any = definition_pb2.Encoding
@@ -145,11 +144,6 @@ class SentMessage:
     transactional: bool
 
 
-def delay_level_for(wait_ms: int, levels_ms: tuple[int, ...]) -> int:
-    """The 1-based delay level of the first level not shorter than ``wait_ms`` (else the last)."""
-    return min(bisect.bisect_left(levels_ms, wait_ms) + 1, len(levels_ms))
-
-
 def _timestamp_ms(ts: Any) -> int:
     return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
 
@@ -159,7 +153,6 @@ def to_store_message(
     *,
     peer_host: str | None,
     now_ms: int,
-    delay_levels_ms: tuple[int, ...],
     max_body_size: int,
     max_delivery_ahead_ms: int,
 ) -> SentMessage:
@@ -215,7 +208,6 @@ def to_store_message(
 
     message_type = sp.message_type
     transactional = message_type == _TRANSACTION
-    delay_level = 0
     if sp.message_group:
         if transactional:
             raise StatusError(
@@ -242,9 +234,7 @@ def to_store_message(
                 Code.ILLEGAL_DELIVERY_TIME,
                 f"delivery time {deliver_ms} is {wait} ms ahead: more than {max_delivery_ahead_ms} ms{hint}",
             )
-        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
-        if wait > 0 and delay_levels_ms:
-            delay_level = delay_level_for(wait, delay_levels_ms)
+        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)  # the store makes it a timer
     if transactional:
         props[PROPERTY_TRANSACTION] = "true"
         props[PROPERTY_PRODUCER_GROUP] = topic
@@ -265,7 +255,6 @@ def to_store_message(
             tags=tag,
             keys=keys,
             properties=props,
-            delay_level=delay_level,
             uniq_key=message_id,
             born_timestamp=born_ms,
             born_host=peer_host,

@@ -69,7 +69,7 @@ Rules a handler follows:
   ``ctx.acl.require_record(cmd, msg)``. A client id a request names goes through
   ``ctx.claim_client_id(client_id, cmd, conn)``.
 * State of a connection: ``conn.attributes`` (``client_id``, ``language``, ``version`` after a
-  heartbeat); ``conn.on_close.append(callback)`` to forget it when it closes.
+  heartbeat); ``conn.when_closed(callback)`` to forget it when it closes.
 * Shared state between processors lives on the context (``ctx.producers``; a new registry goes
   into ``ctx.extensions[name]`` or a new field of ``RemotingContext``). HEART_BEAT and
   UNREGISTER_CLIENT belong to ``heartbeat.py``; another registry learns of them through

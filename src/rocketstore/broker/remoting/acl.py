@@ -9,23 +9,28 @@ key and joined without separators, in UTF-8, followed by the body)). RocketMQ's 
 a signature made either way is accepted.
 
 What each request needs (the account's ``topics``/``groups``, ``"*"`` for any). A topic
-``%RETRY%G`` is group ``G``'s (as in RocketMQ): it needs group ``G``, not a topic entry.
+``%RETRY%G`` is group ``G``'s (as in RocketMQ): it needs group ``G``, not a topic entry. A pop
+retry topic ``%RETRY%{group}_{topic}`` (gRPC pop's, ``pop_copies.retry_topic``) holds copies of
+``topic``'s messages: a ``%RETRY%`` name ending in ``_`` and a topic the broker has needs that
+topic too (a consumer group ``G_T`` while a topic ``T`` exists is held to ``T`` as well).
 
 ==========================================  ===================================================
 SEND_MESSAGE(_V2), SEND_BATCH_MESSAGE       the topic; a transactional one: its ``PGROUP`` too
 END_TRANSACTION                             group ``producerGroup``; the half's real topic
 CONSUMER_SEND_MSG_BACK                      group ``group``; the stored message's topic
 VIEW_MESSAGE_BY_ID                          the stored message's topic
-HEART_BEAT                                  every consumer group, subscribed topic and producer
-                                            group (but ``CLIENT_INNER_PRODUCER``, as in
-                                            UNREGISTER_CLIENT)
+HEART_BEAT                                  every consumer group and subscribed topic (a
+                                            producer group the account may not use is not
+                                            registered: ``heartbeat.py``)
 LOCK_BATCH_MQ, UNLOCK_BATCH_MQ,             the body's group and queues' topics
 CHECK_CLIENT_CONFIG
 UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC...,   an account with ``admin = true``
 UPDATE_BROKER_CONFIG, (UPDATE|DELETE)_
 SUBSCRIPTIONGROUP
 any other                                   the ``topic`` and the group (``consumerGroup``,
-                                            ``group``, ``producerGroup``) its header names
+                                            ``group``, ``producerGroup``) its header names; an
+                                            admin account: nothing more than its signature,
+                                            but for the data path's requests (``_DATA_CODES``)
 ==========================================  ===================================================
 
 "The stored message's topic" is ``access.owning_topic``: a delayed message or a half counts as
@@ -48,7 +53,7 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from rocketstore.broker.access import owning_topic
@@ -80,6 +85,24 @@ _ADMIN_CODES: Final = frozenset(
 _SEND_CODES: Final = frozenset(
     {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
 )
+# the clients' data path: an admin account is held to its lists here, and passes the other
+# requests (mqadmin's reads) on its signature, as RocketMQ's checkPerm passes an admin
+_DATA_CODES: Final = _SEND_CODES | frozenset(
+    {
+        RequestCode.PULL_MESSAGE,
+        RequestCode.HEART_BEAT,
+        RequestCode.UNREGISTER_CLIENT,
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        RequestCode.END_TRANSACTION,
+        RequestCode.LOCK_BATCH_MQ,
+        RequestCode.UNLOCK_BATCH_MQ,
+        RequestCode.CHECK_CLIENT_CONFIG,
+        RequestCode.QUERY_CONSUMER_OFFSET,
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        RequestCode.VIEW_MESSAGE_BY_ID,
+        RequestCode.QUERY_MESSAGE,
+    }
+)
 # header fields that name a topic or a group, checked on every request not listed apart
 _TOPIC_FIELDS: Final = ("topic",)
 _GROUP_FIELDS: Final = ("consumerGroup", "group", "producerGroup")
@@ -102,25 +125,40 @@ def acl_denied(why: str) -> RequestRefused:
     return RequestRefused(ResponseCode.SYSTEM_ERROR, f"org.apache.rocketmq.acl.common.AclException: {why}")
 
 
-def _allows(account: Account, topics: Iterable[str], groups: Iterable[str]) -> str | None:
-    """Why ``account`` may not use ``topics`` and ``groups`` (a ``%RETRY%G`` topic is group G's),
-    None when it may."""
-    for topic in topics:
-        if topic.startswith(RETRY_PREFIX):
-            group = topic[len(RETRY_PREFIX) :]
-            if not account.allows_group(group):
-                return f"No permission for group={group} (its retry topic {topic})"
-        elif not account.allows_topic(topic):
-            return f"No permission for topic={topic}"
-    for group in groups:
-        if not account.allows_group(group):
-            return f"No permission for group={group}"
-    return None
-
-
 class RemotingAcl:
-    def __init__(self, acl: Acl) -> None:
+    """``acl``'s accounts over remoting; ``topic_exists`` tells a pop retry topic's topic (a
+    topic the broker has)."""
+
+    def __init__(self, acl: Acl, topic_exists: Callable[[str], bool]) -> None:
         self._acl = acl
+        self._topic_exists = topic_exists
+
+    def _allows(self, account: Account, topics: Iterable[str], groups: Iterable[str]) -> str | None:
+        """Why ``account`` may not use ``topics`` and ``groups`` (a ``%RETRY%G`` topic is group
+        G's, a pop retry topic its topic's too), None when it may."""
+        for topic in topics:
+            if topic.startswith(RETRY_PREFIX):
+                group = topic[len(RETRY_PREFIX) :]
+                if not account.allows_group(group):
+                    return f"No permission for group={group} (its retry topic {topic})"
+                for retried in self._pop_retried(group):
+                    if not account.allows_topic(retried):
+                        return f"No permission for topic={retried} (its pop retry topic {topic})"
+            elif not account.allows_topic(topic):
+                return f"No permission for topic={topic}"
+        for group in groups:
+            if not account.allows_group(group):
+                return f"No permission for group={group}"
+        return None
+
+    def _pop_retried(self, name: str) -> list[str]:
+        """The topics the broker has whose pop retry topic ``%RETRY%{name}`` may be: each ``T``
+        of ``name`` = ``{group}_{T}``."""
+        return [
+            name[i + 1 :]
+            for i, c in enumerate(name)
+            if c == "_" and i + 1 < len(name) and self._topic_exists(name[i + 1 :])
+        ]
 
     def check(self, cmd: RemotingCommand) -> Account:
         """The account that signed ``cmd``, after checking what its header names;
@@ -145,8 +183,10 @@ class RemotingAcl:
                     f"Need admin permission for request code={cmd.code}, but accessKey={access_key} is not"
                 )
             return account
+        if account.admin and cmd.code not in _DATA_CODES:
+            return account
         topics, groups = self._resources(cmd)
-        why = _allows(account, topics, groups)
+        why = self._allows(account, topics, groups)
         if why is not None:
             raise acl_denied(f"{why}, accessKey={access_key}")
         return account
@@ -162,7 +202,7 @@ class RemotingAcl:
         """RequestRefused unless the account of ``cmd`` may use ``topics`` and ``groups`` (what a
         handler found in the body or the store)."""
         account = self.account(cmd)
-        why = _allows(account, topics, groups)
+        why = self._allows(account, topics, groups)
         if why is not None:
             raise acl_denied(f"{why}, accessKey={account.access_key}")
 
@@ -171,7 +211,7 @@ class RemotingAcl:
         the topic it belongs to (``owning_topic``; a retry record: its group)."""
         topic = owning_topic(msg)
         account = self.account(cmd)
-        why = _allows(account, (topic,), ())
+        why = self._allows(account, (topic,), ())
         if why is not None:
             offset = msg.physical_offset
             raise acl_denied(
@@ -181,7 +221,7 @@ class RemotingAcl:
     def allows(self, access_key: str | None, topics: Iterable[str] = (), groups: Iterable[str] = ()) -> bool:
         """Whether the account of ``access_key`` may use ``topics`` and ``groups``."""
         account = self._acl.account(access_key) if access_key else None
-        return account is not None and _allows(account, topics, groups) is None
+        return account is not None and self._allows(account, topics, groups) is None
 
     @staticmethod
     def _resources(cmd: RemotingCommand) -> tuple[list[str], list[str]]:
@@ -207,10 +247,8 @@ class RemotingAcl:
                 topics.extend(
                     str(sub.get("topic", "")) for sub in _dicts(consumer.get("subscriptionDataSet"))
                 )
-            for producer in _dicts(data.get("producerDataSet")):
-                group = str(producer.get("groupName") or "")
-                if group and group != CLIENT_INNER_PRODUCER:  # (a nameless one registers nothing)
-                    groups.append(group)
+            # (its producer groups are not checked, as in RocketMQ: heartbeat.py registers only
+            # the account's own)
         else:
             topics.extend(ext[name] for name in _TOPIC_FIELDS if name in ext)
             groups.extend(ext[name] for name in _GROUP_FIELDS if name in ext)

@@ -48,7 +48,11 @@ class ClientIds:
         self, client_id: str, conn: Connection, access_key: str | None, now: float | None = None
     ) -> None:
         """Bind ``client_id`` to ``conn`` and ``access_key`` (None: no ACL), or confirm it is;
-        RequestRefused when another live connection or another account holds it."""
+        RequestRefused when another live connection or another account holds it, or ``conn``
+        is closed (a request handled after its connection closed binds nothing, nor acts in the
+        id's name)."""
+        if conn.closed:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"the connection of client id {client_id} closed")
         holder = self._holders.get(client_id)
         if holder is not None and holder.connection is conn:
             if holder.access_key != access_key:
@@ -68,7 +72,7 @@ class ClientIds:
         held: set[str] | None = conn.attributes.get(_HELD_KEY)
         if held is None:
             held = conn.attributes[_HELD_KEY] = set()
-            conn.on_close.append(self._closed)
+            conn.when_closed(self._closed)
         if len(held) >= self._max_per_connection:
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR,

@@ -93,7 +93,11 @@ class RemotingEndpoint:
     def __init__(self, ctx: RemotingContext, limits: RemotingLimits, acl: Acl | None = None) -> None:
         self.ctx = ctx
         self.limits = limits
-        self._acl = ctx.acl = RemotingAcl(acl) if acl is not None else None
+        self._acl = ctx.acl = (
+            RemotingAcl(acl, lambda topic: ctx.store.topic_config(topic) is not None)
+            if acl is not None
+            else None
+        )
         self.broker: RemotingServer | None = None
         self.namesrv: RemotingServer | None = None
         self.name_server: NameServer | None = None
@@ -227,6 +231,7 @@ class RemotingEndpoint:
             ),
             body=body,
         )
-        await conn.oneway(cmd)
+        if not await conn.oneway(cmd):
+            return False  # its output is full (or it closed): asked again at the next round
         log.info("asked %s (group %s) about transaction %s of %s", conn.peer, group, uniq, real_topic)
         return True

@@ -9,6 +9,13 @@ The connection remembers the heartbeat's ``clientID``, language and version
 ``ctx.unregister_hooks`` run (the consumer registry registers one of each). The answer is
 SUCCESS with version 409 in every case the body parses: the client keeps that version per
 broker and refuses SQL92 pulls to brokers older than 4.1.
+
+Producer groups: ``CLIENT_INNER_PRODUCER`` (every Java client lists it; nothing is ever checked
+back on it) is not registered, nor, with the ACL, a group the account may not use (RocketMQ's
+ACL checks no producer group in a heartbeat; here such a group gets no transaction checks, with
+one rate-limited line). A group refused for a bound refuses the heartbeat, but only after the
+consumer hooks ran: a client's consumers are not kept out by its producers. A heartbeat handled
+after its connection closed registers nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import logging
 import time
 from typing import Any
 
+from rocketstore.broker.remoting.acl import CLIENT_INNER_PRODUCER
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
@@ -34,7 +42,7 @@ log = logging.getLogger("rocketstore.broker.remoting")
 # ``conn.attributes`` key: the ACL access key that signed the connection's last heartbeat (None
 # without the ACL), what the registries count per account
 HEARTBEAT_ACCOUNT = "heartbeat_account"
-# producer groups one heartbeat may register (a client has a few: its own and CLIENT_INNER_PRODUCER)
+# producer groups one heartbeat may list (a client has a few: its own and CLIENT_INNER_PRODUCER)
 MAX_PRODUCER_GROUPS = 1024
 
 
@@ -84,7 +92,7 @@ class HeartbeatProcessor:
         client_id = data.get("clientID")
         if not isinstance(client_id, str) or not client_id:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "HeartbeatData has no clientID")
-        self.ctx.claim_client_id(client_id, cmd, conn)
+        self.ctx.claim_client_id(client_id, cmd, conn)  # (refused for a closed connection)
         if conn.attributes.get("client_id") != client_id:
             log.info("client %s (%s %d) on %s", client_id, cmd.language, cmd.version, conn.peer)
         conn.attributes.update(client_id=client_id, language=cmd.language, version=cmd.version)
@@ -98,14 +106,32 @@ class HeartbeatProcessor:
         # the access key that signed it (the ACL checked the signature before this handler)
         account = cmd.ext_fields.get("AccessKey") if self.ctx.acl is not None else None
         conn.attributes[HEARTBEAT_ACCOUNT] = account
+        acl = self.ctx.acl
+        refusal: RequestRefused | None = None
         for producer in producers:
             group = producer.get("groupName") if isinstance(producer, dict) else None
-            if isinstance(group, str) and group:
-                self.ctx.producers.register(
-                    check_group_name(group, consumer=False), client_id, conn, now, account
-                )
+            if not isinstance(group, str) or not group or group == CLIENT_INNER_PRODUCER:
+                continue
+            try:
+                check_group_name(group, consumer=False)
+                if acl is not None and not acl.allows(account, groups=(group,)):
+                    conn.server.client_log.warning(
+                        "producer group not allowed",
+                        "%s: the heartbeat of %s names producer group %s, which accessKey=%s may not "
+                        "use: not registered (it gets no transaction checks)",
+                        conn.server.name,
+                        conn.peer,
+                        group,
+                        account,
+                    )
+                    continue
+                self.ctx.producers.register(group, client_id, conn, now, account)
+            except RequestRefused as exc:
+                refusal = refusal or exc  # the others are still renewed, the consumers still join
         for hook in self.ctx.heartbeat_hooks:
             await hook(data, conn)
+        if refusal is not None:
+            raise refusal
         return cmd.response()
 
     async def unregister(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:

@@ -407,7 +407,7 @@ class NameServerProcessor:
                     f"the KV configuration holds {MAX_KV_ENTRIES} entries: the limit",
                 )
             total = self._kv_bytes + size - (0 if old is None else _entry_bytes(namespace, key, old))
-            if total > MAX_KV_BYTES:
+            if total > MAX_KV_BYTES and total > self._kv_bytes:  # one already over it may shrink
                 raise RequestRefused(
                     ResponseCode.SYSTEM_ERROR,
                     f"the KV configuration would hold {total} bytes: at most {MAX_KV_BYTES}",

@@ -6,10 +6,13 @@ A connection's registration ends when it closes, on UNREGISTER_CLIENT, or after
 account that signed the heartbeat (with an ACL): a check goes only to a producer whose account
 may see the half.
 
-Bounded (STYLE §13): at most ``MAX_GROUPS_PER_CONNECTION`` groups per connection,
-``MAX_REGISTRATIONS_PER_ACCOUNT`` registrations made by one ACL account, and
-``MAX_REGISTRATIONS`` in all; past them a registration is refused. A connection's groups are
-indexed by connection, so its close forgets them in time linear in their number.
+Bounded (STYLE §13): at most ``MAX_GROUPS_PER_CONNECTION`` groups per connection and
+``MAX_REGISTRATIONS_PER_ACCOUNT`` registrations made by one ACL account; past them a
+registration is refused. No cap in all, which one client with many connections could fill to
+lock the others out: the connections' limit (``RemotingLimits.max_connections``) times
+``MAX_GROUPS_PER_CONNECTION`` bounds the whole. A closed connection registers nothing (a
+heartbeat handled after its connection closed). A connection's groups are indexed by
+connection, so its close forgets them in time linear in their number.
 
 Thread safety: event loop only.
 """
@@ -29,16 +32,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_GROUPS_PER_CONNECTION",
-    "MAX_REGISTRATIONS",
     "MAX_REGISTRATIONS_PER_ACCOUNT",
     "ProducerGroups",
     "ProducerRegistration",
 ]
 
-# a client has a few (its producers' groups and CLIENT_INNER_PRODUCER)
+# a client has a few (its producers' groups)
 MAX_GROUPS_PER_CONNECTION: Final = 1024
 MAX_REGISTRATIONS_PER_ACCOUNT: Final = 8192
-MAX_REGISTRATIONS: Final = 16_384
 
 
 @dataclass
@@ -66,7 +67,10 @@ class ProducerGroups:
         now_ms: int | None = None,
         account: str | None = None,
     ) -> None:
-        """Register (or renew) ``conn`` as a producer of ``group``; RequestRefused past a bound."""
+        """Register (or renew) ``conn`` as a producer of ``group``; RequestRefused past a bound.
+        A closed ``conn`` is not registered."""
+        if conn.closed:
+            return
         now = int(time.time() * 1000) if now_ms is None else now_ms
         members = self._groups.get(group)
         known = members.get(conn) if members is not None else None
@@ -86,13 +90,9 @@ class ProducerGroups:
                 f"producer group {group}: access key {account} holds {MAX_REGISTRATIONS_PER_ACCOUNT} "
                 "producer registrations, the limit",
             )
-        if self._count >= MAX_REGISTRATIONS:
-            raise RequestRefused(
-                ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {MAX_REGISTRATIONS} producer registrations already"
-            )
         if mine is None:
             mine = self._by_connection[conn] = set()
-            conn.on_close.append(self._closed)
+            conn.when_closed(self._closed)
         mine.add(group)
         if members is None:
             members = self._groups[group] = {}

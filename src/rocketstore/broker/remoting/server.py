@@ -72,6 +72,7 @@ Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | 
 # write buffer above which a writer waits for the socket (asyncio's default high-water mark)
 _WRITE_HIGH_WATER = 64 * 1024
 _MAX_OPAQUE = 0x7FFFFFFF
+_NO_ANSWER = -2  # the "response code" of a request answered nothing (a oneway one's)
 # answers that refuse whatever was asked (an ACL refusal is SYSTEM_ERROR, as RocketMQ's)
 _REFUSED = frozenset(
     (
@@ -102,6 +103,19 @@ _STORED = frozenset(
         ResponseCode.FLUSH_SLAVE_TIMEOUT,
     )
 )
+
+
+# the codes a refusal's or slow request's kind is keyed on; any other is one kind, -1 (OTHER)
+_REQUEST_CODES = frozenset(RequestCode)
+_RESPONSE_CODES = frozenset(ResponseCode)
+
+
+def _request_label(code: int) -> str:
+    return _label(RequestCode, code)
+
+
+def _response_label(code: int) -> str:
+    return "NONE" if code == _NO_ANSWER else _label(ResponseCode, code)
 
 
 def _label(codes: type[IntEnum], code: int) -> str:
@@ -147,7 +161,8 @@ class ConnectionClosedError(ConnectionError):
 @dataclass(eq=False)
 class Connection:
     """One client's connection. ``attributes`` is for processors (a client id, a language ...);
-    ``on_close`` callbacks run once when it closes (registries forget it there)."""
+    ``on_close`` callbacks run once when it closes (registries forget it there; add them with
+    ``when_closed``)."""
 
     server: RemotingServer
     writer: asyncio.StreamWriter
@@ -189,19 +204,19 @@ class Connection:
         output and the transport's buffer."""
         return self._out_bytes + self._transport.get_write_buffer_size()
 
-    async def send(self, cmd: RemotingCommand) -> None:
+    async def send(self, cmd: RemotingCommand) -> bool:
         """Write one command (a server request, or a small answer of the reader's own) without
         waiting for the client to read it, so a client that does not read never holds up the
         caller (a notice to every member of a group). While the output is past
         ``max_answer_bytes_per_connection`` a server request is dropped instead: a notice or a
-        transaction check is sent again later in any case."""
+        transaction check is sent again later in any case. True when it was queued."""
         if self.queued_bytes > self.server.limits.max_answer_bytes_per_connection and not cmd.is_response:
             log.debug(
                 "%s: dropped request %d to %s: its output is full", self.server.name, cmd.code, self.peer
             )
-            return
+            return False
         parts = encode_command(cmd)
-        self._queue(parts, sum(map(len, parts)))
+        return self._queue(parts, sum(map(len, parts)))
 
     async def answer(self, cmd: RemotingCommand) -> None:
         """Write the answer to one of this connection's requests once the output has room
@@ -279,15 +294,16 @@ class Connection:
                 log.debug("write to %s failed: %s", self.peer, exc)
                 self.close()
 
-    def _queue(self, parts: list[bytes | bytearray | memoryview], size: int) -> None:
-        """Queue a frame's ``parts`` for this turn's write."""
+    def _queue(self, parts: list[bytes | bytearray | memoryview], size: int) -> bool:
+        """Queue a frame's ``parts`` for this turn's write; False when the connection is closed."""
         if self.closed:
-            return
+            return False
         self._out.extend(parts)
         self._out_bytes += size
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
+        return True
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -301,12 +317,12 @@ class Connection:
             log.debug("write to %s failed: %s", self.peer, exc)
             self.close()
 
-    async def oneway(self, cmd: RemotingCommand) -> None:
+    async def oneway(self, cmd: RemotingCommand) -> bool:
         """Send a request of the server's own that gets no answer (NOTIFY_CONSUMER_IDS_CHANGED,
-        CHECK_TRANSACTION_STATE)."""
+        CHECK_TRANSACTION_STATE); True when it was queued (see ``send``)."""
         cmd.flag |= FLAG_ONEWAY
         cmd.opaque = self.server.next_opaque()
-        await self.send(cmd)
+        return await self.send(cmd)
 
     async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send a request of the server's own and wait for the client's answer. Raises
@@ -345,9 +361,9 @@ class Connection:
             return
         self.closed = True
         with contextlib.suppress(Exception):
-            if self.queued_bytes > self.server.limits.max_answer_bytes_per_connection:
-                # a client that does not read would keep a closing transport (and its buffer)
-                # waiting for ever to flush: drop what it did not take
+            if self._out_bytes or self._transport.get_write_buffer_size():
+                # a closing transport keeps its buffer until the client takes it, for ever if it
+                # stays connected without reading: drop what it did not take
                 self._transport.abort()
             else:
                 self.writer.close()
@@ -357,10 +373,21 @@ class Connection:
         self._pending.clear()
         self._room.set()
         for callback in self.on_close:
-            try:
-                callback(self)
-            except Exception:
-                log.exception("close callback of %s failed", self.peer)
+            self._run_close_callback(callback)
+
+    def when_closed(self, callback: Callable[[Connection], None]) -> None:
+        """Run ``callback(self)`` when this connection closes: at once if it already has (a
+        request handled after its connection closed must not leave state nothing forgets)."""
+        if self.closed:
+            self._run_close_callback(callback)
+        else:
+            self.on_close.append(callback)
+
+    def _run_close_callback(self, callback: Callable[[Connection], None]) -> None:
+        try:
+            callback(self)
+        except Exception:
+            log.exception("close callback of %s failed", self.peer)
 
 
 class RemotingServer:
@@ -385,7 +412,9 @@ class RemotingServer:
         # what clients cause (malformed frames, unread answers, refused connections): one line
         # per kind and interval, however many clients do it
         self.client_log = RateLimitedLog(log)
-        self.requests = RequestLog(log, name, limits.slow_request_ms)
+        self.requests = RequestLog(
+            log, name, limits.slow_request_ms, request_label=_request_label, code_label=_response_label
+        )
         self.connections: set[Connection] = set()
         self.port: int | None = None
         self._server: asyncio.base_events.Server | None = None
@@ -531,8 +560,8 @@ class RemotingServer:
             if elapsed > self.requests.slow_s:
                 self.requests.slow(
                     elapsed,
-                    _label(RequestCode, cmd.code),
-                    "NONE" if response is None else _code_name(ResponseCode, response.code),
+                    cmd.code if cmd.code in _REQUEST_CODES else -1,
+                    _NO_ANSWER if response is None else response.code,
                     conn.peer,
                 )
             if response is not None and not cmd.flag & FLAG_ONEWAY:
@@ -545,8 +574,12 @@ class RemotingServer:
             conn._room.set()
 
     def _refused(self, conn: Connection, cmd: RemotingCommand, response: RemotingCommand) -> None:
+        code = response.code
         self.requests.refused(
-            _label(RequestCode, cmd.code), _label(ResponseCode, response.code), conn.peer, response.remark
+            cmd.code if cmd.code in _REQUEST_CODES else -1,
+            code if code in _RESPONSE_CODES else -1,
+            conn.peer,
+            response.remark,
         )
 
     def _count(self, request: int, response: int) -> None:
