@@ -85,6 +85,14 @@ MAX_KV_ENTRY_BYTES: Final = 64 * 1024
 MAX_KV_BYTES: Final = 4 * 1024 * 1024
 ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"  # the KV namespace registration results carry
 EXPIRY_SCAN_S: Final = 10.0  # NamesrvController's scanNotActiveBroker period
+# brokers (addresses) registered at once on one connection (a RocketMQ broker uses one
+# connection per name server for its one address) and in all (RocketMQ's largest clusters have
+# hundreds): past them a registration is refused, so requests cannot grow the tables without end
+MAX_BROKERS_PER_CONNECTION: Final = 16
+MAX_REGISTERED_BROKERS: Final = 10_000
+# a REGISTER_BROKER body larger than this is decoded off the event loop (a big topic table takes
+# tens of milliseconds to parse; the loop also serves this process's broker in combined mode)
+DECODE_INLINE_BYTES: Final = 64 * 1024
 
 
 def default_topic_config(ctx: RemotingContext) -> TopicConfig:
@@ -284,13 +292,31 @@ class NameServerProcessor:
     # --- brokers' registrations ---------------------------------------------------------------
     async def register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:
-            request = decode_register_broker(cmd)
+            if len(cmd.body) > DECODE_INLINE_BYTES:
+                request = await asyncio.to_thread(decode_register_broker, cmd)
+            else:
+                request = decode_register_broker(cmd)
         except BodyChecksumError:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "crc32 not match") from None
         except CorruptDataError as exc:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         broker = request.broker
+        # in combined mode this process's broker is the master of its name: another master
+        # under the name would be one in some answers and not in others, and its slaves'
+        # master would depend on who registered last
+        own = (
+            self.local
+            if self.local is not None and broker.broker_name == self.local.config.broker_name
+            else None
+        )
+        if own is not None and broker.broker_id == 0 and broker.broker_addr != own.broker_address:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"broker name {broker.broker_name} is this name server's own broker's: its master is "
+                f"{own.broker_address}, not {broker.broker_addr}",
+            )
         known = broker.broker_addr in self.table.live
+        self._check_broker_limits(broker.broker_addr, conn)
         master = self.table.register(
             cluster=broker.cluster_name,
             broker_name=broker.broker_name,
@@ -301,17 +327,13 @@ class NameServerProcessor:
             topics=request.topics,
             channel=conn,
         )
-        if "namesrv_registrations" not in conn.attributes:
-            conn.attributes["namesrv_registrations"] = True
+        registered: set[str] | None = conn.attributes.get("namesrv_registrations")
+        if registered is None:
+            registered = conn.attributes["namesrv_registrations"] = set()
             conn.on_close.append(self._connection_closed)
-        ctx = self.local
-        if (
-            ctx is not None
-            and broker.broker_id != 0
-            and broker.broker_name == ctx.config.broker_name
-            and master.master_addr is None
-        ):
-            master = MasterInfo(ctx.broker_address, local_ha_address(ctx))
+        registered.add(broker.broker_addr)
+        if own is not None and broker.broker_id != 0:
+            master = MasterInfo(own.broker_address, local_ha_address(own))
         if not known:
             log.info(
                 "broker %s (id %d of %s, cluster %s) registered from %s with %d topics",
@@ -326,6 +348,28 @@ class NameServerProcessor:
             master.master_addr, master.ha_server_addr, self._kv.get(ORDER_TOPIC_CONFIG, {})
         )
         return encode_register_result(cmd, result)
+
+    def _check_broker_limits(self, broker_addr: str, conn: Connection) -> None:
+        """Refuse a new broker address past MAX_BROKERS_PER_CONNECTION on ``conn`` or
+        MAX_REGISTERED_BROKERS in all (a known one re-registering always passes)."""
+        live = self.table.live
+        known = live.get(broker_addr)
+        if known is not None and known.channel is conn:
+            return
+        registered: set[str] = conn.attributes.get("namesrv_registrations", set())
+        registered -= {a for a in registered if (b := live.get(a)) is None or b.channel is not conn}
+        if len(registered) >= MAX_BROKERS_PER_CONNECTION:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"{len(registered)} brokers are registered on this connection: the limit is "
+                f"{MAX_BROKERS_PER_CONNECTION}",
+            )
+        if known is None and len(live) >= MAX_REGISTERED_BROKERS:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"{len(live)} brokers are registered with this name server: the limit is "
+                f"{MAX_REGISTERED_BROKERS}",
+            )
 
     def _connection_closed(self, conn: Connection) -> None:
         for addr in self.table.remove_channel(conn):

@@ -43,13 +43,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from rocketstore.broker.remoting.codes import RequestCode
-from rocketstore.broker.remoting.command import FLAG_ONEWAY, RemotingCommand
+from rocketstore.broker.remoting.command import FLAG_ONEWAY, MAX_FRAME_SIZE, RemotingCommand
 from rocketstore.broker.remoting.headers import flag, number, optional_number, text, to_ext
 from rocketstore.broker.routes import DataVersion
 from rocketstore.codec.config_json import TopicConfig, decode_json, decode_topic_table
 from rocketstore.errors import CorruptDataError
 
 __all__ = [
+    "MAX_REGISTER_TOPICS",
     "BodyChecksumError",
     "BrokerIdentity",
     "RegisterBrokerRequest",
@@ -69,8 +70,11 @@ __all__ = [
 
 # MQVersion.Version.V3_0_11: from it on the body is a RegisterBrokerBody
 V3_0_11: Final = 35
-# decompressed bodies larger than this are refused (a broker's whole topic table: ~100 B a topic)
-MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+# a compressed body inflates to at most what an uncompressed one may be: one frame
+MAX_BODY_BYTES: Final = MAX_FRAME_SIZE
+# topics one registration may carry (RocketMQ has no bound; its brokers hold up to tens of
+# thousands, and a table past this one would not fit a frame as JSON, ~150 B a topic)
+MAX_REGISTER_TOPICS: Final = 100_000
 _I32 = struct.Struct(">i")
 
 
@@ -176,6 +180,7 @@ def decode_register_body(
     table = {} if table is None else table
     if not isinstance(table, dict):
         raise CorruptDataError("REGISTER_BROKER body: topicConfigTable must be an object")
+    _check_topic_count(len(table), "REGISTER_BROKER body")
     version = _version(wrapper.get("dataVersion"), "REGISTER_BROKER body")
     return version, decode_topic_table(table, "REGISTER_BROKER body"), [str(s) for s in servers]
 
@@ -209,6 +214,7 @@ def _decode_compressed(body: bytes) -> tuple[DataVersion, dict[str, TopicConfig]
     pos += 4
     if count < 0 or count * 4 > len(view) - pos:
         raise CorruptDataError(f"{what}: topic count {count} does not fit the body")
+    _check_topic_count(count, what)
     topics: dict[str, TopicConfig] = {}
     for _ in range(count):
         fields = chunk().decode("utf-8", errors="replace").split(" ")
@@ -297,6 +303,13 @@ def encode_unregister_broker(broker: BrokerIdentity) -> RemotingCommand:
 # --- helpers ------------------------------------------------------------------------------------
 def _json(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _check_topic_count(count: int, what: str) -> None:
+    if count > MAX_REGISTER_TOPICS:
+        raise CorruptDataError(
+            f"{what}: {count} topics, over the limit of {MAX_REGISTER_TOPICS} a registration"
+        )
 
 
 def _sized(data: bytes) -> bytes:
