@@ -132,6 +132,7 @@ class SlaveSynchronizer:
 
     def _apply_topics(self, topics: dict[str, TopicConfig]) -> None:
         store = self.ctx.store
+        changes = []
         for name, config in topics.items():
             queues = max(config.read_queues, config.write_queues)
             mine = store.topic_config(name)
@@ -141,10 +142,11 @@ class SlaveSynchronizer:
                 config.order,
             ):
                 continue
-            try:
-                store.create_topic(name, queues, perm=config.perm, order=config.order)
-            except RocketStoreError as exc:  # a system topic this store keeps itself, a bad name
-                log.debug("master's topic %s not copied: %s", name, exc)
+            changes.append(TopicConfig(name, queues, queues, config.perm, config.order))
+        # one write of topics.json for all (a first copy may bring thousands)
+        for name, exc in store.create_topics(changes).items():
+            # a system topic this store keeps itself, a bad name
+            log.debug("master's topic %s not copied: %s", name, exc)
 
     def _apply_offsets(self, offsets: dict[tuple[str, str], dict[int, int]]) -> None:
         store = self.ctx.store
