@@ -79,3 +79,16 @@ def test_create_topics_writes_the_table_once_and_names_the_refused(tmp_path: Pat
         assert store.topics_version() == before + 1  # nothing changed: nothing written
     with MessageStore.open(tmp_path / "s", SMALL) as store:
         assert len(store.topic_configs()) == 501
+
+
+def test_master_answers_delay_offsets_in_rocketmq_s_shape(start_remoting: StartRemoting) -> None:
+    from rocketstore import Message
+
+    master = start_remoting()
+    assert master.store.put_message(Message("Later", b"x", delay_level=18)).ok
+    master.store.wait_dispatched(5)
+    with RawClient(master.port) as client:
+        answer = client.call(RequestCode.GET_ALL_DELAY_OFFSET)
+        assert answer.code == ResponseCode.SUCCESS
+        # delayOffset.json's shape, without the store's own extra field
+        assert json.loads(answer.body) == {"offsetTable": {"18": 0}}

@@ -37,6 +37,11 @@ from pathlib import Path
 from typing import Final
 
 from rocketstore.broker.metrics import BrokerMetrics
+from rocketstore.broker.remoting.broker_topics import (
+    broker_topic_configs,
+    local_ha_address,
+    local_topic_configs,
+)
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
@@ -54,28 +59,20 @@ from rocketstore.broker.remoting.registration import (
 from rocketstore.broker.remoting.server import Connection, Handler, RemotingLimits, RemotingServer
 from rocketstore.broker.routes import BrokerSet, MasterInfo, QueueData, RouteTable
 from rocketstore.clock import SystemClock
-from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig
+from rocketstore.codec.config_json import TopicConfig
+from rocketstore.codec.json_body import json_body
 from rocketstore.errors import CorruptDataError
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write
 
 __all__ = [
-    "DEFAULT_TOPIC",
     "KV_CONFIG_FILE",
     "ORDER_TOPIC_CONFIG",
-    "PERM_INHERIT",
     "NameServer",
     "NameServerProcessor",
-    "broker_topic_configs",
-    "default_topic_config",
-    "json_body",
-    "local_ha_address",
-    "local_topic_configs",
 ]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
-DEFAULT_TOPIC: Final = "TBW102"  # RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC
-PERM_INHERIT: Final = 0x1
 KV_CONFIG_FILE: Final = "kvConfig.json"
 # entries the KV configuration keeps (RocketMQ's name server has no bound; its clients write a
 # handful, each a few bytes): past them a change is refused, so requests cannot grow the file
@@ -93,55 +90,6 @@ MAX_REGISTERED_BROKERS: Final = 10_000
 # a REGISTER_BROKER body larger than this is decoded off the event loop (a big topic table takes
 # tens of milliseconds to parse; the loop also serves this process's broker in combined mode)
 DECODE_INLINE_BYTES: Final = 64 * 1024
-
-
-def default_topic_config(ctx: RemotingContext) -> TopicConfig:
-    """TBW102 as RocketMQ's broker registers it while auto-creation is on: perm 7 (INHERIT),
-    ``defaultTopicQueueNums`` queues."""
-    queues = ctx.store.config.default_topic_queue_nums
-    return TopicConfig(DEFAULT_TOPIC, queues, queues, PERM_READ | PERM_WRITE | PERM_INHERIT)
-
-
-def broker_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
-    """The topics RocketMQ's broker has from its start (TopicConfigManager's constructor), with
-    its queues and permissions; ``BenchmarkTest`` gets ``defaultTopicQueueNums`` queues (RocketMQ:
-    1024), what a benchmark's auto-created topic has here."""
-    config = ctx.config
-    rw, inherit = PERM_READ | PERM_WRITE, PERM_INHERIT
-    queues = ctx.store.config.default_topic_queue_nums
-    topics = [
-        TopicConfig("SELF_TEST_TOPIC", 1, 1, rw),
-        TopicConfig("BenchmarkTest", queues, queues, rw),
-        TopicConfig(config.cluster_name, 16, 16, rw | inherit),
-        TopicConfig(config.broker_name, 1, 1, rw | inherit),
-        TopicConfig("OFFSET_MOVED_EVENT", 1, 1, rw),
-        TopicConfig("SCHEDULE_TOPIC_XXXX", 18, 18, rw),
-        # RocketMQ's transaction check creates it in its first round, a minute after the start
-        TopicConfig("RMQ_SYS_TRANS_HALF_TOPIC", 1, 1, rw),
-        TopicConfig(f"{config.cluster_name}_REPLY_TOPIC", 1, 1, rw),
-    ]
-    if config.auto_create_topic:
-        topics.append(default_topic_config(ctx))
-    return {t.topic: t for t in topics}
-
-
-def local_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
-    """Every topic a broker serves (what its routes and registrations list): the store's, and
-    the broker's own it does not have (TBW102 among them while auto-creation is on)."""
-    return {**broker_topic_configs(ctx), **ctx.store.topic_configs()}
-
-
-def local_ha_address(ctx: RemotingContext) -> str:
-    """The broker's haServerAddr: brokerIP2 (else brokerIP1's host) and the store's HA port (0
-    when the store serves no replication)."""
-    host = ctx.config.broker_ip2 or ctx.broker_address.rpartition(":")[0].strip("[]")
-    port = ctx.store.ha_port or 0
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def json_body(value: object) -> bytes:
-    """A JSON body as fastjson writes it: keys sorted, no spaces, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def _entry_bytes(namespace: str, key: str, value: str) -> int:

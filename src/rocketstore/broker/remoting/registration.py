@@ -47,6 +47,7 @@ from rocketstore.broker.remoting.command import FLAG_ONEWAY, MAX_FRAME_SIZE, Rem
 from rocketstore.broker.remoting.headers import flag, number, optional_number, text, to_ext
 from rocketstore.broker.routes import DataVersion
 from rocketstore.codec.config_json import TopicConfig, decode_json, decode_topic_table
+from rocketstore.codec.json_body import json_body
 from rocketstore.errors import CorruptDataError
 
 __all__ = [
@@ -147,12 +148,12 @@ def encode_register_body(
                 "topicConfigTable": {name: topics[name].to_json() for name in sorted(topics)},
             },
         }
-        return _json(doc)
-    parts = [_sized(_json(version.to_json())), _I32.pack(len(topics))]
+        return json_body(doc)
+    parts = [_sized(json_body(version.to_json())), _I32.pack(len(topics))]
     for name in sorted(topics):
         t = topics[name]
         parts.append(_sized(f"{name} {t.read_queues} {t.write_queues} {t.perm} {t.filter_type}".encode()))
-    parts.append(_sized(_json(servers)))
+    parts.append(_sized(json_body(servers)))
     return zlib.compress(b"".join(parts), 9)
 
 
@@ -265,7 +266,7 @@ def encode_register_result(cmd: RemotingCommand, result: RegisterBrokerResult) -
         ext["masterAddr"] = result.master_addr
     if result.ha_server_addr is not None:
         ext["haServerAddr"] = result.ha_server_addr
-    body = _json({"table": result.kv_table}) if result.kv_table else b""
+    body = json_body({"table": result.kv_table}) if result.kv_table else b""
     return cmd.response(ext_fields=ext, body=body)
 
 
@@ -283,7 +284,7 @@ def decode_register_result(response: RemotingCommand) -> RegisterBrokerResult:
 
 # --- QUERY_DATA_VERSION, UNREGISTER_BROKER ----------------------------------------------------
 def encode_data_version(version: DataVersion) -> bytes:
-    return _json(version.to_json())
+    return json_body(version.to_json())
 
 
 def decode_data_version(body: bytes | bytearray | memoryview, what: str = "DataVersion") -> DataVersion:
@@ -301,10 +302,6 @@ def encode_unregister_broker(broker: BrokerIdentity) -> RemotingCommand:
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def _json(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def _check_topic_count(count: int, what: str) -> None:
     if count > MAX_REGISTER_TOPICS:
         raise CorruptDataError(

@@ -29,10 +29,10 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from rocketstore.broker.remoting.broker_topics import local_ha_address, local_topic_configs
 from rocketstore.broker.remoting.client import RemotingClient
 from rocketstore.broker.remoting.codes import ResponseCode
 from rocketstore.broker.remoting.context import RemotingContext
-from rocketstore.broker.remoting.namesrv import local_ha_address, local_topic_configs
 from rocketstore.broker.remoting.registration import (
     BrokerIdentity,
     RegisterBrokerRequest,

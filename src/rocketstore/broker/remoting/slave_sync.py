@@ -23,10 +23,15 @@ from rocketstore.broker.remoting.client import RemotingClient
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
-from rocketstore.broker.remoting.namesrv import json_body
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
-from rocketstore.codec.config_json import TopicConfig, decode_offsets, decode_topics, encode_offsets
+from rocketstore.codec.config_json import (
+    TopicConfig,
+    decode_offsets,
+    decode_topics,
+    encode_delay_offsets,
+    encode_offsets,
+)
 from rocketstore.errors import RocketStoreError
 
 __all__ = ["SlaveSyncProcessor", "SlaveSynchronizer"]
@@ -60,7 +65,7 @@ class SlaveSyncProcessor:
         progress = self.ctx.store.delay_progress()
         if not progress:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "No delay offset in this broker")
-        return cmd.response(body=json_body({"offsetTable": {str(k): v[0] for k, v in progress.items()}}))
+        return cmd.response(body=encode_delay_offsets({k: v[0] for k, v in progress.items()}))
 
 
 class SlaveSynchronizer:
