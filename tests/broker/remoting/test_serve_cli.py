@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rocketstore.broker import BrokerConfig
-from rocketstore.broker.remoting.codes import ResponseCode
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.endpoint import bind_listener
 from rocketstore.broker.server import advertised_address
 from rocketstore.codec.message_id import decode_offset_msg_id
@@ -95,3 +95,34 @@ def test_advertised_address() -> None:
     assert advertised_address(BrokerConfig(remoting="0.0.0.0:0", broker_ip="10.1.2.3"), 7) == "10.1.2.3:7"
     assert advertised_address(BrokerConfig(remoting="[::1]:0"), 9) == "[::1]:9"
     assert json.dumps(BrokerConfig.from_mapping({"listenPort": "10999"}).remoting) == '"127.0.0.1:10999"'
+
+
+def test_a_name_server_alone_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rocketstore.cli", "serve", str(tmp_path / "ns"), "--namesrv", "127.0.0.1:0"]
+        + ["--remoting", "off", "--listen", "off"],
+        env=ENV,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            found = re.search(r"name server on 127\.0\.0\.1:(\d+) \(no broker\)", line)
+            if found:
+                break
+        assert found, "".join(lines)
+        with RawClient(int(found.group(1))) as c:
+            info = c.call(RequestCode.GET_BROKER_CLUSTER_INFO)
+            assert info.code == ResponseCode.SUCCESS
+            assert json.loads(info.body) == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=60)[1]
+        assert proc.returncode == 128 + signal.SIGTERM, "".join(lines) + rest
+        assert "SIGTERM received: stopping" in rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
