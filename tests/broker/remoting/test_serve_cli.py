@@ -99,8 +99,19 @@ def test_advertised_address() -> None:
 
 def test_a_name_server_alone_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rocketstore.cli", "serve", str(tmp_path / "ns"), "--namesrv", "127.0.0.1:0"]
-        + ["--remoting", "off", "--listen", "off"],
+        [
+            sys.executable,
+            "-m",
+            "rocketstore.cli",
+            "serve",
+            str(tmp_path / "ns"),
+            "--namesrv",
+            "127.0.0.1:0",
+            "--remoting",
+            "off",
+            "--listen",
+            "off",
+        ],
         env=ENV,
         stderr=subprocess.PIPE,
         text=True,
