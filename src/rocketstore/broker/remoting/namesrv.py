@@ -29,7 +29,6 @@ only with ``orderMessageEnable``, off by default).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import socket
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Final
 
 from rocketstore.broker.metrics import BrokerMetrics
+from rocketstore.broker.periodic import PeriodicTask
 from rocketstore.broker.remoting.broker_topics import (
     broker_topic_configs,
     local_ha_address,
@@ -440,25 +440,16 @@ class NameServer:
     ) -> None:
         self.processor = processor
         self.server = RemotingServer(processor.handlers(), limits, "namesrv", metrics=metrics)
-        self._expiry: asyncio.Task[None] | None = None
+        self._expiry = PeriodicTask("the name server's expiry scan", EXPIRY_SCAN_S, self._expire, log=log)
 
     async def start(self, sock: socket.socket) -> int:
         port = await self.server.start(sock=sock)
-        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+        self._expiry.start()
         return port
 
-    async def _expire_loop(self) -> None:
-        while True:
-            await asyncio.sleep(EXPIRY_SCAN_S)
-            try:
-                self.processor.expire()
-            except Exception:
-                log.exception("the name server's expiry scan failed")
+    async def _expire(self) -> None:
+        self.processor.expire()
 
     async def stop(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry
-            self._expiry = None
+        await self._expiry.stop()
         await self.server.stop()

@@ -23,12 +23,12 @@ A slave (brokerId >= 1) registers too; the first name server's result names its 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from typing import Final
 
+from rocketstore.broker.periodic import PeriodicTask
 from rocketstore.broker.remoting.broker_topics import local_ha_address, local_topic_configs
 from rocketstore.broker.remoting.client import RemotingClient
 from rocketstore.broker.remoting.codes import ResponseCode
@@ -121,7 +121,8 @@ class RegistrationService:
         self.version = DataVersion(self._clock.now_ms(), 0)
         self._topics: dict[str, TopicConfig] | None = None
         self._topics_seen: int | None = None  # the store's topics_version when they were taken
-        self._task: asyncio.Task[None] | None = None
+        self._rounds = PeriodicTask("registration", TOPIC_CHECK_S, self._round, log=log)
+        self._next_periodic = 0.0
 
     async def start(self) -> None:
         """The first round, then the loop; what the name servers answer never fails it (a
@@ -135,14 +136,11 @@ class RegistrationService:
             raise
         except Exception:
             log.exception("the first registration round failed")
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._next_periodic = time.monotonic() + FIRST_PERIODIC_S
+        self._rounds.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._rounds.stop()
         for link in self.links:
             if link.up:
                 try:
@@ -157,20 +155,13 @@ class RegistrationService:
                     log.warning("name server %s: UNREGISTER_BROKER failed (%s)", link.address, exc)
             await link.client.close()
 
-    async def _loop(self) -> None:
-        next_periodic = time.monotonic() + FIRST_PERIODIC_S
-        while True:
-            await asyncio.sleep(TOPIC_CHECK_S)
-            try:
-                if self._topics_changed():
-                    await self.register_all(force=True)
-                if time.monotonic() >= next_periodic:
-                    next_periodic = time.monotonic() + self.period_s
-                    await self.register_all(force=self.ctx.config.force_register)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("registration round failed")
+    async def _round(self) -> None:
+        """Every TOPIC_CHECK_S: a topic change registers at once, the periodic round when due."""
+        if self._topics_changed():
+            await self.register_all(force=True)
+        if time.monotonic() >= self._next_periodic:
+            self._next_periodic = time.monotonic() + self.period_s
+            await self.register_all(force=self.ctx.config.force_register)
 
     def _topics_changed(self) -> bool:
         # the store's change counter, not the table: checked every second, copied on a change only

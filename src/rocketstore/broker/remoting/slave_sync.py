@@ -14,11 +14,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Final
 
+from rocketstore.broker.periodic import PeriodicTask
 from rocketstore.broker.remoting.client import RemotingClient
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
@@ -76,7 +75,7 @@ class SlaveSynchronizer:
         self.ctx = ctx
         self.master_addr: str | None = None
         self._client: RemotingClient | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._rounds = PeriodicTask("slave sync", SYNC_PERIOD_S, self._round, first_s=FIRST_SYNC_S, log=log)
         self._failing = False
         self.rounds = 0
 
@@ -86,31 +85,27 @@ class SlaveSynchronizer:
             self.master_addr = address
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._rounds.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._rounds.stop()
         if self._client is not None:
             await self._client.close()
 
-    async def _loop(self) -> None:
-        await asyncio.sleep(FIRST_SYNC_S)
-        while True:
-            if self.master_addr is not None:
-                try:
-                    await self.sync_once(self.master_addr)
-                    if self._failing:
-                        log.info("copying from master %s again", self.master_addr)
-                    self._failing = False
-                except (OSError, TimeoutError, RocketStoreError) as exc:
-                    if not self._failing:
-                        log.warning("cannot copy topics and offsets from %s: %s", self.master_addr, exc)
-                    self._failing = True
-            await asyncio.sleep(SYNC_PERIOD_S)
+    async def _round(self) -> None:
+        address = self.master_addr
+        if address is None:
+            return
+        try:
+            await self.sync_once(address)
+        except (OSError, TimeoutError, RocketStoreError) as exc:
+            if not self._failing:
+                log.warning("cannot copy topics and offsets from %s: %s", address, exc)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("copying from master %s again", address)
+        self._failing = False
 
     async def _ask(self, address: str, code: int) -> bytes | None:
         client = self._client
