@@ -53,7 +53,7 @@ class Served:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.append(line)
-            found = re.search(r"serving .* on [\d.]+:(\d+)", line)
+            found = re.search(r"(?:serving .* on|name server on) [\d.]+:(\d+)", line)
             if found:
                 self.port = int(found.group(1))
                 self._port.set()

@@ -327,12 +327,10 @@ def test_combined_name_server_refuses_another_master_of_its_broker_name(
 
 class ScriptedNameServer:
     """A name server whose REGISTER_BROKER answer the test sets (``answer``: ext fields and body,
-    or a refusal's remark)."""
+    or a refusal's remark), on ``host``'s loop."""
 
-    def __init__(self) -> None:
-        self.loop = uvloop.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
+    def __init__(self, host: Standalone) -> None:
+        self.host = host
         self.answer: tuple[dict[str, str], bytes] | str = ({}, b"")
 
         async def reply(cmd: Any, conn: Any) -> Any:
@@ -347,23 +345,17 @@ class ScriptedNameServer:
         self.server = RemotingServer(
             {RequestCode.REGISTER_BROKER: reply, RequestCode.UNREGISTER_BROKER: ok}, RemotingLimits(), "fake"
         )
-        self.port = self.call(self.server.start(sock=bind_listener("127.0.0.1:0")))
+        self.port = host.call(self.server.start(sock=bind_listener("127.0.0.1:0")))
         self.address = f"127.0.0.1:{self.port}"
 
-    def call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)
-
     def stop(self) -> None:
-        self.call(self.server.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
+        self.host.call(self.server.stop())
 
 
 def test_bad_registration_results_never_stop_the_broker_and_are_logged_once_each(
-    start_remoting: StartRemoting, caplog: pytest.LogCaptureFixture
+    standalone: Standalone, start_remoting: StartRemoting, caplog: pytest.LogCaptureFixture
 ) -> None:
-    ns = ScriptedNameServer()
+    ns = ScriptedNameServer(standalone)
     caplog.set_level(logging.INFO, "rocketstore.broker")
     try:
         # a slave told an HA address that is not HOST:PORT: it starts, and says so once

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,42 +99,21 @@ def test_advertised_address() -> None:
 
 
 def test_a_name_server_alone_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rocketstore.cli",
-            "serve",
-            str(tmp_path / "ns"),
-            "--namesrv",
-            "127.0.0.1:0",
-            "--remoting",
-            "off",
-            "--listen",
-            "off",
-        ],
-        env=ENV,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    alone = ("--remoting", "off", "--listen", "off")
+    s = Served("serve", str(tmp_path / "ns"), "--namesrv", "127.0.0.1:0", *alone)
     try:
-        assert proc.stderr is not None
-        lines = []
-        for line in proc.stderr:
-            lines.append(line)
-            found = re.search(r"name server on 127\.0\.0\.1:(\d+) \(no broker\)", line)
-            if found:
-                break
-        assert found, "".join(lines)
-        with RawClient(int(found.group(1))) as c:
+        assert "(no broker)" in s.log()
+        with RawClient(s.port) as c:
             info = c.call(RequestCode.GET_BROKER_CLUSTER_INFO)
             assert info.code == ResponseCode.SUCCESS
             assert json.loads(info.body) == {"brokerAddrTable": {}, "clusterAddrTable": {}}
-        proc.send_signal(signal.SIGTERM)
-        rest = proc.communicate(timeout=60)[1]
-        assert proc.returncode == 128 + signal.SIGTERM, "".join(lines) + rest
-        assert "SIGTERM received: stopping" in rest
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(60) == 128 + signal.SIGTERM, s.log()
+        deadline = time.monotonic() + 10  # the reader thread takes the last lines
+        while "SIGTERM received: stopping" not in s.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "SIGTERM received: stopping" in s.log()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
