@@ -13,7 +13,7 @@ Two kinds of broker appear in its answers:
   register are added to its broker set and told it is their master. ``TBW102``, the topic
   producers fall back to for a topic without a route, is routed (8 queues, perm 7) while topic
   auto-creation is on, as RocketMQ's broker registers it then; so are the other topics RocketMQ's
-  broker has from its start (``broker_topic_configs``: ``SELF_TEST_TOPIC``, ``BenchmarkTest``,
+  broker has from its start (``broker_topics.py``: ``SELF_TEST_TOPIC``, ``BenchmarkTest``,
   the cluster's and the broker's own, ``OFFSET_MOVED_EVENT``, ``SCHEDULE_TOPIC_XXXX``,
   ``RMQ_SYS_TRANS_HALF_TOPIC``, ``<cluster>_REPLY_TOPIC``); a send to one of them that the store
   does not have yet creates it with the routed queues. Wipes and deletions on the name
