@@ -92,6 +92,7 @@ class Broker:
         self._remoting: RemotingEndpoint | None = None
         self.registration: RegistrationService | None = None
         self.slave_sync: SlaveSynchronizer | None = None
+        self._bad_ha_address: str | None = None  # the last unusable one a name server gave
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._arrival: ArrivalSignal | None = None
         self._pop: PopService | None = None
@@ -292,7 +293,14 @@ class Broker:
         address its master registered (every result that names one, as RocketMQ's slave)."""
         config, address = self.store.config, result.ha_server_addr
         if config.broker_role is BrokerRole.SLAVE and config.ha_master_address is None and address:
-            self.store.update_ha_master_address(address)
+            try:
+                self.store.update_ha_master_address(address)
+            except (ValueError, StoreConfigError) as exc:  # said once, not at every registration
+                if address != self._bad_ha_address:
+                    log.warning("the name servers' HA address of the master is unusable: %s", exc)
+                self._bad_ha_address = address
+                return
+            self._bad_ha_address = None
         if self.slave_sync is not None:
             self.slave_sync.set_master(result.master_addr)
 

@@ -230,6 +230,10 @@ def decode_delay_offsets(
     return offsets, mark
 
 
-def encode_delay_offsets(offsets: dict[int, int], physical_mark: int) -> bytes:
-    doc = {"offsetTable": {str(k): v for k, v in sorted(offsets.items())}, _DELAY_MARK: physical_mark}
+def encode_delay_offsets(offsets: dict[int, int], physical_mark: int | None = None) -> bytes:
+    """delayOffset.json; without ``physical_mark`` RocketMQ's own shape (a master's answer to
+    GET_ALL_DELAY_OFFSET)."""
+    doc: dict[str, Any] = {"offsetTable": {str(k): v for k, v in sorted(offsets.items())}}
+    if physical_mark is not None:
+        doc[_DELAY_MARK] = physical_mark
     return json.dumps(doc, indent=1).encode()

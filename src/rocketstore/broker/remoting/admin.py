@@ -27,17 +27,18 @@ from rocketstore.broker.remoting.broker_settings import (
     parse_update,
     persist,
 )
+from rocketstore.broker.remoting.broker_topics import broker_topic_configs
 from rocketstore.broker.remoting.codes import VERSION, RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import MAX_FRAME_SIZE, RemotingCommand
-from rocketstore.broker.remoting.consumers import consumer_groups, json_body
+from rocketstore.broker.remoting.consumers import consumer_groups
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import number, text, to_ext
 from rocketstore.broker.remoting.heartbeat import check_group_name
-from rocketstore.broker.remoting.namesrv import broker_topic_configs
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_back import retry_topic
 from rocketstore.broker.stats_items import GROUP_GET_NUMS
+from rocketstore.codec.json_body import json_body
 from rocketstore.errors import RocketStoreError, StoreConfigError
 from rocketstore.message import TOPIC_PATTERN
 from rocketstore.system_topics import is_system_topic

@@ -25,16 +25,16 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from rocketstore.broker.group_commit import PutOutcome
-from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
-from rocketstore.broker.remoting.command import RemotingCommand
-from rocketstore.broker.remoting.context import RemotingContext
-from rocketstore.broker.remoting.headers import SendMessageHeader, flag, number, text
-from rocketstore.broker.remoting.namesrv import (
+from rocketstore.broker.remoting.broker_topics import (
     DEFAULT_TOPIC,
     PERM_INHERIT,
     broker_topic_configs,
     default_topic_config,
 )
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.context import RemotingContext
+from rocketstore.broker.remoting.headers import SendMessageHeader, flag, number, text
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_check import batch_refusal, messages_refusal
