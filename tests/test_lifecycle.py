@@ -1056,7 +1056,19 @@ def test_a_corrupt_topics_json_is_reported_at_open(tmp_path: Path, clock: Manual
 
 
 @pytest.mark.parametrize(
-    "name", ["", "bad topic", "a/b", "x" * 128, "T@g", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRACE"]
+    "name",
+    [
+        "",
+        "bad topic",
+        "a/b",
+        "x" * 128,
+        "T@g",
+        "SCHEDULE_TOPIC_XXXX",
+        "schedule_topic_xxxx",
+        "RMQ_SYS_TRACE",
+        "rmq_sys_ROCKETSTORE_POP_LOG",  # the system prefix in any case, as the broker refuses it
+        "Rmq_Sys_X",
+    ],
 )
 def test_invalid_topic_names_are_refused(tmp_path: Path, clock: ManualClock, name: str) -> None:
     with open_store(tmp_path, clock, make_config(clock)) as store:
@@ -1066,6 +1078,13 @@ def test_invalid_topic_names_are_refused(tmp_path: Path, clock: ManualClock, nam
             store.put_message(Message(name, b"x", queue_id=None))
         assert store.topic_configs() == {}
     assert not (tmp_path / "config" / "topics.json").exists()
+
+
+def test_the_stores_own_puts_use_system_topics_in_any_case(tmp_path: Path, clock: ManualClock) -> None:
+    with open_store(tmp_path, clock, make_config(clock)) as store:
+        for topic in ("RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_wheel_timer"):
+            assert store.put_messages([Message(topic, b"x", queue_id=0)], internal=True)[0].ok
+        assert set(store.topic_configs()) == {"RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_wheel_timer"}
 
 
 @pytest.mark.parametrize("queues", [-1, 1025])
@@ -1252,7 +1271,8 @@ def test_bad_entries_of_the_offset_file_are_left_out_and_the_store_opens(
         assert store.query_offset("bad-offsets", "T", 0) == -1
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1, warnings  # one line for the whole file
-    assert "17 bad entries left out" in warnings[0] and str(1 << 64) in warnings[0]
+    assert "17 bad entries left out (the next write drops them): " in warnings[0]
+    assert str(1 << 64) in warnings[0] and warnings[0].endswith("; and 14 more")
     with MessageStore.open(tmp_path, cfg, clock=clock, readonly=True) as ro:
         assert ro.consumer_offsets() == kept
     # the writer's next write leaves them out of the file
@@ -1279,9 +1299,9 @@ def test_bad_entries_of_the_delay_offset_file_are_left_out(
         store.wait_dispatched()
         assert store.delay_progress() == {1: (0, 1)}  # level 1's bad offset: from its first message
     assert [r.getMessage().split(": ", 1)[1] for r in caplog.records] == [
-        f"4 bad entries left out: level 1: {1 << 64} is out of range "
+        f"4 bad entries left out (the next write drops them): level 1: {1 << 64} is out of range "
         "-9223372036854775808..9223372036854775807; level 2: expected an integer, got 'x'; "
-        "delay level 'x' is not an integer"
+        "delay level 'x' is not an integer; and 1 more"  # the same line as the offsets file's
     ]
 
 

@@ -181,6 +181,30 @@ def test_stream_offsets_are_kept_per_broker_and_queue(cluster: tuple[list[Path],
     assert single.initialOffset() == {f"Orders/{q}": 0 for q in range(QUEUES)}
 
 
+def test_a_restart_whose_brokers_are_named_differently_is_refused(tmp_path: Path) -> None:
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for root in roots:
+        _put(root, root.name, {"T": 5}, 0)
+    first = _stream(roots)
+    end = first.latestOffset(first.initialOffset(), ReadAllAvailable())
+    assert set(end) == {"a", "b"}
+    (roots[1] / "broker.conf").write_text("brokerName=broker-b\n")  # b's derived name changes
+    renamed = _stream(roots)
+    with pytest.raises(ValueError, match=r"offsets of brokers b, .* none of brokers broker-b") as refused:
+        renamed.latestOffset(end, ReadAllAvailable())
+    assert "option brokers" in str(refused.value) and "new checkpointLocation" in str(refused.value)
+    with pytest.raises(ValueError, match="none of brokers broker-b"):
+        renamed.partitions(end, end)
+    # named as before: the restart reads nothing again
+    again = _stream(roots, brokers="a,b")
+    assert again.latestOffset(end, ReadAllAvailable()) == end and again.partitions(end, end) == []
+    # a broker added, none gone: its queues start from the beginning
+    roots.append(tmp_path / "c")
+    _put(roots[2], "c", {"T": 2}, 0)
+    grown = _stream(roots, brokers="a,b,c").latestOffset(end, ReadAllAvailable())
+    assert grown["c"] == {"T/0": 1, "T/1": 1} and grown["a"] == end["a"]
+
+
 # --- through Spark ----------------------------------------------------------------------------
 def _rows(df: Any) -> list[Put]:
     return sorted(

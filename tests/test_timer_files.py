@@ -156,3 +156,5 @@ def test_spark_counts_the_timer_topic_as_a_system_topic() -> None:
     from rocketstore.spark.options import is_system_topic
 
     assert is_system_topic("rmq_sys_wheel_timer") and not is_system_topic("Orders")
+    # the store's own topics in any case, as the store refuses them (system_topics.reserved_by_store)
+    assert is_system_topic("rmq_sys_ROCKETSTORE_POP_LOG") and is_system_topic("schedule_topic_xxxx")

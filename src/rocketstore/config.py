@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rocketstore import properties
 from rocketstore.errors import StoreConfigError
 from rocketstore.rocketmq_keys import BROKER_KEYS, OLD_SPELLINGS, STORE_KEYS
 
@@ -347,8 +348,9 @@ class StoreConfig:
 
 def read_settings_file(path: str | Path) -> dict[str, Any]:
     """The settings of a ``.toml`` file (its tables as nested dicts), or of a Java
-    ``.properties`` file such as RocketMQ's ``broker.conf`` (``key=value`` lines, all values
-    strings), for ``from_mapping``; an unreadable or malformed file is a ``StoreConfigError``."""
+    ``.properties`` file such as RocketMQ's ``broker.conf`` (read as ``java.util.Properties``
+    reads it: ``properties.py``; all values strings), for ``from_mapping``; an unreadable or
+    malformed file is a ``StoreConfigError``."""
     p = Path(path)
     if p.exists() and not p.is_file():  # a FIFO would block the read
         raise StoreConfigError(f"config file {str(p)!r} is not a regular file")
@@ -358,6 +360,12 @@ def read_settings_file(path: str | Path) -> dict[str, Any]:
         raise StoreConfigError(f"cannot read config file {str(p)!r}: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise StoreConfigError(f"config file {str(p)!r} is not UTF-8 text: {exc.reason}") from None
+    return parse_settings_text(text, p)
+
+
+def parse_settings_text(text: str, path: str | Path) -> dict[str, Any]:
+    """``read_settings_file`` of ``text`` as the content of ``path`` (its suffix says the format)."""
+    p = Path(path)
     if p.suffix == ".toml":
         if sys.version_info >= (3, 11):
             import tomllib
@@ -368,16 +376,7 @@ def read_settings_file(path: str | Path) -> dict[str, Any]:
             return data
         except tomllib.TOMLDecodeError as exc:
             raise StoreConfigError(f"{p}: {exc}") from None
-    values: dict[str, Any] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise StoreConfigError(f"{p}:{lineno}: expected key=value, got {line!r}")
-        values[key.strip()] = value.strip()
-    return values
+    return properties.parse(text, str(p))
 
 
 def _with_suggestion(key: str, known: list[str]) -> str:

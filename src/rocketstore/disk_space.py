@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-__all__ = ["DiskUsage", "disk_used_ratio", "used_ratio"]
+__all__ = ["DiskUsage", "capacity", "disk_used_ratio", "used_ratio"]
 
 DiskUsage = Callable[[Path], float]  # fraction (0..1) of the filesystem holding a path that is used
 
@@ -49,6 +49,14 @@ def used_ratio(st: StatVfs) -> float:
         return 0.0
     percent = -(-used * 100 // entire)  # rounded up, as RocketMQ's
     return percent / 100.0
+
+
+def capacity(path: Path) -> tuple[int, int]:
+    """(total, free) bytes of the filesystem holding ``path``, as Java's ``File.getTotalSpace``
+    and ``getFreeSpace`` (``f_blocks`` and ``f_bfree`` times ``f_frsize``: the root-reserved
+    blocks count as free), which brokerStatus's ``commitLogDirCapacity`` prints."""
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize, st.f_bfree * st.f_frsize
 
 
 def disk_used_ratio(path: Path) -> float:

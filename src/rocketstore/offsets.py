@@ -21,17 +21,16 @@ from pathlib import Path
 
 from rocketstore.consumer.offset_store import QueueKey, commit_offsets, decode_offsets_file, read_offsets
 from rocketstore.errors import CorruptDataError, InvalidArgumentError, StoreConfigError
+from rocketstore.limits import MAX_OFFSET, MAX_QUEUE_ID
 from rocketstore.message import TOPIC_PATTERN
 from rocketstore.service import BackgroundService, FailureHandler
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, read_store_text
 
-__all__ = ["GROUP_PATTERN", "MAX_OFFSET", "MAX_QUEUE_ID", "ConsumerOffsets", "OffsetFlushService"]
+__all__ = ["GROUP_PATTERN", "ConsumerOffsets", "OffsetFlushService"]
 
 log = logging.getLogger(__name__)
 GROUP_PATTERN = re.compile(r"[%|A-Za-z0-9_-]{1,255}")
 # a queue offset is a Java long (RocketMQ's readers, the file's loader, take no more)
-MAX_OFFSET = (1 << 63) - 1
-MAX_QUEUE_ID = 65535  # as a put's queue id (prepare.MAX_QUEUE_ID)
 
 
 class ConsumerOffsets:

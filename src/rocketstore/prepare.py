@@ -56,6 +56,7 @@ from rocketstore.codec.text_column import TextColumn
 from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
 from rocketstore.jit import kernel
+from rocketstore.limits import MAX_QUEUE_ID
 from rocketstore.message import (
     PROPERTY_DELAY,
     PROPERTY_KEYS,
@@ -70,6 +71,7 @@ from rocketstore.message import (
     Message,
 )
 from rocketstore.results import PutStatus
+from rocketstore.system_topics import reserved_by_store
 from rocketstore.timer.request import ASKING, DELIVERY_HEADROOM, TimerRules, deliver_at_ms
 
 __all__ = [
@@ -84,10 +86,8 @@ __all__ = [
     "validate_topic",
 ]
 
-SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
 _USER_SYSFLAG_BITS: Final = SYSFLAG_CONTENT | SYSFLAG_TX_MASK
 _MAX_PROPERTIES_BYTES: Final = 32767
-MAX_QUEUE_ID: Final = 65535
 _ILLEGAL = PutStatus.MESSAGE_ILLEGAL
 # Below this many messages the columnar path's numpy overhead costs more than it saves.
 MIN_COLUMNAR_BATCH: Final = 16
@@ -140,7 +140,7 @@ def validate_topic(topic: object, *, allow_system: bool = False) -> str:
             f"invalid topic {topic!r}: topics are 1-127 characters of letters, digits, '_', '-', '%', '|'",
             _ILLEGAL,
         )
-    if not allow_system and (topic in (SCHEDULE_TOPIC, TIMER_TOPIC) or topic.startswith(SYSTEM_TOPIC_PREFIX)):
+    if not allow_system and reserved_by_store(topic):  # TIMER_TOPIC (rmq_sys_wheel_timer) among them
         raise InvalidMessageError(f"topic {topic!r} is reserved for the store itself", _ILLEGAL)
     return topic
 

@@ -26,9 +26,9 @@ from rocketstore.config import StoreConfig
 from rocketstore.errors import InvalidMessageError
 from rocketstore.flush import CommitLogFlushService, CommitService, GroupCommitService
 from rocketstore.ha.master import HAMaster
+from rocketstore.limits import MAX_QUEUE_ID
 from rocketstore.message import PROPERTY_WAIT, Message
 from rocketstore.prepare import (
-    MAX_QUEUE_ID,
     MessageColumns,
     MessageEncoder,
     PreparedBatch,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rocketstore.clock import Clock
 from rocketstore.codec.commitlog_record import SYSFLAG_CONTENT
-from rocketstore.codec.config_json import decode_delay_offsets, encode_delay_offsets
+from rocketstore.codec.config_json import bad_entries_text, decode_delay_offsets, encode_delay_offsets
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
@@ -116,8 +116,7 @@ class ScheduleService(BackgroundService):
             self.offsets, self._persisted_at_physical = decode_delay_offsets(text, str(self.path), skipped)
             if skipped:
                 # such a level starts again from its queue's first message (the next write drops them)
-                shown = "; ".join(problem.removeprefix(f"{self.path}: ") for problem in skipped[:3])
-                log.warning("%s: %d bad entries left out: %s", self.path, len(skipped), shown)
+                log.warning("%s", bad_entries_text(str(self.path), skipped))
 
     def skip_delivered_before_crash(self) -> None:
         """Move each level past the copies delivered after the saved progress (see the module

@@ -24,6 +24,7 @@ from rocketstore.disk_space import DiskUsage, disk_used_ratio
 from rocketstore.dispatch import DispatchService
 from rocketstore.errors import (
     InvalidArgumentError,
+    RocketStoreError,
     StoreClosedError,
     StoreConfigError,
     StoreReadOnlyError,
@@ -799,6 +800,27 @@ class MessageStore:
         self._check_writable("topic changes")
         count = self.config.default_topic_queue_nums if queues is None else _int_arg("queues", queues)
         return self._topics.create(validate_topic(topic), count, perm=perm, order=order)
+
+    def create_topics(self, configs: Iterable[TopicConfig]) -> dict[str, RocketStoreError]:
+        """``create_topic`` for each of ``configs`` (its read queues), ``config/topics.json``
+        rewritten once for all; the ones refused, by name, with why (the others are made)."""
+        self._check_writable("topic changes")
+        refused: dict[str, RocketStoreError] = {}
+        valid = []
+        for config in configs:
+            try:
+                validate_topic(config.topic)
+            except RocketStoreError as exc:
+                refused[config.topic] = exc
+            else:
+                valid.append(config)
+        refused.update(self._topics.create_many(valid))
+        return refused
+
+    def topics_version(self) -> int:
+        """A number that grows at every change of the topic table (to notice one cheaply)."""
+        self._check_open()
+        return self._topics.version
 
     def delete_topic(self, topic: str) -> int:
         """Delete ``topic`` as mqadmin deleteTopic does: its consume queues with their files and

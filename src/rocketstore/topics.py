@@ -72,12 +72,8 @@ class TopicTable:
         self, topic: str, queues: int, *, perm: int = PERM_READ | PERM_WRITE, order: bool = False
     ) -> TopicConfig:
         """Create ``topic`` or change its queue count and permissions; written at once."""
-        if not 1 <= queues <= _MAX_QUEUES:
-            raise StoreConfigError(f"topic {topic!r}: queues must be 1..{_MAX_QUEUES}, not {queues}")
-        if perm & ~(PERM_READ | PERM_WRITE | 0x1):
-            raise StoreConfigError(f"topic {topic!r}: perm {perm} has unknown bits")
-        if self._readonly:
-            raise StoreConfigError("the store is open read-only: topics cannot be changed")
+        self._check(topic, queues, perm)
+        self._check_writable()
         config = TopicConfig(topic, queues, queues, perm, order)
         with self._lock:
             before = self._topics.get(topic)
@@ -93,11 +89,40 @@ class TopicTable:
                     raise
         return config
 
+    def create_many(self, configs: Iterable[TopicConfig]) -> dict[str, StoreConfigError]:
+        """``create`` for each of ``configs`` (its ``read_queues`` queues), the table written
+        once for all; the ones refused, by name (the others are made)."""
+        self._check_writable()
+        refused: dict[str, StoreConfigError] = {}
+        wanted: list[TopicConfig] = []
+        for c in configs:
+            try:
+                self._check(c.topic, c.read_queues, c.perm)
+            except StoreConfigError as exc:
+                refused[c.topic] = exc
+                continue
+            wanted.append(TopicConfig(c.topic, c.read_queues, c.read_queues, c.perm, c.order))
+        with self._lock:
+            changes = {c.topic: c for c in wanted if self._topics.get(c.topic) != c}
+            if changes:
+                before = dict(self._topics)
+                self._topics.update(changes)
+                try:
+                    self._persist()
+                except BaseException:  # not written: none made
+                    self._topics = before
+                    raise
+        return refused
+
+    @property
+    def version(self) -> int:
+        """A counter that grows at every change of the table (topics.json's dataVersion)."""
+        return self._counter
+
     def delete(self, topic: str) -> bool:
         """Forget ``topic`` (mqadmin deleteTopic's deleteTopicConfig); written at once. False if
         it was not known."""
-        if self._readonly:
-            raise StoreConfigError("the store is open read-only: topics cannot be changed")
+        self._check_writable()
         with self._lock:
             before = self._topics.pop(topic, None)
             if before is None:
@@ -144,6 +169,17 @@ class TopicTable:
     def perm(self, topic: str) -> int | None:
         config = self._topics.get(topic)
         return config.perm if config is not None else None
+
+    @staticmethod
+    def _check(topic: str, queues: int, perm: int) -> None:
+        if not 1 <= queues <= _MAX_QUEUES:
+            raise StoreConfigError(f"topic {topic!r}: queues must be 1..{_MAX_QUEUES}, not {queues}")
+        if perm & ~(PERM_READ | PERM_WRITE | 0x1):
+            raise StoreConfigError(f"topic {topic!r}: perm {perm} has unknown bits")
+
+    def _check_writable(self) -> None:
+        if self._readonly:
+            raise StoreConfigError("the store is open read-only: topics cannot be changed")
 
     def _persist(self) -> None:
         """Write the table (StoreIOError, StoreAccessError when the system refuses)."""

@@ -134,3 +134,23 @@ def test_wipe_add_write_perm_and_delete_topic() -> None:
     # soft: the broker's next applied registration restores it
     register(table, "broker-a", A, version=V2, topics={"U": TopicConfig("U", 1, 1)})
     assert "U" in table.topics
+
+
+def test_a_name_registered_under_two_clusters_leaves_both_when_gone() -> None:
+    table = RouteTable(ManualClock())
+    register(table, "broker-a", A, channel="first")
+    register(table, "broker-a", A1, 1, cluster="D", channel="second")
+    register(table, "broker-b", B, cluster="D")
+    assert table.clusters == {"C": {"broker-a"}, "D": {"broker-a", "broker-b"}}
+    table.remove_channel("first")
+    table.remove_channel("second")
+    assert "broker-a" not in table.brokers
+    assert table.clusters == {"D": {"broker-b"}}  # C, left empty, is gone too
+
+
+def test_unregister_leaves_another_address_registered_under_the_id() -> None:
+    table = RouteTable(ManualClock())
+    register(table, "broker-a", A)
+    table.unregister("C", "broker-a", B, 0)  # not the address registered under id 0
+    assert table.brokers["broker-a"].addresses == {0: A}
+    assert table.route("T") is not None

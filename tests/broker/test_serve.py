@@ -53,7 +53,7 @@ class Served:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.append(line)
-            found = re.search(r"serving .* on [\d.]+:(\d+)", line)
+            found = re.search(r"(?:serving .* on|name server on) [\d.]+:(\d+)", line)
             if found:
                 self.port = int(found.group(1))
                 self._port.set()
@@ -462,3 +462,37 @@ def test_a_slave_served_before_its_master_logs_its_tries_and_status_shows_its_li
         assert replication["role"] == "SLAVE"
         assert replication["slave"]["master_address"] == f"127.0.0.1:{port}"
         assert replication["slave"]["master_offset"] == replication["slave"]["slave_offset"] == end
+
+
+def test_run_until_signalled_stops_on_sigterm_and_holds_signals_until_restored() -> None:
+    import asyncio
+
+    from rocketstore.broker.serve import run_until_signalled
+
+    steps: list[str] = []
+
+    async def start() -> None:
+        steps.append("start")
+        asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+
+    async def stop() -> None:
+        steps.append("stop")
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert run_until_signalled(start, stop) == 128 + signal.SIGTERM
+        assert steps == ["start", "stop"]
+        # until the caller restores them: what it closes next is not cut short
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+        async def failing() -> None:
+            raise OSError("port taken")
+
+        steps.clear()
+        with pytest.raises(OSError, match="port taken"):
+            run_until_signalled(failing, stop)
+        assert steps == ["stop"]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

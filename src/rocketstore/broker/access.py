@@ -28,25 +28,10 @@ from rocketstore.broker.auth import Account
 from rocketstore.broker.transactions import HALF_TOPIC
 from rocketstore.errors import Refusal, RequestRefusedError
 from rocketstore.message import PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC, TOPIC_PATTERN, MessageExt
+from rocketstore.system_topics import is_system_topic
 
 __all__ = ["Use", "check_group", "check_subscription", "check_topic", "owning_topic"]
 
-# RocketMQ's TopicValidator.SYSTEM_TOPIC_SET (4.9/5.x), compared in upper case
-_SYSTEM_TOPICS: Final = frozenset(
-    t.upper()
-    for t in (
-        SCHEDULE_TOPIC,
-        "TBW102",
-        "BenchmarkTest",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "DefaultCluster",
-        "DefaultHeartBeatSyncerTopic",
-        "rocketmq_sys_trace_topic",
-    )
-)
-_SYSTEM_TOPIC_PREFIX: Final = "RMQ_SYS_"
 _SYSTEM_GROUP_PREFIXES: Final = ("CID_RMQ_SYS_", "RMQ_SYS_")
 _RETRY_PREFIX: Final = "%RETRY%"
 _DLQ_PREFIX: Final = "%DLQ%"
@@ -67,7 +52,7 @@ def check_topic(account: Account | None, topic: str, use: Use) -> str:
     if not isinstance(topic, str) or not TOPIC_PATTERN.fullmatch(topic):
         raise RequestRefusedError(Refusal.ILLEGAL_TOPIC, f"topic {topic!r} is not a valid topic name")
     upper = topic.upper()
-    if upper in _SYSTEM_TOPICS or upper.startswith(_SYSTEM_TOPIC_PREFIX):
+    if is_system_topic(topic):
         raise RequestRefusedError(
             Refusal.ILLEGAL_TOPIC, f"topic {topic!r} is a system topic: clients may not use it"
         )

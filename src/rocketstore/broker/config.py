@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocketstore.broker.request_log import DEFAULT_SLOW_REQUEST_MS
-from rocketstore.config import StoreConfig, read_settings_file
+from rocketstore.config import StoreConfig, parse_settings_text, read_settings_file
 from rocketstore.errors import StoreConfigError
 
 __all__ = ["BrokerConfig", "load_settings"]
@@ -160,11 +160,12 @@ class BrokerConfig:
         return load_settings(path)[1]
 
 
-def load_settings(path: str | Path) -> tuple[StoreConfig, BrokerConfig]:
+def load_settings(path: str | Path, text: str | None = None) -> tuple[StoreConfig, BrokerConfig]:
     """The store's and the broker's settings from one file (``rocketstore serve --config``): a
     ``.toml`` file (the broker's keys at the top or under ``[broker]``) or a ``.properties`` /
-    ``broker.conf`` file. A key neither of them knows is refused (by ``StoreConfig``)."""
-    values = read_settings_file(path)
+    ``broker.conf`` file. A key neither of them knows is refused (by ``StoreConfig``). ``text``:
+    read it as the file's content instead (a rewrite of the file, checked before it is written)."""
+    values = read_settings_file(path) if text is None else parse_settings_text(text, path)
     broker_table = values.pop("broker", {}) if Path(path).suffix == ".toml" else {}
     if not isinstance(broker_table, dict):
         raise StoreConfigError(f"{path}: [broker] must be a table")

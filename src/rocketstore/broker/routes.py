@@ -177,11 +177,13 @@ class RouteTable:
         return False, live.version
 
     def unregister(self, cluster: str, broker_name: str, broker_addr: str, broker_id: int) -> None:
-        """UNREGISTER_BROKER: the address goes, and the id's entry of its broker set."""
+        """UNREGISTER_BROKER: the address goes, and the id's entry of its broker set when that
+        entry is this address (another broker's registration under the id stays)."""
         self.live.pop(broker_addr, None)
         brokers = self.brokers.get(broker_name)
         if brokers is not None:
-            brokers.addresses.pop(broker_id, None)
+            if brokers.addresses.get(broker_id) == broker_addr:
+                del brokers.addresses[broker_id]
             if not brokers.addresses:
                 self._drop_name(broker_name)
 
@@ -212,13 +214,13 @@ class RouteTable:
         return gone
 
     def _drop_name(self, broker_name: str) -> None:
-        brokers = self.brokers.pop(broker_name, None)
-        if brokers is not None:
-            names = self.clusters.get(brokers.cluster)
-            if names is not None:
-                names.discard(broker_name)
-                if not names:
-                    del self.clusters[brokers.cluster]
+        # every cluster: a registration adds the name to the cluster it names, which need not
+        # be the one its set was first registered under (RocketMQ's onChannelDestroy)
+        self.brokers.pop(broker_name, None)
+        for cluster, names in list(self.clusters.items()):
+            names.discard(broker_name)
+            if not names:
+                del self.clusters[cluster]
         for topic, queues in list(self.topics.items()):
             queues.pop(broker_name, None)
             if not queues:

@@ -11,6 +11,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
 from typing import Final
@@ -27,7 +28,17 @@ from rocketstore.config import StoreConfig
 from rocketstore.store import MessageStore
 from rocketstore.warm import preload
 
-__all__ = ["LOG_FILE_BACKUPS", "LOG_FILE_BYTES", "configure_logging", "log_file_of", "serve", "serve_namesrv"]
+__all__ = [
+    "LOG_FILE_BACKUPS",
+    "LOG_FILE_BYTES",
+    "configure_logging",
+    "log_file_of",
+    "run_until_signalled",
+    "serve",
+    "serve_namesrv",
+]
+
+_STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -88,14 +99,47 @@ def serve(
     """Open the store at ``path``, serve it until SIGTERM or SIGINT, close it cleanly; the exit
     code: 128 + the signal's number, as the CLI's (143 SIGTERM, 130 SIGINT). Must run in the
     main thread (it sets the signal handlers)."""
-    received: list[int] = []
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
     try:
-        _serve(Path(path), config, store_config, metrics_address, received)
+        code = _serve(Path(path), config, store_config, metrics_address)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     logging.getLogger("rocketstore.broker").info("store %s closed", path)
+    return code
+
+
+def run_until_signalled(start: Callable[[], Awaitable[object]], stop: Callable[[], Awaitable[object]]) -> int:
+    """On a uvloop event loop (the remoting door's bottleneck: uvloop's costs less CPU per
+    request, docs/remoting.md): ``start()``, then wait for SIGTERM or SIGINT, then ``stop()``
+    (also when ``start`` fails). The exit code: 128 + the signal's number (143 SIGTERM, 130
+    SIGINT), 0 without one. From the stop on both signals are ignored, so that what the caller
+    does next (closing the store) finishes; the caller restores its handlers after that."""
+    received: list[int] = []
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.Event()
+
+        def on_signal(sig: int) -> None:
+            received.append(sig)
+            stopping.set()
+
+        for sig in _STOP_SIGNALS:
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            await start()
+            await stopping.wait()
+            logging.getLogger("rocketstore.broker").info(
+                "%s received: stopping", signal.Signals(received[0]).name
+            )
+        finally:
+            await stop()
+            for sig in _STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, signal.SIG_IGN)
+
+    uvloop.run(run())
     return 128 + received[0] if received else 0
 
 
@@ -116,42 +160,24 @@ def serve_namesrv(path: str | os.PathLike[str], address: str, config: BrokerConf
     clients ask it for routes; its KV configuration is kept in ``path/config``. Serves until
     SIGTERM or SIGINT; the exit code as ``serve``'s. Must run in the main thread."""
     config = config or BrokerConfig(listen=None)
-    received: list[int] = []
     sock = bind_listener(address)
-    limits = remoting_limits(config)
-    log = logging.getLogger("rocketstore.broker")
+    name_server = NameServer(
+        NameServerProcessor(RouteTable(SystemClock()), Path(path) / "config"), remoting_limits(config)
+    )
 
-    async def run() -> None:
-        loop = asyncio.get_running_loop()
-        stopping = asyncio.Event()
-
-        def stop(sig: int) -> None:
-            received.append(sig)
-            stopping.set()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop, sig)
-        name_server = NameServer(
-            NameServerProcessor(RouteTable(SystemClock()), Path(path) / "config"), limits
+    async def start() -> None:
+        port = await name_server.start(sock)
+        logging.getLogger("rocketstore.broker").info(
+            "name server on %s:%d (no broker)", address.rpartition(":")[0], port
         )
-        try:
-            port = await name_server.start(sock)
-            log.info("name server on %s:%d (no broker)", address.rpartition(":")[0], port)
-            await stopping.wait()
-            log.info("%s received: stopping", signal.Signals(received[0]).name)
-        finally:
-            await name_server.stop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
 
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
     try:
-        uvloop.run(run())
+        return run_until_signalled(start, name_server.stop)
     finally:
         sock.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return 128 + received[0] if received else 0
 
 
 def _serve(
@@ -159,8 +185,7 @@ def _serve(
     config: BrokerConfig | None,
     store_config: StoreConfig | None,
     metrics_address: str | None,
-    received: list[int],
-) -> None:
+) -> int:
     config = config or BrokerConfig()
     sockets: list[socket.socket] = []
     remoting_sock = namesrv_sock = None
@@ -174,7 +199,7 @@ def _serve(
                 sockets.append(namesrv_sock)
             store_host = advertised_address(config, int(remoting_sock.getsockname()[1]))
             store_config = (store_config or StoreConfig()).replace(store_host=store_host)
-        _serve_store(path, config, store_config, metrics_address, received, remoting_sock, namesrv_sock)
+        return _serve_store(path, config, store_config, metrics_address, remoting_sock, namesrv_sock)
     finally:
         for sock in sockets:
             sock.close()
@@ -185,39 +210,15 @@ def _serve_store(
     config: BrokerConfig,
     store_config: StoreConfig | None,
     metrics_address: str | None,
-    received: list[int],
     remoting_sock: socket.socket | None,
     namesrv_sock: socket.socket | None,
-) -> None:
+) -> int:
     with MessageStore.open(path, store_config) as store:
         broker = Broker(store, config)
         # numba loads while the listeners start, not in the first batch send's time
         threading.Thread(target=_preload, name="preload-kernels", daemon=True).start()
 
-        async def run() -> None:
-            loop = asyncio.get_running_loop()
-            stopping = asyncio.Event()
+        async def start() -> None:
+            await broker.start(metrics_address, remoting_socket=remoting_sock, namesrv_socket=namesrv_sock)
 
-            def stop(sig: int) -> None:
-                received.append(sig)
-                stopping.set()
-
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop, sig)
-            try:
-                await broker.start(
-                    metrics_address, remoting_socket=remoting_sock, namesrv_socket=namesrv_sock
-                )
-                await stopping.wait()
-                logging.getLogger("rocketstore.broker").info(
-                    "%s received: stopping", signal.Signals(received[0]).name
-                )
-            finally:
-                await broker.stop()
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
-                    signal.signal(sig, signal.SIG_IGN)  # closing the store must finish
-
-        # uvloop: the event loop is the remoting door's bottleneck, and uvloop's costs less CPU
-        # per request (docs/remoting.md)
-        uvloop.run(run())
+        return run_until_signalled(start, broker.stop)

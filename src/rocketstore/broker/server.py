@@ -92,6 +92,7 @@ class Broker:
         self._remoting: RemotingEndpoint | None = None
         self.registration: RegistrationService | None = None
         self.slave_sync: SlaveSynchronizer | None = None
+        self._bad_ha_address: str | None = None  # the last unusable one a name server gave
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._arrival: ArrivalSignal | None = None
         self._pop: PopService | None = None
@@ -103,6 +104,8 @@ class Broker:
         self._replication_written: dict[str, object] | None = None
         self._remoting_seen: tuple[int, list[dict[str, object]]] = (0, [])
         self._transactions: TransactionLog | None = None
+        # set by reconfigure: the transaction checks' timer re-reads its interval at once
+        self._check_interval_changed = asyncio.Event()
 
     @property
     def service(self) -> MessagingService:
@@ -122,6 +125,7 @@ class Broker:
             self._transactions.reconfigure(
                 timeout_ms=config.transaction_timeout_ms, check_max=config.transaction_check_max
             )
+        self._check_interval_changed.set()
         return config
 
     @property
@@ -173,7 +177,11 @@ class Broker:
             self.metrics_port = self.metrics.serve(metrics_address)
         self._tasks = [
             loop.create_task(
-                self._every(lambda: self.config.transaction_check_interval_ms, checker.check_once)
+                self._every(
+                    lambda: self.config.transaction_check_interval_ms,
+                    checker.check_once,
+                    self._check_interval_changed,
+                )
             ),
             loop.create_task(self._every(lambda: self.config.state_interval_ms, self._write_state)),
         ]
@@ -285,13 +293,32 @@ class Broker:
         address its master registered (every result that names one, as RocketMQ's slave)."""
         config, address = self.store.config, result.ha_server_addr
         if config.broker_role is BrokerRole.SLAVE and config.ha_master_address is None and address:
-            self.store.update_ha_master_address(address)
+            try:
+                self.store.update_ha_master_address(address)
+            except (ValueError, StoreConfigError) as exc:  # said once, not at every registration
+                if address != self._bad_ha_address:
+                    log.warning("the name servers' HA address of the master is unusable: %s", exc)
+                self._bad_ha_address = address
+                return
+            self._bad_ha_address = None
         if self.slave_sync is not None:
             self.slave_sync.set_master(result.master_addr)
 
-    async def _every(self, interval_ms: Callable[[], int], job: Any) -> None:
+    async def _every(
+        self, interval_ms: Callable[[], int], job: Any, changed: asyncio.Event | None = None
+    ) -> None:
+        """Run ``job`` ``interval_ms()`` after the end of its last run; ``changed`` set (a new
+        interval) re-reads the interval before the wait is over."""
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(interval_ms() / 1000)
+            last = loop.time()
+            while (remaining := last + interval_ms() / 1000 - loop.time()) > 0:
+                if changed is None:
+                    await asyncio.sleep(remaining)
+                    continue
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(changed.wait(), remaining)
+                changed.clear()
             try:
                 await job()
             except asyncio.CancelledError:

@@ -9,7 +9,8 @@ RocketMQ samples every item of a set every 10 s (the minute list, 7 snapshots), 
 sampled gets a zero snapshot one period before (``StatsItem.samplingIn*``). Here the samples
 are taken when an item is counted or read, for every tick that passed since its last one: no
 value changed between two of its counts, so the snapshots are the ones RocketMQ's timer would
-have taken, and no thread runs for them.
+have taken, and no thread runs for them. Keys come from clients, so a stats name holds at most
+``MAX_ITEMS_PER_NAME`` items, and an item not counted for 25 hours is dropped.
 
 Thread safety: a lock per set (counted from the event loop and from gRPC's threads).
 """
@@ -20,7 +21,7 @@ import bisect
 import logging
 import threading
 import time
-from collections import deque
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -56,8 +57,16 @@ STATS_NAMES: Final = (
 
 # (period ms, snapshots kept) of the minute, hour and day lists (RocketMQ's StatsItem)
 _WINDOWS: Final = ((10_000, 7), (600_000, 7), (3_600_000, 25))
+# where each window's snapshots start in an item's array: two numbers (times, value) a snapshot
+_BASES: Final = tuple(2 * sum(keep for _, keep in _WINDOWS[:i]) for i in range(len(_WINDOWS)))
+_SLOTS: Final = 2 * sum(keep for _, keep in _WINDOWS)
 # items per stats name: keys come from clients (topics, groups); past it new keys are not counted
-MAX_ITEMS_PER_NAME: Final = 100_000
+MAX_ITEMS_PER_NAME: Final = 10_000
+# an item not counted for this long is dropped (RocketMQ's autoDeleteUnusedStats): its day list
+# holds nothing any more
+UNUSED_MS: Final = 25 * 3_600_000
+# how often a set looks for unused items (when a new key comes)
+_SWEEP_MS: Final = 600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,39 +79,59 @@ class Snapshot:
 
 
 class _Item:
-    __slots__ = ("due", "lists", "sampled", "times", "value")
+    """One key's running value and count, and its snapshots. A window's snapshots are taken at
+    consecutive ticks ending at ``sampled[i]`` (``counts[i]`` of them), so only (times, value)
+    is kept, in a ring per window inside one array: the slot of the snapshot at tick ``t`` is
+    ``(t - boot) // period % keep``."""
+
+    __slots__ = ("boot", "counts", "due", "last_ms", "ring", "sampled", "times", "value")
 
     def __init__(self, now_ms: int, boot_ms: int) -> None:
         self.value = 0
         self.times = 0
-        # per window: (time ms, times, value) snapshots, and the last tick sampled
-        self.lists: tuple[deque[tuple[int, int, int]], ...] = tuple(deque(maxlen=n) for _, n in _WINDOWS)
+        self.boot = boot_ms
+        self.last_ms = now_ms
+        self.ring = array("q", bytes(8 * _SLOTS))
+        self.counts = [0] * len(_WINDOWS)
         self.sampled = [boot_ms + (now_ms - boot_ms) // period * period for period, _ in _WINDOWS]
         self.due = self.sampled[0] + _WINDOWS[0][0]  # the next tick (of the finest window)
+
+    def _store(self, window: int, tick_ms: int, times: int, value: int) -> None:
+        period, keep = _WINDOWS[window]
+        at = _BASES[window] + 2 * ((tick_ms - self.boot) // period % keep)
+        self.ring[at] = times
+        self.ring[at + 1] = value
 
     def catch_up(self, now_ms: int) -> None:
         """Take the snapshots of every tick up to ``now_ms`` not taken yet: the value has not
         changed since the last count, which caught up before adding."""
         if now_ms < self.due:
             return
-        for (period, keep), snapshots, i in zip(_WINDOWS, self.lists, range(len(_WINDOWS))):
+        for i, (period, keep) in enumerate(_WINDOWS):
             ticks = (now_ms - self.sampled[i]) // period
             if ticks <= 0:
                 continue
-            first = self.sampled[i] + period
+            if not self.counts[i]:  # RocketMQ's zero snapshot a period before the first
+                self._store(i, self.sampled[i], 0, 0)
+                self.counts[i] = 1
             self.sampled[i] += ticks * period
-            start = max(first, self.sampled[i] - (keep - 1) * period)  # older ones would fall out
-            if not snapshots:
-                snapshots.append((start - period, 0, 0))
-            for t in range(start, self.sampled[i] + 1, period):
-                snapshots.append((t, self.times, self.value))
+            for k in range(min(ticks, keep)):  # older ones would fall out
+                self._store(i, self.sampled[i] - k * period, self.times, self.value)
+            self.counts[i] = min(self.counts[i] + ticks, keep)
         self.due = self.sampled[0] + _WINDOWS[0][0]
 
+    def _at(self, window: int, tick_ms: int) -> tuple[int, int]:
+        period, keep = _WINDOWS[window]
+        at = _BASES[window] + 2 * ((tick_ms - self.boot) // period % keep)
+        return self.ring[at], self.ring[at + 1]
+
     def snapshot(self, window: int) -> Snapshot:
-        snapshots = self.lists[window]
-        if not snapshots:
+        count = self.counts[window]
+        if not count:
             return Snapshot(0, 0.0, 0.0)
-        (t0, n0, v0), (t1, n1, v1) = snapshots[0], snapshots[-1]
+        t1 = self.sampled[window]
+        t0 = t1 - (count - 1) * _WINDOWS[window][0]
+        (n0, v0), (n1, v1) = self._at(window, t0), self._at(window, t1)
         total = v1 - v0
         tps = total * 1000.0 / (t1 - t0) if t1 > t0 else 0.0
         avgpt = total / (n1 - n0) if n1 > n0 else 0.0
@@ -116,11 +145,23 @@ class _ItemSet:
         self.name = name
         self._boot_ms = boot_ms
         self.items: dict[str, _Item] = {}
+        self._swept_ms = boot_ms
         self._full_logged = False
+
+    def _sweep(self, now_ms: int) -> None:
+        """Drop the items not counted for UNUSED_MS; at most once per _SWEEP_MS."""
+        self._swept_ms = now_ms
+        unused = [key for key, item in self.items.items() if now_ms - item.last_ms >= UNUSED_MS]
+        for key in unused:
+            del self.items[key]
+        if unused:
+            self._full_logged = False
 
     def add(self, key: str, value: int, times: int, now_ms: int) -> None:
         item = self.items.get(key)
         if item is None:
+            if now_ms - self._swept_ms >= _SWEEP_MS:
+                self._sweep(now_ms)
             if len(self.items) >= MAX_ITEMS_PER_NAME:
                 if not self._full_logged:
                     self._full_logged = True
@@ -130,6 +171,7 @@ class _ItemSet:
         item.catch_up(now_ms)
         item.value += value
         item.times += times
+        item.last_ms = now_ms
 
 
 class _PutLatency:

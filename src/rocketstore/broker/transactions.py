@@ -39,6 +39,7 @@ from rocketstore.message import (
 )
 from rocketstore.results import PutMessageResult
 from rocketstore.store import MessageStore
+from rocketstore.system_topics import HALF_TOPIC, OP_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC
 
 __all__ = [
     "CHECK_MAX_TOPIC",
@@ -57,9 +58,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-CHECK_MAX_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
+CHECK_MAX_TOPIC: Final = TRANS_CHECK_MAX_TIME_TOPIC
 TRANS_GROUP: Final = "CID_SYS_RMQ_TRANS"
 OP_TAG: Final = "d"
 PROPERTY_CHECK_TIMES: Final = "TRANSACTION_CHECK_TIMES"

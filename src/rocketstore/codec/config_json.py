@@ -24,11 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rocketstore.errors import CorruptDataError
+from rocketstore.limits import MAX_OFFSET, MAX_QUEUE_ID
 
 __all__ = [
     "PERM_READ",
     "PERM_WRITE",
     "TopicConfig",
+    "bad_entries_text",
     "decode_delay_offsets",
     "decode_json",
     "decode_offsets",
@@ -48,9 +50,21 @@ _STRING_OR_BARE_KEY = re.compile(r'("(?:[^"\\]|\\.)*")|([{,]\s*)(-?\d+)(\s*:)')
 # an integer map key: ASCII digits only (int() would also take '²'-like digits of other scripts)
 _INT_KEY = re.compile(r"-?[0-9]{1,19}", re.ASCII)
 _INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
-# a topic has at most one queue per queue id (0..65535)
-_MAX_QUEUES = 65536
+# a topic has at most one queue per queue id
+_MAX_QUEUES = MAX_QUEUE_ID + 1
+
+
+def bad_entries_text(path: str, skipped: list[str], shown: int = 3) -> str:
+    """One line for the entries a decode left out (``skipped``: its problems, each starting
+    with ``path``): how many, that the next write drops them, and the first ``shown``."""
+    n = len(skipped)
+    listed = "; ".join(problem.removeprefix(f"{path}: ") for problem in skipped[:shown])
+    more = f"; and {n - shown} more" if n > shown else ""
+    one = n == 1
+    return (
+        f"{path}: {n} bad entr{'y' if one else 'ies'} left out "
+        f"(the next write drops {'it' if one else 'them'}): {listed}{more}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +115,7 @@ def _table(doc: dict[str, Any], key: str, what: str) -> dict[str, Any]:
     return table
 
 
-def _int(value: Any, what: str, low: int = _INT64_MIN, high: int = _INT64_MAX) -> int:
+def _int(value: Any, what: str, low: int = _INT64_MIN, high: int = MAX_OFFSET) -> int:
     """``value`` if it is an integer in [low, high] (a Java long by default), else CorruptDataError."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise CorruptDataError(f"{what}: expected an integer, got {value!r:.80}")
@@ -177,7 +191,7 @@ def _bad_entry(skipped: list[str] | None, problem: str) -> None:
     skipped.append(problem)
 
 
-def _int_key(key: str, what: str, low: int = _INT64_MIN, high: int = _INT64_MAX) -> int:
+def _int_key(key: str, what: str, low: int = _INT64_MIN, high: int = MAX_OFFSET) -> int:
     """A map key that must be an integer (queue id, delay level), as an int."""
     if not _INT_KEY.fullmatch(key):
         raise CorruptDataError(f"{what} {key!r:.80} is not an integer")
@@ -216,6 +230,10 @@ def decode_delay_offsets(
     return offsets, mark
 
 
-def encode_delay_offsets(offsets: dict[int, int], physical_mark: int) -> bytes:
-    doc = {"offsetTable": {str(k): v for k, v in sorted(offsets.items())}, _DELAY_MARK: physical_mark}
+def encode_delay_offsets(offsets: dict[int, int], physical_mark: int | None = None) -> bytes:
+    """delayOffset.json; without ``physical_mark`` RocketMQ's own shape (a master's answer to
+    GET_ALL_DELAY_OFFSET)."""
+    doc: dict[str, Any] = {"offsetTable": {str(k): v for k, v in sorted(offsets.items())}}
+    if physical_mark is not None:
+        doc[_DELAY_MARK] = physical_mark
     return json.dumps(doc, indent=1).encode()

@@ -29,13 +29,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from rocketstore.codec.config_json import decode_offsets, encode_offsets
+from rocketstore.codec.config_json import bad_entries_text, decode_offsets, encode_offsets
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write, open_store_file, read_store_text
 
 __all__ = ["OffsetTable", "QueueKey", "commit_offsets", "decode_offsets_file", "read_offsets"]
-
-# bad entries named in the warning of one read (the rest counted)
-_SHOWN = 3
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +52,7 @@ def decode_offsets_file(text: str, path: Path) -> tuple[OffsetTable, int]:
     skipped: list[str] = []
     table = decode_offsets(text, str(path), skipped)
     if skipped:
-        shown = "; ".join(problem.removeprefix(f"{path}: ") for problem in skipped[:_SHOWN])
-        more = f"; and {len(skipped) - _SHOWN} more" if len(skipped) > _SHOWN else ""
-        log.warning(
-            "%s: %d bad entr%s left out (the next write drops %s): %s%s",
-            path,
-            len(skipped),
-            "y" if len(skipped) == 1 else "ies",
-            "it" if len(skipped) == 1 else "them",
-            shown,
-            more,
-        )
+        log.warning("%s", bad_entries_text(str(path), skipped))
     return table, len(skipped)
 
 

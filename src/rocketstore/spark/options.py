@@ -16,8 +16,9 @@ queue offsets for the partition's offsets:
   (``{"topic": {"queueId": epoch ms}}``): each queue starts (ends) at its first message stored
   at or after the time.
 
-System topics (``SCHEDULE_TOPIC_XXXX``, ``rmq_sys_wheel_timer``, ``RMQ_SYS_*``, ``%RETRY%*``, ``%DLQ%*``) are
-read only when a topic option names them, or with ``includeSystemTopics=true``.
+System topics (``SCHEDULE_TOPIC_XXXX``, ``rmq_sys_wheel_timer`` and every ``RMQ_SYS_*`` in any
+case, ``%RETRY%*``, ``%DLQ%*``) are read only when a topic option names them, or with
+``includeSystemTopics=true``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
+
+from rocketstore.system_topics import reserved_by_store
 
 __all__ = [
     "EARLIEST",
@@ -87,7 +90,6 @@ OPTIONS: Final = (
     "checkpointLocation",
 )
 _KNOWN: Final = {name.lower(): name for name in OPTIONS}
-_SYSTEM_TOPIC = re.compile(r"SCHEDULE_TOPIC_XXXX|rmq_sys_wheel_timer|RMQ_SYS_.*|%RETRY%.*|%DLQ%.*", re.DOTALL)
 
 
 def check_known(options: Mapping[str, Any]) -> None:
@@ -99,7 +101,8 @@ def check_known(options: Mapping[str, Any]) -> None:
 
 
 def is_system_topic(topic: str) -> bool:
-    return _SYSTEM_TOPIC.fullmatch(topic) is not None
+    """The store's own topics (any case) and the retry and dead-letter topics of groups."""
+    return reserved_by_store(topic) or topic.startswith(("%RETRY%", "%DLQ%"))
 
 
 def text(options: Mapping[str, Any], name: str, default: str | None = None) -> str | None:

@@ -696,7 +696,24 @@ class RocketStoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 flat.update(((key, k), int(n)) for k, n in value.items())
             else:
                 flat[("", key)] = int(value)
+        if self.named:
+            self._check_renamed(offsets)
         return flat
+
+    def _check_renamed(self, offsets: dict[str, Any]) -> None:
+        """Refuse offsets naming a broker this query does not read while it reads one they do not
+        name: most likely a store whose derived name changed (a broker.conf added or edited, a
+        directory renamed), which would be read again from its start under its new name."""
+        gone = sorted(set(offsets) - set(self.stores))
+        new = sorted(set(self.stores) - set(offsets))
+        if gone and new:
+            raise ValueError(
+                f"the stream's checkpoint has offsets of brokers {', '.join(gone)}, which this query "
+                f"does not read, and none of brokers {', '.join(new)}, which it reads (a store's "
+                "broker name is its broker.conf's brokerName, else its directory's name): if these "
+                "are the same stores, name them as before with option brokers (one name per path, "
+                "in order); to read the new stores from the start, use a new checkpointLocation"
+            )
 
     def initialOffset(self) -> dict[str, Any]:
         start = {

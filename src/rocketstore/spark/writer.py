@@ -33,8 +33,9 @@ from rocketstore.codec.properties import validate_property
 from rocketstore.config import StoreConfig
 from rocketstore.errors import RocketStoreError, StoreLockedError
 from rocketstore.geometry import detect_geometry
+from rocketstore.limits import MAX_QUEUE_ID
 from rocketstore.message import RESERVED_PROPERTIES, Message
-from rocketstore.prepare import MAX_QUEUE_ID, validate_topic
+from rocketstore.prepare import validate_topic
 from rocketstore.storage.paths import StoreLayout, looks_like_store
 from rocketstore.store import MessageStore
 from rocketstore.store_lock import StoreLock

@@ -4,17 +4,26 @@ frames (REMOTING.md §7); tests/remoting/test_mqadmin.py runs mqadmin itself bes
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import time
+import tracemalloc
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from rocketstore.broker import BrokerConfig
 from rocketstore.broker.config import load_settings
+from rocketstore.broker.remoting import producer
 from rocketstore.broker.remoting.admin import message_queue_key
 from rocketstore.broker.remoting.broker_settings import SettingRefused, parse_update, persist
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
-from rocketstore.broker.stats_items import GROUP_GET_NUMS, TOPIC_PUT_NUMS, BrokerStats
+from rocketstore.broker.stats_items import GROUP_GET_NUMS, MAX_ITEMS_PER_NAME, TOPIC_PUT_NUMS, BrokerStats
+from rocketstore.broker.transaction_check import TransactionChecker
+from rocketstore.errors import StoreConfigError
 
 from .client import RawClient
 from .conftest import StartRemoting
@@ -66,6 +75,33 @@ def test_stats_items_snapshot_as_rocketmq_samples_them() -> None:
     assert stats.read(TOPIC_PUT_NUMS, "U") is None and stats.read("NO_SUCH", "T") is None
 
 
+def test_stats_items_are_bounded_per_name_and_dropped_when_unused() -> None:
+    clock = _Clock()
+    stats = BrokerStats("DefaultCluster", clock)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(MAX_ITEMS_PER_NAME + 5):
+            stats.count_get("T", f"g{i}", 1, 10)
+        clock.ms += 2 * 3_600_000  # every list filled once: the snapshots' room is fixed
+        for i in range(MAX_ITEMS_PER_NAME):
+            stats.count_get("T", f"g{i}", 1, 10)
+        per_item = (tracemalloc.get_traced_memory()[0] - before) / (2 * MAX_ITEMS_PER_NAME)
+    finally:
+        tracemalloc.stop()
+    assert per_item < 1_500  # two sets (nums, size) a key; deques of tuples took about 5 KB
+    assert stats.counted(GROUP_GET_NUMS, f"T@g{MAX_ITEMS_PER_NAME - 1}") == (2, 2)
+    assert stats.counted(GROUP_GET_NUMS, f"T@g{MAX_ITEMS_PER_NAME}") is None  # past the bound
+    clock.ms += 24 * 3_600_000
+    stats.count_get("T", "g0", 1, 10)  # counted within 25 h: kept, its day list intact
+    assert stats.read(GROUP_GET_NUMS, "T@g0")[2].sum == 1  # type: ignore[index]
+    clock.ms += 3_600_000  # 25 h since the others were counted: a new key makes room
+    stats.count_get("T", "new", 1, 10)
+    assert stats.counted(GROUP_GET_NUMS, "T@new") == (1, 1)
+    assert stats.counted(GROUP_GET_NUMS, "T@g1") is None
+    assert stats.counted(GROUP_GET_NUMS, "T@g0") == (3, 3)
+
+
 def test_put_latency_is_shown_for_the_last_whole_minute() -> None:
     clock = _Clock()
     stats = BrokerStats("DefaultCluster", clock)
@@ -83,6 +119,23 @@ def test_put_latency_is_shown_for_the_last_whole_minute() -> None:
 
 
 # --- over remoting ------------------------------------------------------------------------------
+
+
+def test_put_latency_leaves_out_a_new_topics_creation(
+    start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create = producer.ProducerProcessor._create
+
+    async def slow_create(self: producer.ProducerProcessor, *args: Any) -> None:
+        await asyncio.sleep(1.5)  # creating the topic (a check, topics.json) takes its time
+        await create(self, *args)
+
+    monkeypatch.setattr(producer.ProducerProcessor, "_create", slow_create)
+    r = start_remoting()
+    with RawClient(r.port) as c:
+        assert send(c, "Fresh", b"x", queue_id=0).code == ResponseCode.SUCCESS
+    assert "Fresh" in r.store.topic_configs()  # made on the way, its time not the put's
+    assert int(r.broker.metrics.stats.put_latency()["putMessageEntireTimeMax"]) < 1500
 
 
 def test_stats_data_counts_puts_and_gets(start_remoting: StartRemoting) -> None:
@@ -193,6 +246,25 @@ def test_update_broker_config_applies_live_settings_and_keeps_them(
         assert settings(c) == after and r.broker.config.auto_create_topic is False
 
 
+def test_a_shorter_transaction_check_interval_applies_before_the_current_wait_ends(
+    start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks: list[float] = []
+
+    async def check_once(self: TransactionChecker) -> None:
+        checks.append(time.monotonic())
+
+    monkeypatch.setattr(TransactionChecker, "check_once", check_once)
+    r = start_remoting(transaction_check_interval_ms=3_600_000)
+    with RawClient(r.port) as c:
+        change = c.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"transactionCheckInterval=1000")
+        assert change.code == ResponseCode.SUCCESS, change.remark
+        changed = time.monotonic()
+        while not checks and time.monotonic() - changed < 30:  # not the hour left of the old wait
+            time.sleep(0.05)
+    assert checks, "no transaction check within 30 s of the interval becoming 1 s"
+
+
 def test_settings_files_are_updated_in_place(tmp_path: Path) -> None:
     toml = tmp_path / "serve.toml"
     toml.write_text("file_reserved_time = 1\n\n[broker]\ntransaction_check_max = 9\n")
@@ -216,8 +288,61 @@ def test_settings_files_are_updated_in_place(tmp_path: Path) -> None:
     assert pairs == {"transactionTimeOut": "7000"} and changes == {"transaction_timeout_ms": 7000}
 
 
-def test_runtime_info_has_rocketmqs_keys(start_remoting: StartRemoting) -> None:
+def test_a_settings_change_the_broker_would_not_load_is_refused_and_the_file_kept(tmp_path: Path) -> None:
+    change = {"transactionTimeOut": "6000", "autoCreateTopicEnable": "false"}
+    # set through a dotted key in the [broker] table (read after the top-level keys), or in a
+    # file that does not load now: the rewrite would not give the new values, or not load
+    for name, text, named in (
+        ("dotted.toml", "broker.transactionTimeOut = 3000\n", "transactionTimeOut would read 3000"),
+        ("broken.toml", "transactionTimeOut = 3000\n[broker\n", "would not load"),
+        ("broken.properties", "brokerName=b\nnoSuchSetting=1\n", "would not load"),
+    ):
+        f = tmp_path / name
+        f.write_text(text)
+        with pytest.raises(StoreConfigError, match=named) as refused:
+            persist(f, change)
+        assert "nothing changed" in str(refused.value)
+        assert f.read_text() == text
+    # a key's line continued on the next (java.util.Properties), or quoted in TOML: replaced whole
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=b\ntransactionTimeOut : \\\n    3000\nautoCreateTopicEnable true\n")
+    persist(conf, change)
+    assert conf.read_text() == "brokerName=b\ntransactionTimeOut=6000\nautoCreateTopicEnable=false\n"
+    quoted = tmp_path / "quoted.toml"
+    quoted.write_text('"transactionTimeOut" = 3000\n')
+    persist(quoted, change)
+    _, broker = load_settings(quoted)
+    assert (broker.transaction_timeout_ms, broker.auto_create_topic) == (6000, False)
+
+
+def test_a_settings_file_that_can_not_be_replaced_is_refused_over_remoting(
+    start_remoting: StartRemoting, tmp_path: Path
+) -> None:
+    conf = tmp_path / "conf" / "broker.conf"
+    conf.parent.mkdir()
+    conf.write_text("brokerName=broker-a\n")
+    r = start_remoting(config_file=str(conf))
+    (tmp_path / "conf" / "broker.conf.tmp").mkdir()  # where the new text would be written
+    with RawClient(r.port) as c:
+        no = c.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"transactionCheckMax=3")
+        assert no.code == ResponseCode.SYSTEM_ERROR and "nothing changed" in (no.remark or ""), no.remark
+    assert conf.read_text() == "brokerName=broker-a\n" and r.broker.config.transaction_check_max != 3
+
+
+def test_runtime_info_has_rocketmqs_keys(
+    start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch
+) -> None:
     r = start_remoting()
+    real_statvfs = os.statvfs
+
+    def statvfs(path: Any) -> Any:  # 1 MiB blocks, 50 of them reserved for root: free, not usable
+        st = real_statvfs(path)
+        fields = {n: getattr(st, n) for n in dir(st) if n.startswith("f_")}
+        return SimpleNamespace(
+            **{**fields, "f_frsize": 1 << 20, "f_blocks": 1000, "f_bfree": 900, "f_bavail": 850}
+        )
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
     with RawClient(r.port) as c:
         assert send(c, "RT", b"x", {"UNIQ_KEY": "U1", "WAIT": "true", "DELAY": "2"}).code == 0
         r.store.wait_dispatched()
@@ -241,9 +366,8 @@ def test_runtime_info_has_rocketmqs_keys(start_remoting: StartRemoting) -> None:
     ):
         assert key in table, key
     assert table["scheduleMessageOffset_2"] == "0,1"  # level 2: none delivered of 1
-    assert (
-        table["commitLogDirCapacity"].startswith("Total : ") and ", Free : " in table["commitLogDirCapacity"]
-    )
+    # Java's File.getFreeSpace (f_bfree), as RocketMQ prints it; not the space usable (f_bavail)
+    assert table["commitLogDirCapacity"] == "Total : 1000.0 MiB, Free : 900.0 MiB."
     commitlog = r.store.layout.root / "commitlog"
     assert table[f"commitLogDiskRatio_{commitlog}"] == table["commitLogDiskRatio"]
     assert table["remainHowManyDataToFlush"].endswith("B")  # human-readable, as RocketMQ's

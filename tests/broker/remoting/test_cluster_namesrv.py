@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 import uvloop
 
+from rocketstore.broker.remoting import namesrv, registration_service
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.endpoint import bind_listener
 from rocketstore.broker.remoting.namesrv import NameServer, NameServerProcessor
+from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.registration import (
     BrokerIdentity,
     RegisterBrokerRequest,
@@ -27,11 +30,12 @@ from rocketstore.broker.remoting.registration import (
     encode_register_broker,
     encode_unregister_broker,
 )
-from rocketstore.broker.remoting.server import RemotingLimits
+from rocketstore.broker.remoting.server import RemotingLimits, RemotingServer
 from rocketstore.broker.routes import DataVersion, RouteTable
 from rocketstore.clock import SystemClock
 from rocketstore.codec.config_json import TopicConfig
 
+from ..conftest import SMALL
 from .client import RawClient
 from .conftest import StartRemoting
 
@@ -249,3 +253,172 @@ def test_without_force_register_a_round_registers_only_what_changed(
     wait_for(lambda: r.address not in standalone.table.live, "the broker's removal")
     assert round_() is not None
     assert r.address in standalone.table.live
+
+
+def test_registrations_are_bounded_per_connection_and_in_all(
+    standalone: Standalone, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(namesrv, "MAX_BROKERS_PER_CONNECTION", 2)
+    monkeypatch.setattr(namesrv, "MAX_REGISTERED_BROKERS", 3)
+    brokers = [BrokerIdentity("C1", f"broker-{i}", f"127.0.0.1:3190{i}", 0) for i in range(4)]
+    with RawClient(standalone.port) as one, RawClient(standalone.port) as two:
+        assert register(one, brokers[0], {}).code == 0
+        assert register(one, brokers[1], {}).code == 0
+        assert register(one, brokers[1], {}, DataVersion(2000, 2)).code == 0  # known: passes
+        refused = register(one, brokers[2], {})
+        assert (refused.code, refused.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "2 brokers are registered on this connection: the limit is 2",
+        )
+        assert register(two, brokers[2], {}).code == 0
+        refused = register(two, brokers[3], {})
+        assert (refused.code, refused.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "3 brokers are registered with this name server: the limit is 3",
+        )
+        assert sorted(standalone.table.live) == [b.broker_addr for b in brokers[:3]]
+        # one unregistered frees its place on the connection
+        u = encode_unregister_broker(brokers[0])
+        assert one.call(u.code, u.ext_fields).code == 0
+        assert register(one, brokers[3], {}).code == 0
+
+
+def test_a_large_registration_is_decoded_off_the_event_loop(
+    standalone: Standalone, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[str] = []
+    decode = namesrv.decode_register_broker
+
+    def recording(cmd: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return decode(cmd)
+
+    monkeypatch.setattr(namesrv, "decode_register_broker", recording)
+    many = {f"Topic-{i:05d}": TopicConfig(f"Topic-{i:05d}", 4, 4) for i in range(1000)}
+    with RawClient(standalone.port) as c:
+        assert register(c, A, {"T": TopicConfig("T", 2, 2)}).code == 0
+        assert register(c, B, many).code == 0
+        assert route(c, "Topic-00999")["queueDatas"][0]["brokerName"] == "broker-y"
+    loop_thread = standalone.thread.name
+    assert threads[0] == loop_thread and threads[1] != loop_thread
+
+
+def test_combined_name_server_refuses_another_master_of_its_broker_name(
+    start_remoting: StartRemoting,
+) -> None:
+    r = start_remoting(cluster_name="C1")
+    r.store.create_topic("T", 3)
+    impostor = BrokerIdentity("C1", "broker-a", "127.0.0.1:31951", 0)
+    slave = BrokerIdentity("C1", "broker-a", "127.0.0.1:31961", 1)
+    with RawClient(r.namesrv_port) as ns:
+        refused = register(ns, impostor, {"T": TopicConfig("T", 8, 8)})
+        assert refused.code == ResponseCode.SYSTEM_ERROR
+        assert refused.remark == (
+            f"broker name broker-a is this name server's own broker's: its master is {r.address}, "
+            f"not {impostor.broker_addr}"
+        )
+        resp = register(ns, slave, {})
+        assert resp.ext_fields["masterAddr"] == r.address
+        assert resp.ext_fields["haServerAddr"] == f"127.0.0.1:{r.store.ha_port or 0}"
+        t = route(ns, "T")
+        assert [(q["brokerName"], q["writeQueueNums"]) for q in t["queueDatas"]] == [("broker-a", 3)]
+        assert t["brokerDatas"][0]["brokerAddrs"] == {"0": r.address, "1": slave.broker_addr}
+
+
+class ScriptedNameServer:
+    """A name server whose REGISTER_BROKER answer the test sets (``answer``: ext fields and body,
+    or a refusal's remark), on ``host``'s loop."""
+
+    def __init__(self, host: Standalone) -> None:
+        self.host = host
+        self.answer: tuple[dict[str, str], bytes] | str = ({}, b"")
+
+        async def reply(cmd: Any, conn: Any) -> Any:
+            if isinstance(self.answer, str):
+                raise RequestRefused(ResponseCode.SYSTEM_ERROR, self.answer)
+            ext, body = self.answer
+            return cmd.response(ext_fields=dict(ext), body=body)
+
+        async def ok(cmd: Any, conn: Any) -> Any:
+            return cmd.response()
+
+        self.server = RemotingServer(
+            {RequestCode.REGISTER_BROKER: reply, RequestCode.UNREGISTER_BROKER: ok}, RemotingLimits(), "fake"
+        )
+        self.port = host.call(self.server.start(sock=bind_listener("127.0.0.1:0")))
+        self.address = f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.host.call(self.server.stop())
+
+
+def test_bad_registration_results_never_stop_the_broker_and_are_logged_once_each(
+    standalone: Standalone, start_remoting: StartRemoting, caplog: pytest.LogCaptureFixture
+) -> None:
+    ns = ScriptedNameServer(standalone)
+    caplog.set_level(logging.INFO, "rocketstore.broker")
+    try:
+        # a slave told an HA address that is not HOST:PORT: it starts, and says so once
+        ns.answer = ({"masterAddr": "127.0.0.1:1", "haServerAddr": "no-port"}, b"")
+        r = start_remoting(
+            store_config=SMALL.replace(broker_role="SLAVE"), broker_id=1, namesrv_addr=ns.address
+        )
+        registration, loop = r.broker.registration, r.broker._loop
+        assert registration is not None and loop is not None
+
+        def round_() -> Any:
+            return asyncio.run_coroutine_threadsafe(registration.register_all(force=True), loop).result(30)
+
+        round_()
+        assert [m for m in caplog.messages if "no-port" in m] == [
+            "the name servers' HA address of the master is unusable: "
+            "HA master address 'no-port': expected HOST:PORT"
+        ]
+        # a result body that is not a JSON object: the link is down for that reason, once
+        ns.answer = ({}, b"[]")
+        assert round_() is None and round_() is None
+        bad = [m for m in caplog.messages if "bad result" in m]
+        assert len(bad) == 1 and bad[0].startswith(f"name server {ns.address}: answered REGISTER_BROKER")
+        assert "expected a JSON object" in bad[0]
+        # refused next: a new state, logged once more; then registered again
+        ns.answer = "not today"
+        round_()
+        round_()
+        said = [r.getMessage() for r in caplog.records if r.name == "rocketstore.broker.registration"]
+        assert len([m for m in said if "refused REGISTER_BROKER" in m]) == 1
+        ns.answer = ({}, b"")
+        assert round_() is not None and registration.links[0].up
+    finally:
+        ns.stop()
+
+
+def test_a_topic_change_is_noticed_by_the_store_s_counter_without_copying_the_table(
+    standalone: Standalone, start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = start_remoting(namesrv_addr=standalone.address)
+    registration, loop = r.broker.registration, r.broker._loop
+    assert registration is not None and loop is not None
+    copies: list[int] = []
+    take = registration_service.local_topic_configs
+
+    def counted(ctx: Any) -> Any:
+        copies.append(1)
+        return take(ctx)
+
+    monkeypatch.setattr(registration_service, "local_topic_configs", counted)
+
+    async def changed() -> bool:
+        return registration._topics_changed()
+
+    def check() -> bool:
+        return asyncio.run_coroutine_threadsafe(changed(), loop).result(30)
+
+    assert check() is False and copies == []
+    version = registration.version
+    r.store.create_topic("Fresh", 2)
+    # the service's own loop (every second) or this check notices it: either way, once
+    check()
+    wait_for(lambda: registration.version.counter == version.counter + 1, "the change noticed")
+    assert len(copies) == 1
+    assert registration._topics is not None and "Fresh" in registration._topics
+    assert check() is False and len(copies) == 1

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rocketstore import Message, MessageStore
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.stats_items import GROUP_GET_NUMS
 
 from ..conftest import SMALL
 from .client import RawClient
@@ -50,7 +51,8 @@ BAD_UPDATES = [
     ({"queueId": "x"}, ResponseCode.SYSTEM_ERROR, "queueId is 'x', not a Java int"),
     ({"topic": "Nope"}, ResponseCode.TOPIC_NOT_EXIST, "topic[Nope] not exist"),
     ({"topic": "../x"}, ResponseCode.TOPIC_NOT_EXIST, "not exist"),
-    ({"consumerGroup": "a@b"}, ResponseCode.SYSTEM_ERROR, "consumer group 'a@b'"),
+    ({"consumerGroup": "a@b"}, ResponseCode.SYSTEM_ERROR, "group[a@b] is not valid"),
+    ({"consumerGroup": "x" * 121}, ResponseCode.SYSTEM_ERROR, "too long for a consumer group"),
 ]
 
 
@@ -92,6 +94,28 @@ def test_a_pulls_commit_offset_is_stored_only_in_range(start_remoting: StartRemo
         ok = c.call(RequestCode.PULL_MESSAGE, pull_ext("T", 3, sys_flag=0x5, commitOffset=3))
         assert ok.code == ResponseCode.PULL_NOT_FOUND
     assert r.store.consumer_offsets() == {("T", "g"): {0: 3}}
+
+
+def test_group_names_are_checked_by_pulls_and_offset_requests_as_by_heartbeats(
+    start_remoting: StartRemoting,
+) -> None:
+    r = served_topic(start_remoting)
+    with RawClient(r.port) as c:
+        for bad in ("../x", "a@b", "x" * 100_000, "x" * 121):
+            remark = "too long" if len(bad) == 121 else "] is not valid"
+            for code, ext in (
+                (RequestCode.PULL_MESSAGE, pull_ext("T", 0, consumerGroup=bad)),
+                (RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": bad, "topic": "T", "queueId": "0"}),
+                (RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {"group": bad, "topic": "T", "timestamp": "0"}),
+            ):
+                resp = c.call(code, ext)
+                assert resp.code == ResponseCode.SYSTEM_ERROR and remark in (resp.remark or ""), (code, bad)
+                assert len(resp.remark or "") < 400  # the name is not sent back whole
+        assert c.call(RequestCode.PULL_MESSAGE, pull_ext("T", 0)).code == ResponseCode.SUCCESS
+    # nothing counted for the refused names: a client cannot fill the stats with its own keys
+    stats = r.broker.metrics.stats
+    assert stats.counted(GROUP_GET_NUMS, "T@g") == (3, 1)
+    assert stats.counted(GROUP_GET_NUMS, "T@../x") is None
 
 
 def test_queue_ids_past_a_java_int_are_refused_by_every_offset_request(start_remoting: StartRemoting) -> None:

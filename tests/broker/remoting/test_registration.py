@@ -11,7 +11,12 @@ import pytest
 
 from rocketstore.broker.remoting import registration as reg
 from rocketstore.broker.remoting.codes import RequestCode
-from rocketstore.broker.remoting.command import RemotingCommand, decode_command, encode_command
+from rocketstore.broker.remoting.command import (
+    MAX_FRAME_SIZE,
+    RemotingCommand,
+    decode_command,
+    encode_command,
+)
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.routes import DataVersion
 from rocketstore.codec.config_json import TopicConfig
@@ -183,3 +188,24 @@ def test_query_data_version_and_unregister() -> None:
         "brokerId": "0",
     }
     assert not gone.body
+
+
+def test_a_body_inflating_past_one_frame_is_refused() -> None:
+    assert reg.MAX_BODY_BYTES == MAX_FRAME_SIZE  # no more than an uncompressed body may be
+    bomb = zlib.compress(b"\0" * (reg.MAX_BODY_BYTES + 1), 9)
+    assert len(bomb) < 64 * 1024
+    with pytest.raises(CorruptDataError, match=f"inflates to more than {reg.MAX_BODY_BYTES} bytes"):
+        reg.decode_register_body(bomb, compressed=True)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_topics_past_the_limit_of_a_registration_are_refused(
+    compressed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reg, "MAX_REGISTER_TOPICS", 2)
+    body = reg.encode_register_body(VERSION, TOPICS, compressed=compressed)
+    with pytest.raises(CorruptDataError, match="3 topics, over the limit of 2 a registration"):
+        reg.decode_register_body(body, compressed=compressed)
+    two = {name: TOPICS[name] for name in ("TBW102", "Orders")}
+    body = reg.encode_register_body(VERSION, two, compressed=compressed)
+    assert set(reg.decode_register_body(body, compressed=compressed)[1]) == set(two)

@@ -8,12 +8,13 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from rocketstore.broker import BrokerConfig
-from rocketstore.broker.remoting.codes import ResponseCode
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.endpoint import bind_listener
 from rocketstore.broker.server import advertised_address
 from rocketstore.codec.message_id import decode_offset_msg_id
@@ -95,3 +96,24 @@ def test_advertised_address() -> None:
     assert advertised_address(BrokerConfig(remoting="0.0.0.0:0", broker_ip="10.1.2.3"), 7) == "10.1.2.3:7"
     assert advertised_address(BrokerConfig(remoting="[::1]:0"), 9) == "[::1]:9"
     assert json.dumps(BrokerConfig.from_mapping({"listenPort": "10999"}).remoting) == '"127.0.0.1:10999"'
+
+
+def test_a_name_server_alone_answers_and_stops_on_sigterm(tmp_path: Path) -> None:
+    alone = ("--remoting", "off", "--listen", "off")
+    s = Served("serve", str(tmp_path / "ns"), "--namesrv", "127.0.0.1:0", *alone)
+    try:
+        assert "(no broker)" in s.log()
+        with RawClient(s.port) as c:
+            info = c.call(RequestCode.GET_BROKER_CLUSTER_INFO)
+            assert info.code == ResponseCode.SUCCESS
+            assert json.loads(info.body) == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(60) == 128 + signal.SIGTERM, s.log()
+        deadline = time.monotonic() + 10  # the reader thread takes the last lines
+        while "SIGTERM received: stopping" not in s.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "SIGTERM received: stopping" in s.log()
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()

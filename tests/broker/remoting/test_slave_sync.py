@@ -58,3 +58,37 @@ def test_master_answers_and_a_slave_copies_topics_and_offsets(
         assert (config.read_queues, config.write_queues, config.perm, config.order) == (3, 3, 4, True)
         assert slave.query_offset("g1", "Copied", 2) == 17
         assert sync.rounds == 1
+
+
+def test_create_topics_writes_the_table_once_and_names_the_refused(tmp_path: Path) -> None:
+    from rocketstore.codec.config_json import TopicConfig
+
+    with MessageStore.open(tmp_path / "s", SMALL) as store:
+        store.create_topic("Kept", 2)
+        before = store.topics_version()
+        many = [TopicConfig(f"T{i}", 4, 4, 6, i % 2 == 0) for i in range(500)]
+        bad = [TopicConfig("SCHEDULE_TOPIC_XXXX", 18, 18, 6), TopicConfig("Huge", 5000, 5000, 6)]
+        refused = store.create_topics([*many, *bad, TopicConfig("Kept", 2, 2, 6)])
+        assert sorted(refused) == ["Huge", "SCHEDULE_TOPIC_XXXX"]
+        assert "queues must be 1..1024" in str(refused["Huge"])
+        assert store.topics_version() == before + 1  # one write for 500 topics
+        written = json.loads((tmp_path / "s" / "config" / "topics.json").read_text())
+        assert written["dataVersion"]["counter"] == store.topics_version()
+        assert written["topicConfigTable"]["T498"]["order"] is True
+        assert store.create_topics([TopicConfig("Kept", 2, 2, 6)]) == {}
+        assert store.topics_version() == before + 1  # nothing changed: nothing written
+    with MessageStore.open(tmp_path / "s", SMALL) as store:
+        assert len(store.topic_configs()) == 501
+
+
+def test_master_answers_delay_offsets_in_rocketmq_s_shape(start_remoting: StartRemoting) -> None:
+    from rocketstore import Message
+
+    master = start_remoting()
+    assert master.store.put_message(Message("Later", b"x", delay_level=18)).ok
+    master.store.wait_dispatched(5)
+    with RawClient(master.port) as client:
+        answer = client.call(RequestCode.GET_ALL_DELAY_OFFSET)
+        assert answer.code == ResponseCode.SUCCESS
+        # delayOffset.json's shape, without the store's own extra field
+        assert json.loads(answer.body) == {"offsetTable": {"18": 0}}

@@ -12,6 +12,7 @@ Modules:
 ``refusal``         ``RequestRefused(code, remark)``: how a handler answers anything but SUCCESS
 ``server``          asyncio TCP server: connections, dispatch, oneway, server requests, limits
 ``acl``             RocketMQ 4.9's plain ACL (AccessKey/Signature) against the broker's ACL file
+``broker_topics``   what the broker serves: its topics as routes and registrations list them, HA address
 ``client_ids``      client ids bound to the connection and account that used them first
 ``context``         ``RemotingContext``: what every processor works with
 ``endpoint``        the two listeners and their handler tables; transaction checks over remoting
@@ -75,6 +76,6 @@ Rules a handler follows:
   UNREGISTER_CLIENT belong to ``heartbeat.py``; another registry learns of them through
   ``ctx.heartbeat_hooks`` / ``ctx.unregister_hooks`` (append one in the processor's __init__).
   Shared, protocol-free logic (sends, transactions, offsets) belongs in ``rocketstore.broker``.
-* JSON bodies: ``namesrv.json_body(value)`` writes them as fastjson does (sorted keys, no spaces);
+* JSON bodies: ``codec.json_body.json_body(value)`` writes them as fastjson does (sorted keys, no spaces);
   ``heartbeat.parse_json_body(cmd, what)`` reads one or refuses the request.
 """

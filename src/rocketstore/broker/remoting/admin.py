@@ -17,49 +17,37 @@ import itertools
 import json
 import logging
 import math
-import shutil
 import time
 from typing import Any, Final
 
+from rocketstore import disk_space, properties
 from rocketstore.broker.remoting.broker_settings import (
     SettingRefused,
     broker_settings,
     parse_update,
     persist,
-    properties_text,
 )
+from rocketstore.broker.remoting.broker_topics import broker_topic_configs
 from rocketstore.broker.remoting.codes import VERSION, RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import MAX_FRAME_SIZE, RemotingCommand
-from rocketstore.broker.remoting.consumers import consumer_groups, json_body
+from rocketstore.broker.remoting.consumers import consumer_groups
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import number, text, to_ext
-from rocketstore.broker.remoting.namesrv import broker_topic_configs
+from rocketstore.broker.remoting.heartbeat import check_group_name
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_back import retry_topic
 from rocketstore.broker.stats_items import GROUP_GET_NUMS
-from rocketstore.errors import RocketStoreError
+from rocketstore.codec.json_body import json_body
+from rocketstore.errors import RocketStoreError, StoreConfigError
 from rocketstore.message import TOPIC_PATTERN
+from rocketstore.system_topics import is_system_topic
 
 __all__ = ["AdminProcessor", "message_queue_key"]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
 VERSION_DESC: Final = "V4_9_8"
-# topics a client may not create or delete (RocketMQ's TopicValidator.isSystemTopic + the broker's own)
-_SYSTEM_TOPICS: Final = frozenset(
-    (
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    )
-)
 _CLIENT_CALL_TIMEOUT_S: Final = 10.0
 # RocketMQ's maxMsgsNumBatch: the most records one QUERY_MESSAGE answers, whatever maxNum says
 MAX_QUERY_RESULTS: Final = 64
@@ -235,8 +223,8 @@ class AdminProcessor:
         # one commitlog directory: its ratio under its path too, as RocketMQ lists each of its paths
         commitlog = store.layout.root / "commitlog"
         table[f"commitLogDiskRatio_{commitlog}"] = table.get("commitLogDiskRatio", "0")
-        usage = shutil.disk_usage(store.layout.root)
-        table["commitLogDirCapacity"] = f"Total : {_bytes(usage.total)}, Free : {_bytes(usage.free)}."
+        total, free = disk_space.capacity(store.layout.root)
+        table["commitLogDirCapacity"] = f"Total : {_bytes(total)}, Free : {_bytes(free)}."
         for level, (delivered, max_offset) in store.delay_progress().items():
             table[f"scheduleMessageOffset_{level}"] = f"{delivered},{max_offset}"
         return table
@@ -248,7 +236,7 @@ class AdminProcessor:
     async def broker_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         values = broker_settings(self.ctx.config, self.ctx.store, self.ctx.broker_address)
         version = json_body({"counter": self._config_version, "timestamp": int(time.time() * 1000)}).decode()
-        return cmd.response(ext_fields={"version": version}, body=properties_text(values).encode())
+        return cmd.response(ext_fields={"version": version}, body=properties.text_of(values).encode())
 
     async def update_broker_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """Change the settings the broker applies live, and keep them in its settings file
@@ -269,7 +257,9 @@ class AdminProcessor:
             if path is not None:
                 try:
                     await self.ctx.run(persist, path, persisted)
-                except (OSError, UnicodeError) as exc:
+                except StoreConfigError as exc:  # the new text would not load: says so itself
+                    raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+                except (OSError, UnicodeError, RocketStoreError) as exc:
                     raise RequestRefused(
                         ResponseCode.SYSTEM_ERROR,
                         f"can not write the settings file {path}: {exc}; nothing changed",
@@ -304,10 +294,9 @@ class AdminProcessor:
                 ResponseCode.SYSTEM_ERROR, f"The specified topic[{topic}] contains illegal characters"
             )
         config = self.ctx.config
-        if (
-            topic in _SYSTEM_TOPICS
-            or topic.upper().startswith("RMQ_SYS_")  # in any case, as sends refuse them
-            or topic in (self.broker_name, getattr(config, "cluster_name", "DefaultCluster"))
+        if is_system_topic(topic) or topic in (
+            self.broker_name,
+            getattr(config, "cluster_name", "DefaultCluster"),
         ):
             raise RequestRefused(
                 ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
@@ -515,7 +504,8 @@ class AdminProcessor:
         connected consumers (RESET_CONSUMER_CLIENT_OFFSET, oneway), which apply and commit them;
         CONSUMER_NOT_ONLINE without one (mqadmin then commits them itself)."""
         ext = cmd.ext_fields
-        topic, group, timestamp = text(ext, "topic"), text(ext, "group"), number(ext, "timestamp")
+        topic, timestamp = text(ext, "topic"), number(ext, "timestamp")
+        group = check_group_name(text(ext, "group"))
         force = ext.get("isForce", "true").lower() != "false"
         table = await self.ctx.run(self._reset_targets, topic, group, timestamp, force)
         offsets = {message_queue_key(topic, self.broker_name, q): o for q, o in table.items()}

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from rocketstore.broker.config import BrokerConfig
+from rocketstore import properties
+from rocketstore.broker.config import BrokerConfig, load_settings
 from rocketstore.config import BrokerRole
 from rocketstore.errors import StoreConfigError
 from rocketstore.storage.paths import atomic_write
@@ -29,7 +30,7 @@ from rocketstore.storage.paths import atomic_write
 if TYPE_CHECKING:
     from rocketstore.store import MessageStore
 
-__all__ = ["LIVE", "SettingRefused", "broker_settings", "parse_update", "persist", "properties_text"]
+__all__ = ["LIVE", "SettingRefused", "broker_settings", "parse_update", "persist"]
 
 # RocketMQ 4.9.8's defaults of the keys rocketstore has no setting for (BrokerConfig,
 # NettyServerConfig, NettyClientConfig, MessageStoreConfig)
@@ -224,10 +225,6 @@ LIVE: Final = {
 }
 
 
-# a properties line: the key ends at the first '=', ':' or blank (java.util.Properties)
-_PROPERTY: Final = re.compile(r"([^=:\s]+)\s*[=:\s]\s*(.*)$")
-
-
 _EXPECTED: Final = {
     "autoCreateTopicEnable": "true or false",
     "transactionTimeOut": "milliseconds (a non-negative integer)",
@@ -292,23 +289,14 @@ def broker_settings(config: BrokerConfig, store: MessageStore, broker_address: s
     return values
 
 
-def properties_text(values: Mapping[str, str]) -> str:
-    """``key=value`` lines as ``java.util.Properties.load`` reads them (backslashes escaped)."""
-    return "".join(f"{key}={value.replace(chr(92), chr(92) * 2)}\n" for key, value in values.items())
-
-
 def parse_update(body: bytes, config: BrokerConfig) -> tuple[dict[str, str], dict[str, object]]:
     """The ``key=value`` pairs of an UPDATE_BROKER_CONFIG body: (RocketMQ key -> text to
     persist, BrokerConfig field -> new value). SettingRefused names a key that cannot change
     while the broker runs, or a value that is not valid for its key."""
-    pairs: dict[str, str] = {}
-    for raw in body.decode("utf-8", "replace").splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        match = _PROPERTY.match(line)
-        key, value = (match.group(1), match.group(2)) if match else (line, "")
-        pairs[key] = value.strip()
+    try:
+        pairs = properties.parse(body.decode("utf-8", "replace"), "the request's body")
+    except StoreConfigError as exc:
+        raise SettingRefused(_clip(str(exc), 200)) from None
     refused = sorted(k for k in pairs if k not in LIVE)
     if refused:
         named = ", ".join(_clip(k) for k in refused[:10])
@@ -334,22 +322,35 @@ def parse_update(body: bytes, config: BrokerConfig) -> tuple[dict[str, str], dic
     return {k: _shown(changes[LIVE[k]]) for k in pairs}, changes
 
 
+def _key_lines(lines: list[str], names: set[str], toml: bool) -> list[range]:
+    """The lines setting one of ``names`` (a properties line may span several)."""
+    if toml:
+        keys = "|".join(map(re.escape, names))
+        pattern = re.compile(r"""^\s*(["']?)(""" + keys + r")\1\s*=")
+        return [range(i, i + 1) for i, text in enumerate(lines) if pattern.match(text)]
+    return [
+        range(first, first + span)
+        for first, span, line in properties.logical_lines("\n".join(lines))
+        if properties.parse_line(line)[0] in names
+    ]
+
+
 def persist(path: str | Path, pairs: Mapping[str, str]) -> None:
-    """Write ``pairs`` (RocketMQ keys) into the settings file ``path``: each key's line (under
+    """Write ``pairs`` (keys of ``LIVE``) into the settings file ``path``: each key's line (under
     its RocketMQ name or rocketstore's) is replaced, other lines kept; a key it lacks is added
-    (in a TOML file, before its first table, where the broker's keys are read)."""
+    (in a TOML file, before its first table, where the broker's keys are read). The new text is
+    read as ``serve`` reads the file before it replaces it: StoreConfigError, the file untouched,
+    when it would not load or would not give these values."""
     p = Path(path)
-    lines = p.read_text(encoding="utf-8").splitlines()
+    lines = properties.natural_lines(p.read_text(encoding="utf-8"))
     toml = p.suffix == ".toml"
     for key, value in pairs.items():
-        names = {key, LIVE.get(key, key)}
-        pattern = re.compile(r"^\s*(" + "|".join(map(re.escape, names)) + r")\s*[=:\s]")
-        line = f"{key} = {value}" if toml else f"{key}={value}"
-        found = [i for i, text in enumerate(lines) if pattern.match(text)]
+        line = f"{key} = {value}" if toml else properties.format_line(key, value)
+        found = _key_lines(lines, {key, LIVE[key]}, toml)
         if found:
-            lines[found[0]] = line
-            for i in reversed(found[1:]):
-                del lines[i]
+            for span in reversed(found[1:]):
+                del lines[span.start : span.stop]
+            lines[found[0].start : found[0].stop] = [line]
         elif toml:
             at = next((i for i, t in enumerate(lines) if t.lstrip().startswith("[")), len(lines))
             while at > 0 and not lines[at - 1].strip():  # after the top-level keys, not the gap
@@ -357,4 +358,17 @@ def persist(path: str | Path, pairs: Mapping[str, str]) -> None:
             lines.insert(at, line)
         else:
             lines.append(line)
-    atomic_write(p, ("\n".join(lines) + "\n").encode("utf-8"), mode=p.stat().st_mode & 0o777)
+    text = "\n".join(lines) + "\n"
+    try:
+        _, broker = load_settings(p, text)
+    except StoreConfigError as exc:
+        raise StoreConfigError(f"{p} would not load with the change ({exc}); nothing changed") from None
+    wrong = [
+        f"{key} would read {_shown(getattr(broker, LIVE[key]))}"
+        for key, value in pairs.items()
+        if _shown(getattr(broker, LIVE[key])) != value
+    ]
+    if wrong:
+        named = ", ".join(wrong)
+        raise StoreConfigError(f"{p}: with the change {named} (set elsewhere in it); nothing changed")
+    atomic_write(p, text.encode("utf-8"), mode=p.stat().st_mode & 0o777)

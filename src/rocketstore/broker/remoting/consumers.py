@@ -16,7 +16,6 @@ Offsets are the store's (``consumerOffset.json``): what the library's consumers,
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Iterable
@@ -34,6 +33,7 @@ from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_back import DEFAULT_MAX_RECONSUME_TIMES, retry_topic, send_back
 from rocketstore.codec.config_json import TopicConfig
+from rocketstore.codec.json_body import json_body
 from rocketstore.errors import InvalidArgumentError, StoreConfigError
 from rocketstore.store import MessageStore
 
@@ -42,7 +42,6 @@ __all__ = [
     "commit_offset",
     "consumer_groups",
     "ensure_topic",
-    "json_body",
     "queue_locks",
 ]
 
@@ -85,11 +84,6 @@ def queue_locks(ctx: RemotingContext) -> QueueLocks:
         locks = ctx.extensions[_LOCKS_KEY] = QueueLocks()
     assert isinstance(locks, QueueLocks)
     return locks
-
-
-def json_body(value: object) -> bytes:
-    """A JSON body as fastjson writes it: keys sorted, no spaces, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 async def ensure_topic(ctx: RemotingContext, topic: str, queues: int = 1) -> TopicConfig:
@@ -303,7 +297,7 @@ class ConsumerProcessor:
     # --- offsets ------------------------------------------------------------------------------
     async def query_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        group, topic = text(ext, "consumerGroup"), text(ext, "topic")
+        group, topic = check_group_name(text(ext, "consumerGroup")), text(ext, "topic")
         queue_id = number(ext, "queueId", java_int=True)
         offset = await self.ctx.run(resume_offset, self.ctx.store, group, topic, queue_id)
         if offset is None:
@@ -315,7 +309,7 @@ class ConsumerProcessor:
 
     async def update_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        group, topic = text(ext, "consumerGroup"), text(ext, "topic")
+        group, topic = check_group_name(text(ext, "consumerGroup")), text(ext, "topic")
         queue_id, offset = number(ext, "queueId", java_int=True), number(ext, "commitOffset")
         commit_offset(self.ctx.store, group, topic, queue_id, offset)
         return cmd.response()

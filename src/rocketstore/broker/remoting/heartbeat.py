@@ -64,9 +64,10 @@ def check_group_name(group: object, consumer: bool = True) -> str:
     characters of ``[%|a-zA-Z0-9_-]``) and, for a consumer group, its retry topic
     ``%RETRY%<group>`` a valid topic name (at most 127 characters); else SYSTEM_ERROR saying so."""
     if not isinstance(group, str) or not GROUP_PATTERN.fullmatch(group):
+        shown = str(group) if len(str(group)) <= 255 else f"{str(group)[:255]}..."  # answers stay small
         raise RequestRefused(
             ResponseCode.SYSTEM_ERROR,
-            f"the specified group[{group}] is not valid: 1..255 characters of [%|a-zA-Z0-9_-]",
+            f"the specified group[{shown}] is not valid: 1..255 characters of [%|a-zA-Z0-9_-]",
         )
     if consumer and not TOPIC_PATTERN.fullmatch(f"%RETRY%{group}"):
         raise RequestRefused(

@@ -13,10 +13,12 @@ Two kinds of broker appear in its answers:
   register are added to its broker set and told it is their master. ``TBW102``, the topic
   producers fall back to for a topic without a route, is routed (8 queues, perm 7) while topic
   auto-creation is on, as RocketMQ's broker registers it then; so are the other topics RocketMQ's
-  broker has from its start (``broker_topic_configs``: ``SELF_TEST_TOPIC``, ``BenchmarkTest``,
+  broker has from its start (``broker_topics.py``: ``SELF_TEST_TOPIC``, ``BenchmarkTest``,
   the cluster's and the broker's own, ``OFFSET_MOVED_EVENT``, ``SCHEDULE_TOPIC_XXXX``,
-  ``RMQ_SYS_TRANS_HALF_TOPIC``, ``<cluster>_REPLY_TOPIC``); a send to one of them that the store
-  does not have yet creates it with the routed queues. Wipes and deletions on the name
+  ``RMQ_SYS_TRANS_HALF_TOPIC``, ``<cluster>_REPLY_TOPIC``). A send to ``BenchmarkTest``, the
+  cluster's or the broker's own topic or ``<cluster>_REPLY_TOPIC`` that the store does not have
+  yet creates it with the routed queues; the others are refused to clients, as by RocketMQ's
+  broker (``system_topics.sending_forbidden``). Wipes and deletions on the name
   server apply to registered brokers only (this broker's routes are its store's topics).
 
 The KV configuration (PUT/GET/DELETE_KV_CONFIG, GET_KVLIST_BY_NAMESPACE; mqadmin updateTopic
@@ -29,7 +31,6 @@ only with ``orderMessageEnable``, off by default).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import socket
@@ -37,6 +38,12 @@ from pathlib import Path
 from typing import Final
 
 from rocketstore.broker.metrics import BrokerMetrics
+from rocketstore.broker.periodic import PeriodicTask
+from rocketstore.broker.remoting.broker_topics import (
+    broker_topic_configs,
+    local_ha_address,
+    local_topic_configs,
+)
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
@@ -54,28 +61,20 @@ from rocketstore.broker.remoting.registration import (
 from rocketstore.broker.remoting.server import Connection, Handler, RemotingLimits, RemotingServer
 from rocketstore.broker.routes import BrokerSet, MasterInfo, QueueData, RouteTable
 from rocketstore.clock import SystemClock
-from rocketstore.codec.config_json import PERM_READ, PERM_WRITE, TopicConfig
+from rocketstore.codec.config_json import TopicConfig
+from rocketstore.codec.json_body import json_body
 from rocketstore.errors import CorruptDataError
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write
 
 __all__ = [
-    "DEFAULT_TOPIC",
     "KV_CONFIG_FILE",
     "ORDER_TOPIC_CONFIG",
-    "PERM_INHERIT",
     "NameServer",
     "NameServerProcessor",
-    "broker_topic_configs",
-    "default_topic_config",
-    "json_body",
-    "local_ha_address",
-    "local_topic_configs",
 ]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
-DEFAULT_TOPIC: Final = "TBW102"  # RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC
-PERM_INHERIT: Final = 0x1
 KV_CONFIG_FILE: Final = "kvConfig.json"
 # entries the KV configuration keeps (RocketMQ's name server has no bound; its clients write a
 # handful, each a few bytes): past them a change is refused, so requests cannot grow the file
@@ -85,55 +84,14 @@ MAX_KV_ENTRY_BYTES: Final = 64 * 1024
 MAX_KV_BYTES: Final = 4 * 1024 * 1024
 ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"  # the KV namespace registration results carry
 EXPIRY_SCAN_S: Final = 10.0  # NamesrvController's scanNotActiveBroker period
-
-
-def default_topic_config(ctx: RemotingContext) -> TopicConfig:
-    """TBW102 as RocketMQ's broker registers it while auto-creation is on: perm 7 (INHERIT),
-    ``defaultTopicQueueNums`` queues."""
-    queues = ctx.store.config.default_topic_queue_nums
-    return TopicConfig(DEFAULT_TOPIC, queues, queues, PERM_READ | PERM_WRITE | PERM_INHERIT)
-
-
-def broker_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
-    """The topics RocketMQ's broker has from its start (TopicConfigManager's constructor), with
-    its queues and permissions; ``BenchmarkTest`` gets ``defaultTopicQueueNums`` queues (RocketMQ:
-    1024), what a benchmark's auto-created topic has here."""
-    config = ctx.config
-    rw, inherit = PERM_READ | PERM_WRITE, PERM_INHERIT
-    queues = ctx.store.config.default_topic_queue_nums
-    topics = [
-        TopicConfig("SELF_TEST_TOPIC", 1, 1, rw),
-        TopicConfig("BenchmarkTest", queues, queues, rw),
-        TopicConfig(config.cluster_name, 16, 16, rw | inherit),
-        TopicConfig(config.broker_name, 1, 1, rw | inherit),
-        TopicConfig("OFFSET_MOVED_EVENT", 1, 1, rw),
-        TopicConfig("SCHEDULE_TOPIC_XXXX", 18, 18, rw),
-        # RocketMQ's transaction check creates it in its first round, a minute after the start
-        TopicConfig("RMQ_SYS_TRANS_HALF_TOPIC", 1, 1, rw),
-        TopicConfig(f"{config.cluster_name}_REPLY_TOPIC", 1, 1, rw),
-    ]
-    if config.auto_create_topic:
-        topics.append(default_topic_config(ctx))
-    return {t.topic: t for t in topics}
-
-
-def local_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
-    """Every topic a broker serves (what its routes and registrations list): the store's, and
-    the broker's own it does not have (TBW102 among them while auto-creation is on)."""
-    return {**broker_topic_configs(ctx), **ctx.store.topic_configs()}
-
-
-def local_ha_address(ctx: RemotingContext) -> str:
-    """The broker's haServerAddr: brokerIP2 (else brokerIP1's host) and the store's HA port (0
-    when the store serves no replication)."""
-    host = ctx.config.broker_ip2 or ctx.broker_address.rpartition(":")[0].strip("[]")
-    port = ctx.store.ha_port or 0
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def json_body(value: object) -> bytes:
-    """A JSON body as fastjson writes it: keys sorted, no spaces, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+# brokers (addresses) registered at once on one connection (a RocketMQ broker uses one
+# connection per name server for its one address) and in all (RocketMQ's largest clusters have
+# hundreds): past them a registration is refused, so requests cannot grow the tables without end
+MAX_BROKERS_PER_CONNECTION: Final = 16
+MAX_REGISTERED_BROKERS: Final = 10_000
+# a REGISTER_BROKER body larger than this is decoded off the event loop (a big topic table takes
+# tens of milliseconds to parse; the loop also serves this process's broker in combined mode)
+DECODE_INLINE_BYTES: Final = 64 * 1024
 
 
 def _entry_bytes(namespace: str, key: str, value: str) -> int:
@@ -284,13 +242,31 @@ class NameServerProcessor:
     # --- brokers' registrations ---------------------------------------------------------------
     async def register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         try:
-            request = decode_register_broker(cmd)
+            if len(cmd.body) > DECODE_INLINE_BYTES:
+                request = await asyncio.to_thread(decode_register_broker, cmd)
+            else:
+                request = decode_register_broker(cmd)
         except BodyChecksumError:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "crc32 not match") from None
         except CorruptDataError as exc:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         broker = request.broker
+        # in combined mode this process's broker is the master of its name: another master
+        # under the name would be one in some answers and not in others, and its slaves'
+        # master would depend on who registered last
+        own = (
+            self.local
+            if self.local is not None and broker.broker_name == self.local.config.broker_name
+            else None
+        )
+        if own is not None and broker.broker_id == 0 and broker.broker_addr != own.broker_address:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"broker name {broker.broker_name} is this name server's own broker's: its master is "
+                f"{own.broker_address}, not {broker.broker_addr}",
+            )
         known = broker.broker_addr in self.table.live
+        self._check_broker_limits(broker.broker_addr, conn)
         master = self.table.register(
             cluster=broker.cluster_name,
             broker_name=broker.broker_name,
@@ -301,17 +277,13 @@ class NameServerProcessor:
             topics=request.topics,
             channel=conn,
         )
-        if "namesrv_registrations" not in conn.attributes:
-            conn.attributes["namesrv_registrations"] = True
+        registered: set[str] | None = conn.attributes.get("namesrv_registrations")
+        if registered is None:
+            registered = conn.attributes["namesrv_registrations"] = set()
             conn.on_close.append(self._connection_closed)
-        ctx = self.local
-        if (
-            ctx is not None
-            and broker.broker_id != 0
-            and broker.broker_name == ctx.config.broker_name
-            and master.master_addr is None
-        ):
-            master = MasterInfo(ctx.broker_address, local_ha_address(ctx))
+        registered.add(broker.broker_addr)
+        if own is not None and broker.broker_id != 0:
+            master = MasterInfo(own.broker_address, local_ha_address(own))
         if not known:
             log.info(
                 "broker %s (id %d of %s, cluster %s) registered from %s with %d topics",
@@ -326,6 +298,28 @@ class NameServerProcessor:
             master.master_addr, master.ha_server_addr, self._kv.get(ORDER_TOPIC_CONFIG, {})
         )
         return encode_register_result(cmd, result)
+
+    def _check_broker_limits(self, broker_addr: str, conn: Connection) -> None:
+        """Refuse a new broker address past MAX_BROKERS_PER_CONNECTION on ``conn`` or
+        MAX_REGISTERED_BROKERS in all (a known one re-registering always passes)."""
+        live = self.table.live
+        known = live.get(broker_addr)
+        if known is not None and known.channel is conn:
+            return
+        registered: set[str] = conn.attributes.get("namesrv_registrations", set())
+        registered -= {a for a in registered if (b := live.get(a)) is None or b.channel is not conn}
+        if len(registered) >= MAX_BROKERS_PER_CONNECTION:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"{len(registered)} brokers are registered on this connection: the limit is "
+                f"{MAX_BROKERS_PER_CONNECTION}",
+            )
+        if known is None and len(live) >= MAX_REGISTERED_BROKERS:
+            raise RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"{len(live)} brokers are registered with this name server: the limit is "
+                f"{MAX_REGISTERED_BROKERS}",
+            )
 
     def _connection_closed(self, conn: Connection) -> None:
         for addr in self.table.remove_channel(conn):
@@ -448,25 +442,16 @@ class NameServer:
     ) -> None:
         self.processor = processor
         self.server = RemotingServer(processor.handlers(), limits, "namesrv", metrics=metrics)
-        self._expiry: asyncio.Task[None] | None = None
+        self._expiry = PeriodicTask("the name server's expiry scan", EXPIRY_SCAN_S, self._expire, log=log)
 
     async def start(self, sock: socket.socket) -> int:
         port = await self.server.start(sock=sock)
-        self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
+        self._expiry.start()
         return port
 
-    async def _expire_loop(self) -> None:
-        while True:
-            await asyncio.sleep(EXPIRY_SCAN_S)
-            try:
-                self.processor.expire()
-            except Exception:
-                log.exception("the name server's expiry scan failed")
+    async def _expire(self) -> None:
+        self.processor.expire()
 
     async def stop(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry
-            self._expiry = None
+        await self._expiry.stop()
         await self.server.stop()

@@ -25,21 +25,20 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from rocketstore.broker.group_commit import PutOutcome
-from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
-from rocketstore.broker.remoting.command import RemotingCommand
-from rocketstore.broker.remoting.context import RemotingContext
-from rocketstore.broker.remoting.headers import SendMessageHeader, flag, number, text
-from rocketstore.broker.remoting.namesrv import (
+from rocketstore.broker.remoting.broker_topics import (
     DEFAULT_TOPIC,
     PERM_INHERIT,
     broker_topic_configs,
     default_topic_config,
 )
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.context import RemotingContext
+from rocketstore.broker.remoting.headers import SendMessageHeader, flag, number, text
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.send_check import batch_refusal, messages_refusal
 from rocketstore.broker.transactions import (
-    HALF_TOPIC,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION,
     end_transaction,
@@ -63,12 +62,11 @@ from rocketstore.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT,
-    SCHEDULE_TOPIC,
     TOPIC_PATTERN,
     Message,
 )
-from rocketstore.prepare import SYSTEM_TOPIC_PREFIX
 from rocketstore.results import PutBatchResult, PutMessageResult, PutStatus
+from rocketstore.system_topics import sending_forbidden
 
 __all__ = ["DLQ_PREFIX", "RETRY_PREFIX", "ProducerProcessor", "put_status_code"]
 
@@ -79,17 +77,6 @@ DLQ_PREFIX: Final = "%DLQ%"
 PROPERTY_CLUSTER: Final = "CLUSTER"
 # RocketMQ's subscription group default retryMaxTimes
 DEFAULT_MAX_RECONSUME_TIMES: Final = 16
-# topics a client may not send to (AbstractSendMessageProcessor / TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET)
-FORBIDDEN_TOPICS: Final = frozenset(
-    {
-        SCHEDULE_TOPIC,
-        HALF_TOPIC,
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-)
 _RESPONSE_EXTRAS: Final = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 # stored with the message: the transaction type is set by the path taken, hosts by the store
 _SENT_SYSFLAG: Final = SYSFLAG_CONTENT | SYSFLAG_TX_MASK
@@ -218,9 +205,7 @@ class ProducerProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"the specified topic[{topic}] is not valid: 1..127 characters of [%|a-zA-Z0-9_-]",
             )
-        # the broker's own topics in any letter case: RMQ_SYS_* names the store reserves, and
-        # rmq_sys_* ones (TopicValidator.SYSTEM_TOPIC_PREFIX) the broker keeps (the pop log's)
-        if topic in FORBIDDEN_TOPICS or topic.upper().startswith(SYSTEM_TOPIC_PREFIX):
+        if sending_forbidden(topic):
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             )
@@ -331,7 +316,6 @@ class ProducerProcessor:
         msg = self._message(target.topic, target.queue_id, cmd.body, props, header, header.flag, conn.peer)
         if target.topic.startswith(DLQ_PREFIX):
             msg.delay_level = 0
-        started = time.monotonic()
         if transactional:
             msg = half_message(msg, target.queue_id)
         else:
@@ -342,6 +326,7 @@ class ProducerProcessor:
             if refused is not None:
                 raise _refusal(refused)
             await self._create(new_topics, header.default_topic)
+        started = time.monotonic()  # the put's latency: a new topic's check and creation not in it
         if transactional:
             (outcome,) = await put_halves(self.ctx.transactions, self.ctx.system_puts, [msg])
         else:

@@ -28,6 +28,7 @@ from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.consumers import SQL92_UNSUPPORTED, commit_offset, consumer_groups
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import number, text, to_ext
+from rocketstore.broker.remoting.heartbeat import check_group_name
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.broker.request_log import parked
@@ -136,7 +137,7 @@ class PullProcessor:
 
     async def pull(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         ext = cmd.ext_fields
-        group, topic = text(ext, "consumerGroup"), text(ext, "topic")
+        group, topic = check_group_name(text(ext, "consumerGroup")), text(ext, "topic")
         queue_id, offset = number(ext, "queueId", java_int=True), number(ext, "queueOffset")
         max_msgs = min(max(number(ext, "maxMsgNums"), 1), MAX_MESSAGES_PER_PULL)
         sys_flag = number(ext, "sysFlag")

@@ -43,13 +43,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from rocketstore.broker.remoting.codes import RequestCode
-from rocketstore.broker.remoting.command import FLAG_ONEWAY, RemotingCommand
+from rocketstore.broker.remoting.command import FLAG_ONEWAY, MAX_FRAME_SIZE, RemotingCommand
 from rocketstore.broker.remoting.headers import flag, number, optional_number, text, to_ext
 from rocketstore.broker.routes import DataVersion
 from rocketstore.codec.config_json import TopicConfig, decode_json, decode_topic_table
+from rocketstore.codec.json_body import json_body
 from rocketstore.errors import CorruptDataError
 
 __all__ = [
+    "MAX_REGISTER_TOPICS",
     "BodyChecksumError",
     "BrokerIdentity",
     "RegisterBrokerRequest",
@@ -69,8 +71,11 @@ __all__ = [
 
 # MQVersion.Version.V3_0_11: from it on the body is a RegisterBrokerBody
 V3_0_11: Final = 35
-# decompressed bodies larger than this are refused (a broker's whole topic table: ~100 B a topic)
-MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+# a compressed body inflates to at most what an uncompressed one may be: one frame
+MAX_BODY_BYTES: Final = MAX_FRAME_SIZE
+# topics one registration may carry (RocketMQ has no bound; its brokers hold up to tens of
+# thousands, and a table past this one would not fit a frame as JSON, ~150 B a topic)
+MAX_REGISTER_TOPICS: Final = 100_000
 _I32 = struct.Struct(">i")
 
 
@@ -143,12 +148,12 @@ def encode_register_body(
                 "topicConfigTable": {name: topics[name].to_json() for name in sorted(topics)},
             },
         }
-        return _json(doc)
-    parts = [_sized(_json(version.to_json())), _I32.pack(len(topics))]
+        return json_body(doc)
+    parts = [_sized(json_body(version.to_json())), _I32.pack(len(topics))]
     for name in sorted(topics):
         t = topics[name]
         parts.append(_sized(f"{name} {t.read_queues} {t.write_queues} {t.perm} {t.filter_type}".encode()))
-    parts.append(_sized(_json(servers)))
+    parts.append(_sized(json_body(servers)))
     return zlib.compress(b"".join(parts), 9)
 
 
@@ -176,6 +181,7 @@ def decode_register_body(
     table = {} if table is None else table
     if not isinstance(table, dict):
         raise CorruptDataError("REGISTER_BROKER body: topicConfigTable must be an object")
+    _check_topic_count(len(table), "REGISTER_BROKER body")
     version = _version(wrapper.get("dataVersion"), "REGISTER_BROKER body")
     return version, decode_topic_table(table, "REGISTER_BROKER body"), [str(s) for s in servers]
 
@@ -209,6 +215,7 @@ def _decode_compressed(body: bytes) -> tuple[DataVersion, dict[str, TopicConfig]
     pos += 4
     if count < 0 or count * 4 > len(view) - pos:
         raise CorruptDataError(f"{what}: topic count {count} does not fit the body")
+    _check_topic_count(count, what)
     topics: dict[str, TopicConfig] = {}
     for _ in range(count):
         fields = chunk().decode("utf-8", errors="replace").split(" ")
@@ -259,7 +266,7 @@ def encode_register_result(cmd: RemotingCommand, result: RegisterBrokerResult) -
         ext["masterAddr"] = result.master_addr
     if result.ha_server_addr is not None:
         ext["haServerAddr"] = result.ha_server_addr
-    body = _json({"table": result.kv_table}) if result.kv_table else b""
+    body = json_body({"table": result.kv_table}) if result.kv_table else b""
     return cmd.response(ext_fields=ext, body=body)
 
 
@@ -277,7 +284,7 @@ def decode_register_result(response: RemotingCommand) -> RegisterBrokerResult:
 
 # --- QUERY_DATA_VERSION, UNREGISTER_BROKER ----------------------------------------------------
 def encode_data_version(version: DataVersion) -> bytes:
-    return _json(version.to_json())
+    return json_body(version.to_json())
 
 
 def decode_data_version(body: bytes | bytearray | memoryview, what: str = "DataVersion") -> DataVersion:
@@ -295,8 +302,11 @@ def encode_unregister_broker(broker: BrokerIdentity) -> RemotingCommand:
 
 
 # --- helpers ------------------------------------------------------------------------------------
-def _json(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+def _check_topic_count(count: int, what: str) -> None:
+    if count > MAX_REGISTER_TOPICS:
+        raise CorruptDataError(
+            f"{what}: {count} topics, over the limit of {MAX_REGISTER_TOPICS} a registration"
+        )
 
 
 def _sized(data: bytes) -> bytes:

@@ -23,16 +23,16 @@ A slave (brokerId >= 1) registers too; the first name server's result names its 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
 from typing import Final
 
+from rocketstore.broker.periodic import PeriodicTask
+from rocketstore.broker.remoting.broker_topics import local_ha_address, local_topic_configs
 from rocketstore.broker.remoting.client import RemotingClient
 from rocketstore.broker.remoting.codes import ResponseCode
 from rocketstore.broker.remoting.context import RemotingContext
-from rocketstore.broker.remoting.namesrv import local_ha_address, local_topic_configs
 from rocketstore.broker.remoting.registration import (
     BrokerIdentity,
     RegisterBrokerRequest,
@@ -56,6 +56,7 @@ log = logging.getLogger("rocketstore.broker.registration")
 TOPIC_CHECK_S: Final = 1.0  # how soon a topic change is registered
 FIRST_PERIODIC_S: Final = 10.0  # BrokerController: the periodic registration's first run
 UNREGISTER_TIMEOUT_S: Final = 3.0
+REGISTERED: Final = "registered"
 
 
 def broker_identity(ctx: RemotingContext) -> BrokerIdentity:
@@ -72,19 +73,30 @@ def broker_identity(ctx: RemotingContext) -> BrokerIdentity:
 
 
 class NameServerLink:
-    """The connection to one name server and whether it answered last time (for the log)."""
+    """The connection to one name server and how its last registration went: ``state`` is
+    "registered", what went wrong ("unreachable", "refused REGISTER_BROKER", ...), or None
+    before the first; a change of it is logged, a repeat is not."""
 
     def __init__(self, address: str) -> None:
         self.address = address
         self.client = RemotingClient(address)
-        self.up: bool | None = None
+        self.state: str | None = None
 
-    def mark(self, up: bool, why: str = "") -> None:
-        if up and self.up is not True:
+    @property
+    def up(self) -> bool:
+        return self.state == REGISTERED
+
+    def mark(self, up: bool, reason: str = "", detail: str = "") -> None:
+        """``up``, or down for ``reason`` (the state; ``detail`` is logged with it only)."""
+        state = REGISTERED if up else reason
+        if state == self.state:
+            return
+        self.state = state
+        if up:
             log.info("registered with name server %s", self.address)
-        elif not up and self.up is not False:
+        else:
+            why = f"{reason} ({detail})" if detail else reason
             log.warning("name server %s: %s (retried every registration period)", self.address, why)
-        self.up = up
 
 
 class RegistrationService:
@@ -108,19 +120,27 @@ class RegistrationService:
         self.timeout_s = config.register_timeout_ms / 1000
         self.version = DataVersion(self._clock.now_ms(), 0)
         self._topics: dict[str, TopicConfig] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._topics_seen: int | None = None  # the store's topics_version when they were taken
+        self._rounds = PeriodicTask("registration", TOPIC_CHECK_S, self._round, log=log)
+        self._next_periodic = 0.0
 
     async def start(self) -> None:
+        """The first round, then the loop; what the name servers answer never fails it (a
+        failed round is logged and the next one retries)."""
         self._topics_changed()
-        await self.register_all(force=True)
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        try:
+            await self.register_all(force=True)
+        except asyncio.CancelledError:
+            for link in self.links:
+                await link.client.close()
+            raise
+        except Exception:
+            log.exception("the first registration round failed")
+        self._next_periodic = time.monotonic() + FIRST_PERIODIC_S
+        self._rounds.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._rounds.stop()
         for link in self.links:
             if link.up:
                 try:
@@ -135,28 +155,24 @@ class RegistrationService:
                     log.warning("name server %s: UNREGISTER_BROKER failed (%s)", link.address, exc)
             await link.client.close()
 
-    async def _loop(self) -> None:
-        next_periodic = time.monotonic() + FIRST_PERIODIC_S
-        while True:
-            await asyncio.sleep(TOPIC_CHECK_S)
-            try:
-                if self._topics_changed():
-                    await self.register_all(force=True)
-                if time.monotonic() >= next_periodic:
-                    next_periodic = time.monotonic() + self.period_s
-                    await self.register_all(force=self.ctx.config.force_register)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("registration round failed")
+    async def _round(self) -> None:
+        """Every TOPIC_CHECK_S: a topic change registers at once, the periodic round when due."""
+        if self._topics_changed():
+            await self.register_all(force=True)
+        if time.monotonic() >= self._next_periodic:
+            self._next_periodic = time.monotonic() + self.period_s
+            await self.register_all(force=self.ctx.config.force_register)
 
     def _topics_changed(self) -> bool:
-        topics = local_topic_configs(self.ctx)
-        if topics == self._topics:
+        # the store's change counter, not the table: checked every second, copied on a change only
+        # (the broker's own topics beside the store's follow from its config, fixed)
+        seen = self.ctx.store.topics_version()
+        if seen == self._topics_seen:
             return False
-        if self._topics is not None:
+        if self._topics_seen is not None:
             self.version = self.version.next(self._clock.now_ms())
-        self._topics = topics
+        self._topics_seen = seen
+        self._topics = local_topic_configs(self.ctx)
         return True
 
     async def register_all(self, *, force: bool) -> RegisterBrokerResult | None:
@@ -180,13 +196,18 @@ class RegistrationService:
             response = await link.client.invoke(cmd, self.timeout_s)
         except (OSError, TimeoutError) as exc:
             await link.client.close()
-            link.mark(False, f"unreachable ({exc or type(exc).__name__})")
+            link.mark(False, "unreachable", str(exc) or type(exc).__name__)
             return None
         if response.code != ResponseCode.SUCCESS:
-            link.mark(False, f"refused REGISTER_BROKER: code {response.code} {response.remark}")
+            link.mark(False, "refused REGISTER_BROKER", f"code {response.code} {response.remark}")
+            return None
+        try:
+            result = decode_register_result(response)
+        except CorruptDataError as exc:
+            link.mark(False, "answered REGISTER_BROKER with a bad result", str(exc))
             return None
         link.mark(True)
-        return decode_register_result(response)
+        return result
 
     async def _needs_registration(self) -> bool:
         async def ask(link: NameServerLink) -> bool:

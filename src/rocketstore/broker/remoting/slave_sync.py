@@ -14,19 +14,23 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Final
 
+from rocketstore.broker.periodic import PeriodicTask
 from rocketstore.broker.remoting.client import RemotingClient
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
-from rocketstore.broker.remoting.namesrv import json_body
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
-from rocketstore.codec.config_json import TopicConfig, decode_offsets, decode_topics, encode_offsets
+from rocketstore.codec.config_json import (
+    TopicConfig,
+    decode_offsets,
+    decode_topics,
+    encode_delay_offsets,
+    encode_offsets,
+)
 from rocketstore.errors import RocketStoreError
 
 __all__ = ["SlaveSyncProcessor", "SlaveSynchronizer"]
@@ -60,7 +64,7 @@ class SlaveSyncProcessor:
         progress = self.ctx.store.delay_progress()
         if not progress:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "No delay offset in this broker")
-        return cmd.response(body=json_body({"offsetTable": {str(k): v[0] for k, v in progress.items()}}))
+        return cmd.response(body=encode_delay_offsets({k: v[0] for k, v in progress.items()}))
 
 
 class SlaveSynchronizer:
@@ -71,7 +75,7 @@ class SlaveSynchronizer:
         self.ctx = ctx
         self.master_addr: str | None = None
         self._client: RemotingClient | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._rounds = PeriodicTask("slave sync", SYNC_PERIOD_S, self._round, first_s=FIRST_SYNC_S, log=log)
         self._failing = False
         self.rounds = 0
 
@@ -81,31 +85,27 @@ class SlaveSynchronizer:
             self.master_addr = address
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._loop())
+        self._rounds.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._rounds.stop()
         if self._client is not None:
             await self._client.close()
 
-    async def _loop(self) -> None:
-        await asyncio.sleep(FIRST_SYNC_S)
-        while True:
-            if self.master_addr is not None:
-                try:
-                    await self.sync_once(self.master_addr)
-                    if self._failing:
-                        log.info("copying from master %s again", self.master_addr)
-                    self._failing = False
-                except (OSError, TimeoutError, RocketStoreError) as exc:
-                    if not self._failing:
-                        log.warning("cannot copy topics and offsets from %s: %s", self.master_addr, exc)
-                    self._failing = True
-            await asyncio.sleep(SYNC_PERIOD_S)
+    async def _round(self) -> None:
+        address = self.master_addr
+        if address is None:
+            return
+        try:
+            await self.sync_once(address)
+        except (OSError, TimeoutError, RocketStoreError) as exc:
+            if not self._failing:
+                log.warning("cannot copy topics and offsets from %s: %s", address, exc)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("copying from master %s again", address)
+        self._failing = False
 
     async def _ask(self, address: str, code: int) -> bytes | None:
         client = self._client
@@ -132,6 +132,7 @@ class SlaveSynchronizer:
 
     def _apply_topics(self, topics: dict[str, TopicConfig]) -> None:
         store = self.ctx.store
+        changes = []
         for name, config in topics.items():
             queues = max(config.read_queues, config.write_queues)
             mine = store.topic_config(name)
@@ -141,10 +142,11 @@ class SlaveSynchronizer:
                 config.order,
             ):
                 continue
-            try:
-                store.create_topic(name, queues, perm=config.perm, order=config.order)
-            except RocketStoreError as exc:  # a system topic this store keeps itself, a bad name
-                log.debug("master's topic %s not copied: %s", name, exc)
+            changes.append(TopicConfig(name, queues, queues, config.perm, config.order))
+        # one write of topics.json for all (a first copy may bring thousands)
+        for name, exc in store.create_topics(changes).items():
+            # a system topic this store keeps itself, a bad name
+            log.debug("master's topic %s not copied: %s", name, exc)
 
     def _apply_offsets(self, offsets: dict[tuple[str, str], dict[int, int]]) -> None:
         store = self.ctx.store
