@@ -162,6 +162,9 @@ class PowerLossShadow:
       kernel writing those pages back at that moment could leave.
     - ``MappedFile(create=True)`` (file created, sized, fsynced, renamed, directory fsynced):
       an all-zero shadow file of the same size.
+    - ``TimerWheel.flush`` and ``TimerCheckpoint.flush`` (fdatasync of the timer wheel, fsync of
+      ``timercheck``, both updated in place): the shadow gets the whole file as it is after the
+      sync, as for index files (the timer log's segments are mapped files: ``MappedFile.sync``).
     - ``atomic_write`` as used by the checkpoint (temp file, fsync, rename, fsync directory):
       the same bytes in the shadow.
 
@@ -240,12 +243,15 @@ class PowerLossShadow:
         from rocketstore import index as index_module
         from rocketstore.storage import paths
         from rocketstore.storage.mapped_file import MappedFile
+        from rocketstore.timer.timercheck import TimerCheckpoint
+        from rocketstore.timer.timerwheel import TimerWheel
 
         shadow = self
         real_init = MappedFile.__init__
         real_sync = MappedFile.sync
         real_atomic_write = paths.atomic_write
         real_build = index_module.IndexService.build
+        real_wheel_flush, real_check_flush = TimerWheel.flush, TimerCheckpoint.flush
         real_fsync, real_fdatasync = os.fsync, os.fdatasync
         index_mapping = getattr(index_module, "_IndexMapping", None)
         inside = threading.local()  # depth of mirrored durability points on this thread
@@ -277,6 +283,18 @@ class PowerLossShadow:
                 real_atomic_write(path, data, mode)
             shadow.replaced(path, data)
 
+        def wheel_flush(self: TimerWheel) -> None:
+            # the wheel is updated in place: copied whole after its sync, as index files are
+            with mirrored:
+                real_wheel_flush(self)
+            if self._mm is not None and not self.readonly:
+                shadow.replaced(self.path, bytes(self._mm))
+
+        def check_flush(self: TimerCheckpoint, progress: Any) -> None:
+            with mirrored:
+                real_check_flush(self, progress)
+            shadow.replaced(self.path, Path(self.path).read_bytes())
+
         def build(self: Any, requests: Any) -> None:
             with shadow.lock:
                 real_build(self, requests)
@@ -304,6 +322,8 @@ class PowerLossShadow:
         MappedFile.__init__ = init  # type: ignore[method-assign]
         MappedFile.sync = sync  # type: ignore[method-assign]
         index_module.IndexService.build = build  # type: ignore[method-assign]
+        TimerWheel.flush = wheel_flush  # type: ignore[method-assign]
+        TimerCheckpoint.flush = check_flush  # type: ignore[method-assign]
         for name, module in list(sys.modules.items()):  # wherever it was imported by name
             if name.startswith("rocketstore") and getattr(module, "atomic_write", None) is real_atomic_write:
                 module.atomic_write = atomic_write  # type: ignore[attr-defined]
