@@ -309,8 +309,11 @@ class MessageStore:
         delivering = self._delayed_delivery and not self._is_slave
         # A slave's timer files would hold no progress (its master delivers): none are made. A
         # tool that does not deliver (`recover`) mends the files that exist and makes none.
-        if delivering or (not self._is_slave and self._timers.files_exist()):
-            self._timers.recover()
+        # The files are made when the first timer comes (``TimerService.run_once``): a store that
+        # never has one keeps no 38 MB wheel (which a tmpfs would have to back).
+        timers = self._timers
+        if (timers.files_exist() and not self._is_slave) or (delivering and timers.has_timers()):
+            timers.recover()
         self._cleaner = cleaner = CleanService(
             self._commitlog,
             self._queues,

@@ -157,6 +157,9 @@ class TimerService(BackgroundService):
         self._in_wheel = 0  # timers in the wheel's unread slots: counted at recovery, then kept
         self.log_bytes_cut = 0  # by the last recovery
         self.slots_cleared = 0
+        # what the files on disk say (``_progress``), when known: a flush finding the same forces
+        # nothing (a store that has no timer pays no sync every flush interval)
+        self._flushed: tuple[int, int, int, tuple[int, int]] | None = None
 
     # --- opening -------------------------------------------------------------------------
     def load(self) -> None:
@@ -171,9 +174,15 @@ class TimerService(BackgroundService):
     def files_exist(self) -> bool:
         return store_file_exists(self._wheel_path) or self._log_dir.is_dir()
 
-    def recover(self) -> None:
+    def has_timers(self) -> bool:
+        """Whether the timer topic holds any entry."""
+        cq = self._queues.get(TIMER_TOPIC, 0)
+        return cq is not None and cq.max_offset > cq.min_offset
+
+    def recover(self, *, fresh: bool = False) -> None:
         """Open the wheel and the timer log and make them whole again (see the module doc). The
-        store's queues must be complete (dispatch caught up) when this runs."""
+        store's queues must be complete (dispatch caught up) when this runs. ``fresh``: the files
+        are being made for the store's first timer (no progress was ever lost)."""
         self.wheel = TimerWheel(self._wheel_path, self._precision, file_mode=self._file_mode)
         self.log.load(self._dir_mode)
         progress = self.checkpoint.value
@@ -211,7 +220,7 @@ class TimerService(BackgroundService):
         now = self._clock.now_ms()
         self.write_ms = now // self._precision * self._precision
         cq = self._queues.get(TIMER_TOPIC, 0)
-        if not store_file_exists(self.checkpoint.path) and cq is not None and cq.max_offset > cq.min_offset:
+        if not fresh and not store_file_exists(self.checkpoint.path) and self.has_timers():
             # timers but no progress (files lost, or a slave's copy now written to): what was due
             # may have been delivered, by this store or its master; its copy then exists
             self._unsure_before_ms = self.write_ms
@@ -228,6 +237,12 @@ class TimerService(BackgroundService):
         self.queue_offset = after if cut else max(progress.last_timer_queue_offset, after)
         if cq is not None:
             self.queue_offset = min(max(self.queue_offset, cq.min_offset), cq.max_offset)
+        if not (found or dropped or cleared) and progress.last_timer_queue_offset == self.queue_offset:
+            self._flushed = self._progress()  # recovery changed nothing the files hold
+
+    def _progress(self) -> tuple[int, int, int, tuple[int, int]]:
+        """What moves when a timer is enqueued, delivered or cancelled."""
+        return self.queue_offset, self.log.end, self._in_wheel, self._slot_done
 
     def _rescan_from(self, flushed: int) -> int:
         """A unit boundary a few units before ``flushed``: the unit appended last before a flush
@@ -258,6 +273,11 @@ class TimerService(BackgroundService):
     def run_once(self) -> None:
         if self._stopping.is_set():
             return  # closing: the store takes no more puts; what is due waits for the next open
+        if self.wheel is None:
+            if not self.has_timers():
+                self.interval = self._precision / 1000
+                return  # no timer yet, so no timer files
+            self.recover(fresh=True)
         now = self._clock.now_ms()
         self.write_ms = max(self.write_ms, now // self._precision * self._precision)
         if self._dequeue():
@@ -276,6 +296,9 @@ class TimerService(BackgroundService):
         wheel = self.wheel
         if wheel is None:
             return
+        progress = self._progress()
+        if progress == self._flushed:
+            return  # no timer came or went since the last flush: the files say the same
         now = self._clock.now_ms()
         queue_offset, read_ms = self.queue_offset, self.read_ms
         log_end = self.log.end
@@ -291,6 +314,7 @@ class TimerService(BackgroundService):
             )
         )
         self.metrics.persist(now)
+        self._flushed = progress
 
     def reclaim(self) -> int:
         """Delete timer log segments (never the last) whose every timer record the commitlog has
