@@ -619,14 +619,15 @@ def test_a_pop_log_topic_of_an_earlier_version_is_migrated_at_open(
         msgs = store.get_message("x", "T", 0, 0, 4).messages
         fields = [(0, 0, 0, m.queue_offset, m.physical_offset, 1, 2, 1) for m in msgs]
         # what rocketstore wrote before: records as messages of the pop log topic, from its R on
-        store.create_topic(POP_LOG_TOPIC, 1)
         old = [
             pop_log.encode(pop_log.LogKind.POSITION, "g", "T", [(0, 0, 0)]),
             pop_log.encode(pop_log.LogKind.IN_FLIGHT, "g", "T", fields, max_attempts=5),
             pop_log.encode(pop_log.LogKind.RESOLVED, "g", "T", [(0, 0, 1), (0, 0, 3)]),
         ]
-        store.put_messages([Message(POP_LOG_TOPIC, b"before R", queue_id=0)])
-        store.put_messages([Message(POP_LOG_TOPIC, body, queue_id=0) for body in old])
+        store.put_messages([Message(POP_LOG_TOPIC, b"before R", queue_id=0)], internal=True)
+        store.put_messages(
+            [Message(POP_LOG_TOPIC, body, queue_id=0) for body in old], internal=True
+        )
         store.commit_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0, 1)
         store.wait_dispatched()
     for _ in range(2):  # the second open reads the new log only
