@@ -26,6 +26,7 @@ import pytest
 
 from rocketstore import GetStatus, ManualClock, Message, MessageExt, MessageStore, PutStatus, StoreConfig
 from rocketstore.codec import index_layout
+from rocketstore.codec.checkpoint import Checkpoint, encode_checkpoint
 from tests.conftest import FIXTURES, copy_fixture, fixture_clock
 from tests.live_writer import LiveWriter
 
@@ -1317,3 +1318,63 @@ def test_a_damaged_record_does_not_stop_the_delayed_delivery_check_at_open(tmp_p
             if r is not victim:
                 m = store.look_message_by_offset(r["phyOffset"])
                 assert m is not None and m.queue_offset == r["queueOffset"]
+
+
+# --- 13. a power cut's torn, unflushed tail in an older segment ---------------------------------------
+
+
+def _store_time(root: Path, r: Rec) -> int:
+    for seg in _segments(root):
+        base = int(seg.name)
+        if base <= r.phys < base + SEG:
+            with open(seg, "rb") as f:
+                f.seek(r.phys - base + 56)  # STORETIMESTAMP of a record with IPv4 hosts
+                return int(struct.unpack(">q", f.read(8))[0])
+    raise AssertionError(f"no segment holds {r.phys}")
+
+
+@pytest.mark.parametrize("flushed", ["to-before-the-tear", "past-it"])
+def test_a_torn_tail_in_an_older_segment_ends_the_log_when_it_was_not_flushed(
+    pristine: Pristine, tmp_path: Path, flushed: str
+) -> None:
+    """A power cut leaves the unflushed end of the log written back in part, in no order: here
+    a record of the second-last segment torn (its body never written back) and the records
+    after it, in the last segment too, whole. When the checkpoint says the log was flushed only
+    to before the torn record, nothing after it was flushed (flushes go in log order): the log
+    ends there, as RocketMQ's recovery ends at the first invalid record, and no queue entry
+    points into the damage. When it says the records after it were flushed, the damage is to
+    flushed data: stepped over, the later records kept."""
+    segments = _segments(pristine.root)
+    base = int(segments[-2].name)
+    in_segment = [r for r in pristine.recs if base <= r.phys and r.end <= base + SEG]
+    torn = in_segment[len(in_segment) * 2 // 3]
+    root = _copy(pristine, tmp_path)
+    _patch_commitlog(root, _body_start(torn), bytes(len(torn.body)))
+    if flushed == "to-before-the-tear":
+        until = _store_time(root, torn) - 1
+    else:  # past the last segment's first record; the scan (3 s before it) takes in the tear
+        until = _store_time(root, next(r for r in pristine.recs if r.phys >= int(segments[-1].name))) + 1000
+    (root / "checkpoint").write_bytes(encode_checkpoint(Checkpoint(until, until, until)))
+    (root / "abort").touch()
+    kept, gone = _split(pristine.recs, torn.phys)
+    with _open(root, pristine.end_time) as store:
+        rep = store.recovery
+        assert rep is not None and rep.abnormal
+        assert store.wait_dispatched(10)
+        if flushed == "past-it":
+            assert [(d.start, d.end) for d in rep.stepped_over] == [(torn.phys, torn.end)]
+            assert rep.end_offset == pristine.recs[-1].end
+            assert store.look_message_by_offset(gone[1].phys) is not None
+            return
+        assert (rep.end_offset, rep.stop, rep.stepped_over) == (torn.phys, "corrupt", ())
+        assert len(_segments(root)) == len(segments) - 1
+        for topic, qid in QUEUES:
+            got = [m.physical_offset for m in _read_queue(store, topic, qid)]
+            assert got == [r.phys for r in kept if (r.topic, r.queue_id) == (topic, qid)]
+        acked = _put_new(store, kept, gone, "torn-tail")
+    with _open(root, pristine.end_time + 60_000) as again:
+        rep = again.recovery
+        assert rep is not None and not rep.abnormal and rep.end_offset == acked[-1].end
+        for r in kept + acked:
+            m = again.look_message_by_offset(r.phys)
+            assert m is not None and m.body == r.body, r.phys

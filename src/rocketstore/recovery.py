@@ -107,7 +107,21 @@ def recover(
         )
 
     scan_start = files[start_index].from_offset
-    scan, end, records, stepped_over = _scan_log(files[start_index:], config.check_crc_on_recover)
+    # after a crash, what was stored later than the checkpoint's flush time may never have
+    # reached the disk (an unreadable checkpoint tells nothing: then nothing counts as such). A
+    # read-only view cuts nothing: beside a live writer, what it scanned first may be older than
+    # what it scanned next, and a half-written record then is no tear
+    flushed_until = (
+        checkpoint.value.physic_msg_timestamp
+        if abnormal
+        and not commitlog.files.readonly
+        and checkpoint.damage is None
+        and checkpoint.value.physic_msg_timestamp > 0
+        else None
+    )
+    scan, end, records, stepped_over = _scan_log(
+        files[start_index:], config.check_crc_on_recover, flushed_until
+    )
     damage = scan.error.reason if scan.error is not None else None
     before = len(commitlog.files.files)
     bytes_cut = commitlog.files.truncate(end)
@@ -304,23 +318,38 @@ def log_report(report: RecoveryReport, *, readonly: bool) -> None:
     )
 
 
-def _scan_log(files: list[MappedFile], check_crc: bool) -> tuple[Extent, int, int, tuple[DamagedRange, ...]]:
+def _scan_log(
+    files: list[MappedFile], check_crc: bool, flushed_until: int | None = None
+) -> tuple[Extent, int, int, tuple[DamagedRange, ...]]:
     """Scan the segments ``files`` (each parses on its own, from its byte 0): (the scan of the
     segment the log ends in, where it ends, valid records, damaged ranges stepped over).
 
     The log ends in the last segment that holds data, at its first invalid record. Damage in an
     older segment is stepped over to the next valid record start: cutting there would drop the
     later segments' valid records, and a later open scanning from further back than this one
-    would cut below what this one accepted (and what was acknowledged since)."""
+    would cut below what this one accepted (and what was acknowledged since).
+
+    After a crash, ``flushed_until`` is the checkpoint's time up to which the log was flushed.
+    Damage whose next valid record was stored later than that is the torn tail of what was
+    written and not flushed: a power cut leaves some of its pages written back, in no order.
+    Flushes go in log order, so nothing after the damage was flushed either (nor acknowledged
+    under SYNC_FLUSH). The log ends at the damage, as RocketMQ's recovery ends at the first
+    invalid record; stepped over, the tail's consume-queue entries would point into it."""
     scans = [scan_extent(mf.buf, 0, mf.size, check_crc=check_crc) for mf in files]
     holding = [i for i, e in enumerate(scans) if e.position > 0 or e.stop == "blank"]
     last = holding[-1] if holding else 0
-    records = sum(e.records for e in scans[: last + 1])
     stepped_over: list[DamagedRange] = []
-    for mf, e in zip(files[:last], scans[:last]):
-        ranges, more = _step_over(mf, e, check_crc)
+    records = 0
+    for i in range(last):
+        ranges, more, torn_tail = _step_over(files, scans, i, check_crc, flushed_until)
         stepped_over += ranges
         records += more
+        if torn_tail is not None:  # the log ends here
+            last = i
+            scans[i] = torn_tail
+            break
+    else:
+        records += scans[last].records
     if scans[last].stop == "blank" and last + 1 < len(files):
         last += 1  # a BLANK record closes it: the log goes on at the next segment's start
     end = files[last].from_offset + scans[last].position
@@ -334,21 +363,42 @@ def _scan_log(files: list[MappedFile], check_crc: bool) -> tuple[Extent, int, in
     return scans[last], end, records, tuple(stepped_over)
 
 
-def _step_over(mf: MappedFile, scan: Extent, check_crc: bool) -> tuple[list[DamagedRange], int]:
-    """The damaged ranges of a segment that is not the last one holding data, and how many
-    valid records lie after the first of them."""
+def _step_over(
+    files: list[MappedFile], scans: list[Extent], i: int, check_crc: bool, flushed_until: int | None
+) -> tuple[list[DamagedRange], int, Extent | None]:
+    """Segment ``files[i]`` (not the last one holding data; ``scans[i]`` its scan from byte 0):
+    its damaged ranges stepped over, its valid records up to where the log goes on or ends, and,
+    when damage in it is the torn tail (see ``_scan_log``), the scan that ends the log there."""
+    mf, scan = files[i], scans[i]
     ranges: list[DamagedRange] = []
-    records = 0
+    records = scan.records
     while scan.stop != "blank" and scan.position < mf.size:
         at = scan.position
         resume = next_record_start(mf.buf, at + 1, mf.size, mf.from_offset)
+        if flushed_until is not None and _next_stored_after(files, scans, i, resume, flushed_until):
+            return ranges, records, Extent(at, records, "corrupt", 0, scan.error)
         reason = scan.error.reason if scan.error is not None else "zero fill without a closing BLANK record"
         ranges.append(DamagedRange(mf.from_offset + at, mf.from_offset + resume, reason))
         if resume >= mf.size:
             break
         scan = scan_extent(mf.buf, resume, mf.size, check_crc=check_crc)
         records += scan.records
-    return ranges, records
+    return ranges, records, None
+
+
+def _next_stored_after(
+    files: list[MappedFile], scans: list[Extent], i: int, at: int, flushed_until: int
+) -> bool:
+    """Whether the first valid record at or after byte ``at`` of segment ``files[i]`` (or, with
+    none left there, of the later segments) was stored after ``flushed_until``."""
+    for j in range(i, len(files)):
+        mf = files[j]
+        if j > i:  # from the segment's start: its first record, or the first valid one after damage
+            at = 0 if scans[j].records else next_record_start(mf.buf, 1, mf.size, mf.from_offset)
+        if at < mf.size:
+            fields = record_fields(mf.buf, np.array([at], dtype=np.int64))
+            return int(fields["store_timestamp"][0]) > flushed_until
+    return False
 
 
 def _abnormal_start(commitlog: CommitLog, checkpoint: StoreCheckpoint, config: StoreConfig) -> int:
