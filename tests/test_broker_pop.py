@@ -625,9 +625,7 @@ def test_a_pop_log_topic_of_an_earlier_version_is_migrated_at_open(
             pop_log.encode(pop_log.LogKind.RESOLVED, "g", "T", [(0, 0, 1), (0, 0, 3)]),
         ]
         store.put_messages([Message(POP_LOG_TOPIC, b"before R", queue_id=0)], internal=True)
-        store.put_messages(
-            [Message(POP_LOG_TOPIC, body, queue_id=0) for body in old], internal=True
-        )
+        store.put_messages([Message(POP_LOG_TOPIC, body, queue_id=0) for body in old], internal=True)
         store.commit_offset(POP_LOG_GROUP, POP_LOG_TOPIC, 0, 1)
         store.wait_dispatched()
     for _ in range(2):  # the second open reads the new log only

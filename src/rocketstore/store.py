@@ -908,6 +908,28 @@ class MessageStore:
                 result[level] = (max(done, topic_queue.min_offset), topic_queue.max_offset)
         return dict(sorted(result.items()))
 
+    def copy_delay_offsets(self, offsets: Mapping[int, int]) -> None:
+        """A slave's copy of its master's delay progress (delay level -> queue offset of the next
+        message to deliver), written to delayOffset.json in place of its own, as a RocketMQ slave
+        writes the file (SlaveSynchronize): restarted as a master, it delivers from there.
+        InvalidArgumentError for a store that delivers delayed messages itself (not a slave), a
+        level outside 1..``max_delay_level`` or a negative offset; nothing is changed then."""
+        self._check_writable("delay offset copies")
+        if not self._is_slave:
+            raise InvalidArgumentError("only a SLAVE store takes its master's delay offsets")
+        table: dict[int, int] = {}
+        for level, offset in offsets.items():
+            level, offset = _int_arg("delay level", level), _int_arg("delay offset", offset)
+            if not 1 <= level <= self.config.max_delay_level or offset < 0:
+                raise InvalidArgumentError(
+                    f"delay level {level} offset {offset}: levels are 1..{self.config.max_delay_level}, "
+                    "offsets 0 or more"
+                )
+            table[level] = offset
+        if table != self._scheduler.offsets:
+            self._scheduler.offsets = table
+            self._scheduler.persist()
+
     def timer_status(self) -> dict[str, int]:
         """Timer messages (docs/timers.md): ``pending`` (not yet delivered), of which
         ``not_enqueued`` are stored but not yet in the wheel; ``read_time_ms``, before which every

@@ -177,9 +177,15 @@ def test_kill_of_a_rocketstore_broker_mid_stream_loses_nothing_acknowledged(
     topic, count = "KillRestart", 300
     cluster.admin("updateTopic", "-c", CLUSTER, "-t", topic, "-r", "2", "-w", "2")
     wait_until(lambda: cluster.route_brokers(topic) == set(cluster.brokers), f"{topic} routed on both")
-    # 30 s per send (its tries included) rather than 10: a loaded CI machine is slow, not wrong
+    # 30 s per send (its tries included) rather than 10: a loaded CI machine is slow, not wrong;
+    # sendLatencyFaultEnable: a broker that failed a send is avoided for a while
     producer = java.start(
-        "Produce", f"namesrv={cluster.namesrv}", f"topic={topic}", f"count={count}", "timeout=30000"
+        "Produce",
+        f"namesrv={cluster.namesrv}",
+        f"topic={topic}",
+        f"count={count}",
+        "timeout=30000",
+        "latencyFault=true",
     )
     victim = cluster.served["rs-b"]
     victim_port = int(victim.broker.rpartition(":")[2])
@@ -327,6 +333,25 @@ def test_slave_found_through_the_name_server_serves_reads_after_the_master_dies(
             f"{address} holding every message",
             timeout=60,
         )
+    # a group's offset and the delay progress reach both slaves (RocketMQ's copies, every 10 s);
+    # the RocketMQ slave takes the group's settings too (GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+    assert cluster.admin("updateTopic", "-c", CLUSTER, "-t", "FromSlaveLater").count("success") == 1
+    delayed = java.run("Produce", f"namesrv={cluster.namesrv}", "topic=FromSlaveLater", "count=1", "delay=18")
+    assert [e["status"] for e in delayed if e["event"] == "sent"] == ["SEND_OK"]
+    master_port = int(cluster.brokers["master"].rpartition(":")[2])
+    with RawClient(master_port) as client:
+        update = {"consumerGroup": "synced_g", "topic": topic, "queueId": "0", "commitOffset": "1"}
+        assert client.call(RequestCode.UPDATE_CONSUMER_OFFSET, update).code == ResponseCode.SUCCESS
+    rmq_config = cluster.rocketmq[0].store / "config"
+
+    def copied(config: Path, name: str, text: str) -> bool:
+        path = config / name
+        return path.exists() and text in path.read_text()
+
+    for config in (cluster.served["slave"].store / "config", rmq_config):
+        for name, text in (("consumerOffset.json", f"{topic}@synced_g"), ("delayOffset.json", "18")):
+            wait_until(lambda c=config, n=name, t=text: copied(c, n, t), f"{name} in {config}")
+    wait_until(lambda: copied(rmq_config, "subscriptionGroup.json", '"synced_g"'), "the group's settings")
     cluster.served.pop("master").kill()
     master = cluster.brokers["master"]
     wait_until(

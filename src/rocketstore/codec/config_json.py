@@ -10,6 +10,10 @@
 ``consumerOffset.json``: ``{"offsetTable": {"TopicA@groupA": {"0": 12, "1": 5}}}``
 ``delayOffset.json``: ``{"offsetTable": {"4": 10}}`` (delay level -> offset in its schedule queue),
 plus ``rocketstoreCommitLogOffset``: the commitlog's end when rocketstore wrote the file.
+``subscriptionGroup.json`` (only written, as a master's answer to its slaves)::
+
+    {"dataVersion": {...}, "subscriptionGroupTable": {"G": {"groupName": "G", "consumeEnable": true,
+     "retryMaxTimes": 16, ...}}}
 
 RocketMQ writes these with fastjson, which leaves integer map keys unquoted (``{0:12}``): not
 JSON. They are read either way; they are written as standard JSON (quoted keys), which fastjson
@@ -38,6 +42,7 @@ __all__ = [
     "decode_topics",
     "encode_delay_offsets",
     "encode_offsets",
+    "encode_subscription_groups",
     "encode_topics",
 ]
 
@@ -205,6 +210,27 @@ def encode_offsets(table: dict[tuple[str, str], dict[int, int]]) -> bytes:
             for (topic, group), queues in sorted(table.items())
         }
     }
+    return json.dumps(doc, indent=1).encode()
+
+
+def encode_subscription_groups(groups: list[str], counter: int, timestamp: int) -> bytes:
+    """subscriptionGroup.json with RocketMQ 4.9's default configuration for each of ``groups``
+    (SubscriptionGroupConfig's defaults: what its broker creates for a group it first hears of)."""
+    table = {
+        name: {
+            "brokerId": 0,
+            "consumeBroadcastEnable": True,
+            "consumeEnable": True,
+            "consumeFromMinEnable": True,
+            "groupName": name,
+            "notifyConsumerIdsChangedEnable": True,
+            "retryMaxTimes": 16,
+            "retryQueueNums": 1,
+            "whichBrokerWhenConsumeSlowly": 1,
+        }
+        for name in sorted(groups)
+    }
+    doc = {"dataVersion": {"counter": counter, "timestamp": timestamp}, "subscriptionGroupTable": table}
     return json.dumps(doc, indent=1).encode()
 
 

@@ -25,6 +25,7 @@ public final class Produce {
         DefaultMQProducer producer = new DefaultMQProducer(Out.get(a, "group", "test_producer_" + mode), Out.hook(a));
         producer.setNamesrvAddr(Out.need(a, "namesrv"));
         producer.setSendMsgTimeout(Integer.parseInt(Out.get(a, "timeout", "10000")));
+        producer.setSendLatencyFaultEnable(Boolean.parseBoolean(Out.get(a, "latencyFault", "false")));
         producer.start();
         List<Message> messages = new ArrayList<>();
         for (int i = 0; i < count; i++) {

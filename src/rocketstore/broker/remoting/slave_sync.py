@@ -2,34 +2,46 @@
 ``SlaveSynchronize``), both sides:
 
 * ``SlaveSyncProcessor``, on every broker: the master's answers to GET_ALL_CONSUMER_OFFSET (43,
-  ``consumerOffset.json``'s JSON) and GET_ALL_DELAY_OFFSET (45, ``delayOffset.json``'s); SYSTEM_ERROR
-  when it has none, as RocketMQ's broker. GET_ALL_TOPIC_CONFIG (21) is ``admin.py``'s.
+  ``consumerOffset.json``'s JSON), GET_ALL_DELAY_OFFSET (45, ``delayOffset.json``'s) and
+  GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201, ``subscriptionGroup.json``'s); SYSTEM_ERROR when it has
+  none, as RocketMQ's broker. GET_ALL_TOPIC_CONFIG (21) is ``admin.py``'s. rocketstore keeps no
+  per-group settings (a retry's limit comes with each send, as RocketMQ's clients send it): the
+  groups it answers are those that committed an offset or are connected, each with RocketMQ's
+  default settings, which is what a RocketMQ broker creates for a group it hears of
+  (``autoCreateSubscriptionGroup``); its data version changes when that set does.
 * ``SlaveSynchronizer``, on a SLAVE that registers with name servers: every ``SYNC_PERIOD_S``
   (10 s; first after 3 s), while the name servers name its master's address (the registration
-  result's ``masterAddr``), asks the master (3 s each) for its topics and its consumers' offsets:
-  a topic the slave lacks or holds with other queue counts, permissions or order is created or
-  changed (so its pulls are served: a slave serves pulls only for topics it knows); every offset
-  is taken as the master's (RocketMQ's ``putAll``). A topic the master no longer has is kept.
+  result's ``masterAddr``), asks the master (3 s each) for its topics, its consumers' offsets
+  and its delay offsets: a topic the slave lacks or holds with other queue counts, permissions
+  or order is created or changed (so its pulls are served: a slave serves pulls only for topics
+  it knows); every offset is taken as the master's (RocketMQ's ``putAll``); the delay offsets
+  replace the slave's (``delayOffset.json``, for a restart as master). A topic the master no
+  longer has is kept. Subscription groups are not asked for: a rocketstore slave has no
+  settings to keep them in.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Final
 
 from rocketstore.broker.periodic import PeriodicTask
 from rocketstore.broker.remoting.client import RemotingClient
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
+from rocketstore.broker.remoting.consumers import consumer_groups
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
 from rocketstore.codec.config_json import (
     TopicConfig,
+    decode_delay_offsets,
     decode_offsets,
     decode_topics,
     encode_delay_offsets,
     encode_offsets,
+    encode_subscription_groups,
 )
 from rocketstore.errors import RocketStoreError
 
@@ -47,12 +59,28 @@ class SlaveSyncProcessor:
 
     def __init__(self, ctx: RemotingContext) -> None:
         self.ctx = ctx
+        # the groups last answered, and their data version (counter, timestamp)
+        self._groups: frozenset[str] = frozenset()
+        self._groups_version = (0, 0)
 
     def handlers(self) -> dict[int, Handler]:
         return {
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offsets,
             RequestCode.GET_ALL_DELAY_OFFSET: self.all_delay_offsets,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_subscription_groups,
         }
+
+    async def all_subscription_groups(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        offsets = self.ctx.store.consumer_offsets()
+        groups = frozenset(group for _, group in offsets) | frozenset(consumer_groups(self.ctx).groups())
+        if not groups:
+            raise RequestRefused(ResponseCode.SYSTEM_ERROR, "No subscription group in this broker")
+        if groups != self._groups:
+            # a slave replaces its table only when the version differs (SlaveSynchronize)
+            self._groups = groups
+            self._groups_version = (self._groups_version[0] + 1, int(time.time() * 1000))
+        counter, timestamp = self._groups_version
+        return cmd.response(body=encode_subscription_groups(sorted(groups), counter, timestamp))
 
     async def all_consumer_offsets(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         table = self.ctx.store.consumer_offsets()
@@ -128,6 +156,12 @@ class SlaveSynchronizer:
         if offsets_body is not None:
             offsets = decode_offsets(offsets_body.decode("utf-8", errors="replace"), "the master's offsets")
             await self.ctx.run(self._apply_offsets, offsets)
+        delay_body = await self._ask(address, RequestCode.GET_ALL_DELAY_OFFSET)
+        if delay_body is not None:
+            delays, _ = decode_delay_offsets(
+                delay_body.decode("utf-8", errors="replace"), "the master's delay offsets"
+            )
+            await self.ctx.run(self.ctx.store.copy_delay_offsets, delays)
         self.rounds += 1
 
     def _apply_topics(self, topics: dict[str, TopicConfig]) -> None:
