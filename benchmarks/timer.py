@@ -5,11 +5,14 @@
 2. **Lateness**: ``--rate`` timers per second for ``--seconds``, each due 1-3 s after its put (any
    millisecond); a reader follows the real topic and records, per timer, the time it could read it
    minus the time it asked for. Printed: p50 / p99 / max, and how many came early (must be 0).
-3. **Memory**: RSS of the process before and after ``--pending`` timers due in an hour are stored
+3. **Burst**: ``--burst`` timers (put in batches of 1,000 before their time) all due within the
+   same second, 3 s ahead; printed: when the last was readable after its time, and the delivery
+   rate over the burst (its inverse is the cost of delivering one timer).
+4. **Memory**: RSS of the process before and after ``--pending`` timers due in an hour are stored
    and in the wheel, anonymous (the process's own memory) and file-backed (mapped store files'
    pages in the page cache) apart.
 
-    python benchmarks/timer.py [--count N] [--rate R] [--seconds S] [--pending N] [--dir DIR]
+    python benchmarks/timer.py [--count N] [--rate R] [--seconds S] [--burst N] [--pending N] [--dir DIR]
 
 Not for figures on a shared machine: the timings move with whatever else runs.
 """
@@ -98,6 +101,36 @@ def lateness(store: MessageStore, rate: int, seconds: float) -> None:
     )
 
 
+def burst(store: MessageStore, count: int) -> None:
+    due = (now_ms() // 1000 + 4) * 1000  # a whole second, at least 3 s ahead
+    for first in range(0, count, 1000):
+        store.put_messages(
+            [
+                Message("Burst", b"%d" % i, queue_id=0, deliver_at=due + i * 1000 // count)
+                for i in range(first, min(count, first + 1000))
+            ]
+        )
+    if now_ms() >= due:
+        print(f"burst: enqueueing {count} timers took past their time; use a smaller --burst")
+        return
+    offset, first_at, last_late = 0, None, 0
+    deadline = time.monotonic() + 60
+    while offset < count and time.monotonic() < deadline:
+        store.wait_for_message("Burst", 0, offset, 0.5)
+        res = store.get_message("bench", "Burst", 0, offset, 1024, transfer_limits=False)
+        if res.status is not GetStatus.FOUND:
+            continue
+        t = now_ms()
+        first_at = t if first_at is None else first_at
+        last_late = max(last_late, *(t - int(m.properties["TIMER_DELIVER_MS"]) for m in res.messages))
+        offset = res.next_begin_offset
+    spread = (now_ms() - first_at) / 1000 if first_at is not None else 0.0
+    print(
+        f"burst: {offset} of {count} timers due within one second delivered; the last {last_late} ms "
+        f"after its time; delivered over {spread:.2f} s ({offset / max(spread, 1e-3):,.0f}/s)"
+    )
+
+
 def memory(store: MessageStore, pending: int) -> None:
     before = rss_mb()
     due = now_ms() + HOUR_MS
@@ -120,6 +153,7 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=50_000)
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--burst", type=int, default=20_000)
     ap.add_argument("--pending", type=int, default=200_000)
     ap.add_argument("--dir", type=Path)
     args = ap.parse_args()
@@ -128,6 +162,7 @@ def main() -> None:
         with MessageStore.open(root / "store", StoreConfig()) as store:
             enqueue_rate(store, args.count)
             lateness(store, args.rate, args.seconds)
+            burst(store, args.burst)
             memory(store, args.pending)
     finally:
         shutil.rmtree(root, ignore_errors=True)
