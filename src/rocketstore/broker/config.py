@@ -54,6 +54,11 @@ class BrokerConfig:
     # address the client used when the broker listens on every interface
     advertise: str | None = None
     broker_name: str = "rocketstore"
+    # what the broker allows on all its topics (RocketMQ's brokerPermission: 6 read and write,
+    # 4 read only, 2 write only): other than 6, every topic registers with it, so clients stop
+    # sending to (4) or reading from (2) this broker; pulls are refused without read, sends to
+    # an order topic without write
+    broker_permission: int = 6
     auto_create_topic: bool = True
     auto_create_group: bool = True
     # limits (issue item 6)
@@ -126,6 +131,11 @@ class BrokerConfig:
             host, sep, port = address.rpartition(":")
             if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
                 raise StoreConfigError(f"namesrvAddr element {address!r}: expected HOST:PORT")
+        if self.broker_permission > 7:
+            raise StoreConfigError(
+                f"brokerPermission {self.broker_permission}: expected 6 (read and write), 4 (read) "
+                "or 2 (write)"
+            )
         if self.max_frame_size < 1024:
             raise StoreConfigError(f"max_frame_size {self.max_frame_size} is below 1024 bytes")
 
@@ -187,6 +197,7 @@ _ROCKETMQ_NAMES = {
     "brokerIP2": "broker_ip2",
     "namesrvAddr": "namesrv_addr",
     "brokerId": "broker_id",
+    "brokerPermission": "broker_permission",
     "registerNameServerPeriod": "register_period_ms",
     "registerBrokerTimeoutMills": "register_timeout_ms",
     "forceRegister": "force_register",

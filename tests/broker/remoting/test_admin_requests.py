@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from rocketstore import Message
 from rocketstore.broker import BrokerConfig
 from rocketstore.broker.config import load_settings
 from rocketstore.broker.remoting import producer
@@ -238,12 +239,51 @@ def test_update_broker_config_applies_live_settings_and_keeps_them(
         )
         for body, named in (
             (b"fileReservedTime=1\nautoCreateTopicEnable=true", "fileReservedTime"),
-            (b"brokerPermission=4", "brokerPermission"),
+            (b"brokerName=other", "brokerName"),
+            (b"brokerPermission=9", "brokerPermission"),
             (b"transactionCheckMax=lots", "transactionCheckMax"),
         ):
             no = c.call(RequestCode.UPDATE_BROKER_CONFIG, body=body)
             assert no.code == ResponseCode.SYSTEM_ERROR and named in no.remark, no.remark
         assert settings(c) == after and r.broker.config.auto_create_topic is False
+
+
+def test_broker_permission_registers_every_topic_with_it_and_refuses_as_rocketmq(
+    start_remoting: StartRemoting,
+) -> None:
+    r = start_remoting()
+    r.store.create_topic("Plain", 1)
+    r.store.create_topic("Ordered", 1, order=True)
+    assert r.store.put_message(Message("Plain", b"m", queue_id=0)).ok
+    r.store.wait_dispatched()
+
+    def route_perms(ns: RawClient) -> set[int]:
+        route = json.loads(ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Plain"}).body)
+        return {q["perm"] for q in route["queueDatas"]}
+
+    with RawClient(r.namesrv_port) as ns, RawClient(r.port) as c:
+        assert route_perms(ns) == {6}
+        change = c.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"brokerPermission=4")
+        assert change.code == ResponseCode.SUCCESS, change.remark
+        # read only: routed so, an order topic's sends refused, the others stored (RocketMQ's
+        # clients send none here, as routed)
+        assert route_perms(ns) == {4}
+        refused = send(c, "Ordered", b"x", queue_id=0)
+        assert (refused.code, refused.remark) == (
+            ResponseCode.NO_PERMISSION,
+            "the broker[127.0.0.1] sending message is forbidden",
+        )
+        assert send(c, "Plain", b"x", queue_id=0).code == ResponseCode.SUCCESS
+        assert c.call(RequestCode.PULL_MESSAGE, pull_ext("Plain", 0)).code == ResponseCode.SUCCESS
+        assert c.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"brokerPermission=2").code == 0
+        no_pull = c.call(RequestCode.PULL_MESSAGE, pull_ext("Plain", 0))
+        assert (no_pull.code, no_pull.remark) == (
+            ResponseCode.NO_PERMISSION,
+            "the broker[127.0.0.1] pulling message is forbidden",
+        )
+        assert c.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"brokerPermission=6").code == 0
+        assert route_perms(ns) == {6}
+        assert c.call(RequestCode.PULL_MESSAGE, pull_ext("Plain", 0)).code == ResponseCode.SUCCESS
 
 
 def test_a_shorter_transaction_check_interval_applies_before_the_current_wait_ends(

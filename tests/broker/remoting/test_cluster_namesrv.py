@@ -223,6 +223,12 @@ def test_broker_registers_on_start_on_topic_change_and_unregisters_at_stop(
             wait_for(lambda: route(ns, "Later") != ResponseCode.TOPIC_NOT_EXIST, "the topic's registration")
             assert route(ns, "Later")["queueDatas"][0]["writeQueueNums"] == 5
             assert standalone.table.live[r.address].version.counter == 1
+            # a new brokerPermission registers every topic with it at once (a drained broker)
+            with RawClient(r.port) as c:
+                assert c.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"brokerPermission=4").code == 0
+            wait_for(lambda: route(ns, "Later")["queueDatas"][0]["perm"] == 4, "the read-only registration")
+            assert route(ns, "TBW102")["queueDatas"][0]["perm"] == 4
+            assert standalone.table.live[r.address].version.counter == 2
             # one connection carries every registration
             assert len(standalone.name_server.server.connections) == 2  # the broker's and this client's
             r.broker.stop_in_thread()

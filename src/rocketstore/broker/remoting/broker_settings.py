@@ -219,6 +219,7 @@ _BROKER_FIELDS: Final = {
 # what UPDATE_BROKER_CONFIG may change: read by both doors at each request or check
 LIVE: Final = {
     "autoCreateTopicEnable": "auto_create_topic",
+    "brokerPermission": "broker_permission",
     "transactionTimeOut": "transaction_timeout_ms",
     "transactionCheckInterval": "transaction_check_interval_ms",
     "transactionCheckMax": "transaction_check_max",
@@ -227,6 +228,7 @@ LIVE: Final = {
 
 _EXPECTED: Final = {
     "autoCreateTopicEnable": "true or false",
+    "brokerPermission": "6 (read and write), 4 (read) or 2 (write)",
     "transactionTimeOut": "milliseconds (a non-negative integer)",
     "transactionCheckInterval": "milliseconds (a non-negative integer)",
     "transactionCheckMax": "a non-negative integer",
@@ -276,7 +278,7 @@ def broker_settings(config: BrokerConfig, store: MessageStore, broker_address: s
             "brokerIP2": host.strip("[]"),
             "listenPort": port,
             "haListenPort": _shown(store.ha_port),
-            "brokerPermission": "4" if store.readonly else "6",
+            "brokerPermission": "4" if store.readonly else str(config.broker_permission),
             "aclEnable": _shown(config.acl_file is not None),
             "maxMessageSize": str(min(store_config.max_message_size, config.max_body_size)),
             "serverChannelMaxIdleTimeSeconds": str(config.idle_timeout_ms // 1000),

@@ -5,6 +5,7 @@ service (what it registers), the producer (auto-creation) and admin (topic looku
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Final
 
 from rocketstore.broker.remoting.context import RemotingContext
@@ -25,10 +26,12 @@ __all__ = [
     "default_topic_config",
     "local_ha_address",
     "local_topic_configs",
+    "registered_config",
 ]
 
 DEFAULT_TOPIC: Final = AUTO_CREATE_TOPIC  # RocketMQ's AUTO_CREATE_TOPIC_KEY_TOPIC
 PERM_INHERIT: Final = 0x1
+_READ_WRITE: Final = PERM_READ | PERM_WRITE
 
 
 def default_topic_config(ctx: RemotingContext) -> TopicConfig:
@@ -63,8 +66,22 @@ def broker_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
 
 def local_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
     """Every topic a broker serves (what its routes and registrations list): the store's, and
-    the broker's own it does not have (TBW102 among them while auto-creation is on)."""
-    return {**broker_topic_configs(ctx), **ctx.store.topic_configs()}
+    the broker's own it does not have (TBW102 among them while auto-creation is on), each as
+    ``registered_config`` gives it."""
+    topics = {**broker_topic_configs(ctx), **ctx.store.topic_configs()}
+    if ctx.config.broker_permission & _READ_WRITE == _READ_WRITE:
+        return topics
+    return {name: registered_config(ctx, config) for name, config in topics.items()}
+
+
+def registered_config(ctx: RemotingContext, config: TopicConfig) -> TopicConfig:
+    """A topic as the broker registers it: with ``brokerPermission`` in place of its own
+    permission when the broker does not allow both reads and writes (RocketMQ's
+    ``registerBrokerAll``), so clients route around what it does not allow."""
+    perm = ctx.config.broker_permission
+    if perm & _READ_WRITE == _READ_WRITE:
+        return config
+    return dataclasses.replace(config, perm=perm)
 
 
 def local_ha_address(ctx: RemotingContext) -> str:

@@ -43,6 +43,7 @@ from rocketstore.broker.remoting.broker_topics import (
     broker_topic_configs,
     local_ha_address,
     local_topic_configs,
+    registered_config,
 )
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
@@ -158,7 +159,8 @@ class NameServerProcessor:
         ctx = self.local
         if ctx is None:
             return None
-        return ctx.store.topic_config(topic) or broker_topic_configs(ctx).get(topic)
+        config = ctx.store.topic_config(topic) or broker_topic_configs(ctx).get(topic)
+        return None if config is None else registered_config(ctx, config)
 
     def _with_local(self, sets: list[BrokerSet]) -> list[BrokerSet]:
         """``sets`` with this broker as the master of its name (its registered slaves kept)."""

@@ -226,6 +226,12 @@ class ProducerProcessor:
             raise RequestRefused(
                 ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
             )
+        if config.order and not self.ctx.config.broker_permission & PERM_WRITE:
+            # RocketMQ refuses only an order topic's sends (the others are routed elsewhere)
+            host = self.ctx.broker_address.rpartition(":")[0].strip("[]")
+            raise RequestRefused(
+                ResponseCode.NO_PERMISSION, f"the broker[{host}] sending message is forbidden"
+            )
         queues = max(config.read_queues, config.write_queues)
         queue_id = header.queue_id
         if queue_id < 0:

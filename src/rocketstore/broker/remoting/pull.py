@@ -142,6 +142,11 @@ class PullProcessor:
         max_msgs = min(max(number(ext, "maxMsgNums"), 1), MAX_MESSAGES_PER_PULL)
         sys_flag = number(ext, "sysFlag")
         store = self.ctx.store
+        if not self.ctx.config.broker_permission & PERM_READ:
+            host = self.ctx.broker_address.rpartition(":")[0].strip("[]")
+            raise RequestRefused(
+                ResponseCode.NO_PERMISSION, f"the broker[{host}] pulling message is forbidden"
+            )
         config = store.topic_config(topic)
         if config is None:
             raise RequestRefused(

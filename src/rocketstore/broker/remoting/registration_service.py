@@ -120,7 +120,8 @@ class RegistrationService:
         self.timeout_s = config.register_timeout_ms / 1000
         self.version = DataVersion(self._clock.now_ms(), 0)
         self._topics: dict[str, TopicConfig] | None = None
-        self._topics_seen: int | None = None  # the store's topics_version when they were taken
+        # the store's topics_version and the brokerPermission when they were taken
+        self._topics_seen: tuple[int, int] | None = None
         self._rounds = PeriodicTask("registration", TOPIC_CHECK_S, self._round, log=log)
         self._next_periodic = 0.0
 
@@ -165,8 +166,9 @@ class RegistrationService:
 
     def _topics_changed(self) -> bool:
         # the store's change counter, not the table: checked every second, copied on a change only
-        # (the broker's own topics beside the store's follow from its config, fixed)
-        seen = self.ctx.store.topics_version()
+        # (the broker's own topics beside the store's follow from its config); a new
+        # brokerPermission changes every topic's registered permission
+        seen = (self.ctx.store.topics_version(), self.ctx.config.broker_permission)
         if seen == self._topics_seen:
             return False
         if self._topics_seen is not None:
