@@ -209,6 +209,42 @@ def test_verifying_while_a_writer_appends_finds_nothing(tmp_path: Path) -> None:
     assert reports[0].records <= reports[-1].records <= verify_store(root, CFG).records
 
 
+@pytest.mark.parametrize("completes", [True, False])
+def test_a_record_copied_in_after_the_one_behind_it_is_looked_at_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, completes: bool
+) -> None:
+    """A writer's copy of several records can land a later record before an earlier one: the
+    newest segment holds a half-copied record with a whole one after it. Looked at again a
+    moment later, the copy is done and nothing is reported; a record that stays half is."""
+    import rocketstore.verify.segments as segments
+
+    root = tmp_path / "s"
+    with MessageStore.open(root, CFG) as store:
+        results = store.put_messages(messages(40))
+        store.wait_dispatched()
+    torn = results[20]
+    (segment,) = sorted((root / "commitlog").iterdir())
+    whole = segment.read_bytes()
+    half = torn.physical_offset + torn.wrote_bytes // 2
+    with open(segment, "r+b") as f:
+        f.seek(half)
+        f.write(bytes(torn.wrote_bytes - torn.wrote_bytes // 2))
+    looks: list[float] = []
+
+    def pause(seconds: float) -> None:  # the writer's copy finishes while verify waits
+        looks.append(seconds)
+        if completes:
+            segment.write_bytes(whole)
+
+    monkeypatch.setattr(segments.time, "sleep", pause)
+    report = verify_store(root, CFG)
+    assert looks, "the half-copied record was reported without a second look"
+    if completes:
+        assert report.damage == []
+    else:
+        assert [d.offset for d in report.damage if d.kind == "commitlog_record"] == [torn.physical_offset]
+
+
 def test_progress_reports_every_stage_up_to_its_total(store: tuple[Path, list[PutMessageResult]]) -> None:
     calls: list[tuple[str, int, int]] = []
     verify_store(store[0], CFG, progress=lambda stage, done, total: calls.append((stage, done, total)))

@@ -17,6 +17,7 @@ pointers into it while it is mapped.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -44,6 +45,7 @@ __all__ = [
 ]
 
 _LIVE_RETRIES: Final = 4  # looks again at the tail of a segment a writer may be appending to
+_LIVE_PAUSE_S: Final = 0.002  # between those looks: a copy in progress finishes meanwhile
 
 
 @dataclass
@@ -193,9 +195,10 @@ def _scan_segment(
 ) -> tuple[I64, list[tuple[int, int]]]:
     """Walk one segment's records: (their starts, the spans that could not be parsed).
 
-    In a segment that may be ``being_written``, an invalid record with nothing record-like after
-    it, or zero fill with data after it, may be a record a writer is copying in right now: the
-    walk looks again from there (a few times at most) before it reports anything."""
+    In a segment that may be ``being_written``, an invalid record or zero fill with data after it
+    may be records a writer is copying in right now (a copy of several records can land later
+    ones first, which then read as valid after a half-copied one): the walk looks again from
+    there (a few times at most, a moment apart) before it reports anything."""
     limit = seg.size
     runs: list[I64] = []
     unparsed: list[tuple[int, int]] = []
@@ -220,10 +223,11 @@ def _scan_segment(
                 )
             break
         if ext.stop == "corrupt":
-            resume = _resync(view, at + 1, limit, seg.start)
-            if resume < 0 and retries:
+            if retries:
                 retries, pos = retries - 1, at
+                time.sleep(_LIVE_PAUSE_S)
                 continue
+            resume = _resync(view, at + 1, limit, seg.start)
             reason = ext.error.reason if ext.error is not None else "invalid record"
             damage.add("commitlog_record", seg.rel, seg.start + at, reason)
         else:  # zero fill, or fewer than 8 bytes left
@@ -233,6 +237,7 @@ def _scan_segment(
                 break
             if retries:
                 retries, pos = retries - 1, at
+                time.sleep(_LIVE_PAUSE_S)
                 continue
             damage.add(
                 "commitlog_gap",
