@@ -8,6 +8,7 @@ have registered, then, each through the ``rocketstore`` source on the executors:
 
 - reads every row of STORE from the commitlog (4 partitions), each row tagged, in the scan's own
   tasks, with its partition and the work directory of the executor that ran it;
+- reads them again with ``read_on_hosts``, each task preferring the executors' host;
 - reads one topic through the consume queues with Kafka's options (``subscribe``,
   ``startingOffsets`` as JSON, ``endingOffsets``);
 - streams two topics of STORE into the store OUT_DIR/stream with the streaming sink
@@ -31,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from rocketstore.spark import session
+from rocketstore.spark.hosts import read_on_hosts
 
 WAIT_EXECUTORS_S = 180
 SCAN_COLUMNS = "topic string, queue_id int, queue_offset long, body binary"
@@ -86,6 +88,15 @@ def main(master: str, store: str, out_dir: str, result_path: str) -> None:
         result["scan_tasks"] = sorted({(r.partition, r.executor_dir) for r in rows})
         result["scan_rows"] = sorted(
             [r.topic, r.queue_id, r.queue_offset, bytes(r.body).decode()] for r in rows
+        )
+
+        # the same rows, planned and read by tasks preferring the executors' host
+        status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+        host = str(status.keys().head()).rpartition(":")[0]
+        placed = read_on_hosts(spark, [(host, store)], minPartitions="4")
+        result["hosts_rows"] = sorted(
+            [r.topic, r.queue_id, r.queue_offset, bytes(r.body).decode()]
+            for r in placed.select("topic", "queue_id", "queue_offset", "body").collect()
         )
 
         kafka = (

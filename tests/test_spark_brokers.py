@@ -21,6 +21,7 @@ from rocketstore.cli import main
 from rocketstore.spark import jobs
 from rocketstore.spark.brokers import broker_name, store_paths
 from rocketstore.spark.columns import COLUMNS
+from rocketstore.spark.hosts import _placed, read_on_hosts
 from rocketstore.spark.source import FilteringReader, RocketStoreDataSource, RocketStoreStreamReader
 
 if TYPE_CHECKING:
@@ -233,6 +234,45 @@ def test_three_stores_read_as_one_frame_row_by_row(
         .where("broker = 'B'")
     )
     assert _rows(named) == sorted(("B", *p[1:]) for p in put if p[0] == "broker-b")
+
+
+@pytest.mark.slow
+def test_stores_read_on_their_hosts_give_the_source_s_rows(
+    spark: SparkSession, cluster: tuple[list[Path], list[Put]]
+) -> None:
+    roots, put = cluster
+    sc = spark.sparkContext
+    here = sc.getConf().get("spark.driver.host")  # the only executor host of a local master
+    assert here is not None
+    df = read_on_hosts(spark, [(here, r) for r in roots], bodyAs="string")
+    assert df.columns == [*COLUMNS, "broker"]
+    source = spark.read.format("rocketstore").option("bodyAs", "string").load([str(r) for r in roots])
+    assert df.schema == source.schema
+    assert _rows(df) == sorted(put)
+    # every task of the read prefers the host its store was given with
+    plan = df._jdf.queryExecution().toRdd()
+    wanted = {sc._jsc.sc().getPreferredLocs(plan, i).head().host() for i in range(len(plan.partitions()))}
+    assert wanted == {here}
+    # the source's options: names, a topic, the consume queues
+    named = read_on_hosts(
+        spark, [(here, r) for r in roots], brokers="A,B,C", topics="Payments", bodyAs="string"
+    )
+    assert _rows(named) == sorted(("B", *p[1:]) for p in put if p[1] == "Payments")
+    with pytest.raises(ValueError, match="names 2 brokers for 3 stores"):
+        read_on_hosts(spark, [(here, r) for r in roots], brokers="A,B")
+    with pytest.raises(ValueError, match="not option paths"):
+        read_on_hosts(spark, [(here, roots[0])], paths="[]")
+    with pytest.raises(ValueError, match="both broker 'broker-b'"):
+        read_on_hosts(spark, [(here, roots[1]), ("elsewhere", roots[1])])  # one machine: both here
+    with pytest.raises(Exception, match="is not on this executor's machine"):
+        read_on_hosts(spark, [(here, roots[0].parent / "no-such-store")]).collect()
+
+
+def test_tasks_prefer_the_hosts_given(spark: SparkSession) -> None:
+    rdd = _placed(spark, ["a", "b", "c"], ["host-1", "host-2", "host-1"])
+    sc = spark.sparkContext
+    hosts = [sc._jsc.sc().getPreferredLocs(rdd._jrdd.rdd(), i).head().host() for i in range(3)]
+    assert (rdd.getNumPartitions(), hosts) == (3, ["host-1", "host-2", "host-1"])
 
 
 def _run_stream(spark: SparkSession, roots: list[Path], out: Path, ckpt: Path) -> None:

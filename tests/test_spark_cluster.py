@@ -253,6 +253,7 @@ def test_reads_streams_and_writes_on_a_standalone_cluster(
         [topic, i % QUEUES, i // QUEUES, f"{topic}-{i}"] for i in range(PER_TOPIC) for topic in TOPICS
     )
     assert result["scan_rows"] == expected
+    assert result["hosts_rows"] == expected
     assert result["scan_partitions"] >= 2  # one per 256 KiB segment
     # each partition ran once, on one executor; both executors (two JVMs, one per worker) ran some
     ran = dict(result["scan_tasks"])
