@@ -7,10 +7,11 @@
    minus the time it asked for. Printed: p50 / p99 / max, and how many came early (must be 0).
 3. **Burst**: ``--burst`` timers (put in batches of 1,000 before their time) all due within the
    same second, 3 s ahead; printed: when the last was readable after its time, and the delivery
-   rate over the burst (its inverse is the cost of delivering one timer).
+   rate over the burst; then as many due at one instant: how long their delivery takes, per timer.
 4. **Memory**: RSS of the process before and after ``--pending`` timers due in an hour are stored
    and in the wheel, anonymous (the process's own memory) and file-backed (mapped store files'
-   pages in the page cache) apart.
+   pages in the page cache) apart; and a plain message's put and read latency (p50, p99), one
+   at a time, before and after.
 
     python benchmarks/timer.py [--count N] [--rate R] [--seconds S] [--burst N] [--pending N] [--dir DIR]
 
@@ -131,7 +132,45 @@ def burst(store: MessageStore, count: int) -> None:
     )
 
 
+def plain_latency(store: MessageStore, n: int = 2000) -> str:
+    """p50 / p99 of a plain message's put and of a read of it, one at a time."""
+    puts, gets, offsets = [], [], []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        offsets.append(store.put_message(Message("PlainLatency", BODY, queue_id=0)).queue_offset)
+        puts.append(time.perf_counter() - t0)
+    store.wait_dispatched()
+    for offset in offsets:
+        t0 = time.perf_counter()
+        got = store.get_message("bench", "PlainLatency", 0, offset, 1)
+        gets.append(time.perf_counter() - t0)
+        assert got.status is GetStatus.FOUND
+    put_us, get_us = np.array(puts) * 1e6, np.array(gets) * 1e6
+    return (
+        f"put p50 {np.percentile(put_us, 50):.0f} µs p99 {np.percentile(put_us, 99):.0f} µs, "
+        f"read p50 {np.percentile(get_us, 50):.0f} µs p99 {np.percentile(get_us, 99):.0f} µs"
+    )
+
+
+def delivery_cost(store: MessageStore, count: int) -> None:
+    """``count`` timers due at one instant: how long their delivery takes, per timer."""
+    due = (now_ms() // 1000 + 4) * 1000
+    for first in range(0, count, 1000):
+        n = min(1000, count - first)
+        store.put_messages([Message("Instant", b"i", queue_id=0, deliver_at=due) for _ in range(n)])
+    offset, deadline = 0, time.monotonic() + 60
+    while offset < count and time.monotonic() < deadline:
+        store.wait_for_message("Instant", 0, offset, 0.5)
+        offset = max(offset, store.max_offset_in_queue("Instant", 0))
+    took = (now_ms() - due) / 1000
+    print(
+        f"delivery: {offset} timers due at one instant delivered {took:.2f} s after it "
+        f"({took / max(offset, 1) * 1e6:.0f} µs a timer, the wheel's 100 ms slot included)"
+    )
+
+
 def memory(store: MessageStore, pending: int) -> None:
+    without = plain_latency(store)
     before = rss_mb()
     due = now_ms() + HOUR_MS
     batch = 1000
@@ -146,6 +185,8 @@ def memory(store: MessageStore, pending: int) -> None:
         f"memory: RSS anonymous {before[0]:.0f} -> {after[0]:.0f} MB, mapped files {before[1]:.0f} -> "
         f"{after[1]:.0f} MB, with {store.timer_status()['pending']:,} pending timers"
     )
+    print(f"a plain message without pending timers: {without}")
+    print(f"a plain message with them: {plain_latency(store)}")
 
 
 def main() -> None:
@@ -163,6 +204,7 @@ def main() -> None:
             enqueue_rate(store, args.count)
             lateness(store, args.rate, args.seconds)
             burst(store, args.burst)
+            delivery_cost(store, args.burst)
             memory(store, args.pending)
     finally:
         shutil.rmtree(root, ignore_errors=True)
