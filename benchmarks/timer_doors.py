@@ -10,6 +10,9 @@ ratio (a timer costs the broker one more rewrite into the timer topic and its wh
   user property;
 * grpc: the official Python client's ``send_async``, the timer ones with ``delivery_timestamp``.
 
+Then ``--lateness`` timers (300) spread 3-25 s ahead through the official Python client, received
+by its SimpleConsumer: lateness p50 / p99 / max as the consumer sees it, and how many came early.
+
     python benchmarks/timer_doors.py [--count 20000] [--window 64] [--repeat 3]
 
 Not for figures on a shared machine: run it alone.
@@ -110,11 +113,51 @@ def grpc_rate(producer: Any, count: int, window: int, timer: bool) -> float:
     return count / (time.perf_counter() - start)
 
 
+def grpc_lateness(port: int, producer: Any, count: int) -> str:
+    """``count`` timers spread 3-25 s ahead (whole seconds, as the official Python client sends
+    them), received by a SimpleConsumer: how late each arrived, and how many early."""
+    from rocketmq.v5.client import ClientConfiguration, Credentials
+    from rocketmq.v5.consumer import SimpleConsumer
+    from rocketmq.v5.model import FilterExpression, Message
+
+    consumer = SimpleConsumer(
+        ClientConfiguration(f"127.0.0.1:{port}", Credentials()),
+        "lateness",
+        {"TimerLate": FilterExpression("*")},
+        2,
+    )
+    consumer.startup()
+    base = int(time.time())
+    due: dict[bytes, float] = {}
+    for i in range(count):
+        m = Message()
+        m.topic = "TimerLate"
+        m.body = b"%d" % i
+        m.delivery_timestamp = base + 3 + i * 23 // count
+        due[m.body] = float(m.delivery_timestamp)
+        producer.send(m)
+    late: list[float] = []
+    deadline = time.monotonic() + 60
+    while len(late) < count and time.monotonic() < deadline:
+        for msg in consumer.receive(32, 20):
+            late.append(time.time() - due[msg.body])
+            consumer.ack(msg)
+    consumer.shutdown()
+    late.sort()
+    p99 = late[min(len(late) - 1, int(len(late) * 0.99))]
+    return (
+        f"grpc lateness: {len(late)} of {count} timers 3-25 s ahead received, p50 "
+        f"{statistics.median(late) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, max {late[-1] * 1000:.0f} ms, "
+        f"early {sum(1 for x in late if x < 0)}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=20_000)
     ap.add_argument("--window", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--lateness", type=int, default=300, help="timers 3-25 s ahead, received over gRPC")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp())
     grpc_port, remoting_port, namesrv_port = free_port(), free_port(), free_port()
@@ -138,7 +181,10 @@ def main() -> None:
                 address = f"127.0.0.1:{remoting_port}"
                 rate = asyncio.run(remoting_rate(address, args.count, args.window, timer))
                 rates.setdefault(("remoting", timer), []).append(rate)
-                rates.setdefault(("grpc", timer), []).append(grpc_rate(producer, args.count, args.window, timer))
+                rates.setdefault(("grpc", timer), []).append(
+                    grpc_rate(producer, args.count, args.window, timer)
+                )
+        print(grpc_lateness(grpc_port, producer, args.lateness))
         producer.shutdown()
         for door in ("remoting", "grpc"):
             plain, timed = (statistics.median(rates[(door, t)]) for t in (False, True))
