@@ -18,21 +18,26 @@ __all__ = ["PeriodicTask"]
 
 
 class PeriodicTask:
-    """``round_()`` every ``interval_s`` (the first after ``first_s``, default ``interval_s``)."""
+    """``round_()`` every ``interval_s`` after the end of the last round (the first after
+    ``first_s``, default the interval). ``interval_s`` may be a function, read before each wait
+    (a setting that changes while the broker runs); ``changed``, when set, makes a wait in
+    progress read it again at once (and is cleared)."""
 
     def __init__(
         self,
         name: str,
-        interval_s: float,
+        interval_s: float | Callable[[], float],
         round_: Callable[[], Awaitable[object]],
         *,
         first_s: float | None = None,
         log: logging.Logger | None = None,
+        changed: asyncio.Event | None = None,
     ) -> None:
         self.name = name
-        self.interval_s = interval_s
-        self.first_s = interval_s if first_s is None else first_s
+        self._interval = interval_s if callable(interval_s) else lambda: interval_s
+        self._first_s = first_s
         self._round = round_
+        self._changed = changed
         self._log = log or logging.getLogger("rocketstore.broker")
         self._task: asyncio.Task[None] | None = None
 
@@ -55,7 +60,8 @@ class PeriodicTask:
                 await task
 
     async def _loop(self) -> None:
-        await asyncio.sleep(self.first_s)
+        first = self._first_s
+        await self._pause((lambda: first) if first is not None else self._interval)
         while True:
             try:
                 await self._round()
@@ -63,6 +69,17 @@ class PeriodicTask:
                 raise
             except Exception:
                 self._log.exception(
-                    "%s: a round failed (the next one runs in %g s)", self.name, self.interval_s
+                    "%s: a round failed (the next one runs in %g s)", self.name, self._interval()
                 )
-            await asyncio.sleep(self.interval_s)
+            await self._pause(self._interval)
+
+    async def _pause(self, seconds: Callable[[], float]) -> None:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while (remaining := start + seconds() - loop.time()) > 0:
+            if self._changed is None:
+                await asyncio.sleep(remaining)
+                continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            self._changed.clear()

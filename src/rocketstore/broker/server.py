@@ -20,8 +20,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import uvloop
 
@@ -32,6 +31,7 @@ from rocketstore.broker.group_commit import EncodedBatchCommit, GroupCommit
 from rocketstore.broker.grpc.endpoint import GrpcEndpoint
 from rocketstore.broker.grpc.messaging_service import MessagingService
 from rocketstore.broker.metrics import BrokerMetrics
+from rocketstore.broker.periodic import PeriodicTask
 from rocketstore.broker.pop import PopService
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.endpoint import RemotingEndpoint, bind_listener
@@ -96,7 +96,7 @@ class Broker:
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._arrival: ArrivalSignal | None = None
         self._pop: PopService | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[PeriodicTask] = []
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started_ms = 0
@@ -176,15 +176,19 @@ class Broker:
         if metrics_address:
             self.metrics_port = self.metrics.serve(metrics_address)
         self._tasks = [
-            loop.create_task(
-                self._every(
-                    lambda: self.config.transaction_check_interval_ms,
-                    checker.check_once,
-                    self._check_interval_changed,
-                )
+            PeriodicTask(
+                "transaction checks",
+                lambda: self.config.transaction_check_interval_ms / 1000,
+                checker.check_once,
+                log=log,
+                changed=self._check_interval_changed,
             ),
-            loop.create_task(self._every(lambda: self.config.state_interval_ms, self._write_state)),
+            PeriodicTask(
+                "state file", lambda: self.config.state_interval_ms / 1000, self._write_state, log=log
+            ),
         ]
+        for task in self._tasks:
+            task.start()
         await self._write_state()
         if self.store.ha_port is not None:
             log.info("replication (RocketMQ HA) on port %d", self.store.ha_port)
@@ -304,28 +308,6 @@ class Broker:
         if self.slave_sync is not None:
             self.slave_sync.set_master(result.master_addr)
 
-    async def _every(
-        self, interval_ms: Callable[[], int], job: Any, changed: asyncio.Event | None = None
-    ) -> None:
-        """Run ``job`` ``interval_ms()`` after the end of its last run; ``changed`` set (a new
-        interval) re-reads the interval before the wait is over."""
-        loop = asyncio.get_running_loop()
-        while True:
-            last = loop.time()
-            while (remaining := last + interval_ms() / 1000 - loop.time()) > 0:
-                if changed is None:
-                    await asyncio.sleep(remaining)
-                    continue
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(changed.wait(), remaining)
-                changed.clear()
-            try:
-                await job()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("broker task %s failed", getattr(job, "__name__", job))
-
     async def _write_state(self) -> None:
         service = self._grpc.service if self._grpc is not None else None
         remoting = self._remoting
@@ -369,10 +351,7 @@ class Broker:
     async def stop(self, grace: float = 2.0) -> None:
         """Stop taking requests, let the running ones finish (``grace`` seconds), stop the workers."""
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await task.stop()
         self._tasks = []
         if self.slave_sync is not None:
             await self.slave_sync.stop()
