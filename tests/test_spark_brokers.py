@@ -260,6 +260,8 @@ def test_stores_read_on_their_hosts_give_the_source_s_rows(
     assert _rows(named) == sorted(("B", *p[1:]) for p in put if p[1] == "Payments")
     with pytest.raises(ValueError, match="names 2 brokers for 3 stores"):
         read_on_hosts(spark, [(here, r) for r in roots], brokers="A,B")
+    with pytest.raises(ValueError, match="give them whole, not 'store'"):
+        read_on_hosts(spark, [(here, "store")])
     with pytest.raises(ValueError, match="not option paths"):
         read_on_hosts(spark, [(here, roots[0])], paths="[]")
     with pytest.raises(ValueError, match="both broker 'broker-b'"):

@@ -63,6 +63,11 @@ def read_on_hosts(
     misplaced = sorted(k for k in given if k in _STORE_OPTIONS)
     if misplaced:
         raise ValueError(f"read_on_hosts: the stores are its argument, not option {', '.join(misplaced)}")
+    relative = [os.fspath(path) for _, path in stores if not os.path.isabs(os.fspath(path))]
+    if relative:
+        raise ValueError(
+            f"read_on_hosts: store paths are read on other machines: give them whole, not {relative[0]!r}"
+        )
     if names is not None and len(names) != len(stores):
         raise ValueError(f"option brokers names {len(names)} brokers for {len(stores)} stores")
     sc = spark.sparkContext
