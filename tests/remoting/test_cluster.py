@@ -389,3 +389,78 @@ def test_slave_found_through_the_name_server_serves_reads_after_the_master_dies(
         if e["event"] == "consumed"
     ]
     assert {e["body"] for e in got} == {f"body-{i}" for i in range(count)}
+
+
+def test_rocketstore_slave_of_a_rocketmq_master_serves_reads_after_the_master_dies(
+    rocketmq_dist: RocketMQDist, java: JavaPrograms, tmp_path: Path
+) -> None:
+    """The other way round: RocketMQ's name server and master, a rocketstore slave that finds the
+    master through the name server, replicates from it over RocketMQ's HA protocol, copies its
+    topics and offsets from its listen port, and serves a new group every message once the
+    master is killed (its offsets and delay offsets copied too)."""
+    ns = start_rocketmq_namesrv(rocketmq_dist, tmp_path / "ns")
+    cluster = Cluster(rocketmq_dist, ns.namesrv, {}, rocketmq=[ns])
+    try:
+        master = start_rocketmq_broker(
+            rocketmq_dist, tmp_path / "rmq-master", ns.namesrv, settings="brokerName=rmq-ms\n"
+        )
+        cluster.rocketmq.append(master)
+        cluster.brokers["master"] = master.broker
+        slave = start_serve(
+            tmp_path / "slave",
+            settings=f"brokerName=rmq-ms\nnamesrvAddr={ns.namesrv}\nbrokerRole=SLAVE\nbrokerId=1\nbrokerIP2=127.0.0.1\n",
+            namesrv=False,
+        )
+        cluster.served["slave"] = slave
+        wait_until(
+            lambda: cluster.admin("clusterList").count("rmq-ms") == 2, "master and slave in clusterList"
+        )
+        topic, count = "FromRocketStoreSlave", 40
+        assert (
+            cluster.admin("updateTopic", "-c", CLUSTER, "-t", topic, "-r", "2", "-w", "2").count("success")
+            == 1
+        )
+        events = java.run("Produce", f"namesrv={cluster.namesrv}", f"topic={topic}", f"count={count}")
+        assert sum(1 for e in events if e["event"] == "sent" and e["status"] == "SEND_OK") == count
+        master_port = int(master.broker.rpartition(":")[2])
+        with RawClient(master_port) as client:
+            update = {"consumerGroup": "synced_g", "topic": topic, "queueId": "0", "commitOffset": "1"}
+            assert client.call(RequestCode.UPDATE_CONSUMER_OFFSET, update).code == ResponseCode.SUCCESS
+        wait_until(
+            lambda: slave_max_offsets(slave.broker, topic, 2) == count,
+            "the slave holding every message",
+            timeout=60,
+        )
+        # RocketMQ's delayOffset.json (fastjson: unquoted integer keys; a level appears once its
+        # first message was delivered, here after 1 s) read into the slave's
+        assert cluster.admin("updateTopic", "-c", CLUSTER, "-t", f"{topic}Later").count("success") == 1
+        delayed = java.run(
+            "Produce", f"namesrv={cluster.namesrv}", f"topic={topic}Later", "count=1", "delay=1"
+        )
+        assert [e["status"] for e in delayed if e["event"] == "sent"] == ["SEND_OK"]
+        config = slave.store / "config"
+        for name, text in (("consumerOffset.json", f"{topic}@synced_g"), ("delayOffset.json", '"1": 1')):
+            wait_until(
+                lambda n=name, t=text: (config / n).exists() and t in (config / n).read_text(),
+                f"the master's {name}",
+            )
+        master.processes[0].kill()
+        wait_until(
+            lambda: route_ids(cluster, topic) == {1: slave.broker},
+            "the route naming the slave only",
+            timeout=60,
+        )
+        got = [
+            e
+            for e in java.run(
+                "PushConsume",
+                f"namesrv={cluster.namesrv}",
+                "group=from_rs_slave_g",
+                f"topic={topic}",
+                f"expect={count}",
+            )
+            if e["event"] == "consumed"
+        ]
+        assert {e["body"] for e in got} == {f"body-{i}" for i in range(count)}
+    finally:
+        cluster.stop()
