@@ -81,6 +81,19 @@ def store_port(offset_msg_id: str) -> int:
     return int(offset_msg_id[8:16], 16)
 
 
+def check_carried_on(events: list[dict[str, Any]], count: int, survivor: str) -> list[dict[str, Any]]:
+    """A producer's sends across a broker's kill: every one answered SEND_OK but the one (or,
+    with its tries, two) in flight to the broker when it died, which the client times out,
+    whether or not it was stored; the sends after it went to ``survivor``. The acknowledged."""
+    acked = [e for e in events if e["event"] == "sent"]
+    failed = [e for e in events if e["event"] == "failed"]
+    assert len(acked) + len(failed) == count and len(failed) <= 2, failed
+    assert all(e["status"] == "SEND_OK" for e in acked)
+    last = max(e["i"] for e in acked)
+    assert last >= count - 3 and store_port(acked[-1]["offsetMsgId"]) == int(survivor.rpartition(":")[2])
+    return acked
+
+
 def serve_broker(work: Path, name: str, namesrv: str) -> Served:
     return start_serve(work / name, settings=f"brokerName={name}\nnamesrvAddr={namesrv}\n", namesrv=False)
 
@@ -186,6 +199,7 @@ def test_kill_of_a_rocketstore_broker_mid_stream_loses_nothing_acknowledged(
         f"count={count}",
         "timeout=30000",
         "latencyFault=true",
+        "keepGoing=true",
     )
     victim = cluster.served["rs-b"]
     victim_port = int(victim.broker.rpartition(":")[2])
@@ -198,17 +212,17 @@ def test_kill_of_a_rocketstore_broker_mid_stream_loses_nothing_acknowledged(
     # RocketMQ's name server drops it when its registration connection closes
     wait_until(lambda: cluster.route_brokers(topic) == {"rs-a"}, "rs-b's removal from the route", timeout=30)
     producer.finish()
-    acked = sent()
     assert producer.proc.returncode == 0, producer.output[-4000:]
-    assert len(acked) == count and all(e["status"] == "SEND_OK" for e in acked), producer.output[-4000:]
+    acked = check_carried_on(producer.events, count, cluster.brokers["rs-a"])
     # restarted over the same store, it registers again; a new group reads every acknowledged message
     restarted = serve_broker(victim.store.parent, "rs-b", cluster.namesrv)
     cluster.served["rs-b"], cluster.brokers["rs-b"] = restarted, restarted.broker
     wait_until(lambda: cluster.route_brokers(topic) == {"rs-a", "rs-b"}, "rs-b back in the route")
+    stored = sum(slave_max_offsets(address, topic, 2) for address in cluster.brokers.values())
     got = java.run(
-        "PushConsume", f"namesrv={cluster.namesrv}", "group=kill_g", f"topic={topic}", f"expect={count}"
+        "PushConsume", f"namesrv={cluster.namesrv}", "group=kill_g", f"topic={topic}", f"expect={stored}"
     )
-    assert {e["body"] for e in got if e["event"] == "consumed"} == {f"body-{i}" for i in range(count)}
+    assert {e["body"] for e in got if e["event"] == "consumed"} >= {f"body-{e['i']}" for e in acked}
 
 
 def test_mixed_cluster_under_rocketstore_name_server(
@@ -229,7 +243,12 @@ def test_kill_of_a_broker_mid_stream_and_a_clean_stop(
     )
     count = 400
     producer = java.start(
-        "Produce", f"namesrv={cluster.namesrv}", f"topic={topic}", f"count={count}", "timeout=30000"
+        "Produce",
+        f"namesrv={cluster.namesrv}",
+        f"topic={topic}",
+        f"count={count}",
+        "timeout=30000",
+        "keepGoing=true",
     )
     rocketmq_port = int(cluster.brokers["broker-a"].rpartition(":")[2])
 
@@ -246,10 +265,7 @@ def test_kill_of_a_broker_mid_stream_and_a_clean_stop(
     assert time.monotonic() - killed_at < 30
     producer.finish()
     assert producer.proc.returncode == 0, producer.output[-4000:]
-    acked = sent()
-    assert len(acked) == count and all(e["status"] == "SEND_OK" for e in acked)
-    rs_port = int(cluster.brokers["rs-a"].rpartition(":")[2])
-    assert any(store_port(e["offsetMsgId"]) == rs_port for e in acked)
+    check_carried_on(producer.events, count, cluster.brokers["rs-a"])
 
     # a clean stop unregisters at once: no broker is left for the topic
     cluster.served.pop("rs-a").stop()

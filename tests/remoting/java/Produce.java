@@ -14,6 +14,7 @@ import org.apache.rocketmq.common.message.Message;
  * Args: namesrv= topic= [count=10] [mode=sync|async|oneway|batch] [group=] [tags=] [keys=PREFIX] [size=BYTES] [ak= sk=]
  *       [delay=LEVEL] [queue=ID (sync: that queue)] [prop.NAME=VALUE ...]
  *       [hold=SECONDS (after the sends, stay connected that long, printing "holding")]
+ *       [timeout=MS] [latencyFault=true] [keepGoing=true (sync: a failed send prints "failed", the next is sent)]
  * The body of message i is "body-i" padded with '.' to size bytes (when size is larger).
  */
 public final class Produce {
@@ -49,16 +50,27 @@ public final class Produce {
         }
         try {
             switch (mode) {
-                case "sync":
+                case "sync": {
+                    // keepGoing: a send that fails (one in flight to a broker killed under it times out)
+                    // is reported and the next one sent, as an application carries on
+                    boolean keepGoing = Boolean.parseBoolean(Out.get(a, "keepGoing", "false"));
                     for (int i = 0; i < count; i++) {
-                        SendResult r = a.containsKey("queue")
-                            ? producer.send(messages.get(i),
-                                (mqs, msg, queue) -> mqs.get((Integer) queue % mqs.size()),
-                                Integer.parseInt(a.get("queue")))
-                            : producer.send(messages.get(i));
-                        sent(i, r);
+                        try {
+                            SendResult r = a.containsKey("queue")
+                                ? producer.send(messages.get(i),
+                                    (mqs, msg, queue) -> mqs.get((Integer) queue % mqs.size()),
+                                    Integer.parseInt(a.get("queue")))
+                                : producer.send(messages.get(i));
+                            sent(i, r);
+                        } catch (Exception e) {
+                            if (!keepGoing) {
+                                throw e;
+                            }
+                            Out.emit("failed", "i", i, "error", Out.describe(e));
+                        }
                     }
                     break;
+                }
                 case "async": {
                     CountDownLatch done = new CountDownLatch(count);
                     for (int i = 0; i < count; i++) {
