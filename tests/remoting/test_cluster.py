@@ -94,6 +94,14 @@ def check_carried_on(events: list[dict[str, Any]], count: int, survivor: str) ->
     return acked
 
 
+def consumed_bodies(cluster: Cluster, java: JavaPrograms, group: str, topic: str, count: int) -> set[str]:
+    """The bodies a new push consumer ``group`` receives from ``topic`` (it stops at ``count``)."""
+    events = java.run(
+        "PushConsume", f"namesrv={cluster.namesrv}", f"group={group}", f"topic={topic}", f"expect={count}"
+    )
+    return {e["body"] for e in events if e["event"] == "consumed"}
+
+
 def serve_broker(work: Path, name: str, namesrv: str) -> Served:
     return start_serve(work / name, settings=f"brokerName={name}\nnamesrvAddr={namesrv}\n", namesrv=False)
 
@@ -375,36 +383,16 @@ def test_slave_found_through_the_name_server_serves_reads_after_the_master_dies(
         f"the route naming the slaves only (not {master})",
         timeout=30,
     )
-    got = [
-        e
-        for e in java.run(
-            "PushConsume",
-            f"namesrv={cluster.namesrv}",
-            "group=from_slave_g",
-            f"topic={topic}",
-            f"expect={count}",
-        )
-        if e["event"] == "consumed"
-    ]
-    assert {e["body"] for e in got} == {f"body-{i}" for i in range(count)}
+    assert consumed_bodies(cluster, java, "from_slave_g", topic, count) == {f"body-{i}" for i in range(count)}
     # the rocketstore slave stopped too: the RocketMQ slave serves a new group everything
     cluster.served.pop("slave").stop()
     rmq_slave = cluster.brokers["rmq-slave"]
     wait_until(
         lambda: route_ids(cluster, topic) == {2: rmq_slave}, "the route naming the RocketMQ slave only"
     )
-    got = [
-        e
-        for e in java.run(
-            "PushConsume",
-            f"namesrv={cluster.namesrv}",
-            "group=from_rmq_slave_g",
-            f"topic={topic}",
-            f"expect={count}",
-        )
-        if e["event"] == "consumed"
-    ]
-    assert {e["body"] for e in got} == {f"body-{i}" for i in range(count)}
+    assert consumed_bodies(cluster, java, "from_rmq_slave_g", topic, count) == {
+        f"body-{i}" for i in range(count)
+    }
 
 
 def test_rocketstore_slave_of_a_rocketmq_master_serves_reads_after_the_master_dies(
@@ -466,17 +454,8 @@ def test_rocketstore_slave_of_a_rocketmq_master_serves_reads_after_the_master_di
             "the route naming the slave only",
             timeout=60,
         )
-        got = [
-            e
-            for e in java.run(
-                "PushConsume",
-                f"namesrv={cluster.namesrv}",
-                "group=from_rs_slave_g",
-                f"topic={topic}",
-                f"expect={count}",
-            )
-            if e["event"] == "consumed"
-        ]
-        assert {e["body"] for e in got} == {f"body-{i}" for i in range(count)}
+        assert consumed_bodies(cluster, java, "from_rs_slave_g", topic, count) == {
+            f"body-{i}" for i in range(count)
+        }
     finally:
         cluster.stop()
