@@ -40,7 +40,7 @@ from rocketstore.results import PutMessageResult
 from rocketstore.service import BackgroundService, FailureHandler
 from rocketstore.storage.paths import atomic_write, parse_queue_id, read_store_text
 
-__all__ = ["ScheduleService"]
+__all__ = ["ScheduleService", "real_destination"]
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +48,27 @@ Put = Callable[[Message], PutMessageResult]
 _READ_AHEAD = 32
 
 
-def real_message(msg: MessageExt) -> Message:
-    """The message a schedule record delivers. Raises CorruptDataError when it names no real
-    topic or queue (a record RocketMQ would also fail to deliver)."""
+def real_destination(msg: MessageExt, what: str) -> tuple[str, int]:
+    """The topic and queue a record kept for later (a delayed message, a timer: ``what``) is
+    delivered to. Raises CorruptDataError when it names none (a record RocketMQ would also fail
+    to deliver)."""
     props = msg.properties
     topic = props.get(PROPERTY_REAL_TOPIC)
     qid = parse_queue_id(props.get(PROPERTY_REAL_QUEUE_ID, ""))
     if not topic or qid is None:
         raise CorruptDataError(
-            f"delayed message at {msg.physical_offset} names no real topic/queue "
-            f"(REAL_TOPIC={topic!r}, REAL_QID={props.get(PROPERTY_REAL_QUEUE_ID)!r})"
+            f"{what} names no real topic/queue "
+            f"(REAL_TOPIC={topic!r}, REAL_QID={props.get(PROPERTY_REAL_QUEUE_ID)!r})",
+            offset=msg.physical_offset,
         )
+    return topic, qid
+
+
+def real_message(msg: MessageExt) -> Message:
+    """The message a schedule record delivers (``real_destination``'s CorruptDataError when it
+    names no real topic or queue)."""
+    props = msg.properties
+    topic, qid = real_destination(msg, "delayed message")
     return Message(
         topic=topic,
         body=msg.body,

@@ -459,7 +459,9 @@ def print_(
             return
         columns = _MSG_COLUMNS if body else _MSG_COLUMNS[:-1]
         rows = (message_out(out, m, body, charset) for m in found)
-        if topic == "rmq_sys_wheel_timer":  # pending timers: when each is due, and where to
+        from rocketstore.message import TIMER_TOPIC  # loaded with the store already
+
+        if topic == TIMER_TOPIC:  # pending timers: when each is due, and where to
             columns = [*columns[:6], "due_time", "real_topic", *columns[6:]]
             rows = (_with_due_time(row) for row in rows)
         n = out.rows(columns, rows)

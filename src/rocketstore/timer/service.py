@@ -63,9 +63,10 @@ from rocketstore.message import (
     MessageExt,
 )
 from rocketstore.results import PutMessageResult, PutStatus
+from rocketstore.schedule import real_destination
 from rocketstore.service import BackgroundService, FailureHandler
 from rocketstore.storage.mapped_file import MappedFile
-from rocketstore.storage.paths import StoreLayout, parse_queue_id, store_file_exists
+from rocketstore.storage.paths import StoreLayout, store_file_exists
 from rocketstore.timer.timercheck import TimerCheckpoint, TimerProgress
 from rocketstore.timer.timerlog import (
     BLANK_SIZE,
@@ -300,8 +301,8 @@ class TimerService(BackgroundService):
         if progress == self._flushed:
             return  # no timer came or went since the last flush: the files say the same
         now = self._clock.now_ms()
-        queue_offset, read_ms = self.queue_offset, self.read_ms
-        log_end = self.log.end
+        queue_offset, log_end, _, _ = progress
+        read_ms = self.read_ms
         self.log.flush()
         wheel.flush()
         self.checkpoint.flush(
@@ -656,15 +657,8 @@ def _cancelled_key(msg: MessageExt) -> str:
 def _converted(msg: MessageExt, enqueue_ms: int, now_ms: int, *, roll: bool) -> Message:
     """RocketMQ's convertMessage: the due timer as its real message, or (``roll``) as a timer
     record again, with the same body, flag, properties, born time and host and UNIQ_KEY."""
+    topic, qid = real_destination(msg, "timer")
     props = dict(msg.properties)
-    topic = props.get(PROPERTY_REAL_TOPIC)
-    qid = parse_queue_id(props.get(PROPERTY_REAL_QUEUE_ID, ""))
-    if not topic or qid is None:
-        raise CorruptDataError(
-            f"timer names no real topic/queue (REAL_TOPIC={topic!r}, "
-            f"REAL_QID={props.get(PROPERTY_REAL_QUEUE_ID)!r})",
-            offset=msg.physical_offset,
-        )
     props[PROPERTY_TIMER_ENQUEUE_MS] = str(enqueue_ms)
     props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
     if roll:

@@ -154,7 +154,7 @@ class TimerWheel:
         """Empty every slot whose chain starts at or past timer log offset ``end`` (its units are
         gone: recovery links what remains again); how many."""
         assert self._mm is not None and not self.readonly
-        slots = np.frombuffer(self._mm, dtype=SLOT_DTYPE)
+        slots = self.slots
         bad = np.flatnonzero((slots["last_pos"] >= end) & (slots["time"] != 0))
         for i in bad.tolist():
             SLOT.pack_into(self._mm, i * SLOT_SIZE, 0, -1, -1, 0, 0)

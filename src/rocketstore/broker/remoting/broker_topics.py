@@ -22,6 +22,7 @@ from rocketstore.system_topics import (
 __all__ = [
     "DEFAULT_TOPIC",
     "PERM_INHERIT",
+    "broker_host",
     "broker_topic_configs",
     "default_topic_config",
     "local_ha_address",
@@ -69,8 +70,6 @@ def local_topic_configs(ctx: RemotingContext) -> dict[str, TopicConfig]:
     the broker's own it does not have (TBW102 among them while auto-creation is on), each as
     ``registered_config`` gives it."""
     topics = {**broker_topic_configs(ctx), **ctx.store.topic_configs()}
-    if ctx.config.broker_permission & _READ_WRITE == _READ_WRITE:
-        return topics
     return {name: registered_config(ctx, config) for name, config in topics.items()}
 
 
@@ -84,9 +83,15 @@ def registered_config(ctx: RemotingContext, config: TopicConfig) -> TopicConfig:
     return dataclasses.replace(config, perm=perm)
 
 
+def broker_host(ctx: RemotingContext) -> str:
+    """The broker's brokerIP1: the host of the address it advertises (as RocketMQ's remarks
+    name the broker)."""
+    return ctx.broker_address.rpartition(":")[0].strip("[]")
+
+
 def local_ha_address(ctx: RemotingContext) -> str:
     """The broker's haServerAddr: brokerIP2 (else brokerIP1's host) and the store's HA port (0
     when the store serves no replication)."""
-    host = ctx.config.broker_ip2 or ctx.broker_address.rpartition(":")[0].strip("[]")
+    host = ctx.config.broker_ip2 or broker_host(ctx)
     port = ctx.store.ha_port or 0
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

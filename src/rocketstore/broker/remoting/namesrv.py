@@ -282,7 +282,7 @@ class NameServerProcessor:
         registered: set[str] | None = conn.attributes.get("namesrv_registrations")
         if registered is None:
             registered = conn.attributes["namesrv_registrations"] = set()
-            conn.on_close.append(self._connection_closed)
+            conn.when_closed(self._connection_closed)  # (at once, when it closed meanwhile)
         registered.add(broker.broker_addr)
         if own is not None and broker.broker_id != 0:
             master = MasterInfo(own.broker_address, local_ha_address(own))

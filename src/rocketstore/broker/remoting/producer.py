@@ -28,6 +28,7 @@ from rocketstore.broker.group_commit import PutOutcome
 from rocketstore.broker.remoting.broker_topics import (
     DEFAULT_TOPIC,
     PERM_INHERIT,
+    broker_host,
     broker_topic_configs,
     default_topic_config,
 )
@@ -228,9 +229,9 @@ class ProducerProcessor:
             )
         if config.order and not self.ctx.config.broker_permission & PERM_WRITE:
             # RocketMQ refuses only an order topic's sends (the others are routed elsewhere)
-            host = self.ctx.broker_address.rpartition(":")[0].strip("[]")
             raise RequestRefused(
-                ResponseCode.NO_PERMISSION, f"the broker[{host}] sending message is forbidden"
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker_host(self.ctx)}] sending message is forbidden",
             )
         queues = max(config.read_queues, config.write_queues)
         queue_id = header.queue_id

@@ -23,6 +23,7 @@ import time
 from typing import Final
 
 from rocketstore.broker.consumer_groups import Subscription
+from rocketstore.broker.remoting.broker_topics import broker_host
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.consumers import SQL92_UNSUPPORTED, commit_offset, consumer_groups
@@ -143,9 +144,9 @@ class PullProcessor:
         sys_flag = number(ext, "sysFlag")
         store = self.ctx.store
         if not self.ctx.config.broker_permission & PERM_READ:
-            host = self.ctx.broker_address.rpartition(":")[0].strip("[]")
             raise RequestRefused(
-                ResponseCode.NO_PERMISSION, f"the broker[{host}] pulling message is forbidden"
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker_host(self.ctx)}] pulling message is forbidden",
             )
         config = store.topic_config(topic)
         if config is None:
