@@ -1,16 +1,19 @@
-"""Helpers several test modules share: reading a queue whole, waiting for a condition, and
-RocketMQ 4.9.8's own reading of a store (the oracle, when ``ROCKETMQ_ORACLE`` names it)."""
+"""Helpers several test modules share: reading a queue whole, waiting for a condition, a Python
+child process running this checkout, and RocketMQ 4.9.8's own reading of a store (the oracle,
+when ``ROCKETMQ_ORACLE`` names it)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from rocketstore import GetStatus, MessageExt, MessageStore
 
+REPO = Path(__file__).resolve().parent.parent
 ORACLE = os.environ.get("ROCKETMQ_ORACLE", "")
 ORACLE_SKIP_REASON = (
     "set ROCKETMQ_ORACLE to the oracle's run.sh (RocketMQ 4.9.8's store driver: docs/testing.md)"
@@ -40,6 +43,20 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.005)
     return False
+
+
+def spawn_python(code: str, *args: str) -> subprocess.Popen[str]:
+    """``python -c code args...`` on this checkout's sources, its stdout a text pipe (a writer
+    the test kills, a replication side)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+    )
+    assert proc.stdout is not None
+    return proc
 
 
 def oracle_read(store_dir: Path, out: Path, *, hash_slots: int, index_num: int) -> str:

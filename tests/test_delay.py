@@ -4,10 +4,7 @@ restarts, crashes (SIGKILL of a live writer) and stores written by RocketMQ."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +21,7 @@ from rocketstore import (
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.schedule import real_message
 from tests.conftest import FIXTURE_CONFIG, FIXTURES, copy_fixture, fixture_clock
-from tests.helpers import read_all, wait_until
+from tests.helpers import read_all, spawn_python, wait_until
 
 CFG = StoreConfig(
     commitlog_segment_size=65536,
@@ -35,7 +32,6 @@ CFG = StoreConfig(
 )
 T0 = 1_700_000_000_000
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def delivered(store: MessageStore, topic: str, queue_id: int) -> list[MessageExt]:
@@ -227,13 +223,7 @@ def test_sigkill_during_delayed_delivery_loses_and_repeats_nothing(round_: int, 
     ones; it is SIGKILLed at a different moment each round. After reopening (and letting the
     rest fall due), every acknowledged delayed message is in its real queue exactly once."""
     root = tmp_path / "s"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(root), "1500"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-    )
+    proc = spawn_python(_WRITER, str(root), "1500")
     assert proc.stdout is not None
     acked: set[int] = set()
     kill_after = 1.2 + 0.7 * round_  # deliveries are under way from 1 s on

@@ -5,11 +5,9 @@ Every socket binds 127.0.0.1; every wait is bounded (``WAIT``) and polls, no ass
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +19,7 @@ from rocketstore import ManualClock, Message, MessageStore, PutStatus, StoreConf
 from rocketstore.codec.commitlog_record import TX_PREPARED
 from rocketstore.errors import StoreConfigError
 from rocketstore.ha.frames import FrameReader, encode_report
+from tests.helpers import spawn_python
 
 WAIT = 30.0
 SEG = 65536
@@ -365,7 +364,6 @@ def test_config_names_and_checks() -> None:
 
 
 # --- SIGKILL of either side mid-stream (subprocess) ----------------------------------------------
-REPO = Path(__file__).resolve().parent.parent
 
 _SIDE = """
 import sys, threading, time
@@ -394,13 +392,7 @@ else:
 
 
 def _spawn(role: str, root: Path, port: int) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _SIDE, role, str(root), str(port)],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-    )
+    proc = spawn_python(_SIDE, role, str(root), str(port))
     assert proc.stdout is not None and proc.stdout.readline().strip() == "UP"
     return proc
 

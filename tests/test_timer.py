@@ -4,11 +4,8 @@ real topic at their time and never before, across restarts and crashes, cancella
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +26,7 @@ from rocketstore import (
 )
 from rocketstore.timer import cancel_message
 from rocketstore.timer.request import slot_time
-from tests.helpers import HAVE_ORACLE, ORACLE_SKIP_REASON, oracle_read, read_all, wait_until
+from tests.helpers import HAVE_ORACLE, ORACLE_SKIP_REASON, oracle_read, read_all, spawn_python, wait_until
 
 CFG = StoreConfig(
     commitlog_segment_size=1 << 20,
@@ -40,7 +37,6 @@ CFG = StoreConfig(
 )
 T0 = 1_700_000_000_000
 TIMER_TOPIC = "rmq_sys_wheel_timer"
-REPO = Path(__file__).resolve().parent.parent
 
 
 def settle(store: MessageStore, clock: ManualClock) -> None:
@@ -435,13 +431,7 @@ def test_sigkill_loses_no_timer_and_delivers_none_early(tmp_path: Path) -> None:
     every acknowledged timer is delivered, none before its time; only timers due shortly before
     the kill (delivered after the last timer flush) may come twice."""
     root = tmp_path / "s"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, str(root), "1000"],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-    )
+    proc = spawn_python(_WRITER, str(root), "1000")
     assert proc.stdout is not None
     acked: dict[int, int] = {}
     for line in proc.stdout:
