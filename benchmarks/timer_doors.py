@@ -24,9 +24,7 @@ import argparse
 import asyncio
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,27 +33,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.remoting.harness import Process, accepts, free_port  # noqa: E402  (as benchmarks/remoting.py)
+
 BODY = bytes(range(100))
 HOUR_S = 3600
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_accepting(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"rocketstore serve exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("rocketstore serve did not accept connections within 120 s")
 
 
 async def remoting_rate(address: str, count: int, window: int, timer: bool) -> float:
@@ -164,11 +147,12 @@ def main() -> None:
     argv = [sys.executable, "-m", "rocketstore.cli", "serve", str(work / "store"), "--create"]
     argv += ["--listen", f"127.0.0.1:{grpc_port}", "--remoting", f"127.0.0.1:{remoting_port}"]
     argv += ["--namesrv", f"127.0.0.1:{namesrv_port}"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    serve = Process(argv, {**os.environ, "PYTHONPATH": str(ROOT / "src")})
     try:
-        wait_accepting(grpc_port, proc)
-        wait_accepting(remoting_port, proc)
+        serve.wait_for(
+            lambda _p: accepts(f"127.0.0.1:{grpc_port}") and accepts(f"127.0.0.1:{remoting_port}"),
+            "rocketstore serve accepting connections",
+        )
         from rocketmq.v5.client import ClientConfiguration, Credentials
         from rocketmq.v5.producer import Producer
 
@@ -190,8 +174,7 @@ def main() -> None:
             plain, timed = (statistics.median(rates[(door, t)]) for t in (False, True))
             print(f"{door}: plain {plain:,.0f}/s, timers {timed:,.0f}/s ({timed / plain:.2f} of plain)")
     finally:
-        proc.terminate()
-        proc.wait(30)
+        serve.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
