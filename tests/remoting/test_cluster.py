@@ -94,6 +94,12 @@ def check_carried_on(events: list[dict[str, Any]], count: int, survivor: str) ->
     return acked
 
 
+def copied(config: Path, name: str, text: str) -> bool:
+    """Whether the broker's config file ``name`` (in ``config``) holds ``text`` (a slave's copy)."""
+    path = config / name
+    return path.exists() and text in path.read_text()
+
+
 def consumed_bodies(cluster: Cluster, java: JavaPrograms, group: str, topic: str, count: int) -> set[str]:
     """The bodies a new push consumer ``group`` receives from ``topic`` (it stops at ``count``)."""
     events = java.run(
@@ -368,10 +374,6 @@ def test_slave_found_through_the_name_server_serves_reads_after_the_master_dies(
         assert client.call(RequestCode.UPDATE_CONSUMER_OFFSET, update).code == ResponseCode.SUCCESS
     rmq_config = cluster.rocketmq[0].store / "config"
 
-    def copied(config: Path, name: str, text: str) -> bool:
-        path = config / name
-        return path.exists() and text in path.read_text()
-
     for config in (cluster.served["slave"].store / "config", rmq_config):
         for name, text in (("consumerOffset.json", f"{topic}@synced_g"), ("delayOffset.json", "18")):
             wait_until(lambda c=config, n=name, t=text: copied(c, n, t), f"{name} in {config}")
@@ -445,7 +447,7 @@ def test_rocketstore_slave_of_a_rocketmq_master_serves_reads_after_the_master_di
         config = slave.store / "config"
         for name, text in (("consumerOffset.json", f"{topic}@synced_g"), ("delayOffset.json", '"1": 1')):
             wait_until(
-                lambda n=name, t=text: (config / n).exists() and t in (config / n).read_text(),
+                lambda n=name, t=text: copied(config, n, t),
                 f"the master's {name}",
             )
         master.processes[0].kill()
