@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from rocketstore.cleanup import ReclaimReport
     from rocketstore.clock import Clock, ManualClock, SystemClock
     from rocketstore.codec.config_json import TopicConfig
-    from rocketstore.codec.message_batch import EncodedBatch
+    from rocketstore.codec.message_batch import EncodedBatch, EncodedColumns
     from rocketstore.config import BrokerRole, FlushDiskType, StoreConfig
     from rocketstore.errors import (
         CorruptDataError,
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         GetStatus,
         MessageBatch,
         PutBatchResult,
+        PutColumnsResult,
         PutMessageResult,
         PutStatus,
     )
@@ -47,6 +48,7 @@ _WHERE = {
     "CorruptDataError": "rocketstore.errors",
     "DataLossError": "rocketstore.errors",
     "EncodedBatch": "rocketstore.codec.message_batch",
+    "EncodedColumns": "rocketstore.codec.message_batch",
     "FlushDiskType": "rocketstore.config",
     "GetMessageResult": "rocketstore.results",
     "GetStatus": "rocketstore.results",
@@ -59,6 +61,7 @@ _WHERE = {
     "MessageStore": "rocketstore.store",
     "NotAStoreError": "rocketstore.errors",
     "PutBatchResult": "rocketstore.results",
+    "PutColumnsResult": "rocketstore.results",
     "PutMessageResult": "rocketstore.results",
     "PutStatus": "rocketstore.results",
     "ReclaimReport": "rocketstore.cleanup",
@@ -81,6 +84,7 @@ __all__ = [
     "CorruptDataError",
     "DataLossError",
     "EncodedBatch",
+    "EncodedColumns",
     "FlushDiskType",
     "GetMessageResult",
     "GetStatus",
@@ -93,6 +97,7 @@ __all__ = [
     "MessageStore",
     "NotAStoreError",
     "PutBatchResult",
+    "PutColumnsResult",
     "PutMessageResult",
     "PutStatus",
     "ReclaimReport",

@@ -44,12 +44,14 @@ from rocketstore.codec.commitlog_record import (
 from rocketstore.codec.crc import CRC_TABLES
 from rocketstore.codec.host import parse_host
 from rocketstore.codec.java_hash import java_hash_utf8, signed32, tags_code
-from rocketstore.codec.message_batch import EncodedBatch, inner_message, problem_text
+from rocketstore.codec.message_batch import EncodedBatch, EncodedColumns, inner_message, problem_text
 from rocketstore.codec.message_id import UniqKeyGenerator
 from rocketstore.codec.properties import (
     encode_plain_properties,
     encode_properties,
+    is_name,
     last_values,
+    property_entry,
     validate_property,
 )
 from rocketstore.codec.text_column import TextColumn
@@ -111,7 +113,9 @@ _BATCH_NAME_OFFSETS: Final = np.cumsum([0, *map(len, _BATCH_NAMES_ENCODED)]).ast
 _N_REFUSED: Final = len(_NOT_IN_A_BATCH)
 _V_TAGS, _V_KEYS, _V_UNIQ = range(3)  # rows of _encode_batches' value spans
 # _encode_batches' problem codes beside inner_message's
-_EMPTY_BATCH, _NAMED, _BODY_TOO_BIG, _PROPERTIES_TOO_BIG, _RECORD_TOO_BIG = range(100, 105)
+_EMPTY_BATCH, _NAMED, _BODY_TOO_BIG, _PROPERTIES_TOO_BIG, _RECORD_TOO_BIG, _BATCH_NAMED, _BATCH_PROPERTY = (
+    range(100, 107)
+)
 # what the batch path reads of every message, in one C-level pass (columns 9.. decide the path)
 _MESSAGE_FIELDS: Final = operator.attrgetter(
     "topic", "body", "tags", "keys", "properties", "queue_id", "flag", "born_timestamp", "uniq_key",
@@ -457,60 +461,92 @@ class MessageEncoder:
 
     def prepare_encoded(self, batches: Sequence[EncodedBatch]) -> tuple[PreparedBatch, list[int]]:
         """Validate and encode producers' batches (RocketMQ's batch encoding) as one columnar
-        batch, in one compiled pass over all of them: each inner message keeps its flag, body
-        and properties bytes, the batch's properties added, as RocketMQ's
-        ``MessageExtBatchEncoder`` stores them; TAGS, KEYS and UNIQ_KEY are read from the
-        messages' properties for the queues and the index. Also returns how many messages each
-        batch holds (their records follow one another in order). Raises InvalidMessageError
-        naming the batch and message (nothing kept): a damaged encoding, an empty batch, a DELAY
-        or another property the store sets, sizes over the limits."""
+        batch (``prepare_encoded_columns`` on their columns). Also returns how many messages each
+        batch holds (their records follow one another in order)."""
+        prepared, counts = self.prepare_encoded_columns(self.encoded_columns(batches))
+        return prepared, counts.tolist()
+
+    def encoded_columns(self, batches: Sequence[EncodedBatch]) -> EncodedColumns:
+        """The columns of ``batches``, each checked (InvalidMessageError names the first bad one)."""
         nb = len(batches)
         topic_index: dict[str, int] = {}
-        tails: list[bytes] = []
+        host_index: dict[str, int] = {}
         datas: list[bytes] = []
-        fields = np.empty((6, nb), dtype=np.int64)  # topic, queue, sysflag, born time, reconsume, data length
-        hosts: list[bytes] = []
         extras: list[bytes] = []
+        fields = np.empty((6, nb), dtype=np.int64)  # topic, queue, sysflag, born time, reconsume, host
         for b, batch in enumerate(batches):
             try:
-                topic_bytes, born_host, extra = self._check_batch(batch)
+                extra = self._check_batch(batch)
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"batch {b} ({_topic_name(batch)}): {exc}", exc.status) from None
-            t = topic_index.get(batch.topic)
-            if t is None:
-                t = topic_index[batch.topic] = len(tails)
-                tails.append(bytes((len(topic_bytes),)) + topic_bytes)
-            v6 = (SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0) | self._store_v6
-            fields[:, b] = (
-                t,
-                batch.queue_id,
-                batch.sys_flag | v6,
-                batch.born_timestamp,
-                batch.reconsume_times,
-                len(batch.data),
-            )
+            t = topic_index.setdefault(batch.topic, len(topic_index))
+            h = host_index.setdefault(batch.born_host, len(host_index))
+            fields[:, b] = (t, batch.queue_id, batch.sys_flag, batch.born_timestamp, batch.reconsume_times, h)
             datas.append(batch.data)
-            hosts.append(born_host)
             extras.append(extra)
-        data = b"".join(datas)
-        u8 = np.frombuffer(data, dtype=np.uint8)
+        return EncodedColumns(
+            _joined(datas),
+            _starts(datas),
+            list(topic_index),
+            fields[0],
+            fields[1],
+            list(host_index),
+            fields[5],
+            fields[3],
+            fields[2],
+            fields[4],
+            _joined(extras),
+            _starts(extras),
+        )
+
+    def prepare_encoded_columns(self, columns: EncodedColumns) -> tuple[PreparedBatch, npt.NDArray[np.int64]]:
+        """Validate and encode producers' batches given as columns as one columnar batch, in one
+        compiled pass over all of them: each inner message keeps its flag, body and properties
+        bytes, its batch's properties added, as RocketMQ's ``MessageExtBatchEncoder`` stores
+        them; TAGS, KEYS and UNIQ_KEY are read from the messages' properties for the queues and
+        the index. Also returns how many messages each batch holds. Raises InvalidMessageError
+        naming the batch and message (nothing kept): a column of the wrong shape or range, a
+        damaged encoding, an empty batch, a DELAY or another property the store sets, sizes over
+        the limits."""
+        c = columns
+        nb = len(c)
+        data, data_at = _bytes_column("data", c.data, c.data_offsets, nb)
+        extras, extra_at = _bytes_column("properties", c.properties, c.properties_offsets, nb)
+        topic_ids = _index_column("topic_ids", c.topic_ids, nb, len(c.topics))
+        host_ids = _index_column("born_host_ids", c.born_host_ids, nb, len(c.born_hosts))
+        queue_ids = _range_column("queue_ids", c.queue_ids, nb, 0, MAX_QUEUE_ID)
+        sys_flags = _range_column("sys_flags", c.sys_flags, nb, 0, SYSFLAG_CONTENT)
+        if np.any(sys_flags & ~SYSFLAG_CONTENT):
+            b = int(np.flatnonzero(sys_flags & ~SYSFLAG_CONTENT)[0])
+            raise InvalidMessageError(
+                f"batch {b}: sys_flag {int(sys_flags[b]):#x}: a batch takes only the body's bits "
+                f"({SYSFLAG_CONTENT:#x}), no transaction",
+                _ILLEGAL,
+            )
+        reconsume = _range_column("reconsume_times", c.reconsume_times, nb, 0, 0x7FFFFFFF)
+        born = _range_column("born_timestamps", c.born_timestamps, nb, _INT64_MIN, _INT64_MAX)
+        tails = [self._topic_tail(b, topic) for b, topic in enumerate(c.topics)]
+        hosts = [self._born_host(host) for host in c.born_hosts]
+        v6 = np.fromiter((len(h) == 20 for h in hosts), dtype=np.bool_, count=len(hosts))
+        sys_flags = sys_flags | np.where(v6[host_ids], SYSFLAG_BORNHOST_V6, 0) | self._store_v6
         (
             problem, bad_batch, bad_message, where,
             blob, starts, lengths, counts, tags_codes, slow_tags, value_at, value_len,
         ) = _encode_batches(
-            u8,
-            fields[5],
-            fields[0],
+            data,
+            data_at,
+            topic_ids,
             _joined(tails),
             np.fromiter(map(len, tails), dtype=np.int64, count=len(tails)),
-            fields[1],
-            fields[2],
-            fields[3],
-            fields[4],
+            queue_ids,
+            sys_flags,
+            born,
+            reconsume,
             _joined(hosts),
-            np.fromiter(map(len, hosts), dtype=np.int64, count=nb),
-            _joined(extras),
-            np.fromiter(map(len, extras), dtype=np.int64, count=nb),
+            np.fromiter(map(len, hosts), dtype=np.int64, count=len(hosts)),
+            host_ids,
+            extras,
+            extra_at,
             np.frombuffer(self._store_host_bytes, dtype=np.uint8),
             _BATCH_NAMES,
             _BATCH_NAME_OFFSETS,
@@ -519,29 +555,57 @@ class MessageEncoder:
             CRC_TABLES,
         )  # fmt: skip
         if problem:
-            raise self._batch_problem(batches, datas, problem, bad_batch, bad_message, where)
+            raise self._batch_problem(c, data, data_at, problem, bad_batch, bad_message, where)
         for row in np.flatnonzero(slow_tags).tolist():
             a, n = int(value_at[_V_TAGS, row]), int(value_len[_V_TAGS, row])
-            tags_codes[row] = tags_code(data[a : a + n].decode("utf-8", "replace"))
+            tags_codes[row] = tags_code(bytes(data[a : a + n]).decode("utf-8", "replace"))
         batch_of = np.repeat(np.arange(nb), counts)
         prepared = PreparedBatch(
             blob,
             starts,
             lengths,
-            list(topic_index),
-            fields[0][batch_of],
-            fields[1][batch_of],
+            list(c.topics),
+            topic_ids[batch_of],
+            queue_ids[batch_of],
             tags_codes,
-            TextColumn.from_spans(u8, value_at[_V_KEYS], value_len[_V_KEYS]),
-            TextColumn.from_spans(u8, value_at[_V_UNIQ], value_len[_V_UNIQ]),
-            fields[2][batch_of],
+            TextColumn.from_spans(data, value_at[_V_KEYS], value_len[_V_KEYS]),
+            TextColumn.from_spans(data, value_at[_V_UNIQ], value_len[_V_UNIQ]),
+            sys_flags[batch_of],
         )
-        return prepared, counts.tolist()
+        return prepared, counts
+
+    def _topic_tail(self, b: int, topic: object) -> bytes:
+        """TOPICLENGTH and TOPIC of a batch's record, the topic validated."""
+        topic_bytes = self._topics.get(topic) if type(topic) is str else None
+        if topic_bytes is None:
+            try:
+                validate_topic(topic)
+            except InvalidMessageError as exc:
+                raise InvalidMessageError(f"topic {b}: {exc}", exc.status) from None
+            assert isinstance(topic, str)
+            topic_bytes = self._topics[topic] = topic.encode()
+        return bytes((len(topic_bytes),)) + topic_bytes
+
+    def _born_host(self, host: object) -> bytes:
+        """A born host ``ip:port`` as a record holds it (address, big-endian int port)."""
+        if type(host) is not str:
+            raise InvalidMessageError(f"born_host must be a str 'ip:port', not {host!r}", _ILLEGAL)
+        born_host = self._born_hosts.get(host)
+        if born_host is None:
+            try:
+                addr, port = parse_host(host)
+            except ValueError as exc:
+                raise InvalidMessageError(f"born_host: {exc}", _ILLEGAL) from None
+            if len(self._born_hosts) >= _TAGS_CACHE_SIZE:
+                self._born_hosts.clear()
+            born_host = self._born_hosts[host] = addr + port.to_bytes(4, "big")
+        return born_host
 
     def _batch_problem(
         self,
-        batches: Sequence[EncodedBatch],
-        datas: list[bytes],
+        columns: EncodedColumns,
+        data: npt.NDArray[np.uint8],
+        data_at: npt.NDArray[np.int64],
         problem: int,
         b: int,
         message: int,
@@ -554,6 +618,11 @@ class MessageEncoder:
         elif problem == _NAMED:
             name = _BATCH_NAMES_TEXT[where]
             why = f"message {message} of the batch: property {name!r}: {_why_not(name)}"
+        elif problem == _BATCH_NAMED:
+            name = _BATCH_NAMES_TEXT[where]
+            why = f"property {name!r} of the batch: {_why_not(name)}"
+        elif problem == _BATCH_PROPERTY:
+            why = f"the batch's properties: entry at byte {where} has no name or no value"
         elif problem == _BODY_TOO_BIG:
             why = f"message {message} of the batch: body of {where} bytes exceeds max_message_size "
             why += str(self._max_body)
@@ -568,21 +637,19 @@ class MessageEncoder:
                 f"{self._max_record} (max_message_size, and a commitlog segment less 8 bytes)"
             )
         else:
-            where -= sum(map(len, datas[:b]))
-            text = problem_text(datas[b], problem, where)
+            own = bytes(data[data_at[b] : data_at[b + 1]])
+            where -= int(data_at[b])
+            text = problem_text(own, problem, where)
             why = f"the encoding is damaged: batch message {message} at byte {where}: {text}"
-        return InvalidMessageError(f"batch {b} ({_topic_name(batches[b])}): {why}", status)
+        topic = columns.topics[int(columns.topic_ids[b])]
+        return InvalidMessageError(f"batch {b} (topic {topic!r}): {why}", status)
 
-    def _check_batch(self, batch: EncodedBatch) -> tuple[bytes, bytes, bytes]:
-        """(topic bytes, born host bytes, the batch's properties bytes) of a batch whose fields
-        are valid; InvalidMessageError names the first that is not."""
+    def _check_batch(self, batch: EncodedBatch) -> bytes:
+        """The batch's properties bytes of a batch whose fields are valid; InvalidMessageError
+        names the first that is not (topic and born host are checked with the columns)."""
         if not isinstance(batch, EncodedBatch):
             raise InvalidMessageError(f"expected an EncodedBatch, got {type(batch).__name__}", _ILLEGAL)
-        topic = batch.topic
-        topic_bytes = self._topics.get(topic) if type(topic) is str else None
-        if topic_bytes is None:
-            validate_topic(topic)
-            topic_bytes = self._topics[topic] = topic.encode()
+        self._topic_tail(0, batch.topic)
         queue_id, sys_flag, reconsume = batch.queue_id, batch.sys_flag, batch.reconsume_times
         if type(queue_id) is not int or not 0 <= queue_id <= MAX_QUEUE_ID:
             raise InvalidMessageError(
@@ -601,20 +668,10 @@ class MessageEncoder:
         born_ts = batch.born_timestamp
         if type(born_ts) is not int or not _INT64_MIN <= born_ts <= _INT64_MAX:
             raise InvalidMessageError(f"born_timestamp must be a 64-bit int, not {born_ts!r}", _ILLEGAL)
-        if type(batch.born_host) is not str:
-            raise InvalidMessageError(f"born_host must be a str 'ip:port', not {batch.born_host!r}", _ILLEGAL)
-        born_host = self._born_hosts.get(batch.born_host)
-        if born_host is None:
-            try:
-                addr, port = parse_host(batch.born_host)
-            except ValueError as exc:
-                raise InvalidMessageError(f"born_host: {exc}", _ILLEGAL) from None
-            if len(self._born_hosts) >= _TAGS_CACHE_SIZE:
-                self._born_hosts.clear()
-            born_host = self._born_hosts[batch.born_host] = addr + port.to_bytes(4, "big")
+        self._born_host(batch.born_host)
         if type(batch.data) is not bytes:
             raise InvalidMessageError(f"data must be bytes, not {type(batch.data).__name__}", _ILLEGAL)
-        return topic_bytes, born_host, self._batch_properties(batch.properties)
+        return self._batch_properties(batch.properties)
 
     def _batch_properties(self, props: Mapping[str, str]) -> bytes:
         """A batch's own properties as the bytes added to each of its messages' (cached: a
@@ -1068,6 +1125,52 @@ def _joined(parts: list[bytes]) -> npt.NDArray[np.uint8]:
     return np.frombuffer(b"".join(parts), dtype=np.uint8)
 
 
+def _starts(parts: list[bytes]) -> npt.NDArray[np.int64]:
+    """Where each of ``parts`` starts once joined, and the end."""
+    out = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), out=out[1:])
+    return out
+
+
+def _int64_column(name: str, column: object, n: int) -> npt.NDArray[np.int64]:
+    array = np.asarray(column)
+    if array.shape != (n,) or (n and array.dtype.kind not in "iu"):
+        raise InvalidMessageError(
+            f"{name} must be {n} integers, not {array.dtype} of shape {array.shape}", _ILLEGAL
+        )
+    return array.astype(np.int64, copy=False)
+
+
+def _range_column(name: str, column: object, n: int, low: int, high: int) -> npt.NDArray[np.int64]:
+    """An int64 column of ``n`` values in low..high; InvalidMessageError names the first that is not."""
+    array = _int64_column(name, column, n)
+    bad = np.flatnonzero((array < low) | (array > high))
+    if len(bad):
+        b = int(bad[0])
+        raise InvalidMessageError(f"batch {b}: {name} {int(array[b])} is outside {low}..{high}", _ILLEGAL)
+    return array
+
+
+def _index_column(name: str, column: object, n: int, size: int) -> npt.NDArray[np.int64]:
+    return _range_column(name, column, n, 0, size - 1)
+
+
+def _bytes_column(
+    name: str, data: object, offsets: object, n: int
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """A bytes column of ``n`` parts: the uint8 array and its offsets (0 first, never falling,
+    its length last)."""
+    array = np.asarray(data)
+    if array.ndim != 1 or array.dtype != np.uint8:
+        raise InvalidMessageError(
+            f"{name} must be a uint8 array, not {array.dtype} of shape {array.shape}", _ILLEGAL
+        )
+    at = _int64_column(f"{name}_offsets", offsets, n + 1)
+    if at[0] != 0 or at[-1] != len(array) or np.any(at[1:] < at[:-1]):
+        raise InvalidMessageError(f"{name}_offsets must rise from 0 to {len(array)}", _ILLEGAL)
+    return array, at
+
+
 @kernel(cache=True, nogil=True, inline="always")
 def _offsets(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Where each of parts of these lengths starts when they are joined, and the end."""
@@ -1080,7 +1183,7 @@ def _offsets(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 @kernel(cache=True, nogil=True)
 def _encode_batches(
     data: npt.NDArray[np.uint8],
-    data_lengths: npt.NDArray[np.int64],
+    batch_at: npt.NDArray[np.int64],
     batch_topic: npt.NDArray[np.int64],
     tails: npt.NDArray[np.uint8],
     tail_lengths: npt.NDArray[np.int64],
@@ -1090,8 +1193,9 @@ def _encode_batches(
     reconsume: npt.NDArray[np.int64],
     hosts: npt.NDArray[np.uint8],
     host_lengths: npt.NDArray[np.int64],
+    host_ids: npt.NDArray[np.int64],
     extras: npt.NDArray[np.uint8],
-    extra_lengths: npt.NDArray[np.int64],
+    extra_at: npt.NDArray[np.int64],
     store_host: npt.NDArray[np.uint8],
     names: npt.NDArray[np.uint8],
     name_offsets: npt.NDArray[np.int64],
@@ -1103,16 +1207,15 @@ def _encode_batches(
     npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64],
     npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.int64], npt.NDArray[np.int64],
 ]:  # fmt: skip
-    """``prepare_encoded``'s pass: batch b is the next ``data_lengths[b]`` bytes of ``data``, with
-    topic tail ``batch_topic[b]`` of ``tails``, and the next born host and extra properties of
-    ``hosts`` and ``extras``. Returns (a problem (0: none), its batch, its message, its position,
+    """``prepare_encoded_columns``' pass: batch b is ``data[batch_at[b]:batch_at[b + 1]]``, with
+    topic tail ``batch_topic[b]`` of ``tails``, born host ``host_ids[b]`` of ``hosts`` and extra
+    properties ``extras[extra_at[b]:extra_at[b + 1]]`` (checked: every entry a name and a value,
+    none of ``names``). Returns (a problem (0: none), its batch, its message, its position,
     name or size; the records, their starts and lengths, how many each batch holds, their tags
     codes, which tags are not strict UTF-8, and the value spans of TAGS, KEYS and UNIQ_KEY)."""
-    nb = len(data_lengths)
-    batch_at = _offsets(data_lengths)
+    nb = len(batch_topic)
     tail_at = _offsets(tail_lengths)
     host_at = _offsets(host_lengths)
-    extra_at = _offsets(extra_lengths)
     cap = len(data) // 22 + 1
     batch_of = np.empty(cap, dtype=np.int64)
     flags = np.empty(cap, dtype=np.int64)
@@ -1143,7 +1246,24 @@ def _encode_batches(
             m = 0
             break
         e = extra_at[b + 1] - extra_at[b]
-        head = 72 + (host_at[b + 1] - host_at[b]) + len(store_host)
+        p = extra_at[b]
+        while p < extra_at[b + 1]:
+            sep, stop = property_entry(extras, p, extra_at[b + 1])
+            if not p < sep < stop - 1:
+                problem, where = _BATCH_PROPERTY, p - extra_at[b]
+                break
+            for j in range(len(name_offsets) - 1):
+                if is_name(extras, p, sep - p, names, name_offsets, j):
+                    problem, where = _BATCH_NAMED, j
+            if problem:
+                break
+            p = stop + 1
+        if problem:
+            bad_batch = b
+            m = 0
+            break
+        hb = host_ids[b]
+        head = 72 + (host_at[hb + 1] - host_at[hb]) + len(store_host)
         tail = tail_at[batch_topic[b] + 1] - tail_at[batch_topic[b]]
         m = 0
         while pos < end:
@@ -1215,10 +1335,11 @@ def _encode_batches(
     for i in range(n):
         b = batch_of[i]
         t = batch_topic[b]
+        hb = host_ids[b]
         write_record(
             out, starts[i], lengths[i], data, props_at[i] - 2 - body_len[i], body_len[i], data, props_at[i],
             props_len[i], extras, extra_at[b], extra_at[b + 1] - extra_at[b], separate[i],
             tails, tail_at[t], tail_at[t + 1] - tail_at[t], queue_ids[b], flags[i], sys_flags[b], born[b],
-            hosts, host_at[b], host_at[b + 1] - host_at[b], store_host, reconsume[b], tables,
+            hosts, host_at[hb], host_at[hb + 1] - host_at[hb], store_host, reconsume[b], tables,
         )  # fmt: skip
     return 0, 0, 0, 0, out, starts[:n], lengths[:n], counts, tags_codes[:n], slow[:n], wanted_at, wanted_len

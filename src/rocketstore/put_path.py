@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
-from itertools import accumulate, repeat
+from itertools import repeat
 from typing import cast
 
 import numpy as np
@@ -19,7 +19,7 @@ import numpy.typing as npt
 from rocketstore.cleanup import CleanService
 from rocketstore.clock import Clock
 from rocketstore.codec.config_json import PERM_WRITE
-from rocketstore.codec.message_batch import EncodedBatch
+from rocketstore.codec.message_batch import EncodedBatch, EncodedColumns
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
@@ -37,7 +37,7 @@ from rocketstore.prepare import (
     tag_column,
     validate_topic,
 )
-from rocketstore.results import PutBatchResult, PutMessageResult, PutStatus
+from rocketstore.results import PutBatchResult, PutColumnsResult, PutMessageResult, PutStatus
 from rocketstore.service import BackgroundService
 from rocketstore.stats import StoreStats
 from rocketstore.topics import PROPERTY_SHARDING_KEY, TopicTable
@@ -280,40 +280,62 @@ class MessageWriter:
             )
         if not batches:
             return []
-        prepared, counts = self._encoder.prepare_encoded(batches)
-        for batch in batches:
-            self._open_topic(batch.topic, batch.queue_id)
-        spans = list(zip(batches, accumulate(counts, initial=0), accumulate(counts)))
-        qids, uniqs = prepared.queue_ids, prepared.uniq_keys
+        result = self.put_encoded_columns(self._encoder.encoded_columns(batches))
+        ends = result.ends.tolist()
+        return [
+            PutBatchResult(
+                result.status,
+                b.topic,
+                result.queue_ids[i:j],
+                result.queue_offsets[i:j],
+                result.physical_offsets[i:j],
+                result.sizes[i:j],
+                result.store_timestamp,
+                result.id_prefix,
+                result.uniq_keys.cut(i, j),
+            )
+            for b, i, j in zip(batches, [0, *ends], ends)
+        ]
+
+    def put_encoded_columns(self, columns: EncodedColumns) -> PutColumnsResult:
+        """``MessageStore.put_encoded_columns`` on an open, writable store."""
+        if not isinstance(columns, EncodedColumns):
+            raise InvalidMessageError(f"expected EncodedColumns, got {type(columns).__name__}", _ILLEGAL)
+        prepared, counts = self._encoder.prepare_encoded_columns(columns)
+        ends = np.cumsum(counts)
+        if len(columns):
+            highest = np.full(len(columns.topics), -1, dtype=np.int64)
+            np.maximum.at(highest, prepared.topic_ids, prepared.queue_ids)
+            for t in np.flatnonzero(highest >= 0).tolist():
+                self._open_topic(columns.topics[t], int(highest[t]))
         refused = self._refusal()
-        if refused is None:
+        if refused is None and len(prepared):
             try:
                 phys, queue_offsets, now = self._commitlog.append_batch(prepared)
             except OSError as exc:
                 log.error("put failed, could not create or write a commitlog segment: %s", exc)
                 refused = PutStatus.CREATE_MAPPED_FILE_FAILED
+        elif refused is None:
+            phys = queue_offsets = np.zeros(0, dtype=np.int64)
+            now = 0
+        prefix = self._commitlog.id_prefix
         if refused is not None:
-            return [self._unstored(refused, b.topic, qids[i:j], uniqs.cut(i, j)) for b, i, j in spans]
-        self._stats.count_put(len(prepared), int(prepared.lengths.sum()))
-        self._wake_dispatcher()
-        # as put_batch: a batch's messages cannot say WAIT=false to skip the flush wait
-        end = int(phys[-1] + prepared.lengths[-1])
-        status = self._make_durable(end) if self._durability_work else _PUT_OK
-        sizes, prefix = prepared.lengths, self._commitlog.id_prefix
-        return [
-            PutBatchResult(
-                status,
-                b.topic,
-                qids[i:j],
-                queue_offsets[i:j],
-                phys[i:j],
-                sizes[i:j],
-                now,
-                prefix,
-                uniqs.cut(i, j),
-            )
-            for b, i, j in spans
-        ]
+            none = np.full(len(prepared), -1, dtype=np.int64)
+            return PutColumnsResult(
+                refused, ends, prepared.topic_ids, prepared.queue_ids, none, none, none, 0, prefix,
+                prepared.uniq_keys,
+            )  # fmt: skip
+        status = _PUT_OK
+        if len(prepared):
+            self._stats.count_put(len(prepared), int(prepared.lengths.sum()))
+            self._wake_dispatcher()
+            # as put_batch: a batch's messages cannot say WAIT=false to skip the flush wait
+            end = int(phys[-1] + prepared.lengths[-1])
+            status = self._make_durable(end) if self._durability_work else _PUT_OK
+        return PutColumnsResult(
+            status, ends, prepared.topic_ids, prepared.queue_ids, queue_offsets, phys, prepared.lengths, now,
+            prefix, prepared.uniq_keys,
+        )  # fmt: skip
 
     def _unstored(
         self, status: PutStatus, topic: str, queue_ids: npt.NDArray[np.int64], uniq_keys: TextColumn

@@ -19,6 +19,7 @@ __all__ = [
     "GetStatus",
     "MessageBatch",
     "PutBatchResult",
+    "PutColumnsResult",
     "PutMessageResult",
     "PutStatus",
 ]
@@ -132,6 +133,34 @@ class PutBatchResult:
             int(self.sizes[i]) if stored else 0,
             self.id_prefix,
         )
+
+
+@dataclass(frozen=True)
+class PutColumnsResult:
+    """Outcome of ``MessageStore.put_encoded_columns``: one status for every batch (stored all
+    together or not at all), and per-message columns, the messages of batch b being
+    ``ends[b - 1]`` (0 for the first) to ``ends[b]``. Message i went to topic ``topic_ids[i]``
+    of the columns' topics, queue ``queue_ids[i]`` at ``queue_offsets[i]``, commitlog
+    ``physical_offsets[i]`` (-1 when nothing was stored), ``sizes[i]`` bytes."""
+
+    status: PutStatus
+    ends: npt.NDArray[np.int64]
+    topic_ids: npt.NDArray[np.int64]
+    queue_ids: npt.NDArray[np.int64]
+    queue_offsets: npt.NDArray[np.int64]
+    physical_offsets: npt.NDArray[np.int64]
+    sizes: npt.NDArray[np.int64]
+    store_timestamp: int
+    id_prefix: str
+    uniq_keys: TextColumn
+
+    def __len__(self) -> int:
+        return len(self.physical_offsets)
+
+    @property
+    def stored(self) -> bool:
+        """Whether the messages were stored (a timeout status says so too, offsets known)."""
+        return len(self) == 0 or int(self.physical_offsets[0]) >= 0
 
 
 @dataclass

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.cleanup import CleanService, ReclaimReport
 from rocketstore.clock import Clock, SystemClock
-from rocketstore.codec.message_batch import EncodedBatch
+from rocketstore.codec.message_batch import EncodedBatch, EncodedColumns
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import BrokerRole, FlushDiskType, StoreConfig
@@ -51,6 +51,7 @@ from rocketstore.results import (
     GetMessageResult,
     MessageBatch,
     PutBatchResult,
+    PutColumnsResult,
     PutMessageResult,
     PutStatus,
 )
@@ -557,6 +558,16 @@ class MessageStore:
         self._check_writable("puts")
         assert self._writer is not None  # every store open for writing has one
         return self._writer.put_encoded_batches(batches)
+
+    def put_encoded_columns(self, columns: EncodedColumns) -> PutColumnsResult:
+        """``put_encoded_batches`` for batches held as columns (``codec.message_batch``'s
+        ``EncodedColumns``: a broker's sends of one turn, each single message a batch of one),
+        validated and encoded in one compiled pass with no Python object per message; stored
+        all together or not at all. The properties added to a batch's messages are checked as
+        they are stored: each entry a name and a value, none the store sets itself."""
+        self._check_writable("puts")
+        assert self._writer is not None  # every store open for writing has one
+        return self._writer.put_encoded_columns(columns)
 
     @property
     def failure(self) -> BaseException | None:

@@ -291,15 +291,17 @@ class BrokerStats:
         self.put_failures = 0
         self.get_max_ms = 0  # the slowest read of messages (RocketMQ's getMessageEntireTimeMax)
 
-    def count_put(self, topic: str, messages: int, size: int, elapsed_ms: int | None = None) -> None:
-        """Messages stored by a send (RocketMQ's SendMessageProcessor: one count per request),
-        and how long the put took when known."""
+    def count_put(
+        self, topic: str, messages: int, size: int, elapsed_ms: int | None = None, requests: int = 1
+    ) -> None:
+        """Messages stored by ``requests`` sends (RocketMQ's SendMessageProcessor: one count
+        per request), and how long the put took when known."""
         now = self._clock()
         with self._lock:
-            self._puts.add(topic, messages, 1, now)
+            self._puts.add(topic, messages, requests, now)
             if size:
-                self._put_sizes.add(topic, size, 1, now)
-            self._broker_puts.add(self.cluster, messages, 1, now)
+                self._put_sizes.add(topic, size, requests, now)
+            self._broker_puts.add(self.cluster, messages, requests, now)
             if elapsed_ms is not None:
                 self._latency.add(elapsed_ms, now)
 

@@ -30,6 +30,7 @@ from rocketstore.jit import kernel
 __all__ = [
     "BatchEntry",
     "EncodedBatch",
+    "EncodedColumns",
     "decode_batch",
     "encode_batch_body",
     "inner_message",
@@ -56,6 +57,34 @@ class EncodedBatch:
     properties: Mapping[str, str] = field(default_factory=dict)
     sys_flag: int = 0
     reconsume_times: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedColumns:
+    """Many producers' batches as columns, for a caller that holds them as buffers rather than
+    objects (a broker's sends of one turn; a single message is a batch of one). Batch ``b`` is
+    ``data[data_offsets[b] : data_offsets[b + 1]]`` in the batch encoding, to topic
+    ``topics[topic_ids[b]]``, queue ``queue_ids[b]``, born at ``born_hosts[born_host_ids[b]]``
+    (``host:port``) at ``born_timestamps[b]``, with ``sys_flags[b]`` (the body's bits) and
+    ``reconsume_times[b]``; ``properties[properties_offsets[b] : properties_offsets[b + 1]]``
+    is a properties string added to each of its messages (may be empty). Per-batch columns are
+    int64 arrays of one length; the offsets one longer."""
+
+    data: npt.NDArray[np.uint8]
+    data_offsets: npt.NDArray[np.int64]
+    topics: Sequence[str]
+    topic_ids: npt.NDArray[np.int64]
+    queue_ids: npt.NDArray[np.int64]
+    born_hosts: Sequence[str]
+    born_host_ids: npt.NDArray[np.int64]
+    born_timestamps: npt.NDArray[np.int64]
+    sys_flags: npt.NDArray[np.int64]
+    reconsume_times: npt.NDArray[np.int64]
+    properties: npt.NDArray[np.uint8]
+    properties_offsets: npt.NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return len(self.topic_ids)
 
 
 @dataclass(slots=True)

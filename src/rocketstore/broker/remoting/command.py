@@ -26,8 +26,13 @@ import struct
 from dataclasses import dataclass, field
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
+
 from rocketstore.broker.remoting.codes import LANGUAGES, VERSION
+from rocketstore.codec.message_batch import inner_message
 from rocketstore.errors import CorruptDataError
+from rocketstore.jit import kernel
 
 __all__ = [
     "FLAG_ONEWAY",
@@ -320,3 +325,829 @@ def _decode_binary(header: memoryview) -> RemotingCommand:
         LANGUAGES[language] if 0 <= language < len(LANGUAGES) else "OTHER",
         version,
     )
+
+
+# --- many frames at once: the broker's hot sends ---------------------------------------------
+# ``scan_frames`` reads every whole frame of a connection's bytes in one compiled pass. A send it
+# can store as it stands (SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE with every field
+# present and in range, ASCII headers, no property that needs the broker's judgement: delay,
+# timer, transaction, retry) comes out as columns and its message in the batch encoding; every
+# other frame is left to ``decode_command`` and its handler, which also gives each refusal its
+# remark. ``encode_send_answers`` writes the answers of such sends in one pass.
+SCAN_AT, SCAN_LEN, SCAN_HOT, SCAN_OPAQUE, SCAN_FLAG, SCAN_KIND = range(6)
+SCAN_QUEUE, SCAN_SYS_FLAG, SCAN_BORN, SCAN_RECONSUME, SCAN_CODE = range(6, 11)
+SCAN_DATA_AT, SCAN_DATA_LEN, SCAN_TOPIC_AT, SCAN_TOPIC_LEN, SCAN_TOPIC_HASH = range(11, 16)
+SCAN_EXTRA_AT, SCAN_EXTRA_LEN, SCAN_BODY_LEN = range(16, 19)
+_SCAN_ROWS: Final = 19
+HOT_SINGLE: Final = 1  # SCAN_HOT: a single message
+HOT_BATCH: Final = 2  # a producer's batch
+SCAN_BAD_LENGTH: Final = 1  # scan_frames' status: a length field outside 4..max_frame
+
+_SEND_CODES = np.array([10, 310, 320], dtype=np.int64)  # SEND_MESSAGE, _V2, SEND_BATCH_MESSAGE
+# SendMessageRequestHeader's fields: V2's one-letter names, then V1's, in the same order
+_SEND_FIELD_NAMES: Final = (
+    *"abcdefghijklmn",
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+    "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes",
+    "batch", "bname",
+)  # fmt: skip
+_F_GROUP, _F_TOPIC, _F_DEFAULT, _F_DEFAULT_QUEUES, _F_QUEUE, _F_SYS_FLAG, _F_BORN, _F_FLAG = range(8)
+_F_PROPS, _F_RECONSUME, _F_UNIT, _F_MAX_RECONSUME, _F_BATCH, _F_BNAME = range(8, 14)
+_N_FIELDS: Final = 14
+
+
+def _name_table(names: tuple[str, ...]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    encoded = [n.encode() for n in names]
+    return (
+        np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(),
+        np.cumsum([0, *map(len, encoded)]).astype(np.int64),
+    )
+
+
+_FIELD_NAMES, _FIELD_NAME_AT = _name_table(_SEND_FIELD_NAMES)
+_TOP_NAMES, _TOP_NAME_AT = _name_table(("code", "opaque", "flag", "extFields"))
+# properties a single send may not carry on the fast path: the broker or store acts on them
+# (delay, timer, transaction, a retry's real topic), or the broker sets them (CLUSTER); WAIT
+# is dropped when "true" and sends the message the slow way otherwise (no flush wait)
+_SLOW_NAMES, _SLOW_NAME_AT = _name_table(
+    (
+        "DELAY", "REAL_TOPIC", "REAL_QID", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DELIVER_MS",
+        "CLUSTER", "TRAN_MSG", "WAIT", "UNIQ_KEY", "TAGS", "KEYS",
+    )
+)  # fmt: skip
+_SLOW_WAIT, _SLOW_UNIQ = 8, 9  # rows of _SLOW_NAMES; from _SLOW_UNIQ on they do not send it slow
+_BATCH_OWN_FIRST = 9  # a batch's own properties may not name these (each message's own)
+_TRUE = np.frombuffer(b"true", dtype=np.uint8).copy()
+_RETRY = np.frombuffer(b"%RETRY%", dtype=np.uint8).copy()
+_TX_MASK: Final = 0x4 | 0x8
+_TX_PREPARED: Final = 0x4
+_SYSFLAG_CONTENT: Final = 0x1 | 0x2 | 0x100 | 0x200 | 0x400  # compressed, multi tags, compression type
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _i16(u8: npt.NDArray[np.uint8], pos: int) -> int:
+    v = (np.int64(u8[pos]) << 8) | u8[pos + 1]
+    return int(v - 65536 if v >= 32768 else v)
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _i32(u8: npt.NDArray[np.uint8], pos: int) -> int:
+    v = (np.int64(u8[pos]) << 24) | (np.int64(u8[pos + 1]) << 16) | (np.int64(u8[pos + 2]) << 8) | u8[pos + 3]
+    return int(v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v)
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _put(out: npt.NDArray[np.uint8], pos: int, value: int, width: int) -> int:
+    for k in range(width):
+        out[pos + k] = (value >> (8 * (width - 1 - k))) & 0xFF
+    return pos + width
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _ws(u8: npt.NDArray[np.uint8], p: int, end: int) -> int:
+    while p < end and (u8[p] == 32 or u8[p] == 9 or u8[p] == 10 or u8[p] == 13):
+        p += 1
+    return p
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _hex(c: int) -> int:
+    if 48 <= c <= 57:
+        return c - 48
+    if 97 <= c <= 102:
+        return c - 87
+    if 65 <= c <= 70:
+        return c - 55
+    return -1
+
+
+@kernel(cache=True, nogil=True)
+def _json_string(
+    u8: npt.NDArray[np.uint8], p: int, end: int, out: npt.NDArray[np.uint8], o: int
+) -> tuple[int, int]:
+    """The JSON string at ``u8[p]`` (its opening quote) unescaped into ``out[o:]``: (where it
+    ends, where the output ends), or (-1, o) for what this pass leaves to Python: anything not
+    ASCII, a raw control character, an escape it does not take."""
+    p += 1
+    while p < end:
+        c = u8[p]
+        if c == 34:  # "
+            return p + 1, o
+        if c >= 0x80 or c < 0x20:
+            return -1, o
+        if c == 92:  # \
+            if p + 1 >= end:
+                return -1, o
+            e = u8[p + 1]
+            if e == 117:  # \uXXXX: ASCII only
+                if p + 5 >= end:
+                    return -1, o
+                v = 0
+                for k in range(4):
+                    h = _hex(u8[p + 2 + k])
+                    if h < 0:
+                        return -1, o
+                    v = v * 16 + h
+                if v >= 0x80:
+                    return -1, o
+                out[o] = v
+                p += 6
+            else:
+                if e == 34 or e == 92 or e == 47:
+                    out[o] = e
+                elif e == 98:
+                    out[o] = 8
+                elif e == 102:
+                    out[o] = 12
+                elif e == 110:
+                    out[o] = 10
+                elif e == 114:
+                    out[o] = 13
+                elif e == 116:
+                    out[o] = 9
+                else:
+                    return -1, o
+                p += 2
+            o += 1
+        else:
+            out[o] = c
+            o += 1
+            p += 1
+    return -1, o
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _json_scalar_end(u8: npt.NDArray[np.uint8], p: int, end: int) -> int:
+    """The end of the number, true, false or null at ``p`` (-1 for anything else)."""
+    q = p
+    while q < end:
+        c = u8[q]
+        if (48 <= c <= 57) or c == 45 or c == 43 or c == 46 or (97 <= c <= 122) or (65 <= c <= 90):
+            q += 1
+        else:
+            break
+    return q if q > p else -1
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _json_integer(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[bool, int]:
+    """A JSON integer of at most 18 digits at u8[p:end] (the whole span)."""
+    neg = p < end and u8[p] == 45
+    if neg:
+        p += 1
+    if p >= end or end - p > 18:
+        return False, 0
+    v = 0
+    for k in range(p, end):
+        c = u8[k]
+        if c < 48 or c > 57:
+            return False, 0
+        v = v * 10 + (c - 48)
+    return True, -v if neg else v
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _text_int(t: npt.NDArray[np.uint8], p: int, n: int, low: int, high: int) -> tuple[bool, int]:
+    """Decimal text ``[+-]?digits`` in low..high (what Java's parse methods take, and int())."""
+    if n <= 0 or n > 20:
+        return False, 0
+    end = p + n
+    neg = t[p] == 45
+    if t[p] == 45 or t[p] == 43:
+        p += 1
+    if p >= end:
+        return False, 0
+    v = 0
+    for k in range(p, end):
+        c = t[k]
+        if c < 48 or c > 57:
+            return False, 0
+        if v > 922337203685477580:  # the next digit would pass an int64
+            return False, 0
+        v = v * 10 + (c - 48)
+    if neg:
+        v = -v
+    return low <= v <= high, v
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _same(
+    a: npt.NDArray[np.uint8],
+    p: int,
+    n: int,
+    names: npt.NDArray[np.uint8],
+    name_at: npt.NDArray[np.int64],
+    j: int,
+) -> bool:
+    s = name_at[j]
+    if n != name_at[j + 1] - s:
+        return False
+    for k in range(n):  # noqa: SIM110 (numba compiles the loop, not a generator)
+        if a[p + k] != names[s + k]:
+            return False
+    return True
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _field_of(t: npt.NDArray[np.uint8], p: int, n: int, v2: bool) -> int:
+    """The send header field named ``t[p:p+n]`` (V2's names or V1's), or -1."""
+    first = 0 if v2 else _N_FIELDS
+    for j in range(first, first + _N_FIELDS):
+        if _same(t, p, n, _FIELD_NAMES, _FIELD_NAME_AT, j):
+            return j - first
+    return -1
+
+
+@kernel(cache=True, nogil=True)
+def _json_header(
+    u8: npt.NDArray[np.uint8],
+    p: int,
+    end: int,
+    texts: npt.NDArray[np.uint8],
+    o: int,
+    head: npt.NDArray[np.int64],
+    f_at: npt.NDArray[np.int64],
+    f_len: npt.NDArray[np.int64],
+) -> int:
+    """A JSON header at u8[p:end]: code, opaque and flag into ``head``, the send fields' values
+    into ``texts`` from ``o`` (spans in f_at/f_len, -1: absent); returns where texts end, or -1
+    when the header is one for Python (not an object of plain values, a code that is not a
+    send's, a value this pass does not read)."""
+    head[0] = 0
+    head[1] = 0
+    head[2] = 0
+    p = _ws(u8, p, end)
+    if p >= end or u8[p] != 123:
+        return -1
+    p = _ws(u8, p + 1, end)
+    ext_at = -1
+    ext_end = -1
+    if p < end and u8[p] == 125:
+        p += 1
+    else:
+        while True:
+            if p >= end or u8[p] != 34:
+                return -1
+            k_at = o
+            p, o = _json_string(u8, p, end, texts, o)
+            if p < 0:
+                return -1
+            k_len = o - k_at
+            o = k_at  # the key is not kept
+            p = _ws(u8, p, end)
+            if p >= end or u8[p] != 58:
+                return -1
+            p = _ws(u8, p + 1, end)
+            if p >= end:
+                return -1
+            which = -1
+            for j in range(4):
+                if _same(texts, k_at, k_len, _TOP_NAMES, _TOP_NAME_AT, j):
+                    which = j
+            if which == 3:  # extFields: read once the code is known (it may come later)
+                if u8[p] != 123:
+                    return -1
+                ext_at = p
+                depth = 0
+                while p < end:
+                    c = u8[p]
+                    if c == 34:
+                        p, o = _json_string(u8, p, end, texts, o)
+                        o = k_at
+                        if p < 0:
+                            return -1
+                        continue
+                    if c == 123 or c == 91:
+                        depth += 1
+                    elif c == 125 or c == 93:
+                        depth -= 1
+                        if depth == 0:
+                            p += 1
+                            break
+                    p += 1
+                if depth != 0:
+                    return -1
+                ext_end = p
+            elif u8[p] == 34:
+                if which >= 0:
+                    return -1  # a quoted number: Python reads it
+                p, o = _json_string(u8, p, end, texts, o)
+                o = k_at
+                if p < 0:
+                    return -1
+            else:
+                q = _json_scalar_end(u8, p, end)
+                if q < 0:
+                    return -1
+                if which >= 0:
+                    ok, v = _json_integer(u8, p, q)
+                    if not ok:
+                        return -1
+                    head[which] = v
+                p = q
+            p = _ws(u8, p, end)
+            if p < end and u8[p] == 44:
+                p = _ws(u8, p + 1, end)
+                continue
+            if p < end and u8[p] == 125:
+                p += 1
+                break
+            return -1
+    if _ws(u8, p, end) != end:
+        return -1
+    code = head[0]
+    if code != 10 and code != 310 and code != 320:
+        return -1
+    if ext_at < 0:
+        return -1
+    v2 = code != 10
+    p = _ws(u8, ext_at + 1, ext_end)
+    if p < ext_end and u8[p] == 125:
+        return o
+    while True:
+        if p >= ext_end or u8[p] != 34:
+            return -1
+        k_at = o
+        p, o = _json_string(u8, p, ext_end, texts, o)
+        if p < 0:
+            return -1
+        f = _field_of(texts, k_at, o - k_at, v2)
+        o = k_at
+        p = _ws(u8, p, ext_end)
+        if p >= ext_end or u8[p] != 58:
+            return -1
+        p = _ws(u8, p + 1, ext_end)
+        if p >= ext_end or u8[p] != 34:
+            return -1  # a value that is not a string: Python reads it
+        v_at = o
+        p, o = _json_string(u8, p, ext_end, texts, o)
+        if p < 0:
+            return -1
+        if f >= 0:
+            f_at[f] = v_at
+            f_len[f] = o - v_at
+        else:
+            o = v_at
+        p = _ws(u8, p, ext_end)
+        if p < ext_end and u8[p] == 44:
+            p = _ws(u8, p + 1, ext_end)
+            continue
+        if p < ext_end and u8[p] == 125:
+            break
+        return -1
+    return o
+
+
+@kernel(cache=True, nogil=True)
+def _binary_header(
+    u8: npt.NDArray[np.uint8],
+    p: int,
+    end: int,
+    texts: npt.NDArray[np.uint8],
+    o: int,
+    head: npt.NDArray[np.int64],
+    f_at: npt.NDArray[np.int64],
+    f_len: npt.NDArray[np.int64],
+) -> int:
+    """``_json_header`` for a ROCKETMQ (binary) header: its values copied into ``texts``."""
+    if end - p < 21:
+        return -1
+    code = _i16(u8, p)
+    if code != 10 and code != 310 and code != 320:
+        return -1
+    head[0] = code
+    head[1] = _i32(u8, p + 5)
+    head[2] = _i32(u8, p + 9)
+    remark = _i32(u8, p + 13)
+    p += 17
+    if remark < 0 or remark > end - p - 4:
+        return -1
+    p += remark
+    ext = _i32(u8, p)
+    p += 4
+    if ext < 0 or ext > end - p:
+        return -1
+    stop = p + ext
+    v2 = code != 10
+    while p < stop:
+        if stop - p < 6:
+            return -1
+        klen = _i16(u8, p)
+        if klen < 0 or klen > stop - p - 6:
+            return -1
+        k_at = p + 2
+        vlen = _i32(u8, k_at + klen)
+        v_at = k_at + klen + 4
+        if vlen < 0 or vlen > stop - v_at:
+            return -1
+        for k in range(k_at, v_at + vlen):
+            if u8[k] >= 0x80:
+                return -1  # not ASCII: Python decodes it
+        if klen and vlen:  # an empty key or value is absent
+            f = _field_of(u8, k_at, klen, v2)
+            if f >= 0:
+                texts[o : o + vlen] = u8[v_at : v_at + vlen]
+                f_at[f] = o
+                f_len[f] = vlen
+                o += vlen
+        p = v_at + vlen
+    return o
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _is_true(t: npt.NDArray[np.uint8], p: int, n: int) -> bool:
+    if n != 4:
+        return False
+    for k in range(4):
+        c = t[p + k]
+        if 65 <= c <= 90:
+            c += 32
+        if c != _TRUE[k]:
+            return False
+    return True
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _topic_ok(t: npt.NDArray[np.uint8], p: int, n: int) -> bool:
+    """RocketMQ's topic rule, and not a retry topic (its dead-letter routing is the handler's)."""
+    if n < 1 or n > 127:
+        return False
+    for k in range(p, p + n):
+        c = t[k]
+        if not (
+            (48 <= c <= 57)
+            or (65 <= c <= 90)
+            or (97 <= c <= 122)
+            or c == 37
+            or c == 124
+            or c == 95
+            or c == 45
+        ):
+            return False
+    if n >= 7:
+        retry = True
+        for k in range(7):
+            if t[p + k] != _RETRY[k]:
+                retry = False
+        if retry:
+            return False
+    return True
+
+
+@kernel(cache=True, nogil=True)
+def scan_frames(
+    u8: npt.NDArray[np.uint8], max_frame: int, max_body: int, cluster: npt.NDArray[np.uint8]
+) -> tuple[
+    int, int, npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.uint8], npt.NDArray[np.uint8]
+]:  # fmt: skip
+    """Every whole frame of ``u8``: (a status, 0 or SCAN_BAD_LENGTH at the first frame whose
+    length is outside 4..max_frame; where the whole frames end; the columns, one per frame
+    (rows SCAN_*); the sends' messages in the batch encoding; their topics; the properties the
+    broker adds to each: a batch's own, then ``cluster`` (the ``CLUSTER`` entry))."""
+    n_max = len(u8) // 8 + 1
+    cols = np.full((_SCAN_ROWS, n_max), -1, dtype=np.int64)
+    data = np.empty(len(u8) + 24 * n_max, dtype=np.uint8)
+    texts = np.empty(len(u8), dtype=np.uint8)
+    extras = np.empty(len(u8) + (len(cluster) + 1) * n_max, dtype=np.uint8)
+    vals = np.zeros(_N_FIELDS, dtype=np.int64)
+    head = np.zeros(3, dtype=np.int64)
+    f_at = np.full(_N_FIELDS, -1, dtype=np.int64)
+    f_len = np.zeros(_N_FIELDS, dtype=np.int64)
+    s_at = np.full((len(_SLOW_NAME_AT) - 1, 1), -1, dtype=np.int64)
+    s_len = np.zeros((len(_SLOW_NAME_AT) - 1, 1), dtype=np.int64)
+    status = 0
+    pos = 0
+    n = 0
+    o = 0  # texts used
+    d = 0  # data used
+    x = 0  # extras used
+    while len(u8) - pos >= 4:
+        length = _i32(u8, pos)
+        if length < 4 or length > max_frame:
+            status = SCAN_BAD_LENGTH
+            break
+        if len(u8) - pos - 4 < length:
+            break
+        at = pos + 4
+        frame_end = at + length
+        pos = frame_end
+        i = n
+        n += 1
+        cols[SCAN_AT, i] = at
+        cols[SCAN_LEN, i] = length
+        cols[SCAN_HOT, i] = 0
+        word = _i32(u8, at)
+        kind = (word >> 24) & 0xFF
+        h = word & 0xFFFFFF
+        if h > length - 4 or (kind != 0 and kind != 1):
+            continue
+        for k in range(_N_FIELDS):
+            f_at[k] = -1
+            f_len[k] = 0
+        if kind == 0:
+            o2 = _json_header(u8, at + 4, at + 4 + h, texts, o, head, f_at, f_len)
+        else:
+            o2 = _binary_header(u8, at + 4, at + 4 + h, texts, o, head, f_at, f_len)
+        if o2 < 0:
+            continue
+        if head[2] & 1 or f_at[_F_GROUP] < 0 or f_at[_F_TOPIC] < 0 or f_at[_F_DEFAULT] < 0:
+            continue
+        ok = True
+        vals[_F_RECONSUME] = 0
+        for f, low, high in (
+            (_F_DEFAULT_QUEUES, -(1 << 63), (1 << 63) - 1),
+            (_F_QUEUE, -(1 << 31), (1 << 31) - 1),
+            (_F_SYS_FLAG, -(1 << 31), (1 << 31) - 1),
+            (_F_BORN, -(1 << 63), (1 << 63) - 1),
+            (_F_FLAG, -(1 << 31), (1 << 31) - 1),
+        ):
+            good, v = _text_int(texts, f_at[f], f_len[f], low, high)
+            ok = ok and good
+            vals[f] = v
+        if f_at[_F_RECONSUME] >= 0:
+            good, v = _text_int(texts, f_at[_F_RECONSUME], f_len[_F_RECONSUME], 0, (1 << 31) - 1)
+            ok = ok and good
+            vals[_F_RECONSUME] = v
+        if f_at[_F_MAX_RECONSUME] >= 0:
+            good, v = _text_int(
+                texts, f_at[_F_MAX_RECONSUME], f_len[_F_MAX_RECONSUME], -(1 << 63), (1 << 63) - 1
+            )
+            ok = ok and good
+        if not ok or not _topic_ok(texts, f_at[_F_TOPIC], f_len[_F_TOPIC]):
+            continue
+        batch = f_at[_F_BATCH] >= 0 and _is_true(texts, f_at[_F_BATCH], f_len[_F_BATCH])
+        sys_flag = vals[_F_SYS_FLAG]
+        if (batch and sys_flag & _TX_MASK) or (sys_flag & _TX_MASK) == _TX_PREPARED:
+            continue
+        body_at = at + 4 + h
+        body_len = frame_end - body_at
+        if body_len > max_body:
+            continue
+        # the properties: every entry a name and a value, none of the slow names
+        p_at = f_at[_F_PROPS]
+        p_end = p_at + f_len[_F_PROPS] if p_at >= 0 else p_at
+        for j in range(len(_SLOW_NAME_AT) - 1):
+            s_at[j, 0] = -1
+        wait_at = -1
+        q = p_at
+        while q < p_end:
+            sep = q
+            stop = q
+            while stop < p_end and texts[stop] != 2:
+                stop += 1
+            while sep < stop and texts[sep] != 1:
+                sep += 1
+            if not q < sep < stop - 1:
+                ok = False
+                break
+            for j in range(len(_SLOW_NAME_AT) - 1):
+                if _same(texts, q, sep - q, _SLOW_NAMES, _SLOW_NAME_AT, j):
+                    s_at[j, 0] = sep + 1
+                    s_len[j, 0] = stop - sep - 1
+                    if j == _SLOW_WAIT:
+                        wait_at = q
+            q = stop + 1
+        if not ok:
+            continue
+        if batch:
+            for j in range(_SLOW_WAIT):
+                if j < 6 and s_at[j, 0] >= 0:
+                    ok = False
+            for j in range(_BATCH_OWN_FIRST, len(_SLOW_NAME_AT) - 1):
+                if s_at[j, 0] >= 0:
+                    ok = False
+            if s_at[6, 0] >= 0:  # CLUSTER
+                ok = False
+            # the body: whole inner messages
+            q = body_at
+            if q == frame_end:
+                ok = False
+            while ok and q < frame_end:
+                problem, size, _, _, _, _ = inner_message(u8, q, frame_end)
+                if problem:
+                    ok = False
+                else:
+                    q += size
+        else:
+            for j in range(_SLOW_WAIT):
+                if s_at[j, 0] >= 0:
+                    ok = False
+            if s_at[_SLOW_WAIT, 0] >= 0 and not _is_true(texts, s_at[_SLOW_WAIT, 0], s_len[_SLOW_WAIT, 0]):
+                ok = False
+            if s_at[_SLOW_UNIQ, 0] < 0:
+                ok = False  # the store gives it one: the handler's way
+        if not ok:
+            continue
+        # the message(s) in the batch encoding, and the properties the broker adds
+        cols[SCAN_DATA_AT, i] = d
+        if batch:
+            data[d : d + body_len] = u8[body_at:frame_end]
+            d += body_len
+        else:
+            d0 = d
+            d = _put(data, d, 0, 4)  # TOTALSIZE, below
+            d = _put(data, d, 0, 4)
+            d = _put(data, d, 0, 4)
+            d = _put(data, d, vals[_F_FLAG], 4)
+            d = _put(data, d, body_len, 4)
+            data[d : d + body_len] = u8[body_at:frame_end]
+            d += body_len + 2  # PROPERTIESLENGTH, below
+            props_at = d
+            q = p_at
+            while q < p_end:
+                stop = q
+                while stop < p_end and texts[stop] != 2:
+                    stop += 1
+                if q != wait_at:  # WAIT=true is not stored (RocketMQ drops it too)
+                    if d > props_at:
+                        data[d] = 2
+                        d += 1
+                    data[d : d + stop - q] = texts[q:stop]
+                    d += stop - q
+                q = stop + 1
+            if d - props_at >= 0x8000:
+                d = d0
+                continue
+            _put(data, d0, d - d0, 4)
+            _put(data, props_at - 2, d - props_at, 2)
+        cols[SCAN_DATA_LEN, i] = d - cols[SCAN_DATA_AT, i]
+        cols[SCAN_EXTRA_AT, i] = x
+        if batch and p_at >= 0 and p_end > p_at:
+            stop = p_end
+            while stop > p_at and texts[stop - 1] == 2:
+                stop -= 1
+            extras[x : x + stop - p_at] = texts[p_at:stop]
+            x += stop - p_at
+            extras[x] = 2
+            x += 1
+        extras[x : x + len(cluster)] = cluster
+        x += len(cluster)
+        cols[SCAN_EXTRA_LEN, i] = x - cols[SCAN_EXTRA_AT, i]
+        topic_hash = np.int64(len(cluster))  # topics are grouped by it, then compared whole
+        for k in range(f_at[_F_TOPIC], f_at[_F_TOPIC] + f_len[_F_TOPIC]):
+            topic_hash = (topic_hash * 31 + texts[k]) & 0xFFFFFFFFFFFFFF
+        cols[SCAN_HOT, i] = HOT_BATCH if batch else HOT_SINGLE
+        cols[SCAN_CODE, i] = head[0]
+        cols[SCAN_OPAQUE, i] = head[1]
+        cols[SCAN_FLAG, i] = head[2]
+        cols[SCAN_KIND, i] = kind
+        cols[SCAN_QUEUE, i] = vals[_F_QUEUE]
+        cols[SCAN_SYS_FLAG, i] = sys_flag & _SYSFLAG_CONTENT
+        cols[SCAN_BORN, i] = vals[_F_BORN]
+        cols[SCAN_RECONSUME, i] = vals[_F_RECONSUME]
+        cols[SCAN_TOPIC_AT, i] = f_at[_F_TOPIC]
+        cols[SCAN_TOPIC_LEN, i] = f_len[_F_TOPIC]
+        cols[SCAN_TOPIC_HASH, i] = topic_hash
+        cols[SCAN_BODY_LEN, i] = body_len
+        o = o2
+    return status, pos, cols[:, :n], data[:d], texts[:o], extras[:x]
+
+
+_JSON_ANSWER_PARTS = [
+    np.frombuffer(part, dtype=np.uint8).copy()
+    for part in (
+        b'{"code":',
+        b',"extFields":{"msgId":"',
+        b'","queueId":"',
+        b'","queueOffset":"',
+        b'","MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"flag":1,"language":"JAVA","opaque":',
+        b',"remark":',
+        b',"serializeTypeCurrentRPC":"JSON","version":' + str(VERSION).encode() + b"}",
+    )
+]
+_J_CODE, _J_ID, _J_QUEUE, _J_OFFSET, _J_REST, _J_REMARK, _J_END = _JSON_ANSWER_PARTS
+_BINARY_KEYS = [
+    np.frombuffer(struct.pack(">h", len(k)) + k, dtype=np.uint8).copy()
+    for k in (b"msgId", b"queueId", b"queueOffset", b"MSG_REGION", b"TRACE_ON")
+]
+_B_ID, _B_QUEUE, _B_OFFSET, _B_REGION, _B_TRACE = _BINARY_KEYS
+_REGION = np.frombuffer(b"DefaultRegion", dtype=np.uint8).copy()
+_TRUE_TEXT = np.frombuffer(b"true", dtype=np.uint8).copy()
+_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8).copy()
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _put_bytes(out: npt.NDArray[np.uint8], o: int, part: npt.NDArray[np.uint8]) -> int:
+    out[o : o + len(part)] = part
+    return o + len(part)
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _put_decimal(out: npt.NDArray[np.uint8], o: int, value: int) -> int:
+    if value < 0:
+        out[o] = 45
+        o += 1
+        value = -value
+    digits = 1
+    v = value
+    while v >= 10:
+        v //= 10
+        digits += 1
+    for k in range(digits - 1, -1, -1):
+        out[o + k] = 48 + value % 10
+        value //= 10
+    return o + digits
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _put_ids(
+    out: npt.NDArray[np.uint8],
+    o: int,
+    prefix: npt.NDArray[np.uint8],
+    phys: npt.NDArray[np.int64],
+    a: int,
+    b: int,
+) -> int:
+    """The offset message ids of ``phys[a:b]``, comma-separated (a batch's msgId)."""
+    for m in range(a, b):
+        if m > a:
+            out[o] = 44
+            o += 1
+        o = _put_bytes(out, o, prefix)
+        v = phys[m]
+        for k in range(15, -1, -1):
+            out[o + k] = _HEX[v & 0xF]
+            v >>= 4
+        o += 16
+    return o
+
+
+@kernel(cache=True, nogil=True)
+def encode_send_answers(
+    kinds: npt.NDArray[np.int64],
+    opaques: npt.NDArray[np.int64],
+    queue_ids: npt.NDArray[np.int64],
+    queue_offsets: npt.NDArray[np.int64],
+    phys: npt.NDArray[np.int64],
+    first: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    code: int,
+    prefix: npt.NDArray[np.uint8],
+    json_remark: npt.NDArray[np.uint8],
+    remark: npt.NDArray[np.uint8],
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """The frames answering stored sends, back to back, and where each starts (and the end):
+    answer i in header encoding ``kinds[i]`` to request ``opaques[i]``, whose messages are
+    ``phys[first[i]:ends[i]]`` (offset ids ``prefix`` + 16 hex digits), queue ``queue_ids[i]``
+    from ``queue_offsets[i]``, with ``code`` and (when not empty) a remark, given as JSON
+    (quoted) and as text."""
+    n = len(kinds)
+    cap = 0
+    for i in range(n):
+        cap += 400 + len(json_remark) + len(remark) + (ends[i] - first[i]) * (len(prefix) + 17)
+    out = np.empty(cap, dtype=np.uint8)
+    at = np.empty(n + 1, dtype=np.int64)
+    o = 0
+    for i in range(n):
+        at[i] = o
+        start = o
+        o += 8  # the length and the header length words, below
+        if kinds[i] == 0:
+            o = _put_bytes(out, o, _J_CODE)
+            o = _put_decimal(out, o, code)
+            o = _put_bytes(out, o, _J_ID)
+            o = _put_ids(out, o, prefix, phys, first[i], ends[i])
+            o = _put_bytes(out, o, _J_QUEUE)
+            o = _put_decimal(out, o, queue_ids[i])
+            o = _put_bytes(out, o, _J_OFFSET)
+            o = _put_decimal(out, o, queue_offsets[i])
+            o = _put_bytes(out, o, _J_REST)
+            o = _put_decimal(out, o, opaques[i])
+            if len(json_remark):
+                o = _put_bytes(out, o, _J_REMARK)
+                o = _put_bytes(out, o, json_remark)
+            o = _put_bytes(out, o, _J_END)
+        else:
+            o = _put(out, o, code, 2)
+            o = _put(out, o, 0, 1)  # JAVA
+            o = _put(out, o, VERSION, 2)
+            o = _put(out, o, opaques[i], 4)
+            o = _put(out, o, FLAG_RESPONSE, 4)
+            o = _put(out, o, len(remark), 4)
+            o = _put_bytes(out, o, remark)
+            ext_at = o
+            o += 4
+            o = _put_bytes(out, o, _B_ID)
+            id_at = o
+            o = _put_ids(out, o + 4, prefix, phys, first[i], ends[i])
+            _put(out, id_at, o - id_at - 4, 4)
+            o = _put_bytes(out, o, _B_QUEUE)
+            v_at = o
+            o = _put_decimal(out, o + 4, queue_ids[i])
+            _put(out, v_at, o - v_at - 4, 4)
+            o = _put_bytes(out, o, _B_OFFSET)
+            v_at = o
+            o = _put_decimal(out, o + 4, queue_offsets[i])
+            _put(out, v_at, o - v_at - 4, 4)
+            o = _put_bytes(out, o, _B_REGION)
+            o = _put(out, o, len(_REGION), 4)
+            o = _put_bytes(out, o, _REGION)
+            o = _put_bytes(out, o, _B_TRACE)
+            o = _put(out, o, len(_TRUE_TEXT), 4)
+            o = _put_bytes(out, o, _TRUE_TEXT)
+            _put(out, ext_at, o - ext_at - 4, 4)
+        h = o - start - 8
+        _put(out, start, h + 4, 4)
+        _put(out, start + 4, (kinds[i] << 24) | h, 4)
+    at[n] = o
+    return out[:o], at

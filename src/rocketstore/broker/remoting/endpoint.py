@@ -18,6 +18,7 @@ from typing import Any, Final, Protocol
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.remoting.acl import RemotingAcl
 from rocketstore.broker.remoting.admin import AdminProcessor
+from rocketstore.broker.remoting.bulk_sends import BulkSends
 from rocketstore.broker.remoting.codes import RequestCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.consumers import ConsumerProcessor
@@ -106,8 +107,9 @@ class RemotingEndpoint:
     async def start(self, broker_sock: socket.socket, namesrv_sock: socket.socket | None) -> None:
         handlers = handler_table(self.ctx, BROKER_PROCESSORS)
         authorize = self._acl.check if self._acl is not None else None
+        bulk = BulkSends(self.ctx, ProducerProcessor(self.ctx)) if authorize is None else None
         broker = RemotingServer(
-            handlers, self.limits, "remoting", authorize=authorize, metrics=self.ctx.metrics
+            handlers, self.limits, "remoting", authorize=authorize, metrics=self.ctx.metrics, bulk=bulk
         )
         await broker.start(sock=broker_sock)
         self.broker = broker

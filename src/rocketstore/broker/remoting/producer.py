@@ -69,7 +69,14 @@ from rocketstore.message import (
 from rocketstore.results import PutBatchResult, PutMessageResult, PutStatus
 from rocketstore.system_topics import sending_forbidden
 
-__all__ = ["DLQ_PREFIX", "RETRY_PREFIX", "ProducerProcessor", "put_status_code"]
+__all__ = [
+    "DLQ_PREFIX",
+    "PROPERTY_CLUSTER",
+    "RETRY_PREFIX",
+    "ProducerProcessor",
+    "put_status_code",
+    "refusal_of",
+]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
@@ -111,7 +118,7 @@ def put_status_code(status: PutStatus) -> ResponseCode:
     return _PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR)
 
 
-def _refusal(outcome: PutOutcome) -> RequestRefused:
+def refusal_of(outcome: PutOutcome) -> RequestRefused:
     """Why a put that stored nothing failed, as the client is told."""
     if isinstance(outcome, PutMessageResult):
         code = put_status_code(outcome.status)
@@ -141,7 +148,7 @@ class ProducerProcessor:
         # topic names that passed _check_topic (a fixed rule of the name): checked once
         self._sendable: set[str] = set()
 
-    def _count(self, topic: str, kind: str, code: ResponseCode, n: int = 1) -> None:
+    def count(self, topic: str, kind: str, code: ResponseCode, n: int = 1) -> None:
         key = (topic, kind, code.name)
         child = self._counted.get(key)
         if child is None:
@@ -197,6 +204,21 @@ class ProducerProcessor:
                     c.write_queues,
                     default_topic,
                 )
+
+    def bulk_topic(self, topic: str) -> TopicConfig | None:
+        """The configuration of ``topic`` when a send may be stored to it without this
+        processor's judgement (``bulk_sends``): it exists, takes writes, and its name may be
+        sent to; None when ``send`` must judge (create it, or refuse)."""
+        try:
+            self._check_topic(topic)
+        except RequestRefused:
+            return None
+        config = self.ctx.store.topic_config(topic)
+        if config is None or not config.perm & PERM_WRITE:
+            return None
+        if config.order and not self.ctx.config.broker_permission & PERM_WRITE:
+            return None
+        return config
 
     def _check_topic(self, topic: str) -> None:
         if topic in self._sendable:
@@ -331,7 +353,7 @@ class ProducerProcessor:
             checked = functools.partial(messages_refusal, internal=transactional)
             refused = await self.ctx.run(checked, self.ctx.store.config, [msg])
             if refused is not None:
-                raise _refusal(refused)
+                raise refusal_of(refused)
             await self._create(new_topics, header.default_topic)
         started = time.monotonic()  # the put's latency: a new topic's check and creation not in it
         if transactional:
@@ -341,12 +363,12 @@ class ProducerProcessor:
         stats = self.ctx.metrics.stats
         if not isinstance(outcome, PutMessageResult) or outcome.physical_offset < 0:
             stats.count_put_failure()
-            raise _refusal(outcome)
+            raise refusal_of(outcome)
         code = put_status_code(outcome.status)
         if code not in _STORED_CODES:
             stats.count_put_failure()
-            raise _refusal(outcome)
-        self._count(target.topic, "REMOTING", code)
+            raise refusal_of(outcome)
+        self.count(target.topic, "REMOTING", code)
         stats.count_put(target.topic, 1, outcome.wrote_bytes, int((time.monotonic() - started) * 1000))
         return cmd.response(
             code,
@@ -384,22 +406,22 @@ class ProducerProcessor:
         if new_topics:
             refused = await self.ctx.run(batch_refusal, self.ctx.store.config, batch)
             if refused is not None:
-                raise _refusal(refused)
+                raise refusal_of(refused)
             await self._create(new_topics, header.default_topic)
         started = time.monotonic()
         outcome = await self.ctx.batch_sends.put(batch)
         stats = self.ctx.metrics.stats
         if not isinstance(outcome, PutBatchResult) or outcome.physical_offsets[0] < 0:
             stats.count_put_failure()
-            raise _refusal(outcome[0] if isinstance(outcome, PutBatchResult) else outcome)
+            raise refusal_of(outcome[0] if isinstance(outcome, PutBatchResult) else outcome)
         code = put_status_code(outcome.status)
         if code not in _STORED_CODES:
             stats.count_put_failure()
-            raise _refusal(outcome[0])
+            raise refusal_of(outcome[0])
         # offset message ids, as PutMessageResult.msg_id writes each
         prefix = outcome.id_prefix
         ids = ",".join([f"{prefix}{offset:016X}" for offset in outcome.physical_offsets.tolist()])
-        self._count(target.topic, "REMOTING_BATCH", code, len(outcome))
+        self.count(target.topic, "REMOTING_BATCH", code, len(outcome))
         elapsed_ms = int((time.monotonic() - started) * 1000)
         stats.count_put(target.topic, len(outcome), int(outcome.sizes.sum()), elapsed_ms)
         return cmd.response(
@@ -448,7 +470,7 @@ class ProducerProcessor:
         except RequestRefusedError as exc:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, exc.message) from None
         if failed is not None:
-            raise _refusal(failed)
+            raise refusal_of(failed)
         self.ctx.metrics.transactions.labels(
             "COMMIT" if kind == TX_COMMIT else "ROLLBACK", "RECOVERY" if from_check else "REMOTING"
         ).inc()

@@ -46,7 +46,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
 
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.rate_limited_log import RateLimitedLog
@@ -54,14 +57,21 @@ from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import (
     FLAG_ONEWAY,
     MAX_FRAME_SIZE,
+    SCAN_AT,
+    SCAN_HOT,
+    SCAN_LEN,
     RemotingCommand,
     decode_command,
     encode_command,
     frame_length,
+    scan_frames,
 )
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.request_log import DEFAULT_SLOW_REQUEST_MS, RequestLog
 from rocketstore.errors import CorruptDataError
+
+if TYPE_CHECKING:
+    from rocketstore.broker.remoting.bulk_sends import BulkSends
 
 __all__ = ["Connection", "Handler", "RemotingLimits", "RemotingServer"]
 
@@ -71,6 +81,8 @@ Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | 
 
 # write buffer above which a writer waits for the socket (asyncio's default high-water mark)
 _WRITE_HIGH_WATER = 64 * 1024
+# what one read takes from a connection with bulk sends (the stream's own buffer is 1 MiB)
+_READ_SIZE = 1 << 20
 _MAX_OPAQUE = 0x7FFFFFFF
 _NO_ANSWER = -2  # the "response code" of a request answered nothing (a oneway one's)
 # answers that refuse whatever was asked (an ACL refusal is SYSTEM_ERROR, as RocketMQ's)
@@ -294,6 +306,15 @@ class Connection:
                 log.debug("write to %s failed: %s", self.peer, exc)
                 self.close()
 
+    def queue_frames(self, frames: bytes) -> bool:
+        """Queue whole encoded frames (answers encoded together, ``bulk_sends``) for this turn's
+        write; False when the connection is closed. The caller saw to the room for them."""
+        return self._queue([frames], len(frames))
+
+    def wake_reader(self) -> None:
+        """Requests finished: a reader that waits for the bytes in progress to fall looks again."""
+        self._room.set()
+
     def _queue(self, parts: list[bytes | bytearray | memoryview], size: int) -> bool:
         """Queue a frame's ``parts`` for this turn's write; False when the connection is closed."""
         if self.closed:
@@ -402,8 +423,11 @@ class RemotingServer:
         name: str,
         authorize: Callable[[RemotingCommand], object] | None = None,
         metrics: BrokerMetrics | None = None,
+        bulk: BulkSends | None = None,
     ) -> None:
         self._handlers = dict(handlers)
+        # sends decoded and stored in bulk; not with an ACL, which judges each request
+        self._bulk = bulk if authorize is None else None
         self._authorize = authorize
         self._metrics = metrics
         self._counted: dict[tuple[int, int], Any] = {}
@@ -422,6 +446,11 @@ class RemotingServer:
         self._opaque = 0
         self._sweeper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def bulk(self) -> BulkSends | None:
+        """The bulk sends this server hands its hot sends to (None: each goes to its handler)."""
+        return self._bulk
 
     def next_opaque(self) -> int:
         self._opaque = (self._opaque + 1) & _MAX_OPAQUE
@@ -498,7 +527,10 @@ class RemotingServer:
         self._connections_changed()
         log.debug("%s: connection %d from %s", self.name, conn.id, conn.peer)
         try:
-            await self._read(conn, reader)
+            if self._bulk is not None:
+                await self._read_bulk(conn, reader, self._bulk)
+            else:
+                await self._read(conn, reader)
         finally:
             self.connections.discard(conn)
             self._connections_changed()
@@ -506,8 +538,6 @@ class RemotingServer:
 
     async def _read(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         max_frame = self.limits.max_frame_size
-        max_bytes = self.limits.max_request_bytes_per_connection
-        max_answer_bytes = self.limits.max_answer_bytes_per_connection
         while not conn.closed:
             try:
                 prefix = await reader.readexactly(4)
@@ -517,36 +547,142 @@ class RemotingServer:
             except (asyncio.IncompleteReadError, ConnectionError):
                 return  # the client went away (between or inside a frame)
             except CorruptDataError as exc:
-                self.client_log.warning(
-                    "malformed frame", "%s: closing %s: malformed frame: %s", self.name, conn.peer, exc
-                )
+                self._malformed(conn, exc)
                 return
             conn.last_read = time.monotonic()
-            if cmd.is_response:
-                conn._answered(cmd)
-                continue
-            if conn.queued_bytes > max_answer_bytes:
-                # its client leaves its answers unread: this request waits, and no more are read
-                await conn.room_to_write()
-                if conn.closed:
-                    return
-            if conn.requests_in_progress >= self.limits.max_requests_per_connection:
-                busy = cmd.response(
-                    ResponseCode.SYSTEM_BUSY,
-                    f"[OVERLOAD] {conn.requests_in_progress} requests of this connection are in progress",
+            if not await self._dispatch(conn, cmd, length, conn.last_read):
+                return
+
+    async def _read_bulk(self, conn: Connection, reader: asyncio.StreamReader, bulk: BulkSends) -> None:
+        """``_read`` for a server with bulk sends: what the socket holds, read at once, and its
+        whole frames found by one compiled pass (``scan_frames``), which also decodes the sends
+        ``bulk`` can store as they are; the other frames are decoded and handled one by one."""
+        max_frame = self.limits.max_frame_size
+        cluster = np.frombuffer(bulk.cluster, dtype=np.uint8)
+        buf = rest = b""
+        whole = False  # buf and rest hold a whole frame
+        while not conn.closed:
+            try:
+                if not whole:
+                    chunk = await reader.read(_READ_SIZE)
+                    if not chunk:
+                        return
+                    buf = buf + chunk if buf else chunk
+                status, end, cols, data, texts, extras = scan_frames(
+                    np.frombuffer(buf, dtype=np.uint8), max_frame, bulk.max_body, cluster
                 )
-                self._refused(conn, cmd, busy)
-                if not cmd.is_oneway:
-                    await conn.send(busy)
-                continue
-            conn.requests_in_progress += 1
-            conn.bytes_in_progress += length
-            task = asyncio.get_running_loop().create_task(self._handle(conn, cmd, length, conn.last_read))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            while conn.bytes_in_progress > max_bytes and not conn.closed:
-                conn._room.clear()
-                await conn._room.wait()  # read no more until requests in progress finish
+                whole = False
+                if not status and len(buf) - end >= 4:
+                    # a large frame not all here yet: its rest read at once, not piece by piece
+                    missing = 4 + frame_length(buf[end : end + 4], max_frame) - (len(buf) - end)
+                    if missing > _READ_SIZE:
+                        rest = await reader.readexactly(missing)
+                        whole = True
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            except CorruptDataError as exc:
+                self._malformed(conn, exc)
+                return
+            conn.last_read = time.monotonic()
+            if cols.shape[1] and not await self._take(conn, buf, cols, data, texts, extras, bulk):
+                return
+            if status:
+                length = int.from_bytes(buf[end : end + 4], "big", signed=True)
+                self._malformed(conn, CorruptDataError(f"frame length {length} is outside 4..{max_frame}"))
+                return
+            buf = buf[end:] + rest if whole else buf[end:]
+
+    async def _take(
+        self,
+        conn: Connection,
+        buf: bytes,
+        cols: npt.NDArray[np.int64],
+        data: npt.NDArray[np.uint8],
+        texts: npt.NDArray[np.uint8],
+        extras: npt.NDArray[np.uint8],
+        bulk: BulkSends,
+    ) -> bool:
+        """Hand one read's frames on: the hot sends to ``bulk`` (as many as the connection's
+        requests in progress allow), the others one by one. False when the connection ends."""
+        read_at = conn.last_read
+        if conn.queued_bytes > self.limits.max_answer_bytes_per_connection:
+            await conn.room_to_write()  # its client leaves its answers unread: these wait
+            if conn.closed:
+                return False
+        hot = cols[SCAN_HOT] > 0
+        room = self.limits.max_requests_per_connection - conn.requests_in_progress
+        if not bulk.worth(int(hot.sum())):
+            hot[:] = False
+        if hot.any() and room > 0:
+            taken = np.flatnonzero(hot)[:room]
+            bulk.offer(conn, buf, cols[:, taken], data, texts, extras, read_at)
+            hot[:] = False
+            hot[taken] = True
+        view = memoryview(buf)
+        for i in np.flatnonzero(~hot).tolist():
+            at, length = int(cols[SCAN_AT, i]), int(cols[SCAN_LEN, i])
+            try:
+                cmd = decode_command(view[at : at + length])
+            except CorruptDataError as exc:
+                self._malformed(conn, exc)
+                return False
+            if not await self._dispatch(conn, cmd, length, read_at):
+                return False
+        return True
+
+    def _malformed(self, conn: Connection, exc: CorruptDataError) -> None:
+        self.client_log.warning(
+            "malformed frame", "%s: closing %s: malformed frame: %s", self.name, conn.peer, exc
+        )
+
+    async def _dispatch(self, conn: Connection, cmd: RemotingCommand, length: int, read_at: float) -> bool:
+        """Start handling one request (or take a response) whose frame of ``length`` bytes was
+        read at ``read_at``, within the connection's limits. False when the connection ends."""
+        if cmd.is_response:
+            conn._answered(cmd)
+            return True
+        if conn.queued_bytes > self.limits.max_answer_bytes_per_connection:
+            # its client leaves its answers unread: this request waits, and no more are read
+            await conn.room_to_write()
+            if conn.closed:
+                return False
+        if conn.requests_in_progress >= self.limits.max_requests_per_connection:
+            busy = cmd.response(
+                ResponseCode.SYSTEM_BUSY,
+                f"[OVERLOAD] {conn.requests_in_progress} requests of this connection are in progress",
+            )
+            self.refused(conn, cmd, busy)
+            if not cmd.is_oneway:
+                await conn.send(busy)
+            return True
+        conn.requests_in_progress += 1
+        conn.bytes_in_progress += length
+        self._start(conn, cmd, length, read_at)
+        while conn.bytes_in_progress > self.limits.max_request_bytes_per_connection and not conn.closed:
+            conn._room.clear()
+            await conn._room.wait()  # read no more until requests in progress finish
+        return True
+
+    def _start(self, conn: Connection, cmd: RemotingCommand, length: int, read_at: float) -> None:
+        self.track(asyncio.get_running_loop().create_task(self._handle(conn, cmd, length, read_at)))
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        """Keep ``task`` (a request's, an answer's) until it ends: ``stop`` cancels those left."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def handle_frame(self, conn: Connection, frame: memoryview, read_at: float) -> None:
+        """Handle one request frame (without its length field) already counted in progress on
+        ``conn`` (a send ``bulk_sends`` leaves to its handler); the count ends with its answer."""
+        try:
+            cmd = decode_command(frame)
+        except CorruptDataError as exc:
+            conn.requests_in_progress -= 1
+            conn.bytes_in_progress -= len(frame)
+            self._malformed(conn, exc)
+            conn.close()
+            return
+        self._start(conn, cmd, len(frame), read_at)
 
     async def _handle(self, conn: Connection, cmd: RemotingCommand, length: int, started: float) -> None:
         """Answer ``cmd``, whose frame was read at ``started`` (time.monotonic)."""
@@ -555,7 +691,7 @@ class RemotingServer:
             if response is not None:
                 code = response.code
                 if code and (code in _REFUSED or (cmd.code in _STORES and code not in _STORED)):
-                    self._refused(conn, cmd, response)
+                    self.refused(conn, cmd, response)
             elapsed = time.monotonic() - started
             if elapsed > self.requests.slow_s:
                 self.requests.slow(
@@ -566,14 +702,14 @@ class RemotingServer:
                 )
             if response is not None and not cmd.flag & FLAG_ONEWAY:
                 await conn.answer(response)
-            if self._metrics is not None:
-                self._count(cmd.code, response.code if response is not None else -1)
+            self.count(cmd.code, response.code if response is not None else -1)
         finally:
             conn.requests_in_progress -= 1
             conn.bytes_in_progress -= length
             conn._room.set()
 
-    def _refused(self, conn: Connection, cmd: RemotingCommand, response: RemotingCommand) -> None:
+    def refused(self, conn: Connection, cmd: RemotingCommand, response: RemotingCommand) -> None:
+        """Log a refused request (rate-limited)."""
         code = response.code
         self.requests.refused(
             cmd.code if cmd.code in _REQUEST_CODES else -1,
@@ -582,16 +718,18 @@ class RemotingServer:
             response.remark,
         )
 
-    def _count(self, request: int, response: int) -> None:
+    def count(self, request: int, response: int, n: int = 1) -> None:
+        """Count ``n`` requests of code ``request`` answered ``response`` (-1: none)."""
+        if self._metrics is None:
+            return
         child = self._counted.get((request, response))
         if child is None:
-            assert self._metrics is not None
             child = self._counted[(request, response)] = self._metrics.remoting_requests.labels(
                 self.name,
                 _code_name(RequestCode, request),
                 "NONE" if response < 0 else _code_name(ResponseCode, response),
             )
-        child.inc()
+        child.inc(n)
 
     def _connections_changed(self) -> None:
         if self._metrics is not None:

@@ -1,0 +1,244 @@
+"""Sends in bulk (``bulk_sends``, ``command.scan_frames``): pipelined sends of every kind stored
+by one store call and answered as their handler answers them; what needs the handler's
+judgement still gets it; hostile frames on the compiled decoder."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.command import (
+    FLAG_ONEWAY,
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
+    RemotingCommand,
+    encode_command,
+)
+from rocketstore.codec.message_batch import BatchEntry, encode_batch_body
+from rocketstore.codec.message_id import decode_offset_msg_id
+from rocketstore.codec.properties import encode_properties
+
+from .client import RawClient
+from .conftest import Remoting, StartRemoting
+from .test_producer import header, stored
+
+
+def frame(cmd: RemotingCommand) -> bytes:
+    return b"".join(bytes(p) for p in encode_command(cmd))
+
+
+def send_cmd(
+    topic: str,
+    body: bytes,
+    props: dict[str, str],
+    opaque: int,
+    *,
+    code: int = RequestCode.SEND_MESSAGE_V2,
+    kind: int = SERIALIZE_JSON,
+    oneway: bool = False,
+    **changes: object,
+) -> RemotingCommand:
+    h = header(topic, props, **changes)
+    return RemotingCommand(
+        code,
+        opaque=opaque,
+        flag=FLAG_ONEWAY if oneway else 0,
+        ext_fields=h.to_ext(v2=code != RequestCode.SEND_MESSAGE),
+        body=body,
+        serialize_type=kind,
+    )
+
+
+def answers(c: RawClient, opaques: list[int]) -> dict[int, RemotingCommand]:
+    return {o: c.response_to(o) for o in opaques}
+
+
+def bulk_requests(r: Remoting) -> int:
+    bulk = r.broker.remoting.broker.bulk
+    assert bulk is not None
+    return bulk.requests
+
+
+def props_of(i: int, **more: str) -> dict[str, str]:
+    return {"TAGS": f"T{i % 3}", "KEYS": f"k{i}", "UNIQ_KEY": f"U{i:04d}", "WAIT": "true", "n": str(i), **more}
+
+
+def test_pipelined_sends_of_every_kind_are_stored_in_bulk(start_remoting: StartRemoting) -> None:
+    r = start_remoting()
+    r.store.create_topic("Bulk", 4)
+    kinds = [
+        (RequestCode.SEND_MESSAGE_V2, SERIALIZE_JSON),
+        (RequestCode.SEND_MESSAGE_V2, SERIALIZE_ROCKETMQ),
+        (RequestCode.SEND_MESSAGE, SERIALIZE_JSON),
+        (RequestCode.SEND_MESSAGE, SERIALIZE_ROCKETMQ),
+    ]
+    cmds = [
+        send_cmd("Bulk", f"body-{i}".encode(), props_of(i), 1000 + i, code=kinds[i % 4][0], kind=kinds[i % 4][1],
+                 queue_id=i % 4, flag=i, sys_flag=0x1 if i % 5 == 0 else 0)
+        for i in range(64)
+    ]  # fmt: skip
+    before = bulk_requests(r)
+    with RawClient(r.port) as c:
+        c.send_raw(b"".join(frame(cmd) for cmd in cmds))
+        got = answers(c, [cmd.opaque for cmd in cmds])
+        local_port = c.sock.getsockname()[1]
+    assert bulk_requests(r) - before == 64
+    offsets: dict[int, list[int]] = {}
+    for i, cmd in enumerate(cmds):
+        resp = got[cmd.opaque]
+        assert resp.code == ResponseCode.SUCCESS and resp.remark is None
+        assert resp.serialize_type == cmd.serialize_type and resp.is_response
+        ext = resp.ext_fields
+        assert ext["queueId"] == str(i % 4)
+        assert ext["MSG_REGION"] == "DefaultRegion" and ext["TRACE_ON"] == "true"
+        offsets.setdefault(i % 4, []).append(int(ext["queueOffset"]))
+        msg = stored(r, resp)
+        assert (msg.topic, msg.queue_id, msg.flag, msg.body) == ("Bulk", i % 4, i, f"body-{i}".encode())
+        assert msg.queue_offset == int(ext["queueOffset"])
+        assert msg.sys_flag & 0x1 == (1 if i % 5 == 0 else 0)
+        assert msg.born_timestamp == 1_700_000_000_000 and msg.born_host == f"127.0.0.1:{local_port}"
+        assert msg.tags == f"T{i % 3}" and msg.keys == [f"k{i}"] and msg.uniq_key == f"U{i:04d}"
+        assert msg.properties["n"] == str(i) and msg.properties["CLUSTER"] == "DefaultCluster"
+        assert "WAIT" not in msg.properties
+    for queue, got_offsets in offsets.items():
+        assert sorted(got_offsets) == list(range(16)), queue  # each queue's offsets, none twice
+    assert r.store.query_message("Bulk", "k7")[0].body == b"body-7"
+
+
+def test_a_batch_and_oneway_sends_in_bulk(start_remoting: StartRemoting) -> None:
+    r = start_remoting()
+    r.store.create_topic("Bulk", 2)
+    entries = [BatchEntry(0, f"m{i}".encode(), encode_properties({"UNIQ_KEY": f"B{i}", "KEYS": f"b{i}"})) for i in range(3)]
+    batch = send_cmd("Bulk", encode_batch_body(entries), {"WAIT": "true"}, 7, code=RequestCode.SEND_BATCH_MESSAGE,
+                     kind=SERIALIZE_ROCKETMQ, queue_id=1, batch=True)  # fmt: skip
+    oneway = send_cmd("Bulk", b"quiet", props_of(1), 8, oneway=True, queue_id=0)
+    last = send_cmd("Bulk", b"last", props_of(2), 9, queue_id=0)
+    before = bulk_requests(r)
+    with RawClient(r.port) as c:
+        c.send_raw(frame(batch) + frame(oneway) + frame(last))
+        got = answers(c, [7, 9])
+    assert bulk_requests(r) - before == 3
+    ext = got[7].ext_fields
+    assert got[7].code == ResponseCode.SUCCESS and ext["queueId"] == "1" and ext["queueOffset"] == "0"
+    ids = ext["msgId"].split(",")
+    assert len(ids) == 3
+    for i, msg_id in enumerate(ids):
+        msg = r.store.look_message_by_offset(decode_offset_msg_id(msg_id)[2])
+        assert msg is not None and msg.body == f"m{i}".encode() and msg.uniq_key == f"B{i}"
+        assert msg.properties["WAIT"] == "true" and msg.properties["CLUSTER"] == "DefaultCluster"
+    assert got[9].ext_fields["queueOffset"] == "1"  # after the oneway send, stored first
+    assert stored(r, got[9]).body == b"last"
+
+
+@pytest.mark.parametrize(
+    ("topic", "props", "changes", "code", "words"),
+    [
+        ("NewTopic", props_of(0), {}, ResponseCode.SUCCESS, None),  # created by the handler
+        ("Bulk", props_of(0), {"queue_id": 9}, ResponseCode.SYSTEM_ERROR, "queueId[9] is illegal"),
+        ("Bulk", props_of(0, DELAY="2"), {}, ResponseCode.SUCCESS, None),  # delayed
+        ("Bulk", props_of(0, WAIT="false"), {}, ResponseCode.SUCCESS, None),
+        ("SCHEDULE_TOPIC_XXXX", props_of(0), {}, ResponseCode.NO_PERMISSION, "is forbidden"),
+        ("Bad Topic", props_of(0), {}, ResponseCode.SYSTEM_ERROR, "is not valid"),
+        ("Bulk", {"TAGS": "a"}, {}, ResponseCode.SUCCESS, None),  # no UNIQ_KEY: the store makes one
+        ("Bulk", props_of(0, REAL_TOPIC="x"), {}, ResponseCode.MESSAGE_ILLEGAL, "REAL_TOPIC"),
+    ],
+)
+def test_what_needs_judgement_is_judged_beside_bulk_sends(
+    start_remoting: StartRemoting,
+    topic: str,
+    props: dict[str, str],
+    changes: dict[str, object],
+    code: int,
+    words: str | None,
+) -> None:
+    r = start_remoting()
+    r.store.create_topic("Bulk", 4)
+    odd = send_cmd(topic, b"odd", props, 1, **changes)  # type: ignore[arg-type]
+    plain = [send_cmd("Bulk", b"plain", props_of(i), 10 + i, queue_id=0) for i in range(5)]
+    with RawClient(r.port) as c:
+        c.send_raw(b"".join(frame(x) for x in [plain[0], plain[1], odd, *plain[2:]]))
+        got = answers(c, [1, *(p.opaque for p in plain)])
+    assert got[1].code == code, got[1].remark
+    if words is not None:
+        assert words in (got[1].remark or "")
+    else:
+        msg = stored(r, got[1])
+        assert msg.body == b"odd"
+    assert sorted(int(got[p.opaque].ext_fields["queueOffset"]) for p in plain)[-1] >= 4
+    for p in plain:
+        assert got[p.opaque].code == ResponseCode.SUCCESS
+        assert stored(r, got[p.opaque]).body == b"plain"
+
+
+def test_a_round_the_store_refuses_is_answered_by_the_handler(start_remoting: StartRemoting) -> None:
+    r = start_remoting()
+    r.store.create_topic("Bulk", 1)
+    bad_batch = send_cmd("Bulk", encode_batch_body([BatchEntry(0, b"x", "DELAY\x012")]), {}, 1,
+                         code=RequestCode.SEND_BATCH_MESSAGE, batch=True)  # fmt: skip
+    good = send_cmd("Bulk", b"good", props_of(0), 2)
+    with RawClient(r.port) as c:
+        c.send_raw(frame(bad_batch) + frame(good))
+        got = answers(c, [1, 2])
+    assert got[1].code == ResponseCode.MESSAGE_ILLEGAL and "DELAY" in (got[1].remark or "")
+    assert got[2].code == ResponseCode.SUCCESS and stored(r, got[2]).body == b"good"
+    r.store.wait_dispatched()
+    assert r.store.max_offset_in_queue("Bulk", 0) == 1  # the refused batch stored nothing
+
+
+def _json_frame(header: bytes, body: bytes = b"") -> bytes:
+    return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
+
+
+HOSTILE_HEADERS = [
+    b'{"code":310,"extFields":{"a":"pg","b":"Bulk","c":"TBW102","d":"4","e":"0","f":"0","g":"1","h":"0",'
+    b'"i":"UNIQ_KEY\\u0001U"},"flag":0,"opaque":1',  # cut short
+    b'{"code":310,"extFields":{"a":"pg","b":"Bulk","c":"TBW102","d":"4","e":"99999999999","f":"0","g":"1",'
+    b'"h":"0","i":"UNIQ_KEY\\u0001U"},"flag":0,"opaque":2}',  # queue id past an int
+    b'{"code":310,"extFields":{"a":"pg","b":"Bulk","c":"TBW102","d":"4","e":"0","f":"0","g":"1","h":"0",'
+    b'"i":"UNIQ_KEY\\u0001U"},"flag":0,"opaque":3} trailing',  # extra data
+    b'{"code":310,"extFields":{"a":"pg","b":"Bulk","c":"TBW102","d":"4","e":"0","f":"0","g":"1","h":"0",'
+    b'"i":"UNIQ_KEY\\u0001U\\u0002\\u0002x"},"flag":0,"opaque":4}',  # an empty property entry
+    b'{"code":310,"extFields":{"a":"pg","b":"Bulk","c":"TBW102","d":"4","e":"0","f":"0","g":"1","h":"0",'
+    b'"i":"UNIQ_KEY\\u0001\\u00e9"},"flag":0,"opaque":5}',  # not ASCII
+    b'{"code":310,"extFields":{"a":"pg","b":"Bulk","c":"TBW102","d":"4","e":"0","f":"0","g":"1","h":"x",'
+    b'"i":"UNIQ_KEY\\u0001U"},"flag":0,"opaque":6}',  # flag not a number
+    b'{"code":310,"extFields":[1,2],"flag":0,"opaque":7}',
+    b'{"code":"310","extFields":{},"flag":0,"opaque":8}',
+]
+
+
+def test_hostile_frames_store_nothing_refused_and_stall_no_one(start_remoting: StartRemoting) -> None:
+    r = start_remoting()
+    r.store.create_topic("Bulk", 1)
+    successes = 0
+    for raw in HOSTILE_HEADERS:  # each stored only when answered so, as the handler judges it
+        with RawClient(r.port, timeout=10) as c:
+            c.send_raw(_json_frame(raw, b"x"))
+            try:
+                resp = c.read()
+            except (ConnectionError, socket.timeout, OSError):
+                resp = None
+            if resp is not None and resp.code == ResponseCode.SUCCESS:
+                successes += 1
+                assert stored(r, resp).body == b"x"
+    # a frame that claims more than it holds, then a lying length, on one connection ...
+    stalled = socket.create_connection(("127.0.0.1", r.port))
+    stalled.sendall(struct.pack(">i", 1 << 20) + b"{")
+    liar = socket.create_connection(("127.0.0.1", r.port))
+    liar.sendall(struct.pack(">i", 2) + b"xx")
+    try:
+        # ... while another client's sends are stored and answered
+        with RawClient(r.port) as c:
+            resp = c.call(RequestCode.SEND_MESSAGE_V2, header("Bulk", props_of(1)).to_ext(), b"fine")
+        assert resp.code == ResponseCode.SUCCESS
+        liar.settimeout(10)
+        assert liar.recv(100) == b""  # closed: a length outside 4..max
+    finally:
+        stalled.close()
+        liar.close()
+    r.store.wait_dispatched()
+    assert r.store.max_offset_in_queue("Bulk", 0) == successes + 1
+    assert successes == 2  # the empty property entry (skipped) and the accented value
