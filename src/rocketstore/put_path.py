@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
 from itertools import repeat
-from typing import cast
+from typing import Final, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -46,6 +46,10 @@ __all__ = ["MessageWriter", "StoreState", "lock_held_ms"]
 
 log = logging.getLogger(__name__)
 _PUT_OK = PutStatus.PUT_OK
+# records a columnar put appends one by one: below this, CommitLog.append and the dispatcher's
+# per-record path cost less than append_batch and a DispatchBatch (~250 us fixed, with the
+# dispatcher's thread contending for the log's lock and the GIL)
+_FEW: Final = 32
 _ILLEGAL = PutStatus.MESSAGE_ILLEGAL
 # A tuple constructor without the NamedTuple __new__ frame: a batch makes one per message.
 _result = partial(tuple.__new__, PutMessageResult)
@@ -311,7 +315,13 @@ class MessageWriter:
         refused = self._refusal()
         if refused is None and len(prepared):
             try:
-                phys, queue_offsets, now = self._commitlog.append_batch(prepared)
+                if len(prepared) <= _FEW:
+                    appended = self._commitlog.append(prepared.messages())
+                    phys = np.fromiter((r.physical_offset for r in appended), np.int64, len(appended))
+                    queue_offsets = np.fromiter((r.queue_offset for r in appended), np.int64, len(appended))
+                    now = appended[0].store_timestamp
+                else:
+                    phys, queue_offsets, now = self._commitlog.append_batch(prepared)
             except OSError as exc:
                 log.error("put failed, could not create or write a commitlog segment: %s", exc)
                 refused = PutStatus.CREATE_MAPPED_FILE_FAILED

@@ -107,7 +107,7 @@ class _Offer:
     frame_bytes: int
 
 
-@kernel(cache=True, nogil=True)
+@kernel(cache=True)  # holds the GIL (see command.scan_frames)
 def _gather(
     src: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
@@ -121,7 +121,7 @@ def _gather(
     return out, offsets
 
 
-@kernel(cache=True, nogil=True)
+@kernel(cache=True)  # holds the GIL (see command.scan_frames)
 def _same_topics(
     texts: npt.NDArray[np.uint8],
     at: npt.NDArray[np.int64],

@@ -794,7 +794,9 @@ def _topic_ok(t: npt.NDArray[np.uint8], p: int, n: int) -> bool:
     return True
 
 
-@kernel(cache=True, nogil=True)
+# holds the GIL: on the event loop, a short kernel that let it go would wait to take it back
+# behind the store's threads
+@kernel(cache=True)
 def scan_frames(
     u8: npt.NDArray[np.uint8], max_frame: int, max_body: int, cluster: npt.NDArray[np.uint8]
 ) -> tuple[
@@ -805,7 +807,7 @@ def scan_frames(
     (rows SCAN_*); the sends' messages in the batch encoding; their topics; the properties the
     broker adds to each: a batch's own, then ``cluster`` (the ``CLUSTER`` entry))."""
     n_max = len(u8) // 8 + 1
-    cols = np.full((_SCAN_ROWS, n_max), -1, dtype=np.int64)
+    cols = np.empty((_SCAN_ROWS, n_max), dtype=np.int64)
     data = np.empty(len(u8) + 24 * n_max, dtype=np.uint8)
     texts = np.empty(len(u8), dtype=np.uint8)
     extras = np.empty(len(u8) + (len(cluster) + 1) * n_max, dtype=np.uint8)
@@ -833,6 +835,7 @@ def scan_frames(
         pos = frame_end
         i = n
         n += 1
+        cols[:, i] = -1
         cols[SCAN_AT, i] = at
         cols[SCAN_LEN, i] = length
         cols[SCAN_HOT, i] = 0
@@ -1072,7 +1075,7 @@ def _put_ids(
     return o
 
 
-@kernel(cache=True, nogil=True)
+@kernel(cache=True)  # holds the GIL (see scan_frames)
 def encode_send_answers(
     kinds: npt.NDArray[np.int64],
     opaques: npt.NDArray[np.int64],
