@@ -540,19 +540,25 @@ class MessageEncoder:
         nb = len(c)
         data, data_at = _bytes_column("data", c.data, c.data_offsets, nb)
         extras, extra_at = _bytes_column("properties", c.properties, c.properties_offsets, nb)
-        topic_ids = _index_column("topic_ids", c.topic_ids, nb, len(c.topics))
-        host_ids = _index_column("born_host_ids", c.born_host_ids, nb, len(c.born_hosts))
-        queue_ids = _range_column("queue_ids", c.queue_ids, nb, 0, MAX_QUEUE_ID)
-        sys_flags = _range_column("sys_flags", c.sys_flags, nb, 0, SYSFLAG_CONTENT)
-        if np.any(sys_flags & ~SYSFLAG_CONTENT):
-            b = int(np.flatnonzero(sys_flags & ~SYSFLAG_CONTENT)[0])
-            raise InvalidMessageError(
-                f"batch {b}: sys_flag {int(sys_flags[b]):#x}: a batch takes only the body's bits "
-                f"({SYSFLAG_CONTENT:#x}), no transaction",
-                _ILLEGAL,
-            )
-        reconsume = _range_column("reconsume_times", c.reconsume_times, nb, 0, 0x7FFFFFFF)
-        born = _range_column("born_timestamps", c.born_timestamps, nb, _INT64_MIN, _INT64_MAX)
+        topic_ids = _int64_column("topic_ids", c.topic_ids, nb)
+        host_ids = _int64_column("born_host_ids", c.born_host_ids, nb)
+        queue_ids = _int64_column("queue_ids", c.queue_ids, nb)
+        sys_flags = _int64_column("sys_flags", c.sys_flags, nb)
+        reconsume = _int64_column("reconsume_times", c.reconsume_times, nb)
+        born = _int64_column("born_timestamps", c.born_timestamps, nb)
+        # the ranges in one pass (a broker's round of a few sends pays no per-column numpy calls)
+        which, b = _out_of_range(
+            topic_ids, len(c.topics), host_ids, len(c.born_hosts), queue_ids, sys_flags, reconsume
+        )
+        if which >= 0:
+            name, column, allowed = (
+                ("topic_ids", topic_ids, f"0..{len(c.topics) - 1}"),
+                ("born_host_ids", host_ids, f"0..{len(c.born_hosts) - 1}"),
+                ("queue_ids", queue_ids, f"0..{MAX_QUEUE_ID}"),
+                ("sys_flags", sys_flags, f"the body's bits ({SYSFLAG_CONTENT:#x}): no transaction"),
+                ("reconsume_times", reconsume, "0..2147483647"),
+            )[which]
+            raise InvalidMessageError(f"batch {b}: {name} {int(column[b])} is outside {allowed}", _ILLEGAL)
         tails = [self._topic_tail(b, topic) for b, topic in enumerate(c.topics)]
         hosts = [self._born_host(host) for host in c.born_hosts]
         v6 = np.fromiter((len(h) == 20 for h in hosts), dtype=np.bool_, count=len(hosts))
@@ -1169,18 +1175,30 @@ def _int64_column(name: str, column: object, n: int) -> npt.NDArray[np.int64]:
     return array.astype(np.int64, copy=False)
 
 
-def _range_column(name: str, column: object, n: int, low: int, high: int) -> npt.NDArray[np.int64]:
-    """An int64 column of ``n`` values in low..high; InvalidMessageError names the first that is not."""
-    array = _int64_column(name, column, n)
-    bad = np.flatnonzero((array < low) | (array > high))
-    if len(bad):
-        b = int(bad[0])
-        raise InvalidMessageError(f"batch {b}: {name} {int(array[b])} is outside {low}..{high}", _ILLEGAL)
-    return array
-
-
-def _index_column(name: str, column: object, n: int, size: int) -> npt.NDArray[np.int64]:
-    return _range_column(name, column, n, 0, size - 1)
+@kernel(cache=True, nogil=True)
+def _out_of_range(
+    topic_ids: npt.NDArray[np.int64],
+    topics: int,
+    host_ids: npt.NDArray[np.int64],
+    hosts: int,
+    queue_ids: npt.NDArray[np.int64],
+    sys_flags: npt.NDArray[np.int64],
+    reconsume: npt.NDArray[np.int64],
+) -> tuple[int, int]:
+    """The first column (in ``prepare_encoded_columns``' order; -1: none) with a value out of
+    its range, and its row."""
+    for b in range(len(topic_ids)):
+        if not 0 <= topic_ids[b] < topics:
+            return 0, b
+        if not 0 <= host_ids[b] < hosts:
+            return 1, b
+        if not 0 <= queue_ids[b] <= MAX_QUEUE_ID:
+            return 2, b
+        if sys_flags[b] & ~SYSFLAG_CONTENT:
+            return 3, b
+        if not 0 <= reconsume[b] <= 0x7FFFFFFF:
+            return 4, b
+    return -1, 0
 
 
 def _bytes_column(

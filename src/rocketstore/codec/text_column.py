@@ -18,7 +18,7 @@ import numpy.typing as npt
 from rocketstore.codec.byte_copy import copy_bytes
 from rocketstore.jit import kernel
 
-__all__ = ["TextColumn"]
+__all__ = ["TextColumn", "gather_spans"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class TextColumn:
     ) -> TextColumn:
         """The text of ``length[i]`` bytes at ``u8[at[i]:]`` for each i (absent: ``at[i] < 0``),
         bytes that are not UTF-8 read as U+FFFD (as the store's decoder reads them)."""
-        data, offsets = _gather(u8, at, length)
+        data, offsets = gather_spans(u8, at, length)
         raw = data.tobytes()
         if len(data) and data.max() >= 0x80:
             try:
@@ -104,7 +104,7 @@ class TextColumn:
 
 
 @kernel(cache=True, nogil=True)
-def _gather(
+def gather_spans(
     u8: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
     """The bytes of each span (absent: ``at`` < 0) back to back, and their offsets."""

@@ -51,9 +51,7 @@ from rocketstore.broker.remoting.command import (
     SCAN_QUEUE,
     SCAN_RECONSUME,
     SCAN_SYS_FLAG,
-    SCAN_TOPIC_AT,
-    SCAN_TOPIC_HASH,
-    SCAN_TOPIC_LEN,
+    SCAN_TOPIC,
     RemotingCommand,
     encode_send_answers,
 )
@@ -65,8 +63,8 @@ from rocketstore.broker.remoting.producer import (
     refusal_of,
 )
 from rocketstore.codec.message_batch import EncodedColumns
+from rocketstore.codec.text_column import gather_spans
 from rocketstore.errors import InvalidMessageError
-from rocketstore.jit import kernel
 from rocketstore.results import PutColumnsResult
 
 if TYPE_CHECKING:
@@ -94,53 +92,18 @@ _STORED: Final = frozenset(
 
 @dataclass(eq=False, slots=True)
 class _Offer:
-    """One connection's sends from one read: ``cols`` (``scan_frames``' rows, hot columns only)
-    over the read's bytes ``frames`` and the pass's ``data``, ``texts`` and ``extras``."""
+    """One connection's sends from one read: ``cols`` (``scan_frames``' rows, hot columns only;
+    SCAN_TOPIC numbers ``topics``) over the read's bytes ``frames`` and the pass's ``data`` and
+    ``extras``."""
 
     conn: Connection
     frames: bytes
     cols: npt.NDArray[np.int64]
+    topics: list[str]
     data: npt.NDArray[np.uint8]
-    texts: npt.NDArray[np.uint8]
     extras: npt.NDArray[np.uint8]
     read_at: float
     frame_bytes: int
-
-
-@kernel(cache=True)  # holds the GIL (see command.scan_frames)
-def _gather(
-    src: npt.NDArray[np.uint8], at: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
-) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    """``src``'s spans joined, and where each starts (and the end)."""
-    offsets = np.zeros(len(at) + 1, dtype=np.int64)
-    for i in range(len(at)):
-        offsets[i + 1] = offsets[i] + length[i]
-    out = np.empty(offsets[-1], dtype=np.uint8)
-    for i in range(len(at)):
-        out[offsets[i] : offsets[i + 1]] = src[at[i] : at[i] + length[i]]
-    return out, offsets
-
-
-@kernel(cache=True)  # holds the GIL (see command.scan_frames)
-def _same_topics(
-    texts: npt.NDArray[np.uint8],
-    at: npt.NDArray[np.int64],
-    length: npt.NDArray[np.int64],
-    first: npt.NDArray[np.int64],
-) -> npt.NDArray[np.bool_]:
-    """Whether each row's topic is the same bytes as the topic of row ``first[i]`` (rows grouped
-    by a hash: a collision is told apart here)."""
-    out = np.ones(len(at), dtype=np.bool_)
-    for i in range(len(at)):
-        f = first[i]
-        if length[i] != length[f]:
-            out[i] = False
-            continue
-        for k in range(length[i]):
-            if texts[at[i] + k] != texts[at[f] + k]:
-                out[i] = False
-                break
-    return out
 
 
 class BulkSends:
@@ -151,7 +114,6 @@ class BulkSends:
         self._producer = producer
         self.cluster = f"{PROPERTY_CLUSTER}\x01{ctx.config.cluster_name}".encode()
         self._waiting: list[_Offer] = []
-        self._waiting_requests = 0
         self._scheduled = False
         self._running = 0
         self.rounds = 0  # store calls made, for tests and the metrics
@@ -162,8 +124,10 @@ class BulkSends:
         """The largest body a send may carry (a larger one is the handler's to refuse)."""
         return self.ctx.config.max_body_size
 
+    min_round = MIN_ROUND
+
     def worth(self, sends: int) -> bool:
-        """Whether ``sends`` hot sends of one read should go in bulk (see ``MIN_ROUND``)."""
+        """Whether ``sends`` sends (or frames) of one read should go in bulk (``MIN_ROUND``)."""
         return sends >= MIN_ROUND or (sends > 0 and bool(self._waiting))
 
     def offer(
@@ -171,8 +135,8 @@ class BulkSends:
         conn: Connection,
         frames: bytes,
         cols: npt.NDArray[np.int64],
+        topics: list[str],
         data: npt.NDArray[np.uint8],
-        texts: npt.NDArray[np.uint8],
         extras: npt.NDArray[np.uint8],
         read_at: float,
     ) -> None:
@@ -182,8 +146,7 @@ class BulkSends:
         size = int(cols[SCAN_LEN].sum())
         conn.requests_in_progress += n
         conn.bytes_in_progress += size
-        self._waiting.append(_Offer(conn, frames, cols, data, texts, extras, read_at, size))
-        self._waiting_requests += n
+        self._waiting.append(_Offer(conn, frames, cols, topics, data, extras, read_at, size))
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._start_round)
@@ -207,7 +170,6 @@ class BulkSends:
             offer = self._waiting.pop(0)
             taken.append(offer)
             count += offer.cols.shape[1]
-        self._waiting_requests -= count
         return taken
 
     def _run(self, offers: list[_Offer]) -> None:
@@ -235,25 +197,16 @@ class BulkSends:
         """Which of the offer's sends may be stored as they are: to a topic that exists, takes
         writes and is a plain name; to a queue it has (a negative queue id gets one at random)."""
         cols = offer.cols
-        n = cols.shape[1]
-        keep = np.ones(n, dtype=np.bool_)
-        hashes = cols[SCAN_TOPIC_HASH]
-        unique, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-        keep &= _same_topics(offer.texts, cols[SCAN_TOPIC_AT], cols[SCAN_TOPIC_LEN], first[inverse])
-        queues = np.empty(len(unique), dtype=np.int64)
-        writes = np.empty(len(unique), dtype=np.int64)
-        for u, row in enumerate(first.tolist()):
-            at, length = int(cols[SCAN_TOPIC_AT, row]), int(cols[SCAN_TOPIC_LEN, row])
-            topic = offer.texts[at : at + length].tobytes().decode("ascii")
-            config = self._producer.bulk_topic(topic)
-            queues[u] = -1 if config is None else max(config.read_queues, config.write_queues)
-            writes[u] = 1 if config is None else max(1, config.write_queues)
-        row_queues = queues[inverse]
+        configs = [self._producer.bulk_topic(topic) for topic in offer.topics]
+        queues = np.array([-1 if c is None else max(c.read_queues, c.write_queues) for c in configs])
+        topics = cols[SCAN_TOPIC]
         queue_ids = cols[SCAN_QUEUE]
-        keep &= (row_queues >= 0) & (queue_ids < row_queues)
+        row_queues = queues[topics]
+        keep: npt.NDArray[np.bool_] = (row_queues >= 0) & (queue_ids < row_queues)
         pick = keep & (queue_ids < 0)
         if pick.any():
-            cols[SCAN_QUEUE, pick] = np.random.randint(0, writes[inverse][pick])
+            writes = np.array([1 if c is None else max(1, c.write_queues) for c in configs])
+            cols[SCAN_QUEUE, pick] = np.random.randint(0, writes[topics[pick]])
         return keep
 
     @staticmethod
@@ -262,48 +215,35 @@ class BulkSends:
         cols = offer.cols[:, keep]
         size = int(cols[SCAN_LEN].sum())
         return _Offer(
-            offer.conn, offer.frames, cols, offer.data, offer.texts, offer.extras, offer.read_at, size
+            offer.conn, offer.frames, cols, offer.topics, offer.data, offer.extras, offer.read_at, size
         )
 
     def _columns(self, offers: list[_Offer]) -> EncodedColumns:
         topics: dict[str, int] = {}
         hosts: dict[str, int] = {}
-        parts: list[
-            tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.int64]]
-        ] = []
-        topic_ids: list[npt.NDArray[np.int64]] = []
-        host_ids: list[npt.NDArray[np.int64]] = []
+        datas, extras, topic_ids, host_ids = [], [], [], []
         for offer in offers:
             cols = offer.cols
-            data, _ = _gather(offer.data, cols[SCAN_DATA_AT], cols[SCAN_DATA_LEN])
-            extras, _ = _gather(offer.extras, cols[SCAN_EXTRA_AT], cols[SCAN_EXTRA_LEN])
-            parts.append((data, cols[SCAN_DATA_LEN], extras, cols[SCAN_EXTRA_LEN]))
-            unique, first, inverse = np.unique(cols[SCAN_TOPIC_HASH], return_index=True, return_inverse=True)
-            ids = np.empty(len(unique), dtype=np.int64)
-            for u, row in enumerate(first.tolist()):
-                at, length = int(cols[SCAN_TOPIC_AT, row]), int(cols[SCAN_TOPIC_LEN, row])
-                topic = offer.texts[at : at + length].tobytes().decode("ascii")
-                ids[u] = topics.setdefault(topic, len(topics))
-            topic_ids.append(ids[inverse])
-            host_ids.append(
-                np.full(cols.shape[1], hosts.setdefault(offer.conn.peer, len(hosts)), dtype=np.int64)
-            )
-        cols = np.concatenate([o.cols for o in offers], axis=1)
-        data_lengths = np.concatenate([p[1] for p in parts])
-        extra_lengths = np.concatenate([p[3] for p in parts])
+            datas.append(gather_spans(offer.data, cols[SCAN_DATA_AT], cols[SCAN_DATA_LEN])[0])
+            extras.append(gather_spans(offer.extras, cols[SCAN_EXTRA_AT], cols[SCAN_EXTRA_LEN])[0])
+            ids = np.array([topics.setdefault(t, len(topics)) for t in offer.topics], dtype=np.int64)
+            topic_ids.append(ids[cols[SCAN_TOPIC]])
+            host = hosts.setdefault(offer.conn.peer, len(hosts))
+            host_ids.append(np.full(cols.shape[1], host, dtype=np.int64))
+        cols = offers[0].cols if len(offers) == 1 else np.concatenate([o.cols for o in offers], axis=1)
         return EncodedColumns(
-            np.concatenate([p[0] for p in parts]),
-            _starts(data_lengths),
+            datas[0] if len(datas) == 1 else np.concatenate(datas),
+            _starts(cols[SCAN_DATA_LEN]),
             list(topics),
-            np.concatenate(topic_ids),
+            topic_ids[0] if len(topic_ids) == 1 else np.concatenate(topic_ids),
             cols[SCAN_QUEUE],
             list(hosts),
-            np.concatenate(host_ids),
+            host_ids[0] if len(host_ids) == 1 else np.concatenate(host_ids),
             cols[SCAN_BORN],
             cols[SCAN_SYS_FLAG],
             cols[SCAN_RECONSUME],
-            np.concatenate([p[2] for p in parts]),
-            _starts(extra_lengths),
+            extras[0] if len(extras) == 1 else np.concatenate(extras),
+            _starts(cols[SCAN_EXTRA_LEN]),
         )
 
     # --- answers ------------------------------------------------------------------------------
@@ -351,68 +291,77 @@ class BulkSends:
         code = put_status_code(result.status)
         if code not in _STORED:  # (a status with offsets is always one of these)
             code = ResponseCode.SYSTEM_ERROR
-        remark = b"" if code == ResponseCode.SUCCESS else f"stored, but {result.status.name}".encode()
-        elapsed_ms = int((time.monotonic() - started) * 1000)
-        self._count(offers, columns, result, code, elapsed_ms)
-        batch_ends = result.ends
-        batch_firsts = np.concatenate(([0], batch_ends[:-1]))
+        cols = offers[0].cols if len(offers) == 1 else np.concatenate([o.cols for o in offers], axis=1)
+        ends = result.ends
+        firsts = np.zeros(len(ends), dtype=np.int64)
+        firsts[1:] = ends[:-1]
+        self._count(offers, columns, cols, result, firsts, code, int((time.monotonic() - started) * 1000))
+        answered = (cols[SCAN_FLAG] & FLAG_ONEWAY) == 0
+        remark = "" if code == ResponseCode.SUCCESS else f"stored, but {result.status.name}"
+        frames, at = encode_send_answers(
+            cols[SCAN_KIND, answered],
+            cols[SCAN_OPAQUE, answered],
+            cols[SCAN_QUEUE, answered],
+            result.queue_offsets[firsts[answered]],
+            result.physical_offsets,
+            firsts[answered],
+            ends[answered],
+            int(code),
+            np.frombuffer(result.id_prefix.encode(), dtype=np.uint8),
+            np.frombuffer(json.dumps(remark).encode() if remark else b"", dtype=np.uint8),
+            np.frombuffer(remark.encode(), dtype=np.uint8),
+        )
+        # each offer's answers are the next of them, in one write
+        bounds = np.zeros(len(offers) + 1, dtype=np.int64)
+        np.cumsum([int(answered[a:b].sum()) for a, b in self._row_spans(offers)], out=bounds[1:])
+        data = frames.tobytes()
+        for offer, a, b in zip(offers, bounds[:-1].tolist(), bounds[1:].tolist()):
+            if b > a:
+                self._write(offer, data[int(at[a]) : int(at[b])])
+            else:
+                self._release(offer)
+        self.requests += cols.shape[1]
+
+    @staticmethod
+    def _row_spans(offers: list[_Offer]) -> list[tuple[int, int]]:
+        spans = []
         row = 0
         for offer in offers:
             n = offer.cols.shape[1]
-            firsts = batch_firsts[row : row + n]
-            ends = batch_ends[row : row + n]
+            spans.append((row, row + n))
             row += n
-            answered = (offer.cols[SCAN_FLAG] & FLAG_ONEWAY) == 0
-            if answered.any():
-                frames, _ = encode_send_answers(
-                    offer.cols[SCAN_KIND, answered],
-                    offer.cols[SCAN_OPAQUE, answered],
-                    offer.cols[SCAN_QUEUE, answered],
-                    result.queue_offsets[firsts[answered]],
-                    result.physical_offsets,
-                    firsts[answered],
-                    ends[answered],
-                    int(code),
-                    np.frombuffer(result.id_prefix.encode(), dtype=np.uint8),
-                    np.frombuffer(json.dumps(remark.decode()).encode() if remark else b"", dtype=np.uint8),
-                    np.frombuffer(remark, dtype=np.uint8),
-                )
-                self._write(offer, frames.tobytes())
-            else:
-                self._release(offer)
-        self.requests += row
+        return spans
 
     def _count(
         self,
         offers: list[_Offer],
         columns: EncodedColumns,
+        cols: npt.NDArray[np.int64],
         result: PutColumnsResult,
+        firsts: npt.NDArray[np.int64],
         code: ResponseCode,
         elapsed_ms: int,
     ) -> None:
         """The sends' metrics and statistics, per topic and kind (as the handler counts each)."""
-        cols = np.concatenate([o.cols for o in offers], axis=1)
-        batch = cols[SCAN_HOT] == HOT_BATCH
-        messages = np.diff(np.concatenate(([0], result.ends)))
-        sizes = (
-            np.add.reduceat(result.sizes, np.concatenate(([0], result.ends[:-1])))
-            if len(result)
-            else messages
-        )
+        n = cols.shape[1]
+        messages = result.ends - firsts
+        sizes = result.sizes if len(result) == n else np.add.reduceat(result.sizes, firsts)
+        keys = columns.topic_ids * 2 + (cols[SCAN_HOT] == HOT_BATCH)
+        width = 2 * len(columns.topics)
+        requests = np.bincount(keys, minlength=width)
+        message_counts = np.bincount(keys, weights=messages, minlength=width)
+        size_sums = np.bincount(keys, weights=sizes, minlength=width)
         stats = self.ctx.metrics.stats
-        for t, topic in enumerate(columns.topics):
-            mine = columns.topic_ids == t
-            for kind, rows in (("REMOTING", mine & ~batch), ("REMOTING_BATCH", mine & batch)):
-                if rows.any():
-                    count = int(messages[rows].sum())
-                    self._producer.count(topic, kind, code, count)
-                    stats.count_put(topic, count, int(sizes[rows].sum()), elapsed_ms, int(rows.sum()))
+        for key in np.flatnonzero(requests).tolist():
+            topic = columns.topics[key // 2]
+            count = int(message_counts[key])
+            self._producer.count(topic, "REMOTING_BATCH" if key % 2 else "REMOTING", code, count)
+            stats.count_put(topic, count, int(size_sums[key]), elapsed_ms, int(requests[key]))
         server = offers[0].conn.server
-        codes, counts = np.unique(cols[SCAN_CODE], return_counts=True)
-        for request, n in zip(codes.tolist(), counts.tolist()):
-            server.count(request, int(code), n)
-        oldest = min(o.read_at for o in offers)
-        elapsed = time.monotonic() - oldest
+        request_codes = np.bincount(cols[SCAN_CODE])
+        for request in np.flatnonzero(request_codes).tolist():
+            server.count(request, int(code), int(request_codes[request]))
+        elapsed = time.monotonic() - min(o.read_at for o in offers)
         if elapsed > server.requests.slow_s:
             server.requests.slow(elapsed, int(cols[SCAN_CODE, 0]), int(code), offers[0].conn.peer)
 

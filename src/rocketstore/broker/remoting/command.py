@@ -336,7 +336,7 @@ def _decode_binary(header: memoryview) -> RemotingCommand:
 # remark. ``encode_send_answers`` writes the answers of such sends in one pass.
 SCAN_AT, SCAN_LEN, SCAN_HOT, SCAN_OPAQUE, SCAN_FLAG, SCAN_KIND = range(6)
 SCAN_QUEUE, SCAN_SYS_FLAG, SCAN_BORN, SCAN_RECONSUME, SCAN_CODE = range(6, 11)
-SCAN_DATA_AT, SCAN_DATA_LEN, SCAN_TOPIC_AT, SCAN_TOPIC_LEN, SCAN_TOPIC_HASH = range(11, 16)
+SCAN_DATA_AT, SCAN_DATA_LEN, SCAN_TOPIC_AT, SCAN_TOPIC_LEN, SCAN_TOPIC = range(11, 16)
 SCAN_EXTRA_AT, SCAN_EXTRA_LEN, SCAN_BODY_LEN = range(16, 19)
 _SCAN_ROWS: Final = 19
 HOT_SINGLE: Final = 1  # SCAN_HOT: a single message
@@ -800,18 +800,22 @@ def _topic_ok(t: npt.NDArray[np.uint8], p: int, n: int) -> bool:
 def scan_frames(
     u8: npt.NDArray[np.uint8], max_frame: int, max_body: int, cluster: npt.NDArray[np.uint8]
 ) -> tuple[
-    int, int, npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.uint8], npt.NDArray[np.uint8]
+    int, int, npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.uint8], npt.NDArray[np.uint8],
+    npt.NDArray[np.uint8],
 ]:  # fmt: skip
     """Every whole frame of ``u8``: (a status, 0 or SCAN_BAD_LENGTH at the first frame whose
     length is outside 4..max_frame; where the whole frames end; the columns, one per frame
-    (rows SCAN_*); the sends' messages in the batch encoding; their topics; the properties the
-    broker adds to each: a batch's own, then ``cluster`` (the ``CLUSTER`` entry))."""
+    (rows SCAN_*; SCAN_TOPIC numbers the read's distinct topics); the row that names each
+    distinct topic first; the sends' messages in the batch encoding; their topics' text; the
+    properties the broker adds to each: a batch's own, then ``cluster`` (``CLUSTER``'s entry))."""
     n_max = len(u8) // 8 + 1
     cols = np.empty((_SCAN_ROWS, n_max), dtype=np.int64)
     data = np.empty(len(u8) + 24 * n_max, dtype=np.uint8)
     texts = np.empty(len(u8), dtype=np.uint8)
     extras = np.empty(len(u8) + (len(cluster) + 1) * n_max, dtype=np.uint8)
     vals = np.zeros(_N_FIELDS, dtype=np.int64)
+    topic_rows = np.empty(n_max, dtype=np.int64)  # the first row of each distinct topic
+    nt = 0
     head = np.zeros(3, dtype=np.int64)
     f_at = np.full(_N_FIELDS, -1, dtype=np.int64)
     f_len = np.zeros(_N_FIELDS, dtype=np.int64)
@@ -986,9 +990,23 @@ def scan_frames(
         extras[x : x + len(cluster)] = cluster
         x += len(cluster)
         cols[SCAN_EXTRA_LEN, i] = x - cols[SCAN_EXTRA_AT, i]
-        topic_hash = np.int64(len(cluster))  # topics are grouped by it, then compared whole
-        for k in range(f_at[_F_TOPIC], f_at[_F_TOPIC] + f_len[_F_TOPIC]):
-            topic_hash = (topic_hash * 31 + texts[k]) & 0xFFFFFFFFFFFFFF
+        t_at, t_len = f_at[_F_TOPIC], f_len[_F_TOPIC]
+        topic = 0
+        while topic < nt:  # the read's topics so far (a handful): is it one of them?
+            first = topic_rows[topic]
+            if cols[SCAN_TOPIC_LEN, first] == t_len:
+                f0 = cols[SCAN_TOPIC_AT, first]
+                same = True
+                for k in range(t_len):
+                    if texts[f0 + k] != texts[t_at + k]:
+                        same = False
+                        break
+                if same:
+                    break
+            topic += 1
+        if topic == nt:
+            topic_rows[nt] = i
+            nt += 1
         cols[SCAN_HOT, i] = HOT_BATCH if batch else HOT_SINGLE
         cols[SCAN_CODE, i] = head[0]
         cols[SCAN_OPAQUE, i] = head[1]
@@ -1000,10 +1018,10 @@ def scan_frames(
         cols[SCAN_RECONSUME, i] = vals[_F_RECONSUME]
         cols[SCAN_TOPIC_AT, i] = f_at[_F_TOPIC]
         cols[SCAN_TOPIC_LEN, i] = f_len[_F_TOPIC]
-        cols[SCAN_TOPIC_HASH, i] = topic_hash
+        cols[SCAN_TOPIC, i] = topic
         cols[SCAN_BODY_LEN, i] = body_len
         o = o2
-    return status, pos, cols[:, :n], data[:d], texts[:o], extras[:x]
+    return status, pos, cols[:, :n], topic_rows[:nt], data[:d], texts[:o], extras[:x]
 
 
 _JSON_ANSWER_PARTS = [

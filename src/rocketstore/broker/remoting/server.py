@@ -60,6 +60,8 @@ from rocketstore.broker.remoting.command import (
     SCAN_AT,
     SCAN_HOT,
     SCAN_LEN,
+    SCAN_TOPIC_AT,
+    SCAN_TOPIC_LEN,
     RemotingCommand,
     decode_command,
     encode_command,
@@ -164,6 +166,21 @@ class RemotingLimits:
     idle_timeout_s: float = 120.0
     # a request answered later than this is logged (0: none are)
     slow_request_ms: int = DEFAULT_SLOW_REQUEST_MS
+
+
+def _whole_frames(buf: bytes, limit: int, max_frame: int) -> tuple[int, int, bool]:
+    """How many whole frames ``buf`` starts with, counting to ``limit`` at most; where they end;
+    whether a bad length field follows them."""
+    n = pos = 0
+    while n < limit and len(buf) - pos >= 4:
+        length = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+        if length < 4 or length > max_frame:
+            return n, pos, True
+        if len(buf) - pos - 4 < length:
+            break
+        pos += 4 + length
+        n += 1
+    return n, pos, False
 
 
 class ConnectionClosedError(ConnectionError):
@@ -554,25 +571,30 @@ class RemotingServer:
                 return
 
     async def _read_bulk(self, conn: Connection, reader: asyncio.StreamReader, bulk: BulkSends) -> None:
-        """``_read`` for a server with bulk sends: what the socket holds, read at once, and its
-        whole frames found by one compiled pass (``scan_frames``), which also decodes the sends
-        ``bulk`` can store as they are; the other frames are decoded and handled one by one."""
+        """``_read`` for a server with bulk sends: what the socket holds, read at once. A read
+        with a round's worth of frames (``BulkSends.worth``) is taken apart by one compiled pass
+        (``scan_frames``), which also decodes the sends ``bulk`` can store as they are; the other
+        frames, and those of a smaller read, are decoded and handled one by one."""
         max_frame = self.limits.max_frame_size
         cluster = np.frombuffer(bulk.cluster, dtype=np.uint8)
         buf = rest = b""
         whole = False  # buf and rest hold a whole frame
         while not conn.closed:
+            cols: npt.NDArray[np.int64] | None = None
             try:
                 if not whole:
                     chunk = await reader.read(_READ_SIZE)
                     if not chunk:
                         return
                     buf = buf + chunk if buf else chunk
-                status, end, cols, data, texts, extras = scan_frames(
-                    np.frombuffer(buf, dtype=np.uint8), max_frame, bulk.max_body, cluster
-                )
+                frames, end, bad = _whole_frames(buf, bulk.min_round, max_frame)
+                if bulk.worth(frames):
+                    status, end, cols, topic_rows, data, texts, extras = scan_frames(
+                        np.frombuffer(buf, dtype=np.uint8), max_frame, bulk.max_body, cluster
+                    )
+                    bad = bool(status)
                 whole = False
-                if not status and len(buf) - end >= 4:
+                if not bad and len(buf) - end >= 4:
                     # a large frame not all here yet: its rest read at once, not piece by piece
                     missing = 4 + frame_length(buf[end : end + 4], max_frame) - (len(buf) - end)
                     if missing > _READ_SIZE:
@@ -584,19 +606,44 @@ class RemotingServer:
                 self._malformed(conn, exc)
                 return
             conn.last_read = time.monotonic()
-            if cols.shape[1] and not await self._take(conn, buf, cols, data, texts, extras, bulk):
+            if cols is not None:
+                spans = (cols[SCAN_TOPIC_AT, topic_rows], cols[SCAN_TOPIC_LEN, topic_rows])
+                topics = [
+                    texts[a : a + n].tobytes().decode("ascii") for a, n in zip(*(x.tolist() for x in spans))
+                ]
+                if cols.shape[1] and not await self._take(conn, buf, cols, topics, data, texts, extras, bulk):
+                    return
+            elif not await self._each(conn, buf, end):
                 return
-            if status:
+            if bad:
                 length = int.from_bytes(buf[end : end + 4], "big", signed=True)
                 self._malformed(conn, CorruptDataError(f"frame length {length} is outside 4..{max_frame}"))
                 return
             buf = buf[end:] + rest if whole else buf[end:]
+
+    async def _each(self, conn: Connection, buf: bytes, end: int) -> bool:
+        """Handle the whole frames of ``buf[:end]`` one by one. False when the connection ends."""
+        view = memoryview(buf)
+        pos = 0
+        read_at = conn.last_read
+        while pos < end:
+            length = int.from_bytes(buf[pos : pos + 4], "big")
+            try:
+                cmd = decode_command(view[pos + 4 : pos + 4 + length])
+            except CorruptDataError as exc:
+                self._malformed(conn, exc)
+                return False
+            pos += 4 + length
+            if not await self._dispatch(conn, cmd, length, read_at):
+                return False
+        return True
 
     async def _take(
         self,
         conn: Connection,
         buf: bytes,
         cols: npt.NDArray[np.int64],
+        topics: list[str],
         data: npt.NDArray[np.uint8],
         texts: npt.NDArray[np.uint8],
         extras: npt.NDArray[np.uint8],
@@ -615,7 +662,7 @@ class RemotingServer:
             hot[:] = False
         if hot.any() and room > 0:
             taken = np.flatnonzero(hot)[:room]
-            bulk.offer(conn, buf, cols[:, taken], data, texts, extras, read_at)
+            bulk.offer(conn, buf, cols[:, taken], topics, data, extras, read_at)
             hot[:] = False
             hot[taken] = True
         view = memoryview(buf)
