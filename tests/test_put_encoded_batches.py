@@ -11,9 +11,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from rocketstore import EncodedBatch, InvalidMessageError, ManualClock, MessageStore, PutStatus, StoreConfig
+from rocketstore import (
+    EncodedBatch,
+    EncodedColumns,
+    InvalidMessageError,
+    ManualClock,
+    MessageStore,
+    PutStatus,
+    StoreConfig,
+)
 from rocketstore.codec.commitlog_record import SYSFLAG_BORNHOST_V6, SYSFLAG_COMPRESSED, decode_record
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.codec.message_batch import BatchEntry, encode_batch_body
@@ -174,3 +183,93 @@ def test_a_bad_batch_refuses_the_call_and_stores_nothing(
         with pytest.raises(InvalidMessageError, match="expected a sequence of EncodedBatch"):
             store.put_encoded_batches(bad)  # type: ignore[arg-type]
         assert store.put_encoded_batches([]) == []
+
+
+# --- put_encoded_columns: the same batches held as columns -----------------------------------
+def columns_of(batches: list[EncodedBatch], extras: list[bytes]) -> EncodedColumns:
+    topics = list(dict.fromkeys(b.topic for b in batches))
+    hosts = list(dict.fromkeys(b.born_host for b in batches))
+    data = b"".join(b.data for b in batches)
+    return EncodedColumns(
+        np.frombuffer(data, dtype=np.uint8),
+        np.cumsum([0, *(len(b.data) for b in batches)]),
+        topics,
+        np.array([topics.index(b.topic) for b in batches]),
+        np.array([b.queue_id for b in batches]),
+        hosts,
+        np.array([hosts.index(b.born_host) for b in batches]),
+        np.array([b.born_timestamp for b in batches]),
+        np.array([b.sys_flag for b in batches]),
+        np.array([b.reconsume_times for b in batches]),
+        np.frombuffer(b"".join(extras), dtype=np.uint8),
+        np.cumsum([0, *map(len, extras)]),
+    )
+
+
+@pytest.mark.parametrize("copies", [1, 12])  # 4 and 48 records: appended one by one, then in columns
+def test_columns_store_what_the_same_batches_store(tmp_path: Path, copies: int) -> None:
+    batches = [batch(queue_id=q % 2, born_host=f"10.1.2.{q}:{40000 + q}") for q in range(copies)]
+    batches.append(batch("Other", 0, ENTRIES[:1], properties={"CLUSTER": "c1"}))
+    extras = [b""] * copies + [b"CLUSTER\x01c1"]
+    with open_store(tmp_path / "a") as a, open_store(tmp_path / "b") as b:
+        listed = a.put_encoded_batches(batches)
+        result = b.put_encoded_columns(columns_of(batches, extras))
+        drain(a)
+        drain(b)
+        assert result.status is PutStatus.PUT_OK and result.stored and len(result) == 4 * copies + 1
+        assert result.ends.tolist() == np.cumsum([len(r) for r in listed]).tolist()
+        assert (
+            result.physical_offsets.tolist() == np.concatenate([r.physical_offsets for r in listed]).tolist()
+        )
+        assert result.queue_offsets.tolist() == np.concatenate([r.queue_offsets for r in listed]).tolist()
+        assert result.uniq_keys.to_list() == [k for r in listed for k in r.uniq_keys.to_list()]
+        assert [result.topic_ids[i] for i in (0, -1)] == [0, 1]
+        assert a.max_phy_offset() == b.max_phy_offset()
+        for offset in result.physical_offsets.tolist():  # byte for byte (one clock: one store time)
+            ma, mb = a.look_message_by_offset(offset), b.look_message_by_offset(offset)
+            assert ma is not None and mb is not None
+            assert bytes(ma.record_view) == bytes(mb.record_view)
+            decode_record(mb.record_view, 0, check_crc=True)
+        for topic in ("Orders", "Other"):
+            for q in (0, 1):
+                assert [m.body for m in a.get_message("g", topic, q, 0, 64).messages] == [
+                    m.body for m in b.get_message("g", topic, q, 0, 64).messages
+                ]
+    report = verify_store(tmp_path / "b", CFG)
+    assert report.clean, report.damage
+    assert report.records == report.queue_entries == 4 * copies + 1
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"topic_ids": np.array([0, 5])}, "topic_ids 5 is outside 0..0"),
+        ({"queue_ids": np.array([0, -1])}, "queue_ids -1 is outside"),
+        ({"sys_flags": np.array([0, 4])}, "no transaction"),
+        ({"reconsume_times": np.array([0, -3])}, "reconsume_times -3"),
+        ({"born_host_ids": np.array([1, 0])}, "born_host_ids 1 is outside 0..0"),
+        ({"queue_ids": np.array([0, 1, 2])}, "queue_ids must be 2 integers"),
+        ({"queue_ids": np.array([0.0, 1.0])}, "queue_ids must be 2 integers"),
+        ({"data_offsets": np.array([0, 9, 5])}, "data_offsets must rise"),
+        ({"data": np.zeros(3, dtype=np.int64)}, "data must be a uint8 array"),
+        ({"born_hosts": ["nowhere"]}, "born_host"),
+        ({"topics": ["bad topic"]}, "topic 0"),
+        ({"properties": np.frombuffer(b"TAGS\x01x", dtype=np.uint8)}, "property 'TAGS' of the batch"),
+        ({"properties": np.frombuffer(b"a\x01b\x02\x02c", dtype=np.uint8)}, "has no name or no value"),
+    ],
+)
+def test_bad_columns_are_refused_naming_what_is_wrong(
+    tmp_path: Path, change: dict[str, object], words: str
+) -> None:
+    good = columns_of([batch(queue_id=0), batch(queue_id=1)], [b"", b""])
+    fields = {name: getattr(good, name) for name in good.__dataclass_fields__}
+    fields.update(change)
+    if "properties" in change:
+        props = change["properties"]
+        assert isinstance(props, np.ndarray)
+        fields["properties_offsets"] = np.array([0, 0, len(props)])
+    with open_store(tmp_path) as store:
+        with pytest.raises(InvalidMessageError) as caught:
+            store.put_encoded_columns(EncodedColumns(**fields))  # type: ignore[arg-type]
+        assert words in str(caught.value)
+        assert store.max_phy_offset() == 0

@@ -93,6 +93,7 @@ from rocketstore.codec.message_batch import BatchEntry, encode_batch_body
 from rocketstore.codec.properties import encode_properties
 from rocketstore.warm import scratch_config
 from tests.broker.remoting.client import RawClient
+from tests.broker.remoting.test_bulk_sends import frame, props_of, send_cmd
 from tests.broker.remoting.test_consumer_requests import pull_ext
 from tests.broker.remoting.test_producer import send
 
@@ -111,6 +112,10 @@ with tempfile.TemporaryDirectory() as tmp:
             batch = dict(code=RequestCode.SEND_BATCH_MESSAGE, kind=SERIALIZE_ROCKETMQ, batch=True)
             answers.append(send(c, "Batched", body, {"WAIT": "true"}, **batch).code)
             answers.append(send(c, "Batched", b"one", {"TAGS": "t", "KEYS": "a b", "WAIT": "true"}).code)
+            # a read of many sends: taken apart and stored in bulk, both header encodings
+            bulk = [send_cmd("Batched", b"m", props_of(i), 100 + i, kind=i % 2) for i in range(16)]
+            c.send_raw(b"".join(frame(x) for x in bulk))
+            answers.append(sorted({c.response_to(x.opaque).code for x in bulk}))
             store.wait_dispatched()
             answers.append(c.call(RequestCode.PULL_MESSAGE, pull_ext("Batched", 0)).code)
             query = {"topic": "Batched", "key": "k1", "maxNum": "32", "beginTimestamp": "0"}
@@ -141,9 +146,9 @@ def test_warm_reaches_every_kernel_the_package_defines(warmed: dict[str, Any]) -
 
 
 def test_serving_after_warm_compiles_nothing(warmed: dict[str, Any]) -> None:
-    """The remoting broker's sends (batch and single), pull and query find every kernel they
-    run, with the argument types they pass, already loaded."""
-    assert warmed["answers"] == [0, 0, 0, 0]
+    """The remoting broker's sends (batch, single, and many in one read: in bulk), pull and
+    query find every kernel they run, with the argument types they pass, already loaded."""
+    assert warmed["answers"] == [0, 0, [0], 0, 0]
     assert warmed["compiled_after_warm"] == {}
 
 

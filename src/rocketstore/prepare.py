@@ -1172,7 +1172,7 @@ def _int64_column(name: str, column: object, n: int) -> npt.NDArray[np.int64]:
         raise InvalidMessageError(
             f"{name} must be {n} integers, not {array.dtype} of shape {array.shape}", _ILLEGAL
         )
-    return array.astype(np.int64, copy=False)
+    return np.ascontiguousarray(array, dtype=np.int64)
 
 
 @kernel(cache=True, nogil=True)
@@ -1214,7 +1214,10 @@ def _bytes_column(
     at = _int64_column(f"{name}_offsets", offsets, n + 1)
     if at[0] != 0 or at[-1] != len(array) or np.any(at[1:] < at[:-1]):
         raise InvalidMessageError(f"{name}_offsets must rise from 0 to {len(array)}", _ILLEGAL)
-    return array, at
+    if array.flags.writeable:  # the kernels see one kind of array, whoever made it (one compiled form)
+        array = array.view()
+        array.flags.writeable = False
+    return np.ascontiguousarray(array), at
 
 
 @kernel(cache=True, nogil=True, inline="always")

@@ -68,8 +68,8 @@ def warm(say: Callable[[str], None] = print) -> tuple[int, int]:
 def preload() -> None:
     """Load numba and the kernels a broker's first sends run into this process, from numba's
     cache, without a store (no file written, no log line): ``rocketstore serve`` runs it on a
-    thread as it starts, so its first batch send does not wait a second or more for numba to
-    load (its import, its compiler's start, the kernels)."""
+    thread as it starts, so its first sends do not wait a second or more for numba to load (its
+    import, its compiler's start, the kernels of the batch encoder and the remoting reader)."""
     from rocketstore.clock import SystemClock
     from rocketstore.codec.message_batch import BatchEntry, EncodedBatch, encode_batch_body
     from rocketstore.codec.properties import encode_properties
@@ -80,6 +80,7 @@ def preload() -> None:
     MessageEncoder(scratch_config(), SystemClock()).prepare_encoded(
         [EncodedBatch("Warm", 0, body, "127.0.0.1:10911", int(time.time() * 1000))]
     )
+    _remoting_frames()
 
 
 def scratch_config() -> StoreConfig:
@@ -117,6 +118,7 @@ def _workload(root: Path) -> None:
         store.put_batch("Warm", [b"c" * 10] * 64, tags="c", keys=[f"c{i}" for i in range(64)])
         store.put_batch("Warm", [b"d"] * 8, queue_ids=2)
         _producer_batches(store)  # the remoting broker's SEND_BATCH_MESSAGE
+        _remoting_frames()  # and its reader's frames, sends in bulk
         store.wait_dispatched()
         for q in store.topics()["Warm"]:
             store.get_message("warm", "Warm", q, 0, 32)
@@ -169,6 +171,52 @@ def _producer_batches(store: MessageStore) -> None:
     lengths = np.array([len(p.encode()) for p in props], dtype=np.int64)
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
     property_spans(text, starts, lengths, ("TAGS", "KEYS"))
+
+
+def _remoting_frames() -> None:
+    """The remoting broker's compiled reader and answers: a read of single and batch sends in
+    both header encodings taken apart (``scan_frames``), their answers written
+    (``encode_send_answers``), with the argument types the broker passes."""
+    import numpy as np
+
+    from rocketstore.broker.remoting.codes import RequestCode
+    from rocketstore.broker.remoting.command import (
+        SCAN_KIND,
+        SCAN_OPAQUE,
+        SCAN_QUEUE,
+        SERIALIZE_JSON,
+        SERIALIZE_ROCKETMQ,
+        RemotingCommand,
+        encode_command,
+        encode_send_answers,
+        scan_frames,
+    )
+    from rocketstore.broker.remoting.headers import SendMessageHeader
+    from rocketstore.codec.message_batch import BatchEntry, encode_batch_body
+
+    born = int(time.time() * 1000)
+    props = "TAGS\x01a\x02UNIQ_KEY\x01U\x02WAIT\x01true"
+    frames = []
+    for kind in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
+        for batch in (False, True):
+            header = SendMessageHeader(
+                "g", "Warm", "TBW102", 4, 0, 0, born, 0, props, 0, False, None, batch, None
+            )
+            body = encode_batch_body([BatchEntry(0, b"x", "UNIQ_KEY\x01V")]) if batch else b"x"
+            code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+            cmd = RemotingCommand(code, ext_fields=header.to_ext(), body=body, serialize_type=kind)
+            frames.append(b"".join(bytes(part) for part in encode_command(cmd)))
+    cluster = np.frombuffer(b"CLUSTER\x01Warm", dtype=np.uint8)
+    _, _, cols, _, _, _, _ = scan_frames(
+        np.frombuffer(b"".join(frames), dtype=np.uint8), 1 << 20, 1 << 20, cluster
+    )
+    rows = cols[SCAN_KIND] >= 0
+    firsts = np.arange(len(frames), dtype=np.int64)
+    text = np.frombuffer(b"", dtype=np.uint8)
+    encode_send_answers(
+        cols[SCAN_KIND, rows], cols[SCAN_OPAQUE, rows], cols[SCAN_QUEUE, rows], firsts[rows], firsts,
+        firsts[rows], firsts[rows] + 1, 0, np.frombuffer(b"7F00000100002A9F", dtype=np.uint8), text, text,
+    )  # fmt: skip
 
 
 def _spark_reads(root: Path) -> None:

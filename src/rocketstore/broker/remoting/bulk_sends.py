@@ -212,7 +212,7 @@ class BulkSends:
     @staticmethod
     def _narrowed(offer: _Offer, keep: npt.NDArray[np.bool_]) -> _Offer:
         """The offer without the sends handed to their handler (which took over their count)."""
-        cols = offer.cols[:, keep]
+        cols = np.ascontiguousarray(offer.cols[:, keep])  # (rows of one layout: one compiled form)
         size = int(cols[SCAN_LEN].sum())
         return _Offer(
             offer.conn, offer.frames, cols, offer.topics, offer.data, offer.extras, offer.read_at, size

@@ -662,7 +662,7 @@ class RemotingServer:
             hot[:] = False
         if hot.any() and room > 0:
             taken = np.flatnonzero(hot)[:room]
-            bulk.offer(conn, buf, cols[:, taken], topics, data, extras, read_at)
+            bulk.offer(conn, buf, np.ascontiguousarray(cols[:, taken]), topics, data, extras, read_at)
             hot[:] = False
             hot[taken] = True
         view = memoryview(buf)
