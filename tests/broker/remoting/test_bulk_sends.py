@@ -255,3 +255,26 @@ def test_hostile_frames_store_nothing_refused_and_stall_no_one(start_remoting: S
     r.store.wait_dispatched()
     assert r.store.max_offset_in_queue("Bulk", 0) == successes + 1
     assert successes == 2  # the empty property entry (skipped) and the accented value
+
+
+@pytest.mark.parametrize(
+    "limit", [{"max_requests_per_connection": 10}, {"max_request_bytes_per_connection": 2000}]
+)
+def test_bulk_sends_keep_the_connection_limits(start_remoting: StartRemoting, limit: dict[str, int]) -> None:
+    """Past ``max_requests_per_connection`` a read's extra sends are answered SYSTEM_BUSY (none
+    stored); under a small ``max_request_bytes_per_connection`` the reader waits, and every send
+    is stored and answered."""
+    r = start_remoting(**limit)
+    r.store.create_topic("Bulk", 1)
+    cmds = [send_cmd("Bulk", b"x" * 100, props_of(i), 1 + i, queue_id=0) for i in range(16)]
+    with RawClient(r.port) as c:
+        c.send_raw(b"".join(frame(x) for x in cmds))
+        got = answers(c, [x.opaque for x in cmds])
+    codes = [got[x.opaque].code for x in cmds]
+    if "max_requests_per_connection" in limit:
+        assert codes.count(ResponseCode.SUCCESS) >= 10
+        assert set(codes) <= {ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY}
+    else:
+        assert set(codes) == {ResponseCode.SUCCESS}
+    r.store.wait_dispatched()
+    assert r.store.max_offset_in_queue("Bulk", 0) == codes.count(ResponseCode.SUCCESS)

@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.broker.remoting.codes import LANGUAGES, VERSION
+from rocketstore.codec.commitlog_record import SYSFLAG_CONTENT, SYSFLAG_TX_MASK, TX_PREPARED
 from rocketstore.codec.message_batch import inner_message
 from rocketstore.errors import CorruptDataError
 from rocketstore.jit import kernel
@@ -379,9 +380,6 @@ _SLOW_WAIT, _SLOW_UNIQ = 8, 9  # rows of _SLOW_NAMES; from _SLOW_UNIQ on they do
 _BATCH_OWN_FIRST = 9  # a batch's own properties may not name these (each message's own)
 _TRUE = np.frombuffer(b"true", dtype=np.uint8).copy()
 _RETRY = np.frombuffer(b"%RETRY%", dtype=np.uint8).copy()
-_TX_MASK: Final = 0x4 | 0x8
-_TX_PREPARED: Final = 0x4
-_SYSFLAG_CONTENT: Final = 0x1 | 0x2 | 0x100 | 0x200 | 0x400  # compressed, multi tags, compression type
 
 
 @kernel(cache=True, nogil=True, inline="always")
@@ -884,7 +882,7 @@ def scan_frames(
             continue
         batch = f_at[_F_BATCH] >= 0 and _is_true(texts, f_at[_F_BATCH], f_len[_F_BATCH])
         sys_flag = vals[_F_SYS_FLAG]
-        if (batch and sys_flag & _TX_MASK) or (sys_flag & _TX_MASK) == _TX_PREPARED:
+        if (batch and sys_flag & SYSFLAG_TX_MASK) or (sys_flag & SYSFLAG_TX_MASK) == TX_PREPARED:
             continue
         body_at = at + 4 + h
         body_len = frame_end - body_at
@@ -1013,7 +1011,7 @@ def scan_frames(
         cols[SCAN_FLAG, i] = head[2]
         cols[SCAN_KIND, i] = kind
         cols[SCAN_QUEUE, i] = vals[_F_QUEUE]
-        cols[SCAN_SYS_FLAG, i] = sys_flag & _SYSFLAG_CONTENT
+        cols[SCAN_SYS_FLAG, i] = sys_flag & SYSFLAG_CONTENT
         cols[SCAN_BORN, i] = vals[_F_BORN]
         cols[SCAN_RECONSUME, i] = vals[_F_RECONSUME]
         cols[SCAN_TOPIC_AT, i] = f_at[_F_TOPIC]

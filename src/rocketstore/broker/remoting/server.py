@@ -665,6 +665,7 @@ class RemotingServer:
             bulk.offer(conn, buf, np.ascontiguousarray(cols[:, taken]), topics, data, extras, read_at)
             hot[:] = False
             hot[taken] = True
+            await self._room_to_read(conn)
         view = memoryview(buf)
         for i in np.flatnonzero(~hot).tolist():
             at, length = int(cols[SCAN_AT, i]), int(cols[SCAN_LEN, i])
@@ -705,10 +706,15 @@ class RemotingServer:
         conn.requests_in_progress += 1
         conn.bytes_in_progress += length
         self._start(conn, cmd, length, read_at)
+        await self._room_to_read(conn)
+        return True
+
+    async def _room_to_read(self, conn: Connection) -> None:
+        """Return once the bytes of the requests in progress on ``conn`` are within the limit:
+        until then it is not read."""
         while conn.bytes_in_progress > self.limits.max_request_bytes_per_connection and not conn.closed:
             conn._room.clear()
-            await conn._room.wait()  # read no more until requests in progress finish
-        return True
+            await conn._room.wait()
 
     def _start(self, conn: Connection, cmd: RemotingCommand, length: int, read_at: float) -> None:
         self.track(asyncio.get_running_loop().create_task(self._handle(conn, cmd, length, read_at)))
