@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import IntEnum
 from typing import Final
 
-__all__ = ["LANGUAGES", "VERSION", "RequestCode", "ResponseCode"]
+__all__ = ["LANGUAGES", "STORED_CODES", "VERSION", "RequestCode", "ResponseCode"]
 
 # MQVersion.Version.V4_9_8.ordinal(): what the 4.9.8 broker puts in every command it writes
 VERSION: Final = 409
@@ -134,3 +134,15 @@ class ResponseCode(IntEnum):
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
     FLOW_CONTROL = 215
+
+
+# a send's answers that mean it was stored, with its offsets (the client parses the header for
+# them); any other answer to a send stored nothing
+STORED_CODES: Final = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+    }
+)

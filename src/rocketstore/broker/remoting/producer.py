@@ -32,7 +32,7 @@ from rocketstore.broker.remoting.broker_topics import (
     broker_topic_configs,
     default_topic_config,
 )
-from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.codes import STORED_CODES, RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.context import RemotingContext
 from rocketstore.broker.remoting.headers import SendMessageHeader, flag, number, text
@@ -102,15 +102,6 @@ _PUT_CODES: Final = {
     PutStatus.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutStatus.OS_PAGECACHE_BUSY: ResponseCode.SYSTEM_BUSY,
 }
-# answered with the stored message's offsets (the client parses the header for these)
-_STORED_CODES: Final = frozenset(
-    {
-        ResponseCode.SUCCESS,
-        ResponseCode.FLUSH_DISK_TIMEOUT,
-        ResponseCode.FLUSH_SLAVE_TIMEOUT,
-        ResponseCode.SLAVE_NOT_AVAILABLE,
-    }
-)
 
 
 def put_status_code(status: PutStatus) -> ResponseCode:
@@ -365,7 +356,7 @@ class ProducerProcessor:
             stats.count_put_failure()
             raise refusal_of(outcome)
         code = put_status_code(outcome.status)
-        if code not in _STORED_CODES:
+        if code not in STORED_CODES:
             stats.count_put_failure()
             raise refusal_of(outcome)
         self.count(target.topic, "REMOTING", code)
@@ -415,7 +406,7 @@ class ProducerProcessor:
             stats.count_put_failure()
             raise refusal_of(outcome[0] if isinstance(outcome, PutBatchResult) else outcome)
         code = put_status_code(outcome.status)
-        if code not in _STORED_CODES:
+        if code not in STORED_CODES:
             stats.count_put_failure()
             raise refusal_of(outcome[0])
         # offset message ids, as PutMessageResult.msg_id writes each

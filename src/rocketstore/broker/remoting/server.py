@@ -53,7 +53,7 @@ import numpy.typing as npt
 
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.rate_limited_log import RateLimitedLog
-from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.codes import STORED_CODES, RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import (
     FLAG_ONEWAY,
     MAX_FRAME_SIZE,
@@ -107,14 +107,6 @@ _STORES = frozenset(
         RequestCode.SEND_BATCH_MESSAGE,
         RequestCode.CONSUMER_SEND_MSG_BACK,
         RequestCode.END_TRANSACTION,
-    )
-)
-_STORED = frozenset(
-    (
-        ResponseCode.SUCCESS,
-        ResponseCode.FLUSH_DISK_TIMEOUT,
-        ResponseCode.SLAVE_NOT_AVAILABLE,
-        ResponseCode.FLUSH_SLAVE_TIMEOUT,
     )
 )
 
@@ -743,7 +735,7 @@ class RemotingServer:
             response = await self._answer(conn, cmd)
             if response is not None:
                 code = response.code
-                if code and (code in _REFUSED or (cmd.code in _STORES and code not in _STORED)):
+                if code and (code in _REFUSED or (cmd.code in _STORES and code not in STORED_CODES)):
                     self.refused(conn, cmd, response)
             elapsed = time.monotonic() - started
             if elapsed > self.requests.slow_s:
