@@ -97,6 +97,10 @@ class _Offer:
     extras: npt.NDArray[np.uint8]
     read_at: float
     frame_bytes: int
+    released: bool = False  # its count in progress ended (answered, or handed on)
+
+    def __len__(self) -> int:
+        return int(self.cols.shape[1])
 
 
 class BulkSends:
@@ -148,13 +152,7 @@ class BulkSends:
     def _start_round(self) -> None:
         self._scheduled = False
         while self._waiting and self._running < _ROUNDS:
-            offers = self._take()
-            try:
-                self._run(offers)
-            except Exception:  # a bug here must not strand the requests: the handler answers them
-                log.exception("bulk sends failed; their handler answers them")
-                for offer in offers:
-                    self._to_handler(offer, np.ones(offer.cols.shape[1], dtype=np.bool_))
+            self._run(self._take())
 
     def _take(self) -> list[_Offer]:
         taken: list[_Offer] = []
@@ -169,7 +167,11 @@ class BulkSends:
         """Check the offers' topics and queues, and hand what passes to the store in one call."""
         kept: list[_Offer] = []
         for offer in offers:
-            keep = self._checked(offer)
+            try:
+                keep = self._checked(offer)
+            except Exception:  # a bug must not strand the requests: their handler answers them
+                log.exception("bulk sends: checking %d sends failed; their handler answers them", len(offer))
+                keep = np.zeros(len(offer), dtype=np.bool_)
             if not keep.all():
                 self._to_handler(offer, ~keep)
                 if not keep.any():
@@ -178,7 +180,13 @@ class BulkSends:
             kept.append(offer)
         if not kept:
             return
-        columns = self._columns(kept)
+        try:
+            columns = self._columns(kept)
+        except Exception:
+            log.exception("bulk sends: a round of %d sends failed; their handler answers them", len(kept))
+            for offer in kept:
+                self._to_handler(offer, np.ones(len(offer), dtype=np.bool_))
+            return
         self._running += 1
         self.rounds += 1
         started = time.monotonic()
@@ -250,8 +258,10 @@ class BulkSends:
         self._running -= 1
         try:
             self._answer(offers, columns, future, started)
-        except Exception:
+        except Exception:  # (the store wrote: never again) their clients time out, counts end
             log.exception("answering bulk sends failed")
+            for offer in offers:
+                self._release(offer)
         finally:
             if self._waiting and not self._scheduled:
                 self._scheduled = True
@@ -402,11 +412,16 @@ class BulkSends:
         conn = offer.conn
         cols = offer.cols
         view = memoryview(offer.frames)
+        offer.released = bool(rows.all())  # (some rows left: the offer narrowed to them counts them)
         for i in np.flatnonzero(rows).tolist():
             at, length = int(cols[SCAN_AT, i]), int(cols[SCAN_LEN, i])
             conn.server.handle_frame(conn, view[at : at + length], offer.read_at)
 
-    def _release(self, offer: _Offer) -> None:
+    @staticmethod
+    def _release(offer: _Offer) -> None:
+        if offer.released:
+            return
+        offer.released = True
         conn = offer.conn
         conn.requests_in_progress -= offer.cols.shape[1]
         conn.bytes_in_progress -= offer.frame_bytes

@@ -5,6 +5,10 @@ One ``RemotingServer`` serves one listening address with one handler table (``co
 handler``). Per connection, one reader task decodes frames; each request runs as its own task,
 so a parked pull never holds up the heartbeats and sends behind it on the same connection, and
 answers go out in whatever order they finish (the client matches them by opaque).
+With bulk sends (``bulk_sends.py``; not with an ACL), a read that holds a round's worth of
+frames is taken apart by one compiled pass (``command.scan_frames``) and the sends it could
+decode whole are stored and answered together with every other connection's; the rest of its
+frames, and every frame of a smaller read, go to their handlers as above.
 
 * A response carries the request's opaque and header encoding; a oneway request (flag bit 1)
   gets none, whatever its handler returns.
@@ -603,7 +607,7 @@ class RemotingServer:
                 topics = [
                     texts[a : a + n].tobytes().decode("ascii") for a, n in zip(*(x.tolist() for x in spans))
                 ]
-                if cols.shape[1] and not await self._take(conn, buf, cols, topics, data, texts, extras, bulk):
+                if cols.shape[1] and not await self._take(conn, buf, cols, topics, data, extras, bulk):
                     return
             elif not await self._each(conn, buf, end):
                 return
@@ -637,7 +641,6 @@ class RemotingServer:
         cols: npt.NDArray[np.int64],
         topics: list[str],
         data: npt.NDArray[np.uint8],
-        texts: npt.NDArray[np.uint8],
         extras: npt.NDArray[np.uint8],
         bulk: BulkSends,
     ) -> bool:
