@@ -30,8 +30,10 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.broker.remoting.codes import LANGUAGES, VERSION
+from rocketstore.codec.big_endian import put_int, read_i32
 from rocketstore.codec.commitlog_record import SYSFLAG_CONTENT, SYSFLAG_TX_MASK, TX_PREPARED
 from rocketstore.codec.message_batch import inner_message
+from rocketstore.codec.properties import is_name
 from rocketstore.errors import CorruptDataError
 from rocketstore.jit import kernel
 
@@ -389,19 +391,6 @@ def _i16(u8: npt.NDArray[np.uint8], pos: int) -> int:
 
 
 @kernel(cache=True, nogil=True, inline="always")
-def _i32(u8: npt.NDArray[np.uint8], pos: int) -> int:
-    v = (np.int64(u8[pos]) << 24) | (np.int64(u8[pos + 1]) << 16) | (np.int64(u8[pos + 2]) << 8) | u8[pos + 3]
-    return int(v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v)
-
-
-@kernel(cache=True, nogil=True, inline="always")
-def _put(out: npt.NDArray[np.uint8], pos: int, value: int, width: int) -> int:
-    for k in range(width):
-        out[pos + k] = (value >> (8 * (width - 1 - k))) & 0xFF
-    return pos + width
-
-
-@kernel(cache=True, nogil=True, inline="always")
 def _ws(u8: npt.NDArray[np.uint8], p: int, end: int) -> int:
     while p < end and (u8[p] == 32 or u8[p] == 9 or u8[p] == 10 or u8[p] == 13):
         p += 1
@@ -475,6 +464,36 @@ def _json_string(
 
 
 @kernel(cache=True, nogil=True, inline="always")
+def _json_key(
+    u8: npt.NDArray[np.uint8], p: int, end: int, texts: npt.NDArray[np.uint8], o: int
+) -> tuple[int, int]:
+    """The key of an object's member at ``u8[p]``, unescaped into ``texts[o:]`` (not kept: the
+    next text overwrites it), and its colon: (where its value starts, the key's length), or
+    (-1, 0) for what this pass leaves to Python."""
+    if p >= end or u8[p] != 34:
+        return -1, 0
+    p, k_end = _json_string(u8, p, end, texts, o)
+    if p < 0:
+        return -1, 0
+    p = _ws(u8, p, end)
+    if p >= end or u8[p] != 58:
+        return -1, 0
+    return _ws(u8, p + 1, end), k_end - o
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _json_next(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[int, bool]:
+    """After a member's value: (where the next member starts, True) after a comma, (past the
+    closing brace, False) at the end of the object, or (-1, False)."""
+    p = _ws(u8, p, end)
+    if p < end and u8[p] == 44:
+        return _ws(u8, p + 1, end), True
+    if p < end and u8[p] == 125:
+        return p + 1, False
+    return -1, False
+
+
+@kernel(cache=True, nogil=True, inline="always")
 def _json_scalar_end(u8: npt.NDArray[np.uint8], p: int, end: int) -> int:
     """The end of the number, true, false or null at ``p`` (-1 for anything else)."""
     q = p
@@ -529,29 +548,11 @@ def _text_int(t: npt.NDArray[np.uint8], p: int, n: int, low: int, high: int) -> 
 
 
 @kernel(cache=True, nogil=True, inline="always")
-def _same(
-    a: npt.NDArray[np.uint8],
-    p: int,
-    n: int,
-    names: npt.NDArray[np.uint8],
-    name_at: npt.NDArray[np.int64],
-    j: int,
-) -> bool:
-    s = name_at[j]
-    if n != name_at[j + 1] - s:
-        return False
-    for k in range(n):  # noqa: SIM110 (numba compiles the loop, not a generator)
-        if a[p + k] != names[s + k]:
-            return False
-    return True
-
-
-@kernel(cache=True, nogil=True, inline="always")
 def _field_of(t: npt.NDArray[np.uint8], p: int, n: int, v2: bool) -> int:
     """The send header field named ``t[p:p+n]`` (V2's names or V1's), or -1."""
     first = 0 if v2 else _N_FIELDS
     for j in range(first, first + _N_FIELDS):
-        if _same(t, p, n, _FIELD_NAMES, _FIELD_NAME_AT, j):
+        if is_name(t, p, n, _FIELD_NAMES, _FIELD_NAME_AT, j):
             return j - first
     return -1
 
@@ -584,23 +585,13 @@ def _json_header(
         p += 1
     else:
         while True:
-            if p >= end or u8[p] != 34:
-                return -1
             k_at = o
-            p, o = _json_string(u8, p, end, texts, o)
-            if p < 0:
-                return -1
-            k_len = o - k_at
-            o = k_at  # the key is not kept
-            p = _ws(u8, p, end)
-            if p >= end or u8[p] != 58:
-                return -1
-            p = _ws(u8, p + 1, end)
-            if p >= end:
+            p, k_len = _json_key(u8, p, end, texts, o)
+            if p < 0 or p >= end:
                 return -1
             which = -1
             for j in range(4):
-                if _same(texts, k_at, k_len, _TOP_NAMES, _TOP_NAME_AT, j):
+                if is_name(texts, k_at, k_len, _TOP_NAMES, _TOP_NAME_AT, j):
                     which = j
             if which == 3:  # extFields: read once the code is known (it may come later)
                 if u8[p] != 123:
@@ -643,14 +634,11 @@ def _json_header(
                         return -1
                     head[which] = v
                 p = q
-            p = _ws(u8, p, end)
-            if p < end and u8[p] == 44:
-                p = _ws(u8, p + 1, end)
-                continue
-            if p < end and u8[p] == 125:
-                p += 1
+            p, more = _json_next(u8, p, end)
+            if p < 0:
+                return -1
+            if not more:
                 break
-            return -1
     if _ws(u8, p, end) != end:
         return -1
     code = head[0]
@@ -663,18 +651,10 @@ def _json_header(
     if p < ext_end and u8[p] == 125:
         return o
     while True:
-        if p >= ext_end or u8[p] != 34:
-            return -1
-        k_at = o
-        p, o = _json_string(u8, p, ext_end, texts, o)
+        p, k_len = _json_key(u8, p, ext_end, texts, o)
         if p < 0:
             return -1
-        f = _field_of(texts, k_at, o - k_at, v2)
-        o = k_at
-        p = _ws(u8, p, ext_end)
-        if p >= ext_end or u8[p] != 58:
-            return -1
-        p = _ws(u8, p + 1, ext_end)
+        f = _field_of(texts, o, k_len, v2)
         if p >= ext_end or u8[p] != 34:
             return -1  # a value that is not a string: Python reads it
         v_at = o
@@ -686,13 +666,11 @@ def _json_header(
             f_len[f] = o - v_at
         else:
             o = v_at
-        p = _ws(u8, p, ext_end)
-        if p < ext_end and u8[p] == 44:
-            p = _ws(u8, p + 1, ext_end)
-            continue
-        if p < ext_end and u8[p] == 125:
+        p, more = _json_next(u8, p, ext_end)
+        if p < 0:
+            return -1
+        if not more:
             break
-        return -1
     return o
 
 
@@ -714,14 +692,14 @@ def _binary_header(
     if code != 10 and code != 310 and code != 320:
         return -1
     head[0] = code
-    head[1] = _i32(u8, p + 5)
-    head[2] = _i32(u8, p + 9)
-    remark = _i32(u8, p + 13)
+    head[1] = read_i32(u8, p + 5)
+    head[2] = read_i32(u8, p + 9)
+    remark = read_i32(u8, p + 13)
     p += 17
     if remark < 0 or remark > end - p - 4:
         return -1
     p += remark
-    ext = _i32(u8, p)
+    ext = read_i32(u8, p)
     p += 4
     if ext < 0 or ext > end - p:
         return -1
@@ -734,7 +712,7 @@ def _binary_header(
         if klen < 0 or klen > stop - p - 6:
             return -1
         k_at = p + 2
-        vlen = _i32(u8, k_at + klen)
+        vlen = read_i32(u8, k_at + klen)
         v_at = k_at + klen + 4
         if vlen < 0 or vlen > stop - v_at:
             return -1
@@ -826,7 +804,7 @@ def scan_frames(
     d = 0  # data used
     x = 0  # extras used
     while len(u8) - pos >= 4:
-        length = _i32(u8, pos)
+        length = read_i32(u8, pos)
         if length < 4 or length > max_frame:
             status = SCAN_BAD_LENGTH
             break
@@ -841,7 +819,7 @@ def scan_frames(
         cols[SCAN_AT, i] = at
         cols[SCAN_LEN, i] = length
         cols[SCAN_HOT, i] = 0
-        word = _i32(u8, at)
+        word = read_i32(u8, at)
         kind = (word >> 24) & 0xFF
         h = word & 0xFFFFFF
         if h > length - 4 or (kind != 0 and kind != 1):
@@ -906,7 +884,7 @@ def scan_frames(
                 ok = False
                 break
             for j in range(len(_SLOW_NAME_AT) - 1):
-                if _same(texts, q, sep - q, _SLOW_NAMES, _SLOW_NAME_AT, j):
+                if is_name(texts, q, sep - q, _SLOW_NAMES, _SLOW_NAME_AT, j):
                     s_at[j, 0] = sep + 1
                     s_len[j, 0] = stop - sep - 1
                     if j == _SLOW_WAIT:
@@ -950,11 +928,16 @@ def scan_frames(
             d += body_len
         else:
             d0 = d
-            d = _put(data, d, 0, 4)  # TOTALSIZE, below
-            d = _put(data, d, 0, 4)
-            d = _put(data, d, 0, 4)
-            d = _put(data, d, vals[_F_FLAG], 4)
-            d = _put(data, d, body_len, 4)
+            put_int(data, d, 0, 4)  # TOTALSIZE, below
+            d += 4
+            put_int(data, d, 0, 4)
+            d += 4
+            put_int(data, d, 0, 4)
+            d += 4
+            put_int(data, d, vals[_F_FLAG], 4)
+            d += 4
+            put_int(data, d, body_len, 4)
+            d += 4
             data[d : d + body_len] = u8[body_at:frame_end]
             d += body_len + 2  # PROPERTIESLENGTH, below
             props_at = d
@@ -973,8 +956,8 @@ def scan_frames(
             if d - props_at >= 0x8000:
                 d = d0
                 continue
-            _put(data, d0, d - d0, 4)
-            _put(data, props_at - 2, d - props_at, 2)
+            put_int(data, d0, d - d0, 4)
+            put_int(data, props_at - 2, d - props_at, 2)
         cols[SCAN_DATA_LEN, i] = d - cols[SCAN_DATA_AT, i]
         cols[SCAN_EXTRA_AT, i] = x
         if batch and p_at >= 0 and p_end > p_at:
@@ -1137,36 +1120,44 @@ def encode_send_answers(
                 o = _put_bytes(out, o, json_remark)
             o = _put_bytes(out, o, _J_END)
         else:
-            o = _put(out, o, code, 2)
-            o = _put(out, o, 0, 1)  # JAVA
-            o = _put(out, o, VERSION, 2)
-            o = _put(out, o, opaques[i], 4)
-            o = _put(out, o, FLAG_RESPONSE, 4)
-            o = _put(out, o, len(remark), 4)
+            put_int(out, o, code, 2)
+            o += 2
+            put_int(out, o, 0, 1)  # JAVA
+            o += 1
+            put_int(out, o, VERSION, 2)
+            o += 2
+            put_int(out, o, opaques[i], 4)
+            o += 4
+            put_int(out, o, FLAG_RESPONSE, 4)
+            o += 4
+            put_int(out, o, len(remark), 4)
+            o += 4
             o = _put_bytes(out, o, remark)
             ext_at = o
             o += 4
             o = _put_bytes(out, o, _B_ID)
             id_at = o
             o = _put_ids(out, o + 4, prefix, phys, first[i], ends[i])
-            _put(out, id_at, o - id_at - 4, 4)
+            put_int(out, id_at, o - id_at - 4, 4)
             o = _put_bytes(out, o, _B_QUEUE)
             v_at = o
             o = _put_decimal(out, o + 4, queue_ids[i])
-            _put(out, v_at, o - v_at - 4, 4)
+            put_int(out, v_at, o - v_at - 4, 4)
             o = _put_bytes(out, o, _B_OFFSET)
             v_at = o
             o = _put_decimal(out, o + 4, queue_offsets[i])
-            _put(out, v_at, o - v_at - 4, 4)
+            put_int(out, v_at, o - v_at - 4, 4)
             o = _put_bytes(out, o, _B_REGION)
-            o = _put(out, o, len(_REGION), 4)
+            put_int(out, o, len(_REGION), 4)
+            o += 4
             o = _put_bytes(out, o, _REGION)
             o = _put_bytes(out, o, _B_TRACE)
-            o = _put(out, o, len(_TRUE_TEXT), 4)
+            put_int(out, o, len(_TRUE_TEXT), 4)
+            o += 4
             o = _put_bytes(out, o, _TRUE_TEXT)
-            _put(out, ext_at, o - ext_at - 4, 4)
+            put_int(out, ext_at, o - ext_at - 4, 4)
         h = o - start - 8
-        _put(out, start, h + 4, 4)
-        _put(out, start + 4, (kinds[i] << 24) | h, 4)
+        put_int(out, start, h + 4, 4)
+        put_int(out, start + 4, (kinds[i] << 24) | h, 4)
     at[n] = o
     return out[:o], at
