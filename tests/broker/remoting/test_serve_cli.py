@@ -56,6 +56,10 @@ def test_broker_conf_names_the_port_broker_and_cluster(tmp_path: Path) -> None:
             addr, id_port, _ = decode_offset_msg_id(resp.ext_fields["msgId"])
             assert (addr, id_port) == (bytes([127, 0, 0, 1]), port)
             assert c.call(4242).code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        # the kernels load on a thread as it starts (warm.preload): its line comes once it is done
+        deadline = time.monotonic() + 60
+        while "compiled kernels loaded in" not in s.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
         s.proc.send_signal(signal.SIGTERM)
         assert s.proc.wait(60) == 128 + signal.SIGTERM, s.log()
         # the log file in the store: what stderr had, the refusal with its codes among it
