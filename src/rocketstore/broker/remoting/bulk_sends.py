@@ -113,8 +113,7 @@ class BulkSends:
         self._waiting: deque[_Offer] = deque()
         self._scheduled = False
         self._running = 0
-        self.rounds = 0  # store calls made, for tests and the metrics
-        self.requests = 0
+        self.requests = 0  # sends answered in bulk (tests count them)
 
     @property
     def max_body(self) -> int:
@@ -188,7 +187,6 @@ class BulkSends:
                 self._to_handler(offer, np.ones(len(offer), dtype=np.bool_))
             return
         self._running += 1
-        self.rounds += 1
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self.ctx.executor, self.ctx.store.put_encoded_columns, columns)

@@ -29,11 +29,11 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from rocketstore.broker.remoting.codes import LANGUAGES, VERSION
+from rocketstore.broker.remoting.codes import LANGUAGES, VERSION, RequestCode
 from rocketstore.codec.big_endian import put_int, read_i32
 from rocketstore.codec.commitlog_record import SYSFLAG_CONTENT, SYSFLAG_TX_MASK, TX_PREPARED
 from rocketstore.codec.message_batch import inner_message
-from rocketstore.codec.properties import is_name
+from rocketstore.codec.properties import is_name, property_entry
 from rocketstore.errors import CorruptDataError
 from rocketstore.jit import kernel
 
@@ -340,13 +340,17 @@ def _decode_binary(header: memoryview) -> RemotingCommand:
 SCAN_AT, SCAN_LEN, SCAN_HOT, SCAN_OPAQUE, SCAN_FLAG, SCAN_KIND = range(6)
 SCAN_QUEUE, SCAN_SYS_FLAG, SCAN_BORN, SCAN_RECONSUME, SCAN_CODE = range(6, 11)
 SCAN_DATA_AT, SCAN_DATA_LEN, SCAN_TOPIC_AT, SCAN_TOPIC_LEN, SCAN_TOPIC = range(11, 16)
-SCAN_EXTRA_AT, SCAN_EXTRA_LEN, SCAN_BODY_LEN = range(16, 19)
-_SCAN_ROWS: Final = 19
+SCAN_EXTRA_AT, SCAN_EXTRA_LEN = range(16, 18)
+_SCAN_ROWS: Final = 18
 HOT_SINGLE: Final = 1  # SCAN_HOT: a single message
 HOT_BATCH: Final = 2  # a producer's batch
 SCAN_BAD_LENGTH: Final = 1  # scan_frames' status: a length field outside 4..max_frame
 
-_SEND_CODES = np.array([10, 310, 320], dtype=np.int64)  # SEND_MESSAGE, _V2, SEND_BATCH_MESSAGE
+_SEND_V1, _SEND_V2, _SEND_BATCH = (
+    int(RequestCode.SEND_MESSAGE),
+    int(RequestCode.SEND_MESSAGE_V2),
+    int(RequestCode.SEND_BATCH_MESSAGE),
+)
 # SendMessageRequestHeader's fields: V2's one-letter names, then V1's, in the same order
 _SEND_FIELD_NAMES: Final = (
     *"abcdefghijklmn",
@@ -378,8 +382,10 @@ _SLOW_NAMES, _SLOW_NAME_AT = _name_table(
         "CLUSTER", "TRAN_MSG", "WAIT", "UNIQ_KEY", "TAGS", "KEYS",
     )
 )  # fmt: skip
-_SLOW_WAIT, _SLOW_UNIQ = 8, 9  # rows of _SLOW_NAMES; from _SLOW_UNIQ on they do not send it slow
-_BATCH_OWN_FIRST = 9  # a batch's own properties may not name these (each message's own)
+# rows of _SLOW_NAMES: those before _SLOW_WAIT send a single message the handler's way; a
+# batch's own properties may carry only TRAN_MSG and WAIT of them (from _SLOW_UNIQ on they are
+# each message's own); a single message must carry UNIQ_KEY
+_SLOW_TRAN, _SLOW_WAIT, _SLOW_UNIQ = 7, 8, 9
 _TRUE = np.frombuffer(b"true", dtype=np.uint8).copy()
 _RETRY = np.frombuffer(b"%RETRY%", dtype=np.uint8).copy()
 
@@ -388,6 +394,11 @@ _RETRY = np.frombuffer(b"%RETRY%", dtype=np.uint8).copy()
 def _i16(u8: npt.NDArray[np.uint8], pos: int) -> int:
     v = (np.int64(u8[pos]) << 8) | u8[pos + 1]
     return int(v - 65536 if v >= 32768 else v)
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _is_send(code: int) -> bool:
+    return code == _SEND_V1 or code == _SEND_V2 or code == _SEND_BATCH  # noqa: SIM109 (numba: plain compares)
 
 
 @kernel(cache=True, nogil=True, inline="always")
@@ -642,11 +653,9 @@ def _json_header(
     if _ws(u8, p, end) != end:
         return -1
     code = head[0]
-    if code != 10 and code != 310 and code != 320:
+    if not _is_send(code) or ext_at < 0:
         return -1
-    if ext_at < 0:
-        return -1
-    v2 = code != 10
+    v2 = code != _SEND_V1
     p = _ws(u8, ext_at + 1, ext_end)
     if p < ext_end and u8[p] == 125:
         return o
@@ -689,7 +698,7 @@ def _binary_header(
     if end - p < 21:
         return -1
     code = _i16(u8, p)
-    if code != 10 and code != 310 and code != 320:
+    if not _is_send(code):
         return -1
     head[0] = code
     head[1] = read_i32(u8, p + 5)
@@ -704,7 +713,7 @@ def _binary_header(
     if ext < 0 or ext > end - p:
         return -1
     stop = p + ext
-    v2 = code != 10
+    v2 = code != _SEND_V1
     while p < stop:
         if stop - p < 6:
             return -1
@@ -795,8 +804,9 @@ def scan_frames(
     head = np.zeros(3, dtype=np.int64)
     f_at = np.full(_N_FIELDS, -1, dtype=np.int64)
     f_len = np.zeros(_N_FIELDS, dtype=np.int64)
-    s_at = np.full((len(_SLOW_NAME_AT) - 1, 1), -1, dtype=np.int64)
-    s_len = np.zeros((len(_SLOW_NAME_AT) - 1, 1), dtype=np.int64)
+    slow_names = len(_SLOW_NAME_AT) - 1
+    s_at = np.full(slow_names, -1, dtype=np.int64)
+    s_len = np.zeros(slow_names, dtype=np.int64)
     status = 0
     pos = 0
     n = 0
@@ -833,7 +843,7 @@ def scan_frames(
             o2 = _binary_header(u8, at + 4, at + 4 + h, texts, o, head, f_at, f_len)
         if o2 < 0:
             continue
-        if head[2] & 1 or f_at[_F_GROUP] < 0 or f_at[_F_TOPIC] < 0 or f_at[_F_DEFAULT] < 0:
+        if head[2] & FLAG_RESPONSE or f_at[_F_GROUP] < 0 or f_at[_F_TOPIC] < 0 or f_at[_F_DEFAULT] < 0:
             continue
         ok = True
         vals[_F_RECONSUME] = 0
@@ -869,38 +879,27 @@ def scan_frames(
         # the properties: every entry a name and a value, none of the slow names
         p_at = f_at[_F_PROPS]
         p_end = p_at + f_len[_F_PROPS] if p_at >= 0 else p_at
-        for j in range(len(_SLOW_NAME_AT) - 1):
-            s_at[j, 0] = -1
+        s_at[:] = -1
         wait_at = -1
         q = p_at
         while q < p_end:
-            sep = q
-            stop = q
-            while stop < p_end and texts[stop] != 2:
-                stop += 1
-            while sep < stop and texts[sep] != 1:
-                sep += 1
+            sep, stop = property_entry(texts, q, p_end)
             if not q < sep < stop - 1:
                 ok = False
                 break
-            for j in range(len(_SLOW_NAME_AT) - 1):
+            for j in range(slow_names):
                 if is_name(texts, q, sep - q, _SLOW_NAMES, _SLOW_NAME_AT, j):
-                    s_at[j, 0] = sep + 1
-                    s_len[j, 0] = stop - sep - 1
+                    s_at[j] = sep + 1
+                    s_len[j] = stop - sep - 1
                     if j == _SLOW_WAIT:
                         wait_at = q
             q = stop + 1
         if not ok:
             continue
         if batch:
-            for j in range(_SLOW_WAIT):
-                if j < 6 and s_at[j, 0] >= 0:
+            for j in range(slow_names):
+                if s_at[j] >= 0 and (j < _SLOW_WAIT or j >= _SLOW_UNIQ) and j != _SLOW_TRAN:
                     ok = False
-            for j in range(_BATCH_OWN_FIRST, len(_SLOW_NAME_AT) - 1):
-                if s_at[j, 0] >= 0:
-                    ok = False
-            if s_at[6, 0] >= 0:  # CLUSTER
-                ok = False
             # the body: whole inner messages
             q = body_at
             if q == frame_end:
@@ -913,11 +912,11 @@ def scan_frames(
                     q += size
         else:
             for j in range(_SLOW_WAIT):
-                if s_at[j, 0] >= 0:
+                if s_at[j] >= 0:
                     ok = False
-            if s_at[_SLOW_WAIT, 0] >= 0 and not _is_true(texts, s_at[_SLOW_WAIT, 0], s_len[_SLOW_WAIT, 0]):
+            if s_at[_SLOW_WAIT] >= 0 and not _is_true(texts, s_at[_SLOW_WAIT], s_len[_SLOW_WAIT]):
                 ok = False
-            if s_at[_SLOW_UNIQ, 0] < 0:
+            if s_at[_SLOW_UNIQ] < 0:
                 ok = False  # the store gives it one: the handler's way
         if not ok:
             continue
@@ -943,9 +942,7 @@ def scan_frames(
             props_at = d
             q = p_at
             while q < p_end:
-                stop = q
-                while stop < p_end and texts[stop] != 2:
-                    stop += 1
+                stop = property_entry(texts, q, p_end)[1]
                 if q != wait_at:  # WAIT=true is not stored (RocketMQ drops it too)
                     if d > props_at:
                         data[d] = 2
@@ -1000,7 +997,6 @@ def scan_frames(
         cols[SCAN_TOPIC_AT, i] = f_at[_F_TOPIC]
         cols[SCAN_TOPIC_LEN, i] = f_len[_F_TOPIC]
         cols[SCAN_TOPIC, i] = topic
-        cols[SCAN_BODY_LEN, i] = body_len
         o = o2
     return status, pos, cols[:, :n], topic_rows[:nt], data[:d], texts[:o], extras[:x]
 
