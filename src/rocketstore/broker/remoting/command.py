@@ -398,7 +398,7 @@ def _i16(u8: npt.NDArray[np.uint8], pos: int) -> int:
 
 @kernel(cache=True, nogil=True, inline="always")
 def _is_send(code: int) -> bool:
-    return code == _SEND_V1 or code == _SEND_V2 or code == _SEND_BATCH  # noqa: SIM109 (numba: plain compares)
+    return code in (_SEND_V1, _SEND_V2, _SEND_BATCH)
 
 
 @kernel(cache=True, nogil=True, inline="always")
