@@ -10,11 +10,16 @@ A follower process (``MessageStore.open(readonly=True)``) waits on the probe que
 ``--consumer`` has the follower read the probes with an asyncio consumer (``open_consumer`` and
 ``await apoll``) instead of ``wait_for_message``: the latency of the asyncio form.
 
+``--all`` has the follower read every message the writer puts, not only the probes: a consumer of
+both topics (``open_consumer``, after ``warm.preload_reads``) takes them as columns
+(``poll_batch``), bodies included. Besides the probes' latency it gives each Load batch's: from
+its put's return to the follower's first ``poll_batch`` return that reached its last message.
+
 ``--split`` also notes when the writer published each dispatch pass (``SignalWriter.publish``
 returned) and when the follower applied each publication, and splits the latency into put ->
 published -> applied -> readable (an instrumented run: it wraps those two methods).
 
-    python benchmarks/follower.py [--seconds S] [--rate R] [--dir DIR] [--split] [--consumer]
+    python benchmarks/follower.py [--seconds S] [--rate R] [--dir DIR] [--split] [--consumer | --all]
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import numpy as np
 from rocketstore import Message, MessageStore, StoreConfig, follow
 from rocketstore.codec.dispatch_signal import DispatchSignal
 from rocketstore.consumer import open_consumer
+from rocketstore.warm import preload_reads
 
 BODY = bytes(100)
 CFG = StoreConfig(commitlog_segment_size=256 << 20)
@@ -47,12 +53,16 @@ class Timeline:
         self.offset = ctx.Array("q", EVENTS, lock=False)
         self.count = ctx.Value("q", 0, lock=False)
 
-    def note(self, dispatched_to: int) -> None:
+    def note(self, dispatched_to: int, ns: int = 0) -> None:
         i = self.count.value
         if i < EVENTS:
-            self.ns[i] = time.monotonic_ns()
+            self.ns[i] = ns or time.monotonic_ns()
             self.offset[i] = dispatched_to
             self.count.value = i + 1
+
+    def noted(self) -> tuple[np.ndarray, np.ndarray]:
+        n = self.count.value
+        return np.array(self.ns[:n], dtype=np.int64), np.array(self.offset[:n], dtype=np.int64)
 
     def first_reaching(self, ends: np.ndarray) -> np.ndarray:
         """For each commitlog end offset, when this timeline first reached it (0: never)."""
@@ -93,12 +103,14 @@ def writer(
     put_end: SynchronizedArray[int],
     ready: Synchronized[int],
     published: Timeline | None,
+    batches: Timeline | None,
 ) -> None:
     if published is not None:
         note_publications(published)
     with MessageStore.open(root, CFG) as store:
         store.put_message(Message(topic="Probe", body=b"start", queue_id=0))
-        store.put_batch("Load", [BODY] * 100, queue_ids=0)
+        for queue_id in range(4):  # every queue there before the follower opens
+            store.put_batch("Load", [BODY] * 25, queue_ids=queue_id)
         store.wait_dispatched()
         ready.value = 1
         while ready.value != 2:  # the follower is open and waiting
@@ -110,7 +122,9 @@ def writer(
         tick = 0
         while time.monotonic() - start < seconds and probes < len(put_ns):
             tick += 1
-            store.put_batch("Load", bodies, queue_ids=tick % 4)
+            put = store.put_batch("Load", bodies, queue_ids=tick % 4)
+            if batches is not None:  # the batch's queue and end offset, coded in one number
+                batches.note((tick % 4) << 40 | int(put.queue_offsets[-1]) + 1)
             if tick % 2 == 0:
                 r = store.put_message(Message(topic="Probe", body=b"p", queue_id=0))
                 put_ns[probes] = time.monotonic_ns()
@@ -165,13 +179,69 @@ def async_follower(
     asyncio.run(consume())
 
 
+def every_message_follower(
+    root: str,
+    probes_max: int,
+    seen_ns: SynchronizedArray[int],
+    ready: Synchronized[int],
+    applied: Timeline | None,
+    reached: Timeline,
+) -> None:
+    if applied is not None:
+        note_applications(applied)
+    preload_reads()  # before it reads: not half a second into the writer's stream
+    subscription = {"Load": None, "Probe": None}
+    with open_consumer(root, "bench", subscription, config=CFG, start="earliest", auto_commit=False) as c:
+        ready.value = 2
+        read = 0
+        while True:
+            batches = c.poll_batch(timeout=5.0)
+            if not batches:
+                break
+            now = time.monotonic_ns()
+            for b in batches:
+                read += len(b.queue_offsets)
+                if b.topic == "Load" and len(b.queue_offsets):
+                    reached.note(b.queue_id << 40 | int(b.queue_offsets[-1]) + 1, now)
+                elif b.topic == "Probe":
+                    offsets = b.queue_offsets[(b.queue_offsets > 0) & (b.queue_offsets <= probes_max)]
+                    for offset in offsets.tolist():
+                        seen_ns[offset - 1] = now
+    print(f"the follower read {read:,} messages")
+
+
+def print_batch_latency(batches: Timeline, reached: Timeline) -> None:
+    """Each Load batch's latency: its put's return to the follower's first read reaching its end."""
+    put_at, put_key = batches.noted()
+    read_at, read_key = reached.noted()
+    lat = []
+    for queue_id in range(4):
+        mine = (put_key >> 40) == queue_id
+        ends = put_key[mine] & ((1 << 40) - 1)
+        got = (read_key >> 40) == queue_id
+        read_ends = np.maximum.accumulate(read_key[got] & ((1 << 40) - 1))
+        at = np.searchsorted(read_ends, ends)
+        seen = at < len(read_ends)
+        lat.append(np.maximum(0, read_at[got][at[seen]] - put_at[mine][seen]) / 1e6)
+    every = np.concatenate(lat)
+    print(f"Load batches seen by the follower: {len(every):,} of {len(put_at):,}")
+    if len(every):
+        p50, p90, p99, worst = np.percentile(every, [50, 90, 99, 100])
+        print(
+            f"latency of each batch, put returned -> read by the follower: median {p50:.3f} ms, "
+            f"p90 {p90:.3f} ms, p99 {p99:.3f} ms, max {worst:.3f} ms"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--rate", type=int, default=100_000, help="messages per second the writer puts")
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--split", action="store_true", help="split the latency at publication and application")
-    ap.add_argument("--consumer", action="store_true", help="the follower is an asyncio consumer")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--consumer", action="store_true", help="the follower is an asyncio consumer")
+    mode.add_argument("--all", action="store_true", help="the follower reads every message, as columns")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(dir=args.dir))
     root = str(work / "store")
@@ -184,14 +254,19 @@ def main() -> None:
         ready = ctx.Value("i", 0, lock=False)
         published = Timeline(ctx) if args.split else None
         applied = Timeline(ctx) if args.split else None
+        batches = Timeline(ctx) if args.all else None
+        reached = Timeline(ctx)
         w = ctx.Process(
-            target=writer, args=(root, args.seconds, args.rate, put_ns, put_end, ready, published)
+            target=writer, args=(root, args.seconds, args.rate, put_ns, put_end, ready, published, batches)
         )
         w.start()
         while ready.value != 1:
             time.sleep(0.01)
-        read = async_follower if args.consumer else follower
-        f = ctx.Process(target=read, args=(root, n, seen_ns, ready, applied))
+        if args.all:
+            f = ctx.Process(target=every_message_follower, args=(root, n, seen_ns, ready, applied, reached))
+        else:
+            read = async_follower if args.consumer else follower
+            f = ctx.Process(target=read, args=(root, n, seen_ns, ready, applied))
         f.start()
         w.join()
         f.join(30)
@@ -209,6 +284,8 @@ def main() -> None:
                 f"latency put returned -> visible in the follower: median {p50:.3f} ms, "
                 f"p90 {p90:.3f} ms, p99 {p99:.3f} ms, max {worst:.3f} ms"
             )
+        if batches is not None:
+            print_batch_latency(batches, reached)
         if published is not None and applied is not None and done.any():
             ends = np.array(put_end[:], dtype=np.int64)[done]
             pub = published.first_reaching(ends)

@@ -168,3 +168,36 @@ def test_preload_loads_the_batch_encoder_without_a_store(tmp_path: Path) -> None
     assert not numba_before
     assert loaded["rocketstore.prepare._encode_batches"] == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_preload_reads_loads_what_a_following_consumer_reads_with(tmp_path: Path) -> None:
+    """A process that follows a writer loads the read kernels first: its polls (columns and
+    messages, from a read-only map) then run them compiled with the types preload_reads gave."""
+    from rocketstore import MessageStore
+    from rocketstore.warm import scratch_config
+
+    with MessageStore.open(tmp_path / "s", scratch_config()) as store:
+        for queue_id in range(2):
+            store.put_batch("Load", [b"x" * 50] * 40, queue_ids=queue_id)
+    child = (
+        "import json, sys; from rocketstore import jit; from rocketstore.warm import preload_reads; "
+        "from rocketstore.consumer import open_consumer; "
+        "before = 'numba' in sys.modules; preload_reads(); "
+        "sigs = lambda: {n: len(d.signatures) for n, d in jit.kernels() "
+        "if d is not None and 'commitlog_scan' in n}; "
+        "loaded = sigs(); "
+        "c = open_consumer(sys.argv[1], 'g', 'Load', start='earliest', auto_commit=False); "
+        "n = sum(len(b.queue_offsets) for b in c.poll_batch(timeout=5)); c.seek('Load', 0, 0); "
+        "m = len(c.poll(256, timeout=5)); c.close(); "
+        "print(json.dumps([before, loaded, sigs(), n, m]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, str(tmp_path / "s")], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    numba_before, preloaded, after_reads, columns, messages = json.loads(done.stdout.splitlines()[-1])
+    assert not numba_before
+    assert (columns, messages) == (80, 40)
+    kernels = "rocketstore.codec.commitlog_scan._gather", "rocketstore.codec.commitlog_scan._copy_bodies"
+    assert all(preloaded.get(k, 0) >= 1 for k in kernels), preloaded
+    assert {k: after_reads[k] for k in kernels} == {k: preloaded[k] for k in kernels}

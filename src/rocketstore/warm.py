@@ -12,7 +12,8 @@ stores them), dispatch, reads, queries, recovery, ``verify`` and the Spark sourc
 runs it after installing and the demo before it times anything; when the cache is already there
 it loads in about a second. The cache follows the source files: an edited module compiles again
 on its next use (or the next ``warm``). ``preload()`` loads the kernels a broker's first sends
-run into the running process (``rocketstore serve`` calls it as it starts).
+run into the running process (``rocketstore serve`` calls it as it starts); ``preload_reads()``
+those a consumer's reads run (a process that follows a busy writer calls it before it reads).
 
 With Java and PySpark present it also records, once, the class archive that local Spark jobs'
 driver JVM maps to start quicker (``rocketstore.spark.class_archive``: about a minute, about 180 MB
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from rocketstore.config import StoreConfig
     from rocketstore.store import MessageStore
 
-__all__ = ["preload", "warm", "warm_spark"]
+__all__ = ["preload", "preload_reads", "warm", "warm_spark"]
 
 
 def warm(say: Callable[[str], None] = print) -> tuple[int, int]:
@@ -81,6 +82,23 @@ def preload() -> None:
         [EncodedBatch("Warm", 0, body, "127.0.0.1:10911", int(time.time() * 1000))]
     )
     _remoting_frames()
+
+
+def preload_reads() -> None:
+    """Load numba and the kernels a consumer's reads run (``poll``, ``poll_batch``, ``read_batch``,
+    ``get_message``) into this process, from numba's cache, without a store: about half a second,
+    which a process that reads a writer's every message would otherwise spend in its first large
+    read, with the writer going on (``benchmarks/follower.py --all``). A short-lived reader of a few
+    messages does without: it reads them as Python (``jit.small``)."""
+    import numba  # noqa: F401 - loaded: small() then runs the kernels compiled
+    import numpy as np
+
+    from rocketstore.codec.commitlog_scan import copy_bodies, gather_records
+
+    none = np.zeros(0, dtype=np.int64)
+    for segment in (bytes(8), bytearray(8)):  # a follower's map is read-only, a writer's is not
+        gather_records(segment, none, none, 0)
+        copy_bodies(segment, none, none, bytearray(), 0)
 
 
 def scratch_config() -> StoreConfig:

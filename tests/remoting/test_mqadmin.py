@@ -48,7 +48,8 @@ class Side:
 
 def workload(java: JavaPrograms, namesrv: str) -> list[dict[str, Any]]:
     events = java.run("Produce", f"namesrv={namesrv}", "topic=AdmT", "count=6", "tags=a,b", "keys=key")
-    java.run("PushConsume", f"namesrv={namesrv}", "group=adm_g", "topic=AdmT", "expect=6")
+    # (committed synchronously: both sides' consumerProgress must show every offset, whatever the load)
+    java.run("PushConsume", f"namesrv={namesrv}", "group=adm_g", "topic=AdmT", "expect=6", "commit=sync")
     return [e for e in events if e["event"] == "sent"]
 
 

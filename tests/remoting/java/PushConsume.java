@@ -7,6 +7,10 @@ import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.store.ReadOffsetType;
+import org.apache.rocketmq.client.consumer.store.RemoteBrokerOffsetStore;
+import org.apache.rocketmq.client.impl.consumer.DefaultMQPushConsumerImpl;
+import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
@@ -15,6 +19,7 @@ import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.MessageClientExt;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
  * A DefaultMQPushConsumer (CLUSTERING) that prints one "consumed" event per delivery and stops once expect=N
@@ -22,7 +27,8 @@ import org.apache.rocketmq.common.message.MessageExt;
  * Args: namesrv= group= topic= [sub=*] [orderly=false] [expect=10] [timeout=120] [from=first|last]
  *       [fail=BODY,BODY (answer RECONSUME_LATER for these bodies...)] [failTimes=N (...while reconsumeTimes < N)]
  *       [retryDelay=LEVEL (delay level of the next attempt; -1 = straight to the DLQ)] [maxReconsume=N] [ak= sk=]
- *       [instance=NAME]
+ *       [instance=NAME] [commit=sync (once done, wait for the consume threads and commit each queue's offset with a
+ *       synchronous request before shutting down, whose own commit is oneway)]
  */
 public final class PushConsume {
     public static void main(String[] argv) throws Exception {
@@ -80,8 +86,30 @@ public final class PushConsume {
         Out.emit("started", "clientId", consumer.getDefaultMQPushConsumerImpl().getmQClientFactory().getClientId());
         boolean all = done.await(Integer.parseInt(Out.get(a, "timeout", "120")), TimeUnit.SECONDS);
         Out.emit(all ? "done" : "timeout");
+        if (all && "sync".equals(a.get("commit"))) {
+            commitSync(consumer);
+        }
         consumer.shutdown();
         Out.emit("stopped");
+    }
+
+    /** Waits (10 s at most) until no delivered message is still being consumed, then stores each queue's offset
+     *  with a request answered by the broker: shutdown's own commit is oneway, and a loaded broker may apply it
+     *  after a pull's older commit offset. */
+    static void commitSync(DefaultMQPushConsumer consumer) throws Exception {
+        DefaultMQPushConsumerImpl impl = consumer.getDefaultMQPushConsumerImpl();
+        Map<MessageQueue, ProcessQueue> queues = impl.getRebalanceImpl().getProcessQueueTable();
+        long deadline = System.currentTimeMillis() + 10_000;
+        while (queues.values().stream().anyMatch(q -> q.getMsgCount().get() > 0) && System.currentTimeMillis() < deadline) {
+            Thread.sleep(10);
+        }
+        RemoteBrokerOffsetStore offsets = (RemoteBrokerOffsetStore) impl.getOffsetStore();
+        for (MessageQueue mq : queues.keySet()) {
+            long offset = offsets.readOffset(mq, ReadOffsetType.READ_FROM_MEMORY);
+            if (offset >= 0) {
+                offsets.updateConsumeOffsetToBroker(mq, offset, false);
+            }
+        }
     }
 
     static void consumed(MessageExt m, String result) {
