@@ -46,7 +46,8 @@ EVENTS = 200_000  # publications / applications noted at most with --split
 
 
 class Timeline:
-    """(time, dispatched_to) pairs noted by one process into shared arrays."""
+    """(time, number) pairs noted by one process into shared arrays: a commitlog offset reached,
+    or a Load batch's queue and end offset."""
 
     def __init__(self, ctx: mp.context.SpawnContext) -> None:
         self.ns = ctx.Array("q", EVENTS, lock=False)
