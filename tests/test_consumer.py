@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from rocketstore import ManualClock, Message, MessageStore, StoreClosedError, StoreConfig, StoreConfigError
+from rocketstore.codec.dispatch_signal import decode_signal
 from rocketstore.consumer import open_consumer
 from rocketstore.consumer.group import allocate_averagely
 from rocketstore.consumer.offset_store import commit_offsets, read_offsets
@@ -255,6 +256,56 @@ def test_asyncio_follower_is_woken_by_a_writer_in_another_process(tmp_path: Path
         assert len(asyncio.run(main())) == 8
     finally:
         writer.close()
+
+
+def test_a_queue_made_after_the_rebalance_is_read_at_once_in_process(store: MessageStore) -> None:
+    store.put_batch("T", [b"q0"], queue_ids=0)
+    with store.consumer("g", "T", start="earliest", rebalance_interval_ms=3_600_000) as c:
+        assert [m.body for m in c.poll(10, timeout=5)] == [b"q0"]
+        store.put_batch("T", [b"q1"], queue_ids=1)  # a queue the last rebalance did not see
+        got = c.poll(10, timeout=5)
+        assert [(m.queue_id, m.body) for m in got] == [(1, b"q1")]
+
+
+def test_a_followers_consumer_reads_a_queue_the_writer_made_after_its_rebalance(tmp_path: Path) -> None:
+    """The writer says in its signal file when it made a queue: the follower's consumer shares it
+    out at once, not an hour (its rebalance interval) later."""
+    root = tmp_path / "s"
+    writer = LiveWriter(root, CFG)
+    try:
+        writer.put("T", 2, queues=1)
+        with open_consumer(
+            root, "g", "T", config=CFG, start="earliest", rebalance_interval_ms=3_600_000
+        ) as c:
+            assert len(c.poll(10, timeout=5)) == 2
+            writer.put("U", 1, queues=1)  # another topic's queue: nothing for this consumer
+            assert c.poll(10, timeout=0.2) == []
+            writer.put("T", 4, queues=4)  # queues 1, 2 and 3 are new
+            got: list[tuple[int, int]] = []
+            deadline = time.monotonic() + 10
+            while len(got) < 4 and time.monotonic() < deadline:
+                got += [(m.queue_id, m.queue_offset) for m in c.poll(10, timeout=1)]
+            assert sorted(got) == [(0, 2), (1, 0), (2, 0), (3, 0)]
+    finally:
+        writer.close()
+
+
+def test_the_signal_file_counts_the_writers_queue_changes(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    with MessageStore.open(root, CFG) as store:
+        store.put_batch("T", [b"a"], queue_ids=0)
+        store.wait_dispatched()
+        first = decode_signal((root / ".dispatch-seq").read_bytes())
+        store.put_batch("T", [b"b"], queue_ids=0)
+        store.wait_dispatched()
+        same = decode_signal((root / ".dispatch-seq").read_bytes())
+        store.put_batch("T", [b"c"], queue_ids=1)
+        store.wait_dispatched()
+        grown = decode_signal((root / ".dispatch-seq").read_bytes())
+    assert first is not None and same is not None and grown is not None
+    assert first.queue_changes > 0
+    assert same.queue_changes == first.queue_changes and same.sequence > first.sequence
+    assert grown.queue_changes != first.queue_changes
 
 
 def test_allocation_is_rocketmqs_averaging() -> None:

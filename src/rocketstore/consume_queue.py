@@ -462,6 +462,8 @@ class ConsumeQueueSet:
         self.dir_mode = dir_mode
         self._map_cache = map_cache
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # bumped whenever a queue is made or deleted (from 1: 0 is "not counted" to a follower)
+        self.changes = 1
 
     def load(self) -> None:
         """Open every queue directory (see ``queue_directories``)."""
@@ -504,6 +506,7 @@ class ConsumeQueueSet:
             )
             make_store_dir(cq.files.directory, self.dir_mode)
             self._queues = {**self._queues, (topic, queue_id): cq}
+            self.changes += 1
         return cq
 
     def delete_topic(self, topic: str) -> int:
@@ -511,6 +514,7 @@ class ConsumeQueueSet:
         cleanUnusedTopic); how many queues. No read of the topic may be in flight."""
         doomed = [cq for (t, _), cq in self._queues.items() if t == topic]
         self._queues = {k: cq for k, cq in self._queues.items() if k[0] != topic}
+        self.changes += 1
         for cq in doomed:
             cq.close()
         if (self.root / topic).is_dir() and TOPIC_PATTERN.fullmatch(topic):

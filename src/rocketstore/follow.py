@@ -47,6 +47,7 @@ from rocketstore.codec.dispatch_signal import (
     decode_signal,
     encode_header,
     encode_progress,
+    encode_queue_changes,
 )
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
@@ -90,8 +91,10 @@ class SignalWriter:
     inotify event their waiters sleep on. The header carries the writer's geometry (``config``'s),
     so a follower that found no files at open maps the ones the writer then makes at their size."""
 
-    def __init__(self, path: Path, config: StoreConfig) -> None:
+    def __init__(self, path: Path, config: StoreConfig, queue_changes: Callable[[], int]) -> None:
         self.path = path
+        self._queue_changes = queue_changes  # ConsumeQueueSet.changes: published when it changed
+        self._published_changes = 0
         geometry = SignalGeometry(
             config.commitlog_segment_size,
             config.consume_queue_entries,
@@ -110,6 +113,11 @@ class SignalWriter:
             raise
 
     def publish(self, dispatched_to: int) -> None:
+        changes = self._queue_changes()
+        if changes != self._published_changes:
+            pos, data = encode_queue_changes(changes)
+            os.pwrite(self._fd, data, pos)
+            self._published_changes = changes
         self._sequence += 1
         pos, data = encode_progress(self.generation, dispatched_to, self._sequence)
         os.pwrite(self._fd, data, pos)
@@ -173,9 +181,14 @@ def _map_readonly(path: Path) -> mmap.mmap | None:
 
 class DispatchEvents:
     """What a consumer waits on: ``position()`` changes whenever dispatch made messages visible;
-    ``wait(position, timeout)`` blocks until it differs from ``position`` (True) or times out."""
+    ``wait(position, timeout)`` blocks until it differs from ``position`` (True) or times out.
+    ``queue_set()`` changes whenever a consume queue was made or deleted (None: not known, a
+    writer that does not say)."""
 
     def position(self) -> int:
+        raise NotImplementedError
+
+    def queue_set(self) -> int | None:
         raise NotImplementedError
 
     def wait(self, position: int, timeout: float) -> bool:
@@ -185,12 +198,18 @@ class DispatchEvents:
 class WriterEvents(DispatchEvents):
     """In the writing process: the dispatcher's condition, notified after every pass."""
 
-    def __init__(self, dispatched_to: Callable[[], int], changed: threading.Condition) -> None:
+    def __init__(
+        self, dispatched_to: Callable[[], int], changed: threading.Condition, queue_changes: Callable[[], int]
+    ) -> None:
         self._dispatched_to = dispatched_to
         self._changed = changed
+        self._queue_changes = queue_changes
 
     def position(self) -> int:
         return self._dispatched_to()
+
+    def queue_set(self) -> int | None:
+        return self._queue_changes()
 
     def wait(self, position: int, timeout: float) -> bool:
         with self._changed:
@@ -229,6 +248,10 @@ class StoreFollower(DispatchEvents):
         self.version = 0
         self.resync_from: int | None = None
         self.resync_version = 0
+        # the writer's queue changes as last published (0: not counted), and a number bumped
+        # whenever they (or the writer) changed: queues may have been made or deleted
+        self.queue_changes = 0
+        self.queue_set_version = 0
         self._next_rescan = 0.0
         # waiting: one thread at a time watches the signal file, the others wait on ``_woken``,
         # which it notifies (bumping ``_wakeups``) whenever its watch returns
@@ -302,6 +325,10 @@ class StoreFollower(DispatchEvents):
                 self._relist_index()
             self.resync_from = end
             self.resync_version = self.version + 1
+            self.queue_set_version += 1
+        if signal.queue_changes != self.queue_changes:
+            self.queue_changes = signal.queue_changes
+            self.queue_set_version += 1
         self._extend_log(end)
         self.dispatched_to = end
         if self._index is not None:
@@ -396,6 +423,10 @@ class StoreFollower(DispatchEvents):
         self.refresh()
         return self.version
 
+    def queue_set(self) -> int | None:
+        self.refresh()
+        return self.queue_set_version if self.queue_changes else None
+
     def wait(self, position: int, timeout: float) -> bool:
         return self.wait_until(lambda: self.position() != position, timeout)
 
@@ -484,7 +515,7 @@ class FollowedQueues(ConsumeQueueSet):
         self._reclaim_checked: dict[tuple[str, int], int] = {}
         self._log_min_seen: dict[tuple[str, int], int] = {}
         self._missing: dict[tuple[str, int], int] = {}
-        self._listed = -1
+        self._listed: tuple[bool, int] | None = None
         # extending a queue maps segments and replaces its list: one thread at a time does it
         self._extending = threading.Lock()
 
@@ -529,8 +560,11 @@ class FollowedQueues(ConsumeQueueSet):
         return cq
 
     def topics(self) -> dict[str, list[int]]:
-        if self._listed != self._follower.version:
-            self._listed = self._follower.version
+        follower = self._follower
+        # a writer that counts its queues says when to look again; for another, every change
+        listed = (True, follower.queue_set_version) if follower.queue_changes else (False, follower.version)
+        if self._listed != listed:
+            self._listed = listed
             # what load() refused at open cannot appear here unnoticed: only real directories
             # named by a topic and a queue id are followed
             for topic_dir in list_store_dir(self.root):

@@ -285,7 +285,8 @@ class MessageStore:
         if self.readonly:
             return
         os.close(open_store_file(self.layout.abort, writable=True, create_mode=self.config.file_mode))
-        signal = self._signal = SignalWriter(self.layout.dispatch_signal, self.config)
+        queue_changes = self._queue_changes
+        signal = self._signal = SignalWriter(self.layout.dispatch_signal, self.config, queue_changes)
         dispatcher = DispatchService(
             self._commitlog,
             self._queues,
@@ -302,7 +303,9 @@ class MessageStore:
         for cq in self._queues:
             table[(cq.topic, cq.queue_id)] = cq.max_offset
         self._dispatcher = dispatcher
-        self._writer_events = WriterEvents(lambda: dispatcher.dispatched_to, dispatcher.changed)
+        self._writer_events = WriterEvents(
+            lambda: dispatcher.dispatched_to, dispatcher.changed, queue_changes
+        )
         # Delivery resumes only now: every queue is complete, so copies delivered before a
         # crash can be recognised (see schedule.py).
         scheduler = self._scheduler
@@ -393,6 +396,9 @@ class MessageStore:
         for service in self._services:
             service.start()
         self._start_replication()
+
+    def _queue_changes(self) -> int:
+        return self._queues.changes
 
     def _start_replication(self) -> None:
         config = self.config

@@ -16,16 +16,19 @@ and poll it to learn that queues grew, without re-reading any queue. 64 bytes, l
     48   4     its consume-queue entries per file      | its geometry, written at open (zero
     52   4     its index hash slots                    | from a writer that did not record it)
     56   4     its index max entries                 /
-    60   4     zero
+    60   4     queue changes: a number that changes whenever the writer makes or deletes a
+               consume queue (0: a writer that does not count them)
 
 The geometry lets a follower opened on a store with no segments yet map the files the writer
 then creates at their size (``geometry.fit_geometry`` reads it for kinds with no files).
 
-A publication writes bytes 8..40 at once; a reader that finds copy A != copy B caught it half
-written and reads again. The writer publishes only after the pass's queue and index bytes are
-in place, so a reader that reads ``dispatched_to`` first and the queues after sees every entry
-below it whole (stores become visible in program order on x86-64 TSO; on weaker machines the
-GIL's atomic operations on both sides order them).
+A publication writes bytes 8..40 at once, after the queue changes when they changed; a reader
+that finds copy A != copy B caught it half written and reads again. The writer publishes only
+after the pass's queue and index bytes are in place, so a reader that reads ``dispatched_to``
+first and the queues after sees every entry below it whole (stores become visible in program
+order on x86-64 TSO; on weaker machines the GIL's atomic operations on both sides order them).
+A follower that sees the queue changes change lists the queue directories again; a writer's
+queue made in a pass is counted before that pass's publication.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "decode_signal",
     "encode_header",
     "encode_progress",
+    "encode_queue_changes",
 ]
 
 SIGNAL_SIZE: Final = 64
@@ -51,13 +55,17 @@ _PROGRESS = struct.Struct("<QqQq")  # generation, dispatched_to A, sequence, dis
 _PROGRESS_AT: Final = 8
 _GEOMETRY = struct.Struct("<QIII")  # segment size, queue entries, index slots, index entries
 _GEOMETRY_AT: Final = 40
-assert _HEADER.size == 8 and _PROGRESS.size == 32 and _GEOMETRY_AT + _GEOMETRY.size <= SIGNAL_SIZE
+_QUEUE_CHANGES = struct.Struct("<I")
+_QUEUE_CHANGES_AT: Final = 60
+assert _HEADER.size == 8 and _PROGRESS.size == 32 and _GEOMETRY_AT + _GEOMETRY.size <= _QUEUE_CHANGES_AT
+assert _QUEUE_CHANGES_AT + _QUEUE_CHANGES.size == SIGNAL_SIZE
 
 
 class DispatchSignal(NamedTuple):
     generation: int
     dispatched_to: int
     sequence: int
+    queue_changes: int = 0
 
 
 class SignalGeometry(NamedTuple):
@@ -82,6 +90,11 @@ def encode_progress(generation: int, dispatched_to: int, sequence: int) -> tuple
     return _PROGRESS_AT, _PROGRESS.pack(generation, dispatched_to, sequence, dispatched_to)
 
 
+def encode_queue_changes(changes: int) -> tuple[int, bytes]:
+    """(position, bytes) of the writer's queue changes (kept to 32 bits: only a change matters)."""
+    return _QUEUE_CHANGES_AT, _QUEUE_CHANGES.pack(changes & 0xFFFFFFFF)
+
+
 def decode_signal(data: bytes) -> DispatchSignal | None:
     """The publication in ``data`` (the file's first 64 bytes); None when the file is not a
     signal file or a publication was caught half written (read again)."""
@@ -90,7 +103,8 @@ def decode_signal(data: bytes) -> DispatchSignal | None:
     generation, first, sequence, second = _PROGRESS.unpack_from(data, _PROGRESS_AT)
     if first != second:
         return None
-    return DispatchSignal(generation, first, sequence)
+    (queue_changes,) = _QUEUE_CHANGES.unpack_from(data, _QUEUE_CHANGES_AT)
+    return DispatchSignal(generation, first, sequence, queue_changes)
 
 
 def decode_geometry(data: bytes) -> SignalGeometry | None:

@@ -147,6 +147,7 @@ class Consumer:
         topics = store.topics()
         self._queues_at_start = {(t, q) for t in self._filters for q in topics.get(t, [])}
         self._unborn: set[str] = set()
+        self._queue_set: int | None = None  # the store's queue set at the last rebalance
         self._membership = GroupMembership(
             store.layout.consumers / group, file_mode=store.config.file_mode, dir_mode=store.config.dir_mode
         )
@@ -457,8 +458,16 @@ class Consumer:
     # --- group --------------------------------------------------------------------------------
     def _housekeep(self) -> None:
         now = self._clock.monotonic()
-        if now >= self._next_rebalance or (self._unborn and not self._unborn.isdisjoint(self.store.topics())):
+        # a queue made (or deleted) since the last rebalance is shared out at once, not a
+        # rebalance interval later; so is a subscribed topic's first queue
+        queue_set = self._events.queue_set()
+        if (
+            now >= self._next_rebalance
+            or (queue_set is not None and queue_set != self._queue_set)
+            or (self._unborn and not self._unborn.isdisjoint(self.store.topics()))
+        ):
             self._next_rebalance = now + self._rebalance_every
+            self._queue_set = queue_set
             self._rebalance()
         elif self._waiting:
             self._take_waiting()
