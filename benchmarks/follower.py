@@ -226,12 +226,13 @@ def print_batch_latency(batches: Timeline, reached: Timeline) -> None:
         lat.append(np.maximum(0, read_at[got][at[seen]] - put_at[mine][seen]) / 1e6)
     every = np.concatenate(lat)
     print(f"Load batches seen by the follower: {len(every):,} of {len(put_at):,}")
-    if len(every):
-        p50, p90, p99, worst = np.percentile(every, [50, 90, 99, 100])
-        print(
-            f"latency of each batch, put returned -> read by the follower: median {p50:.3f} ms, "
-            f"p90 {p90:.3f} ms, p99 {p99:.3f} ms, max {worst:.3f} ms"
-        )
+    print_latency("latency of each batch, put returned -> read by the follower", every)
+
+
+def print_latency(what: str, ms: np.ndarray) -> None:
+    if len(ms):
+        p50, p90, p99, worst = np.percentile(ms, [50, 90, 99, 100])
+        print(f"{what}: median {p50:.3f} ms, p90 {p90:.3f} ms, p99 {p99:.3f} ms, max {worst:.3f} ms")
 
 
 def main() -> None:
@@ -279,12 +280,7 @@ def main() -> None:
             load = sum(store.max_offset_in_queue("Load", q) for q in range(4))
         print(f"writer: {load:,} Load messages + {int((puts > 0).sum())} probes in {args.seconds:.1f} s")
         print(f"probes seen by the follower: {int(done.sum())} of {int((puts > 0).sum())}")
-        if len(lat_ms):
-            p50, p90, p99, worst = np.percentile(lat_ms, [50, 90, 99, 100])
-            print(
-                f"latency put returned -> visible in the follower: median {p50:.3f} ms, "
-                f"p90 {p90:.3f} ms, p99 {p99:.3f} ms, max {worst:.3f} ms"
-            )
+        print_latency("latency put returned -> visible in the follower", lat_ms)
         if batches is not None:
             print_batch_latency(batches, reached)
         if published is not None and applied is not None and done.any():
