@@ -143,11 +143,15 @@ class BulkSends:
         conn.requests_in_progress += n
         conn.bytes_in_progress += size
         self._waiting.append(_Offer(conn, frames, cols, topics, data, extras, read_at, size))
-        if not self._scheduled:
+        self._schedule()
+
+    # --- rounds -------------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        """A round at the loop's next turn, if sends wait and none is scheduled yet."""
+        if self._waiting and not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._start_round)
 
-    # --- rounds -------------------------------------------------------------------------------
     def _start_round(self) -> None:
         self._scheduled = False
         while self._waiting and self._running < _ROUNDS:
@@ -180,7 +184,8 @@ class BulkSends:
         if not kept:
             return
         try:
-            columns = self._columns(kept)
+            cols = kept[0].cols if len(kept) == 1 else np.concatenate([o.cols for o in kept], axis=1)
+            columns = self._columns(kept, cols)
         except Exception:
             log.exception("bulk sends: a round of %d sends failed; their handler answers them", len(kept))
             for offer in kept:
@@ -190,7 +195,7 @@ class BulkSends:
         started = time.monotonic()
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self.ctx.executor, self.ctx.store.put_encoded_columns, columns)
-        future.add_done_callback(lambda f: self._done(kept, columns, f, started))
+        future.add_done_callback(lambda f: self._done(kept, columns, cols, f, started))
 
     def _checked(self, offer: _Offer) -> npt.NDArray[np.bool_]:
         """Which of the offer's sends may be stored as they are: to a topic that exists, takes
@@ -217,19 +222,19 @@ class BulkSends:
             offer.conn, offer.frames, cols, offer.topics, offer.data, offer.extras, offer.read_at, size
         )
 
-    def _columns(self, offers: list[_Offer]) -> EncodedColumns:
+    def _columns(self, offers: list[_Offer], cols: npt.NDArray[np.int64]) -> EncodedColumns:
+        """The round's sends as the store takes them; ``cols``: the offers' columns, in order."""
         topics: dict[str, int] = {}
         hosts: dict[str, int] = {}
         datas, extras, topic_ids, host_ids = [], [], [], []
         for offer in offers:
-            cols = offer.cols
-            datas.append(gather_spans(offer.data, cols[SCAN_DATA_AT], cols[SCAN_DATA_LEN])[0])
-            extras.append(gather_spans(offer.extras, cols[SCAN_EXTRA_AT], cols[SCAN_EXTRA_LEN])[0])
+            mine = offer.cols
+            datas.append(gather_spans(offer.data, mine[SCAN_DATA_AT], mine[SCAN_DATA_LEN])[0])
+            extras.append(gather_spans(offer.extras, mine[SCAN_EXTRA_AT], mine[SCAN_EXTRA_LEN])[0])
             ids = np.array([topics.setdefault(t, len(topics)) for t in offer.topics], dtype=np.int64)
-            topic_ids.append(ids[cols[SCAN_TOPIC]])
+            topic_ids.append(ids[mine[SCAN_TOPIC]])
             host = hosts.setdefault(offer.conn.peer, len(hosts))
-            host_ids.append(np.full(cols.shape[1], host, dtype=np.int64))
-        cols = offers[0].cols if len(offers) == 1 else np.concatenate([o.cols for o in offers], axis=1)
+            host_ids.append(np.full(mine.shape[1], host, dtype=np.int64))
         return EncodedColumns(
             datas[0] if len(datas) == 1 else np.concatenate(datas),
             _starts(cols[SCAN_DATA_LEN]),
@@ -250,25 +255,25 @@ class BulkSends:
         self,
         offers: list[_Offer],
         columns: EncodedColumns,
+        cols: npt.NDArray[np.int64],
         future: asyncio.Future[PutColumnsResult],
         started: float,
     ) -> None:
         self._running -= 1
         try:
-            self._answer(offers, columns, future, started)
+            self._answer(offers, columns, cols, future, started)
         except Exception:  # (the store wrote: never again) their clients time out, counts end
             log.exception("answering bulk sends failed")
             for offer in offers:
                 self._release(offer)
         finally:
-            if self._waiting and not self._scheduled:
-                self._scheduled = True
-                asyncio.get_running_loop().call_soon(self._start_round)
+            self._schedule()
 
     def _answer(
         self,
         offers: list[_Offer],
         columns: EncodedColumns,
+        cols: npt.NDArray[np.int64],
         future: asyncio.Future[PutColumnsResult],
         started: float,
     ) -> None:
@@ -292,7 +297,6 @@ class BulkSends:
         code = put_status_code(result.status)
         if code not in STORED_CODES:  # (a status with offsets is always one of these)
             code = ResponseCode.SYSTEM_ERROR
-        cols = offers[0].cols if len(offers) == 1 else np.concatenate([o.cols for o in offers], axis=1)
         ends = result.ends
         firsts = np.zeros(len(ends), dtype=np.int64)
         firsts[1:] = ends[:-1]
@@ -313,8 +317,8 @@ class BulkSends:
             np.frombuffer(remark.encode(), dtype=np.uint8),
         )
         # each offer's answers are the next of them, in one write
-        bounds = np.zeros(len(offers) + 1, dtype=np.int64)
-        np.cumsum([int(answered[a:b].sum()) for a, b in self._row_spans(offers)], out=bounds[1:])
+        rows = np.cumsum([0] + [len(offer) for offer in offers])
+        bounds = np.cumsum(np.concatenate(([0], answered)))[rows]
         data = frames.tobytes()
         for offer, a, b in zip(offers, bounds[:-1].tolist(), bounds[1:].tolist()):
             if b > a:
@@ -322,16 +326,6 @@ class BulkSends:
             else:
                 self._release(offer)
         self.requests += cols.shape[1]
-
-    @staticmethod
-    def _row_spans(offers: list[_Offer]) -> list[tuple[int, int]]:
-        spans = []
-        row = 0
-        for offer in offers:
-            n = offer.cols.shape[1]
-            spans.append((row, row + n))
-            row += n
-        return spans
 
     def _count(
         self,
