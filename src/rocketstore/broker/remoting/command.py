@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from rocketstore.broker.remoting.codes import LANGUAGES, VERSION, RequestCode
 from rocketstore.codec.big_endian import put_int, read_i32
+from rocketstore.codec.byte_copy import copy_bytes
 from rocketstore.codec.commitlog_record import SYSFLAG_CONTENT, SYSFLAG_TX_MASK, TX_PREPARED
 from rocketstore.codec.message_batch import inner_message
 from rocketstore.codec.properties import is_name, property_entry
@@ -731,7 +732,7 @@ def _binary_header(
         if klen and vlen:  # an empty key or value is absent
             f = _field_of(u8, k_at, klen, v2)
             if f >= 0:
-                texts[o : o + vlen] = u8[v_at : v_at + vlen]
+                copy_bytes(texts, o, u8, v_at, vlen)
                 f_at[f] = o
                 f_len[f] = vlen
                 o += vlen
@@ -923,8 +924,7 @@ def scan_frames(
         # the message(s) in the batch encoding, and the properties the broker adds
         cols[SCAN_DATA_AT, i] = d
         if batch:
-            data[d : d + body_len] = u8[body_at:frame_end]
-            d += body_len
+            d = copy_bytes(data, d, u8, body_at, body_len)
         else:
             d0 = d
             put_int(data, d, 0, 4)  # TOTALSIZE, below
@@ -937,8 +937,7 @@ def scan_frames(
             d += 4
             put_int(data, d, body_len, 4)
             d += 4
-            data[d : d + body_len] = u8[body_at:frame_end]
-            d += body_len + 2  # PROPERTIESLENGTH, below
+            d = copy_bytes(data, d, u8, body_at, body_len) + 2  # PROPERTIESLENGTH, below
             props_at = d
             q = p_at
             while q < p_end:
@@ -947,8 +946,7 @@ def scan_frames(
                     if d > props_at:
                         data[d] = 2
                         d += 1
-                    data[d : d + stop - q] = texts[q:stop]
-                    d += stop - q
+                    d = copy_bytes(data, d, texts, q, stop - q)
                 q = stop + 1
             if d - props_at >= 0x8000:
                 d = d0
@@ -961,12 +959,10 @@ def scan_frames(
             stop = p_end
             while stop > p_at and texts[stop - 1] == 2:
                 stop -= 1
-            extras[x : x + stop - p_at] = texts[p_at:stop]
-            x += stop - p_at
+            x = copy_bytes(extras, x, texts, p_at, stop - p_at)
             extras[x] = 2
             x += 1
-        extras[x : x + len(cluster)] = cluster
-        x += len(cluster)
+        x = copy_bytes(extras, x, cluster, 0, len(cluster))
         cols[SCAN_EXTRA_LEN, i] = x - cols[SCAN_EXTRA_AT, i]
         t_at, t_len = f_at[_F_TOPIC], f_len[_F_TOPIC]
         topic = 0
@@ -1026,8 +1022,7 @@ _HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8).copy()
 
 @kernel(cache=True, nogil=True, inline="always")
 def _put_bytes(out: npt.NDArray[np.uint8], o: int, part: npt.NDArray[np.uint8]) -> int:
-    out[o : o + len(part)] = part
-    return o + len(part)
+    return copy_bytes(out, o, part, 0, len(part))
 
 
 @kernel(cache=True, nogil=True, inline="always")
