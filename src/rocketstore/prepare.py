@@ -411,10 +411,7 @@ class MessageEncoder:
         topic, bodies, queue_ids, tags = columns.topic, columns.bodies, columns.queue_ids, columns.tags
         tag_ids, keys, flags = columns.tag_ids, columns.keys, columns.flags
         n = len(bodies)
-        topic_bytes = self._topics.get(topic) if type(topic) is str else None
-        if topic_bytes is None:
-            validate_topic(topic)
-            topic_bytes = self._topics[topic] = topic.encode()
+        topic_bytes = self._topic_bytes(topic)
         body_types = set(map(type, bodies))
         if not body_types <= {bytes, bytearray}:  # memoryviews (by nbytes), subclasses, wrong types
             flat = []
@@ -610,15 +607,20 @@ class MessageEncoder:
 
     def _topic_tail(self, b: int, topic: object) -> bytes:
         """TOPICLENGTH and TOPIC of a batch's record, the topic validated."""
-        topic_bytes = self._topics.get(topic) if type(topic) is str else None
-        if topic_bytes is None:
-            try:
-                validate_topic(topic)
-            except InvalidMessageError as exc:
-                raise InvalidMessageError(f"topic {b}: {exc}", exc.status) from None
-            assert isinstance(topic, str)
-            topic_bytes = self._topics[topic] = topic.encode()
+        try:
+            topic_bytes = self._topic_bytes(topic)
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(f"topic {b}: {exc}", exc.status) from None
         return bytes((len(topic_bytes),)) + topic_bytes
+
+    def _topic_bytes(self, topic: object, *, internal: bool = False) -> bytes:
+        """A topic's UTF-8 bytes, once it is validated (``validate_topic``; cached)."""
+        cache = self._system_topics if internal else self._topics
+        topic_bytes = cache.get(topic) if type(topic) is str else None
+        if topic_bytes is None:
+            name = validate_topic(topic, allow_system=internal)
+            topic_bytes = cache[name] = name.encode()
+        return topic_bytes
 
     def _born_host(self, host: object) -> bytes:
         """A born host ``ip:port`` as a record holds it (address, big-endian int port)."""
@@ -899,11 +901,7 @@ class MessageEncoder:
         if not isinstance(msg, Message):
             raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}", _ILLEGAL)
         topic = msg.topic
-        cache = self._system_topics if internal else self._topics
-        topic_bytes = cache.get(topic) if type(topic) is str else None
-        if topic_bytes is None:
-            validate_topic(topic, allow_system=internal)
-            topic_bytes = cache[topic] = topic.encode()
+        topic_bytes = self._topic_bytes(topic, internal=internal)
         body: bytes | bytearray | memoryview = msg.body
         if type(body) is not bytes:
             body = body_buffer(body)
