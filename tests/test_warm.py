@@ -198,6 +198,6 @@ def test_preload_reads_loads_what_a_following_consumer_reads_with(tmp_path: Path
     numba_before, preloaded, after_reads, columns, messages = json.loads(done.stdout.splitlines()[-1])
     assert not numba_before
     assert (columns, messages) == (80, 40)
-    kernels = "rocketstore.codec.commitlog_scan._gather", "rocketstore.codec.commitlog_scan._copy_bodies"
+    kernels = "rocketstore.codec.commitlog_scan._gather", "rocketstore.codec.commitlog_scan._copy_spans"
     assert all(preloaded.get(k, 0) >= 1 for k in kernels), preloaded
     assert {k: after_reads[k] for k in kernels} == {k: preloaded[k] for k in kernels}

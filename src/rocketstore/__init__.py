@@ -39,6 +39,8 @@ if TYPE_CHECKING:
         PutColumnsResult,
         PutMessageResult,
         PutStatus,
+        RecordRead,
+        RecordsResult,
     )
     from rocketstore.store import MessageStore
 
@@ -65,6 +67,8 @@ _WHERE = {
     "PutMessageResult": "rocketstore.results",
     "PutStatus": "rocketstore.results",
     "ReclaimReport": "rocketstore.cleanup",
+    "RecordRead": "rocketstore.results",
+    "RecordsResult": "rocketstore.results",
     "RocketStoreError": "rocketstore.errors",
     "StoreAccessError": "rocketstore.errors",
     "StoreClosedError": "rocketstore.errors",
@@ -101,6 +105,8 @@ __all__ = [
     "PutMessageResult",
     "PutStatus",
     "ReclaimReport",
+    "RecordRead",
+    "RecordsResult",
     "RocketStoreError",
     "StoreAccessError",
     "StoreClosedError",

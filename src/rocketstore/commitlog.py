@@ -25,7 +25,7 @@ from rocketstore.codec.commitlog_record import (
     patch_positions_many,
 )
 from rocketstore.codec.commitlog_scan import (
-    copy_bodies,
+    copy_spans,
     gather_records,
     message_starts,
     next_record_start,
@@ -542,8 +542,17 @@ class CommitLog:
         bodies = bytearray(int(offsets[-1]))
         if with_bodies:
             for buf, first, last in pieces:
-                copy_bodies(buf, body_at[first:last], body_len[first:last], bodies, int(offsets[first]))
+                copy_spans(buf, body_at[first:last], body_len[first:last], bodies, int(offsets[first]))
         return done, born[:done], stored[:done], bodies, offsets
+
+    def records_run(
+        self, physical_offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]
+    ) -> tuple[memoryview, npt.NDArray[np.int64], int] | None:
+        """The records at ``physical_offsets`` (log order) as they lie in the first one's segment:
+        (the segment's view, their positions in it, how many from the first are readable); None
+        when that segment is gone or going. A pull copies them into its answer as stored."""
+        run = self._readable_run(physical_offsets, sizes)
+        return None if run is None else (run.buf, run.positions, run.readable)
 
     def _readable_run(
         self, physical_offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]

@@ -9,20 +9,22 @@ back.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
+from rocketstore.codec.commitlog_scan import copy_spans
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
-from rocketstore.consume_queue import ConsumeQueueSet
+from rocketstore.consume_queue import ConsumeQueue, ConsumeQueueSet
 from rocketstore.errors import CorruptDataError
 from rocketstore.follow import FollowedQueues
 from rocketstore.index import IndexService
 from rocketstore.message import MessageExt
-from rocketstore.results import GetMessageResult, GetStatus, MessageBatch
+from rocketstore.results import GetMessageResult, GetStatus, MessageBatch, RecordRead, RecordsResult
 from rocketstore.stats import StoreStats
 
 __all__ = ["MessageReader"]
@@ -74,18 +76,11 @@ class MessageReader:
         transfer_limits: bool,
     ) -> GetMessageResult:
         cq = self._queues.get(topic, queue_id)
-        if cq is None:
-            return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        outside = _outside(cq, offset)
+        if outside is not None:
+            return outside
+        assert cq is not None
         min_offset, max_offset = cq.min_offset, cq.max_offset
-        if max_offset == 0:
-            return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
-        if offset < min_offset:
-            return GetMessageResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
-        if offset == max_offset:
-            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
-        if offset > max_offset:
-            next_offset = min_offset if min_offset == 0 else max_offset
-            return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_offset, max_offset)
         # tagsCode first (from the entry, no record read), then the tags themselves (a hash collision)
         filter_codes, filter_names = _parse_tags(tags) or (None, None)
         entries = cq.entries(offset, max(_MAX_FILTER_BYTES // CQ_ENTRY_SIZE, max_msgs))
@@ -114,12 +109,10 @@ class MessageReader:
         full = False
         if filter_codes is None:
             # the plain read: the entries that fit, checked and their bodies found in one pass
-            head = entries[:max_count]
+            head = _fitting(entries, max_count, max_bytes)
             sizes_head = head["size"].astype(np.int64)
-            fit = max(1, int(np.searchsorted(np.cumsum(sizes_head), max_bytes, side="right")))
-            head = head[:fit]
             messages = self._commitlog.messages_at(
-                head["offset"].astype(np.int64), sizes_head[:fit], head["tags_code"].astype(np.int64)
+                head["offset"].astype(np.int64), sizes_head, head["tags_code"].astype(np.int64)
             )
             i = chunk_end = len(messages)
             total = int(sizes_head[:i].sum())
@@ -161,6 +154,65 @@ class MessageReader:
                 i += 1
         del entries
         return GetMessageResult(status, offset + i, min_offset, max_offset, messages)
+
+    def get_records(self, reads: Sequence[RecordRead]) -> RecordsResult:
+        """``MessageStore.get_records``, counted in the statistics. A plain read (no tags) whose
+        records are all readable in one segment is copied with no Python object per record; any
+        other is ``get_message``'s, its records joined."""
+        n = len(reads)
+        statuses: list[GetStatus] = []
+        bounds = np.zeros((4, n), dtype=np.int64)  # next begin offset, min, max, count
+        # what to copy, read by read: a segment's (view, positions, sizes), or records as bytes
+        pieces: list[tuple[memoryview, npt.NDArray[np.int64], npt.NDArray[np.int64]] | bytes] = []
+        lengths = np.zeros(n, dtype=np.int64)
+        for i, (topic, queue_id, offset, max_msgs, tags) in enumerate(reads):
+            found = self._plain_records(topic, queue_id, offset, max_msgs, tags)
+            if found is not None:
+                cq, buf, positions, sizes = found
+                count = len(sizes)
+                statuses.append(GetStatus.FOUND)
+                bounds[:, i] = offset + count, cq.min_offset, cq.max_offset, count
+                pieces.append((buf, positions, sizes))
+                lengths[i] = sizes.sum()
+                self._stats.count_get(count)
+                continue
+            result = self.get_message(topic, queue_id, offset, max_msgs, tags)
+            statuses.append(result.status)
+            count = len(result.messages)
+            bounds[:, i] = result.next_begin_offset, result.min_offset, result.max_offset, count
+            data = b"".join([m.record_view for m in result.messages])
+            pieces.append(data)
+            lengths[i] = len(data)
+        starts = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=starts[1:])
+        records = bytearray(int(starts[-1]))
+        for i, piece in enumerate(pieces):
+            at = int(starts[i])
+            if isinstance(piece, bytes):
+                records[at : at + len(piece)] = piece
+            else:
+                copy_spans(piece[0], piece[1], piece[2], records, at)
+        return RecordsResult(statuses, bounds[0], bounds[1], bounds[2], bounds[3], records, starts)
+
+    def _plain_records(
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: str | None
+    ) -> tuple[ConsumeQueue, memoryview, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+        """A plain read's records, when all are readable in one segment: (the queue, the
+        segment's view, their positions in it, their sizes); None for any other read."""
+        cq = self._queues.get(topic, queue_id)
+        if _parse_tags(tags) is not None or cq is None or _outside(cq, offset) is not None:
+            return None
+        max_count = min(max_msgs, self.config.max_transfer_count_on_message_in_memory)
+        entries = cq.entries(offset, max_count)
+        if entries is None:
+            return None
+        head = _fitting(entries, max_count, self.config.max_transfer_bytes_on_message_in_memory)
+        sizes = head["size"].astype(np.int64)
+        run = self._commitlog.records_run(head["offset"].astype(np.int64), sizes)
+        del entries, head
+        if run is None or run[2] < len(sizes):
+            return None  # a record missing or in the next segment: get_message says which
+        return cq, run[0], run[1][: len(sizes)], sizes
 
     def read_batch(
         self, topic: str, queue_id: int, offset: int, max_count: int, bodies: bool
@@ -251,6 +303,31 @@ class MessageReader:
             return -1
         entry = cq.entry_at(cq.min_offset)
         return self._commitlog.store_timestamp_at(entry[0]) if entry else -1
+
+
+def _outside(cq: ConsumeQueue | None, offset: int) -> GetMessageResult | None:
+    """``get_message``'s answer when ``offset`` is not a message of the queue ``cq``; None when it is."""
+    if cq is None:
+        return GetMessageResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+    min_offset, max_offset = cq.min_offset, cq.max_offset
+    if max_offset == 0:
+        return GetMessageResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+    if offset < min_offset:
+        return GetMessageResult(GetStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+    if offset == max_offset:
+        return GetMessageResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+    if offset > max_offset:
+        next_offset = min_offset if min_offset == 0 else max_offset
+        return GetMessageResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_offset, max_offset)
+    return None
+
+
+def _fitting(entries: npt.NDArray[np.void], max_count: int, max_bytes: int) -> npt.NDArray[np.void]:
+    """The first consume-queue ``entries`` a plain read takes: ``max_count`` at most, and as many as
+    fit in ``max_bytes`` (the first one always)."""
+    head = entries[:max_count]
+    fit = max(1, int(np.searchsorted(np.cumsum(head["size"].astype(np.int64)), max_bytes, side="right")))
+    return head[:fit]
 
 
 def _parse_tags(tags: str | Iterable[str] | None) -> tuple[frozenset[int], frozenset[str]] | None:

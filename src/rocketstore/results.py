@@ -22,6 +22,8 @@ __all__ = [
     "PutColumnsResult",
     "PutMessageResult",
     "PutStatus",
+    "RecordRead",
+    "RecordsResult",
 ]
 
 
@@ -174,6 +176,35 @@ class GetMessageResult:
     @property
     def found(self) -> bool:
         return self.status is GetStatus.FOUND
+
+
+class RecordRead(NamedTuple):
+    """One read of ``MessageStore.get_records``: ``get_message``'s arguments."""
+
+    topic: str
+    queue_id: int
+    offset: int
+    max_msgs: int
+    tags: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordsResult:
+    """What ``MessageStore.get_records`` found, read by read: read i's status, next begin offset
+    and queue bounds are ``statuses[i]``, ``next_begin_offsets[i]``, ``min_offsets[i]`` and
+    ``max_offsets[i]``, as ``get_message`` gives them; its ``counts[i]`` records, byte for byte
+    as stored, are ``records[starts[i]:starts[i + 1]]``."""
+
+    statuses: list[GetStatus]
+    next_begin_offsets: npt.NDArray[np.int64]
+    min_offsets: npt.NDArray[np.int64]
+    max_offsets: npt.NDArray[np.int64]
+    counts: npt.NDArray[np.int64]
+    records: bytearray
+    starts: npt.NDArray[np.int64]
+
+    def __len__(self) -> int:
+        return len(self.statuses)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,8 @@ from rocketstore.results import (
     PutColumnsResult,
     PutMessageResult,
     PutStatus,
+    RecordRead,
+    RecordsResult,
 )
 from rocketstore.schedule import ScheduleService
 from rocketstore.service import BackgroundService
@@ -692,6 +694,23 @@ class MessageStore:
             tags,
             bool(transfer_limits),
         )
+
+    def get_records(self, reads: Sequence[RecordRead]) -> RecordsResult:
+        """``get_message`` for many reads in one call, each answered with its records as they lie
+        in the commitlog (no decoding, no re-encoding): what a broker copies into pull answers.
+        Transfer limits apply as for ``get_message``; see ``RecordsResult``."""
+        self._check_open()
+        checked = [
+            RecordRead(
+                _str_arg("topic", r.topic),
+                _int_arg("queue_id", r.queue_id),
+                _int_arg("offset", r.offset),
+                _int_arg("max_msgs", r.max_msgs),
+                None if r.tags is None else _str_arg("tags", r.tags),
+            )
+            for r in reads
+        ]
+        return self._reader.get_records(checked)
 
     def read_batch(
         self, topic: str, queue_id: int, offset: int, max_count: int = 4096, *, bodies: bool = True

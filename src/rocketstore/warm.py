@@ -93,12 +93,12 @@ def preload_reads() -> None:
     import numba  # noqa: F401 - loaded: small() then runs the kernels compiled
     import numpy as np
 
-    from rocketstore.codec.commitlog_scan import copy_bodies, gather_records
+    from rocketstore.codec.commitlog_scan import copy_spans, gather_records
 
     none = np.zeros(0, dtype=np.int64)
     for segment in (bytes(8), bytearray(8)):  # a follower's map is read-only, a writer's is not
         gather_records(segment, none, none, 0)
-        copy_bodies(segment, none, none, bytearray(), 0)
+        copy_spans(segment, none, none, bytearray(), 0)
 
 
 def scratch_config() -> StoreConfig:
@@ -194,7 +194,8 @@ def _producer_batches(store: MessageStore) -> None:
 def _remoting_frames() -> None:
     """The remoting broker's compiled reader and answers: a read of single and batch sends in
     both header encodings taken apart (``scan_frames``), their answers written
-    (``encode_send_answers``), with the argument types the broker passes."""
+    (``encode_send_answers``), and pulls' answers (``encode_pull_answers``), with the argument
+    types the broker passes."""
     import numpy as np
 
     from rocketstore.broker.remoting.codes import RequestCode
@@ -206,8 +207,10 @@ def _remoting_frames() -> None:
         SERIALIZE_ROCKETMQ,
         RemotingCommand,
         encode_command,
+        encode_pull_answers,
         encode_send_answers,
         scan_frames,
+        scan_pull,
     )
     from rocketstore.broker.remoting.headers import SendMessageHeader
     from rocketstore.codec.message_batch import BatchEntry, encode_batch_body
@@ -234,6 +237,23 @@ def _remoting_frames() -> None:
     encode_send_answers(
         cols[SCAN_KIND, rows], cols[SCAN_OPAQUE, rows], cols[SCAN_QUEUE, rows], firsts[rows], firsts,
         firsts[rows], firsts[rows] + 1, 0, np.frombuffer(b"7F00000100002A9F", dtype=np.uint8), text, text,
+    )  # fmt: skip
+    # a pull request in either encoding, read as the broker's reader reads it
+    for kind in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
+        pull = RemotingCommand(
+            RequestCode.PULL_MESSAGE,
+            ext_fields={"consumerGroup": "g", "topic": "Warm", "queueId": "0", "queueOffset": "0",
+                        "maxMsgNums": "32", "sysFlag": "2", "suspendTimeoutMillis": "1000"},
+            serialize_type=kind,
+        )  # fmt: skip
+        encoded = b"".join(bytes(part) for part in encode_command(pull))
+        scan_pull(np.frombuffer(encoded, dtype=np.uint8), 4, len(encoded) - 4)
+    # pulls' answers, as bulk_pulls writes them: one found, one not
+    two = np.arange(2, dtype=np.int64)
+    records = np.frombuffer(bytearray(8), dtype=np.uint8)
+    encode_pull_answers(
+        two, two, two * 19, np.zeros((4, 2), dtype=np.int64), two - 1, np.zeros(4, dtype=np.uint8),
+        np.array([0, 4], dtype=np.int64), records, two * 4, two * 4 + 4,
     )  # fmt: skip
 
 

@@ -39,7 +39,7 @@ __all__ = [
     "Extent",
     "TransferStop",
     "check_transfer",
-    "copy_bodies",
+    "copy_spans",
     "find_record_start",
     "gather_records",
     "message_starts",
@@ -410,18 +410,16 @@ def _gather(
 
 
 @kernel(cache=True, nogil=True)
-def _copy_bodies(
+def _copy_spans(
     u8: npt.NDArray[np.uint8],
-    body_at: npt.NDArray[np.int64],
-    body_len: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
     out: npt.NDArray[np.uint8],
     out_at: int,
 ) -> None:
     q = out_at
-    for i in range(len(body_at)):
-        a = body_at[i]
-        n = body_len[i]
-        q = copy_bytes(out, q, u8, a, n)
+    for i in range(len(starts)):
+        q = copy_bytes(out, q, u8, starts[i], lengths[i])
 
 
 def gather_records(
@@ -438,14 +436,15 @@ def gather_records(
         del u8
 
 
-def copy_bodies(
-    buf: Buffer, body_at: npt.NDArray[np.int64], body_len: npt.NDArray[np.int64], out: bytearray, out_at: int
+def copy_spans(
+    buf: Buffer, starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64], out: bytearray, out_at: int
 ) -> None:
-    """Copy the bodies at ``body_at`` (lengths ``body_len``) of a segment back to back into ``out``."""
+    """Copy the spans at ``starts`` (``lengths`` bytes each) of a segment back to back into ``out``
+    from ``out_at``: bodies for columns, whole records for a pull's answer."""
     u8 = np.frombuffer(buf, dtype=np.uint8)
     dest = np.frombuffer(out, dtype=np.uint8)
     try:
-        _copy_bodies(u8, body_at, body_len, dest, out_at)
+        _copy_spans(u8, starts, lengths, dest, out_at)
     finally:
         del u8, dest
 

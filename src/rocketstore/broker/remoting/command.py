@@ -362,6 +362,15 @@ _SEND_FIELD_NAMES: Final = (
 _F_GROUP, _F_TOPIC, _F_DEFAULT, _F_DEFAULT_QUEUES, _F_QUEUE, _F_SYS_FLAG, _F_BORN, _F_FLAG = range(8)
 _F_PROPS, _F_RECONSUME, _F_UNIT, _F_MAX_RECONSUME, _F_BATCH, _F_BNAME = range(8, 14)
 _N_FIELDS: Final = 14
+_PULL: Final = int(RequestCode.PULL_MESSAGE)
+# PullMessageRequestHeader's fields (at most _N_FIELDS), after the send fields in the name table
+_PULL_FIELD_NAMES: Final = (
+    "consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset",
+    "suspendTimeoutMillis", "subscription", "subVersion", "expressionType",
+)  # fmt: skip
+_P_GROUP, _P_TOPIC, _P_QUEUE, _P_OFFSET, _P_MAX, _P_SYS_FLAG, _P_COMMIT, _P_SUSPEND = range(8)
+_P_SUBSCRIPTION, _P_SUB_VERSION, _P_TYPE = range(8, 11)
+_N_PULL_FIELDS: Final = len(_PULL_FIELD_NAMES)
 
 
 def _name_table(names: tuple[str, ...]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
@@ -372,7 +381,7 @@ def _name_table(names: tuple[str, ...]) -> tuple[npt.NDArray[np.uint8], npt.NDAr
     )
 
 
-_FIELD_NAMES, _FIELD_NAME_AT = _name_table(_SEND_FIELD_NAMES)
+_FIELD_NAMES, _FIELD_NAME_AT = _name_table(_SEND_FIELD_NAMES + _PULL_FIELD_NAMES)
 _TOP_NAMES, _TOP_NAME_AT = _name_table(("code", "opaque", "flag", "extFields"))
 # properties a single send may not carry on the fast path: the broker or store acts on them
 # (delay, timer, transaction, a retry's real topic), or the broker sets them (CLUSTER); WAIT
@@ -398,8 +407,9 @@ def _i16(u8: npt.NDArray[np.uint8], pos: int) -> int:
 
 
 @kernel(cache=True, nogil=True, inline="always")
-def _is_send(code: int) -> bool:
-    return code in (_SEND_V1, _SEND_V2, _SEND_BATCH)
+def _is_hot(code: int) -> bool:
+    """A request whose header the compiled passes read: a send or a pull."""
+    return code in (_SEND_V1, _SEND_V2, _SEND_BATCH, _PULL)
 
 
 @kernel(cache=True, nogil=True, inline="always")
@@ -560,10 +570,14 @@ def _text_int(t: npt.NDArray[np.uint8], p: int, n: int, low: int, high: int) -> 
 
 
 @kernel(cache=True, nogil=True, inline="always")
-def _field_of(t: npt.NDArray[np.uint8], p: int, n: int, v2: bool) -> int:
-    """The send header field named ``t[p:p+n]`` (V2's names or V1's), or -1."""
-    first = 0 if v2 else _N_FIELDS
-    for j in range(first, first + _N_FIELDS):
+def _field_of(t: npt.NDArray[np.uint8], p: int, n: int, code: int) -> int:
+    """The header field named ``t[p:p+n]`` of a request of ``code`` (a send's, V2's names or
+    V1's, or a pull's), or -1."""
+    if code == _PULL:
+        first, count = 2 * _N_FIELDS, _N_PULL_FIELDS
+    else:
+        first, count = (_N_FIELDS if code == _SEND_V1 else 0), _N_FIELDS
+    for j in range(first, first + count):
         if is_name(t, p, n, _FIELD_NAMES, _FIELD_NAME_AT, j):
             return j - first
     return -1
@@ -580,10 +594,10 @@ def _json_header(
     f_at: npt.NDArray[np.int64],
     f_len: npt.NDArray[np.int64],
 ) -> int:
-    """A JSON header at u8[p:end]: code, opaque and flag into ``head``, the send fields' values
-    into ``texts`` from ``o`` (spans in f_at/f_len, -1: absent); returns where texts end, or -1
-    when the header is one for Python (not an object of plain values, a code that is not a
-    send's, a value this pass does not read)."""
+    """A JSON header at u8[p:end]: code, opaque and flag into ``head``, the send's or pull's
+    fields' values into ``texts`` from ``o`` (spans in f_at/f_len, -1: absent); returns where
+    texts end, or -1 when the header is one for Python (not an object of plain values, a code
+    that is not a send's or a pull's, a value this pass does not read)."""
     head[0] = 0
     head[1] = 0
     head[2] = 0
@@ -654,9 +668,8 @@ def _json_header(
     if _ws(u8, p, end) != end:
         return -1
     code = head[0]
-    if not _is_send(code) or ext_at < 0:
+    if not _is_hot(code) or ext_at < 0:
         return -1
-    v2 = code != _SEND_V1
     p = _ws(u8, ext_at + 1, ext_end)
     if p < ext_end and u8[p] == 125:
         return o
@@ -664,7 +677,7 @@ def _json_header(
         p, k_len = _json_key(u8, p, ext_end, texts, o)
         if p < 0:
             return -1
-        f = _field_of(texts, o, k_len, v2)
+        f = _field_of(texts, o, k_len, code)
         if p >= ext_end or u8[p] != 34:
             return -1  # a value that is not a string: Python reads it
         v_at = o
@@ -699,7 +712,7 @@ def _binary_header(
     if end - p < 21:
         return -1
     code = _i16(u8, p)
-    if not _is_send(code):
+    if not _is_hot(code):
         return -1
     head[0] = code
     head[1] = read_i32(u8, p + 5)
@@ -714,7 +727,6 @@ def _binary_header(
     if ext < 0 or ext > end - p:
         return -1
     stop = p + ext
-    v2 = code != _SEND_V1
     while p < stop:
         if stop - p < 6:
             return -1
@@ -730,7 +742,7 @@ def _binary_header(
             if u8[k] >= 0x80:
                 return -1  # not ASCII: Python decodes it
         if klen and vlen:  # an empty key or value is absent
-            f = _field_of(u8, k_at, klen, v2)
+            f = _field_of(u8, k_at, klen, code)
             if f >= 0:
                 copy_bytes(texts, o, u8, v_at, vlen)
                 f_at[f] = o
@@ -842,7 +854,7 @@ def scan_frames(
             o2 = _json_header(u8, at + 4, at + 4 + h, texts, o, head, f_at, f_len)
         else:
             o2 = _binary_header(u8, at + 4, at + 4 + h, texts, o, head, f_at, f_len)
-        if o2 < 0:
+        if o2 < 0 or head[0] == _PULL:
             continue
         if head[2] & FLAG_RESPONSE or f_at[_F_GROUP] < 0 or f_at[_F_TOPIC] < 0 or f_at[_F_DEFAULT] < 0:
             continue
@@ -995,6 +1007,118 @@ def scan_frames(
         cols[SCAN_TOPIC, i] = topic
         o = o2
     return status, pos, cols[:, :n], topic_rows[:nt], data[:d], texts[:o], extras[:x]
+
+
+# scan_pull's numbers: the frame's header encoding, opaque and flag, then the pull's fields
+PULL_KIND, PULL_OPAQUE, PULL_FLAG, PULL_QUEUE, PULL_OFFSET, PULL_MAX, PULL_SYS_FLAG = range(7)
+PULL_COMMIT, PULL_SUSPEND, PULL_SUB_VERSION = range(7, 10)
+# then the spans of its texts (at, length; at -1: absent): group, topic, subscription, type
+PULL_GROUP_AT, PULL_TOPIC_AT, PULL_SUBSCRIPTION_AT, PULL_TYPE_AT = 10, 12, 14, 16
+_PULL_NUMBERS: Final = 18
+_SPAN_FIELDS = np.array([_P_GROUP, _P_TOPIC, _P_SUBSCRIPTION, _P_TYPE], dtype=np.int64)
+
+
+_CODE_KEY = np.frombuffer(b'"code"', dtype=np.uint8).copy()
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _leading_code(u8: npt.NDArray[np.uint8], p: int, end: int) -> int:
+    """The code of a JSON header that begins ``{"code":<digits>`` (as RocketMQ's clients write
+    it), or -1 for a header that begins otherwise."""
+    p = _ws(u8, p, end)
+    if p >= end or u8[p] != 123:
+        return -1
+    p = _ws(u8, p + 1, end)
+    if end - p < len(_CODE_KEY):
+        return -1
+    for k in range(len(_CODE_KEY)):
+        if u8[p + k] != _CODE_KEY[k]:
+            return -1
+    p = _ws(u8, p + len(_CODE_KEY), end)
+    if p >= end or u8[p] != 58:
+        return -1
+    p = _ws(u8, p + 1, end)
+    q = p
+    while q < end and 48 <= u8[q] <= 57 and q - p < 9:
+        q += 1
+    if q == p:
+        return -1
+    ok, code = _json_integer(u8, p, q)
+    return code if ok else -1
+
+
+@kernel(cache=True)  # holds the GIL (see scan_frames)
+def scan_pull(
+    u8: npt.NDArray[np.uint8], at: int, length: int
+) -> tuple[bool, npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    """The PULL_MESSAGE request in the frame ``u8[at:at+length]`` (without its length field), in
+    either header encoding: (True, its numbers and text spans (PULL_*), the texts), or False for
+    a frame that is not a pull request this pass reads whole, which goes to ``decode_command``:
+    another code, a response, non-ASCII text, a required field absent or out of a Java number's
+    range (consumerGroup, topic, queueId, queueOffset, maxMsgNums, sysFlag; commitOffset when
+    sysFlag asks to commit, suspendTimeoutMillis when it asks to suspend), a subVersion that is
+    not a decimal number."""
+    out = np.full(_PULL_NUMBERS, -1, dtype=np.int64)
+    texts = np.empty(max(length, 0), dtype=np.uint8)
+    if length < 4:
+        return False, out, texts
+    word = read_i32(u8, at)
+    kind = (word >> 24) & 0xFF
+    h = word & 0xFFFFFF
+    if h > length - 4 or (kind != 0 and kind != 1):
+        return False, out, texts
+    # another request's frame is let go at its code, before its header is read
+    if kind == 1 and (h < 2 or _i16(u8, at + 4) != _PULL):
+        return False, out, texts
+    if kind == 0 and _leading_code(u8, at + 4, at + 4 + h) not in (-1, _PULL):
+        return False, out, texts
+    head = np.zeros(3, dtype=np.int64)
+    f_at = np.full(_N_FIELDS, -1, dtype=np.int64)
+    f_len = np.zeros(_N_FIELDS, dtype=np.int64)
+    if kind == 0:
+        o = _json_header(u8, at + 4, at + 4 + h, texts, 0, head, f_at, f_len)
+    else:
+        o = _binary_header(u8, at + 4, at + 4 + h, texts, 0, head, f_at, f_len)
+    if o < 0 or head[0] != _PULL or head[2] & FLAG_RESPONSE:
+        return False, out, texts
+    out[PULL_KIND] = kind
+    out[PULL_OPAQUE] = head[1]
+    out[PULL_FLAG] = head[2]
+    long_low, long_high = -(1 << 63), (1 << 63) - 1
+    for f, row, low, high in (
+        (_P_QUEUE, PULL_QUEUE, -(1 << 31), (1 << 31) - 1),
+        (_P_OFFSET, PULL_OFFSET, long_low, long_high),
+        (_P_MAX, PULL_MAX, -(1 << 31), (1 << 31) - 1),
+        (_P_SYS_FLAG, PULL_SYS_FLAG, -(1 << 31), (1 << 31) - 1),
+    ):
+        good, v = _text_int(texts, f_at[f], f_len[f], low, high)
+        if f_at[f] < 0 or not good:
+            return False, out, texts
+        out[row] = v
+    sys_flag = out[PULL_SYS_FLAG]
+    for f, row, bit in ((_P_COMMIT, PULL_COMMIT, 0x1), (_P_SUSPEND, PULL_SUSPEND, 0x2)):
+        out[row] = 0
+        if sys_flag & bit:
+            good, v = _text_int(texts, f_at[f], f_len[f], long_low, long_high)
+            if f_at[f] < 0 or not good:
+                return False, out, texts
+            out[row] = v
+    out[PULL_SUB_VERSION] = 0
+    if f_at[_P_SUB_VERSION] >= 0:
+        p, n = f_at[_P_SUB_VERSION], f_len[_P_SUB_VERSION]
+        if texts[p] == 43:  # '+': Python's reading of it is not Java's; left to it
+            return False, out, texts
+        good, v = _text_int(texts, p, n, long_low, long_high)
+        if not good:
+            return False, out, texts
+        out[PULL_SUB_VERSION] = v
+    if f_at[_P_GROUP] < 0 or f_at[_P_TOPIC] < 0:
+        return False, out, texts
+    for k in range(4):
+        f = _SPAN_FIELDS[k]
+        out[PULL_GROUP_AT + 2 * k] = f_at[f]
+        out[PULL_GROUP_AT + 2 * k + 1] = f_len[f]
+    return True, out, texts[:o]
 
 
 _JSON_ANSWER_PARTS = [
@@ -1150,5 +1274,122 @@ def encode_send_answers(
         h = o - start - 8
         put_int(out, start, h + 4, 4)
         put_int(out, start + 4, (kinds[i] << 24) | h, 4)
+    at[n] = o
+    return out[:o], at
+
+
+_PULL_JSON_PARTS = [
+    np.frombuffer(part, dtype=np.uint8).copy()
+    for part in (
+        b'{"code":',
+        b',"extFields":{"suggestWhichBrokerId":"',
+        b'","nextBeginOffset":"',
+        b'","minOffset":"',
+        b'","maxOffset":"',
+        b'"},"flag":1,"language":"JAVA","opaque":',
+        b',"remark":"',
+        b'"',
+    )
+]
+_PA_CODE, _PA_BROKER, _PA_NEXT, _PA_MIN, _PA_MAX, _PA_OPAQUE, _PA_REMARK, _PA_QUOTE = _PULL_JSON_PARTS
+_PA_END = _J_END
+_PULL_BINARY_KEYS = [
+    np.frombuffer(struct.pack(">h", len(k)) + k, dtype=np.uint8).copy()
+    for k in (b"suggestWhichBrokerId", b"nextBeginOffset", b"minOffset", b"maxOffset")
+]
+_PB_BROKER, _PB_NEXT, _PB_MIN, _PB_MAX = _PULL_BINARY_KEYS
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _put_binary_number(out: npt.NDArray[np.uint8], o: int, key: npt.NDArray[np.uint8], value: int) -> int:
+    """One extFields entry of a binary header: ``key`` (with its length) and ``value`` as text."""
+    o = _put_bytes(out, o, key)
+    v_at = o
+    o = _put_decimal(out, o + 4, value)
+    put_int(out, v_at, o - v_at - 4, 4)
+    return o
+
+
+@kernel(cache=True)  # holds the GIL (see scan_frames)
+def encode_pull_answers(
+    kinds: npt.NDArray[np.int64],
+    opaques: npt.NDArray[np.int64],
+    codes: npt.NDArray[np.int64],
+    numbers: npt.NDArray[np.int64],
+    remark_ids: npt.NDArray[np.int64],
+    remarks: npt.NDArray[np.uint8],
+    remark_at: npt.NDArray[np.int64],
+    records: npt.NDArray[np.uint8],
+    record_at: npt.NDArray[np.int64],
+    record_end: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """The frames answering pulls, back to back, and where each starts (and the end): answer i
+    in header encoding ``kinds[i]`` to request ``opaques[i]``, with ``codes[i]``, the header
+    fields ``numbers[:, i]`` (suggestWhichBrokerId, nextBeginOffset, minOffset, maxOffset), remark
+    j = ``remark_ids[i]``, ``remarks[remark_at[j]:remark_at[j + 1]]`` (none when j < 0; plain
+    text that JSON needs no escape for) and, as its body, the stored records
+    ``records[record_at[i]:record_end[i]]``. Byte for byte ``encode_command``'s frames."""
+    n = len(kinds)
+    cap = 0
+    for i in range(n):
+        cap += 300 + record_end[i] - record_at[i]
+        j = remark_ids[i]
+        if j >= 0:
+            cap += remark_at[j + 1] - remark_at[j]
+    out = np.empty(cap, dtype=np.uint8)
+    at = np.empty(n + 1, dtype=np.int64)
+    o = 0
+    for i in range(n):
+        at[i] = o
+        start = o
+        o += 8  # the length and the header length words, below
+        j = remark_ids[i]
+        r_at = remark_at[j] if j >= 0 else 0
+        r_len = remark_at[j + 1] - r_at if j >= 0 else 0
+        if kinds[i] == 0:
+            o = _put_bytes(out, o, _PA_CODE)
+            o = _put_decimal(out, o, codes[i])
+            o = _put_bytes(out, o, _PA_BROKER)
+            o = _put_decimal(out, o, numbers[0, i])
+            o = _put_bytes(out, o, _PA_NEXT)
+            o = _put_decimal(out, o, numbers[1, i])
+            o = _put_bytes(out, o, _PA_MIN)
+            o = _put_decimal(out, o, numbers[2, i])
+            o = _put_bytes(out, o, _PA_MAX)
+            o = _put_decimal(out, o, numbers[3, i])
+            o = _put_bytes(out, o, _PA_OPAQUE)
+            o = _put_decimal(out, o, opaques[i])
+            if j >= 0:
+                o = _put_bytes(out, o, _PA_REMARK)
+                o = copy_bytes(out, o, remarks, r_at, r_len)
+                o = _put_bytes(out, o, _PA_QUOTE)
+            o = _put_bytes(out, o, _PA_END)
+        else:
+            put_int(out, o, codes[i], 2)
+            o += 2
+            put_int(out, o, 0, 1)  # JAVA
+            o += 1
+            put_int(out, o, VERSION, 2)
+            o += 2
+            put_int(out, o, opaques[i], 4)
+            o += 4
+            put_int(out, o, FLAG_RESPONSE, 4)
+            o += 4
+            put_int(out, o, r_len, 4)
+            o += 4
+            if r_len:
+                o = copy_bytes(out, o, remarks, r_at, r_len)
+            ext_at = o
+            o += 4
+            o = _put_binary_number(out, o, _PB_BROKER, numbers[0, i])
+            o = _put_binary_number(out, o, _PB_NEXT, numbers[1, i])
+            o = _put_binary_number(out, o, _PB_MIN, numbers[2, i])
+            o = _put_binary_number(out, o, _PB_MAX, numbers[3, i])
+            put_int(out, ext_at, o - ext_at - 4, 4)
+        h = o - start - 8
+        body = record_end[i] - record_at[i]
+        put_int(out, start, h + 4 + body, 4)
+        put_int(out, start + 4, (kinds[i] << 24) | h, 4)
+        o = copy_bytes(out, o, records, record_at[i], body)
     at[n] = o
     return out[:o], at

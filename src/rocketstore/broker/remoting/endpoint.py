@@ -18,6 +18,7 @@ from typing import Any, Final, Protocol
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.remoting.acl import RemotingAcl
 from rocketstore.broker.remoting.admin import AdminProcessor
+from rocketstore.broker.remoting.bulk_pulls import BulkPulls
 from rocketstore.broker.remoting.bulk_sends import BulkSends
 from rocketstore.broker.remoting.codes import RequestCode
 from rocketstore.broker.remoting.command import RemotingCommand
@@ -27,7 +28,7 @@ from rocketstore.broker.remoting.headers import to_ext
 from rocketstore.broker.remoting.heartbeat import HeartbeatProcessor
 from rocketstore.broker.remoting.namesrv import NameServer, NameServerProcessor
 from rocketstore.broker.remoting.producer import ProducerProcessor
-from rocketstore.broker.remoting.pull import PullProcessor
+from rocketstore.broker.remoting.pull import pull_processor
 from rocketstore.broker.remoting.queue_offsets import QueueOffsetsProcessor
 from rocketstore.broker.remoting.server import Connection, Handler, RemotingLimits, RemotingServer
 from rocketstore.broker.remoting.slave_sync import SlaveSyncProcessor
@@ -53,7 +54,7 @@ BROKER_PROCESSORS: Final[tuple[ProcessorFactory, ...]] = (
     HeartbeatProcessor,
     ProducerProcessor,
     ConsumerProcessor,
-    PullProcessor,
+    pull_processor,
     QueueOffsetsProcessor,
     AdminProcessor,
     SlaveSyncProcessor,
@@ -108,8 +109,15 @@ class RemotingEndpoint:
         handlers = handler_table(self.ctx, BROKER_PROCESSORS)
         authorize = self._acl.check if self._acl is not None else None
         bulk = BulkSends(self.ctx, ProducerProcessor(self.ctx)) if authorize is None else None
+        pulls = BulkPulls(self.ctx, pull_processor(self.ctx)) if authorize is None else None
         broker = RemotingServer(
-            handlers, self.limits, "remoting", authorize=authorize, metrics=self.ctx.metrics, bulk=bulk
+            handlers,
+            self.limits,
+            "remoting",
+            authorize=authorize,
+            metrics=self.ctx.metrics,
+            bulk=bulk,
+            pulls=pulls,
         )
         await broker.start(sock=broker_sock)
         self.broker = broker

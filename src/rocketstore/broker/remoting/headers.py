@@ -13,12 +13,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from rocketstore.broker.remoting.codes import ResponseCode
 from rocketstore.broker.remoting.refusal import RequestRefused
 
-__all__ = ["SEND_V2_NAMES", "SendMessageHeader", "flag", "number", "optional_number", "text", "to_ext"]
+__all__ = [
+    "SEND_V2_NAMES",
+    "PullHeader",
+    "SendMessageHeader",
+    "flag",
+    "number",
+    "optional_number",
+    "text",
+    "to_ext",
+]
 
 # what Long.parseLong / Integer.parseInt take: ASCII digits (int() would take '1_0', ' 1', '٣')
 _DECIMAL: Final = re.compile(r"[+-]?[0-9]{1,20}", re.ASCII)
@@ -219,3 +228,20 @@ def _optional_number_as(ext: Mapping[str, str], key: str, field: str) -> int | N
         raise RequestRefused(
             ResponseCode.SYSTEM_ERROR, f"the custom field {field} ({key}) is {value!r}, not an integer"
         ) from None
+
+
+class PullHeader(NamedTuple):
+    """A pull request's header fields as ``command.scan_pull`` reads them (commitOffset and
+    suspendTimeoutMillis 0 unless sysFlag asks for them)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_msgs: int
+    sys_flag: int
+    commit_offset: int
+    suspend_ms: int
+    sub_version: int
+    subscription: str | None
+    expression_type: str | None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Final
 
 from rocketstore.broker.consumer_groups import Subscription
@@ -28,7 +29,7 @@ from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.consumers import SQL92_UNSUPPORTED, commit_offset, consumer_groups
 from rocketstore.broker.remoting.context import RemotingContext
-from rocketstore.broker.remoting.headers import number, text, to_ext
+from rocketstore.broker.remoting.headers import PullHeader, number, text, to_ext
 from rocketstore.broker.remoting.heartbeat import check_group_name
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
@@ -36,7 +37,7 @@ from rocketstore.broker.request_log import parked
 from rocketstore.config import BrokerRole
 from rocketstore.results import GetMessageResult, GetStatus
 
-__all__ = ["MAX_SUSPEND_S", "PullProcessor"]
+__all__ = ["MAX_SUSPEND_S", "PullArgs", "PullProcessor", "pull_processor", "response_code"]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
@@ -50,6 +51,7 @@ MAX_SUSPEND_S: Final = 25.0
 # RocketMQ's maxTransferCountOnMessageInMemory: the store bounds bytes as well
 MAX_MESSAGES_PER_PULL: Final = 32
 DEFAULT_MAX_SUSPENDED: Final = 10_000
+_PROCESSOR_KEY: Final = "pull_processor"
 
 _CODES: Final = {
     GetStatus.FOUND: ResponseCode.SUCCESS,
@@ -62,13 +64,37 @@ _CODES: Final = {
 }
 
 
-def response_code(result: GetMessageResult, offset: int) -> ResponseCode:
-    """RocketMQ's PullMessageProcessor mapping; a queue that has no message (or no file yet) is
-    NOT_FOUND at offset 0 and OFFSET_MOVED elsewhere."""
-    code = _CODES.get(result.status)
+def response_code(status: GetStatus, offset: int) -> ResponseCode:
+    """RocketMQ's PullMessageProcessor mapping of a read's status; a queue that has no message
+    (or no file yet) is NOT_FOUND at offset 0 and OFFSET_MOVED elsewhere."""
+    code = _CODES.get(status)
     if code is not None:
         return code
     return ResponseCode.PULL_NOT_FOUND if offset == 0 else ResponseCode.PULL_OFFSET_MOVED
+
+
+def pull_processor(ctx: RemotingContext) -> PullProcessor:
+    """The context's pull processor: the handler's and the bulk path's (they share the count
+    of parked pulls)."""
+    processor = ctx.extensions.get(_PROCESSOR_KEY)
+    if processor is None:
+        processor = ctx.extensions[_PROCESSOR_KEY] = PullProcessor(ctx)
+    assert isinstance(processor, PullProcessor)
+    return processor
+
+
+@dataclass(frozen=True, slots=True)
+class PullArgs:
+    """A pull request's header, checked (``PullProcessor.check``)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_msgs: int
+    tags: str | None
+    suspends: bool  # it may park when it finds nothing (sysFlag 0x2) ...
+    suspend_s: float  # ... for this long
 
 
 class PullProcessor:
@@ -81,13 +107,17 @@ class PullProcessor:
     def handlers(self) -> dict[int, Handler]:
         return {RequestCode.PULL_MESSAGE: self.pull}
 
-    def _subscription(self, cmd: RemotingCommand, group: str, topic: str, sys_flag: int) -> Subscription:
-        ext = cmd.ext_fields
-        version = (
-            int(ext.get("subVersion") or 0) if (ext.get("subVersion") or "0").lstrip("-").isdigit() else 0
-        )
+    def _subscription(
+        self,
+        group: str,
+        topic: str,
+        sys_flag: int,
+        version: int,
+        expression: str | None,
+        expression_type: str | None,
+    ) -> Subscription:
         if sys_flag & FLAG_SUBSCRIPTION:
-            sub = Subscription.parse(topic, ext.get("subscription"), ext.get("expressionType"), version)
+            sub = Subscription.parse(topic, expression, expression_type, version)
         else:
             info = self.groups.get(group)
             if info is None:
@@ -136,12 +166,20 @@ class PullProcessor:
             self.suspended -= 1
             parked(loop.time() - started)  # waiting on purpose: not a slow request
 
-    async def pull(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+    def check(self, cmd: RemotingCommand, conn: Connection, header: PullHeader | None = None) -> PullArgs:
+        """The pull's header read (from ``cmd``'s extFields, or ``header`` when the compiled
+        reader read it) and judged, and its commit-offset flag's offset stored, as RocketMQ's
+        broker does before it reads; a refusal is raised as RequestRefused."""
         ext = cmd.ext_fields
-        group, topic = check_group_name(text(ext, "consumerGroup")), text(ext, "topic")
-        queue_id, offset = number(ext, "queueId", java_int=True), number(ext, "queueOffset")
-        max_msgs = min(max(number(ext, "maxMsgNums"), 1), MAX_MESSAGES_PER_PULL)
-        sys_flag = number(ext, "sysFlag")
+        if header is None:
+            group, topic = check_group_name(text(ext, "consumerGroup")), text(ext, "topic")
+            queue_id, offset = number(ext, "queueId", java_int=True), number(ext, "queueOffset")
+            max_msgs = min(max(number(ext, "maxMsgNums"), 1), MAX_MESSAGES_PER_PULL)
+            sys_flag = number(ext, "sysFlag")
+        else:
+            group, topic = check_group_name(header.group), header.topic
+            queue_id, offset, sys_flag = header.queue_id, header.offset, header.sys_flag
+            max_msgs = min(max(header.max_msgs, 1), MAX_MESSAGES_PER_PULL)
         store = self.ctx.store
         if not self.ctx.config.broker_permission & PERM_READ:
             raise RequestRefused(
@@ -163,34 +201,73 @@ class PullProcessor:
                 f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
                 f"[{config.read_queues}] consumer:[{conn.peer}]",
             )
-        tags = self._subscription(cmd, group, topic, sys_flag).store_filter()
+        if header is None:
+            raw = ext.get("subVersion") or "0"
+            version = int(raw) if raw.lstrip("-").isdigit() else 0
+            sub = self._subscription(
+                group, topic, sys_flag, version, ext.get("subscription"), ext.get("expressionType")
+            )
+        else:
+            sub = self._subscription(
+                group, topic, sys_flag, header.sub_version, header.subscription, header.expression_type
+            )
+        tags = sub.store_filter()
         # a slave keeps its master's offsets (RocketMQ's PullMessageProcessor: brokerRole != SLAVE)
         if (
             sys_flag & FLAG_COMMIT_OFFSET
             and not store.readonly
             and store.config.broker_role is not BrokerRole.SLAVE
         ):
-            commit = number(ext, "commitOffset")
+            commit = number(ext, "commitOffset") if header is None else header.commit_offset
             try:
                 commit_offset(store, group, topic, queue_id, commit)
             except RequestRefused as exc:
                 # not stored; the pull is answered still, its nextBeginOffset correcting the client
                 log.debug("pull of %s from %s: commit offset not taken: %s", group, conn.peer, exc.remark)
+        suspend_s = 0.0
+        suspends = bool(sys_flag & FLAG_SUSPEND)
+        if suspends:
+            requested_ms = max(
+                number(ext, "suspendTimeoutMillis") if header is None else header.suspend_ms, 0
+            )
+            suspend_s = min(requested_ms, self.ctx.config.long_polling_max_ms, MAX_SUSPEND_S * 1000) / 1000
+        return PullArgs(group, topic, queue_id, offset, max_msgs, tags, suspends, suspend_s)
 
+    async def pull(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        args = self.check(cmd, conn)
         arrival = self.ctx.arrival
         with arrival.watching():
             mark = arrival.mark()
-            started = time.monotonic()
-            result = await self.ctx.run(store.get_message, group, topic, queue_id, offset, max_msgs, tags)
-            read_ms = int((time.monotonic() - started) * 1000)
-            code = response_code(result, offset)
-            if code is ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND:
-                requested_ms = max(number(ext, "suspendTimeoutMillis"), 0)
-                suspend_s = min(requested_ms, self.ctx.config.long_polling_max_ms) / 1000
-                suspend_s = min(suspend_s, MAX_SUSPEND_S)
-                await self._park(topic, queue_id, offset, suspend_s, mark)
-                result = await self.ctx.run(store.get_message, group, topic, queue_id, offset, max_msgs, tags)
-                code = response_code(result, offset)
+            result, read_ms = await self._read(args)
+            if args.suspends and response_code(result.status, args.offset) is ResponseCode.PULL_NOT_FOUND:
+                return await self.parked(cmd, args, mark)
+        return self.answer(cmd, args, result, read_ms)
+
+    async def parked(self, cmd: RemotingCommand, args: PullArgs, mark: asyncio.Event) -> RemotingCommand:
+        """The answer to a pull that found nothing at first: read again once messages arrive in
+        its queue (``mark`` was taken before that first read) or its suspend time is over."""
+        with self.ctx.arrival.watching():
+            await self._park(args.topic, args.queue_id, args.offset, args.suspend_s, mark)
+            result, read_ms = await self._read(args)
+        return self.answer(cmd, args, result, read_ms)
+
+    async def _read(self, args: PullArgs) -> tuple[GetMessageResult, int]:
+        started = time.monotonic()
+        result = await self.ctx.run(
+            self.ctx.store.get_message,
+            args.group,
+            args.topic,
+            args.queue_id,
+            args.offset,
+            args.max_msgs,
+            args.tags,
+        )
+        return result, int((time.monotonic() - started) * 1000)
+
+    def answer(
+        self, cmd: RemotingCommand, args: PullArgs, result: GetMessageResult, read_ms: int
+    ) -> RemotingCommand:
+        code = response_code(result.status, args.offset)
         header = to_ext(
             suggestWhichBrokerId=0,
             nextBeginOffset=result.next_begin_offset,
@@ -200,5 +277,5 @@ class PullProcessor:
         if code is not ResponseCode.SUCCESS:
             return cmd.response(code, remark=result.status.value, ext_fields=header)
         body = b"".join([m.record_view for m in result.messages])
-        self.ctx.metrics.stats.count_get(topic, group, len(result.messages), len(body), read_ms)
+        self.ctx.metrics.stats.count_get(args.topic, args.group, len(result.messages), len(body), read_ms)
         return cmd.response(ext_fields=header, body=body)

@@ -8,7 +8,9 @@ answers go out in whatever order they finish (the client matches them by opaque)
 With bulk sends (``bulk_sends.py``; not with an ACL), a read that holds a round's worth of
 frames is taken apart by one compiled pass (``command.scan_frames``) and the sends it could
 decode whole are stored and answered together with every other connection's; the rest of its
-frames, and every frame of a smaller read, go to their handlers as above.
+frames, and every frame of a smaller read, go to their handlers as above. With bulk pulls
+(``bulk_pulls.py``; not with an ACL either), every PULL_MESSAGE goes to a round of pulls
+instead of a task of its own.
 
 * A response carries the request's opaque and header encoding; a oneway request (flag bit 1)
   gets none, whatever its handler returns.
@@ -61,6 +63,15 @@ from rocketstore.broker.remoting.codes import STORED_CODES, RequestCode, Respons
 from rocketstore.broker.remoting.command import (
     FLAG_ONEWAY,
     MAX_FRAME_SIZE,
+    PULL_FLAG,
+    PULL_GROUP_AT,
+    PULL_KIND,
+    PULL_OPAQUE,
+    PULL_QUEUE,
+    PULL_SUB_VERSION,
+    PULL_SUBSCRIPTION_AT,
+    PULL_TOPIC_AT,
+    PULL_TYPE_AT,
     SCAN_AT,
     SCAN_HOT,
     SCAN_LEN,
@@ -71,12 +82,15 @@ from rocketstore.broker.remoting.command import (
     encode_command,
     frame_length,
     scan_frames,
+    scan_pull,
 )
+from rocketstore.broker.remoting.headers import PullHeader
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.request_log import DEFAULT_SLOW_REQUEST_MS, RequestLog
 from rocketstore.errors import CorruptDataError
 
 if TYPE_CHECKING:
+    from rocketstore.broker.remoting.bulk_pulls import BulkPulls
     from rocketstore.broker.remoting.bulk_sends import BulkSends
 
 __all__ = ["Connection", "Handler", "RemotingLimits", "RemotingServer"]
@@ -437,10 +451,13 @@ class RemotingServer:
         authorize: Callable[[RemotingCommand], object] | None = None,
         metrics: BrokerMetrics | None = None,
         bulk: BulkSends | None = None,
+        pulls: BulkPulls | None = None,
     ) -> None:
         self._handlers = dict(handlers)
-        # sends decoded and stored in bulk; not with an ACL, which judges each request
+        # sends decoded and stored in bulk, pulls read and answered in bulk; not with an ACL,
+        # which judges each request
         self._bulk = bulk if authorize is None else None
+        self._pulls = pulls if authorize is None else None
         self._authorize = authorize
         self._metrics = metrics
         self._counted: dict[tuple[int, int], Any] = {}
@@ -464,6 +481,11 @@ class RemotingServer:
     def bulk(self) -> BulkSends | None:
         """The bulk sends this server hands its hot sends to (None: each goes to its handler)."""
         return self._bulk
+
+    @property
+    def pulls(self) -> BulkPulls | None:
+        """The bulk pulls this server hands its pulls to (None: each goes to its handler)."""
+        return self._pulls
 
     def next_opaque(self) -> int:
         self._opaque = (self._opaque + 1) & _MAX_OPAQUE
@@ -620,19 +642,39 @@ class RemotingServer:
     async def _each(self, conn: Connection, buf: bytes, end: int) -> bool:
         """Handle the whole frames of ``buf[:end]`` one by one. False when the connection ends."""
         view = memoryview(buf)
+        u8 = np.frombuffer(buf, dtype=np.uint8) if self._pulls is not None else None
         pos = 0
         read_at = conn.last_read
         while pos < end:
             length = int.from_bytes(buf[pos : pos + 4], "big")
-            try:
-                cmd = decode_command(view[pos + 4 : pos + 4 + length])
-            except CorruptDataError as exc:
-                self._malformed(conn, exc)
+            if not await self._frame(conn, view, u8, pos + 4, length, read_at):
                 return False
             pos += 4 + length
-            if not await self._dispatch(conn, cmd, length, read_at):
-                return False
         return True
+
+    async def _frame(
+        self,
+        conn: Connection,
+        view: memoryview,
+        u8: npt.NDArray[np.uint8] | None,
+        at: int,
+        length: int,
+        read_at: float,
+    ) -> bool:
+        """Decode and handle the frame ``view[at:at + length]``: a pull request the compiled
+        reader takes whole (``scan_pull``; ``u8`` is ``view`` as an array) without a Python
+        decode. False when the connection ends."""
+        if u8 is not None:
+            ok, numbers, texts = scan_pull(u8, at, length)
+            if ok:
+                cmd, header = _pull_request(numbers.tolist(), texts.tobytes())
+                return await self._dispatch(conn, cmd, length, read_at, header)
+        try:
+            cmd = decode_command(view[at : at + length])
+        except CorruptDataError as exc:
+            self._malformed(conn, exc)
+            return False
+        return await self._dispatch(conn, cmd, length, read_at)
 
     async def _take(
         self,
@@ -662,14 +704,9 @@ class RemotingServer:
             hot[taken] = True
             await self._room_to_read(conn)
         view = memoryview(buf)
+        u8 = np.frombuffer(buf, dtype=np.uint8) if self._pulls is not None else None
         for i in np.flatnonzero(~hot).tolist():
-            at, length = int(cols[SCAN_AT, i]), int(cols[SCAN_LEN, i])
-            try:
-                cmd = decode_command(view[at : at + length])
-            except CorruptDataError as exc:
-                self._malformed(conn, exc)
-                return False
-            if not await self._dispatch(conn, cmd, length, read_at):
+            if not await self._frame(conn, view, u8, int(cols[SCAN_AT, i]), int(cols[SCAN_LEN, i]), read_at):
                 return False
         return True
 
@@ -678,9 +715,17 @@ class RemotingServer:
             "malformed frame", "%s: closing %s: malformed frame: %s", self.name, conn.peer, exc
         )
 
-    async def _dispatch(self, conn: Connection, cmd: RemotingCommand, length: int, read_at: float) -> bool:
+    async def _dispatch(
+        self,
+        conn: Connection,
+        cmd: RemotingCommand,
+        length: int,
+        read_at: float,
+        header: PullHeader | None = None,
+    ) -> bool:
         """Start handling one request (or take a response) whose frame of ``length`` bytes was
-        read at ``read_at``, within the connection's limits. False when the connection ends."""
+        read at ``read_at``, within the connection's limits (``header``: a pull's, which the
+        compiled reader read; then ``cmd`` has no extFields). False when the connection ends."""
         if cmd.is_response:
             conn._answered(cmd)
             return True
@@ -700,7 +745,10 @@ class RemotingServer:
             return True
         conn.requests_in_progress += 1
         conn.bytes_in_progress += length
-        self._start(conn, cmd, length, read_at)
+        if self._pulls is not None and cmd.code == RequestCode.PULL_MESSAGE:
+            self._pulls.offer(conn, cmd, length, read_at, header)
+        else:
+            self._start(conn, cmd, length, read_at)
         await self._room_to_read(conn)
         return True
 
@@ -736,25 +784,32 @@ class RemotingServer:
         """Answer ``cmd``, whose frame was read at ``started`` (time.monotonic)."""
         try:
             response = await self._answer(conn, cmd)
-            if response is not None:
-                code = response.code
-                if code and (code in _REFUSED or (cmd.code in _STORES and code not in STORED_CODES)):
-                    self.refused(conn, cmd, response)
-            elapsed = time.monotonic() - started
-            if elapsed > self.requests.slow_s:
-                self.requests.slow(
-                    elapsed,
-                    cmd.code if cmd.code in _REQUEST_CODES else -1,
-                    _NO_ANSWER if response is None else response.code,
-                    conn.peer,
-                )
+            self.note(conn, cmd, response, started)
             if response is not None and not cmd.flag & FLAG_ONEWAY:
                 await conn.answer(response)
-            self.count(cmd.code, response.code if response is not None else -1)
         finally:
             conn.requests_in_progress -= 1
             conn.bytes_in_progress -= length
             conn._room.set()
+
+    def note(
+        self, conn: Connection, cmd: RemotingCommand, response: RemotingCommand | None, started: float
+    ) -> None:
+        """Count and log (a refusal, a slow answer) the ``response`` to ``cmd``, whose frame was
+        read at ``started`` (time.monotonic)."""
+        if response is not None:
+            code = response.code
+            if code and (code in _REFUSED or (cmd.code in _STORES and code not in STORED_CODES)):
+                self.refused(conn, cmd, response)
+        elapsed = time.monotonic() - started
+        if elapsed > self.requests.slow_s:
+            self.requests.slow(
+                elapsed,
+                cmd.code if cmd.code in _REQUEST_CODES else -1,
+                _NO_ANSWER if response is None else response.code,
+                conn.peer,
+            )
+        self.count(cmd.code, response.code if response is not None else -1)
 
     def refused(self, conn: Connection, cmd: RemotingCommand, response: RemotingCommand) -> None:
         """Log a refused request (rate-limited)."""
@@ -800,3 +855,35 @@ class RemotingServer:
         except Exception as exc:
             log.exception("%s: request code %d from %s failed", self.name, cmd.code, conn.peer)
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+def _pull_request(numbers: list[int], texts: bytes) -> tuple[RemotingCommand, PullHeader]:
+    """A pull request as ``scan_pull`` read it: the command (without extFields) and its header."""
+
+    def text(k: int) -> str | None:
+        at, n = numbers[k], numbers[k + 1]
+        return None if at < 0 else texts[at : at + n].decode("ascii")
+
+    cmd = RemotingCommand(
+        RequestCode.PULL_MESSAGE,
+        numbers[PULL_OPAQUE],
+        numbers[PULL_FLAG],
+        serialize_type=numbers[PULL_KIND],
+    )
+    queue_id, offset, max_msgs, sys_flag, commit, suspend, version = numbers[
+        PULL_QUEUE : PULL_SUB_VERSION + 1
+    ]
+    header = PullHeader(
+        text(PULL_GROUP_AT) or "",
+        text(PULL_TOPIC_AT) or "",
+        queue_id,
+        offset,
+        max_msgs,
+        sys_flag,
+        commit,
+        suspend,
+        version,
+        text(PULL_SUBSCRIPTION_AT),
+        text(PULL_TYPE_AT),
+    )
+    return cmd, header

@@ -1,0 +1,387 @@
+"""Pulls in bulk: the PULL_MESSAGE requests every connection's reader found in one turn of the
+loop read by one store call and answered by one compiled pass (issue 30).
+
+A pull waiting when the loop comes round joins a round: its header is judged as the handler
+judges it (``PullProcessor.check``: permissions, the subscription, the commit offset), then the
+round's reads go to the store together (``MessageStore.get_records``, one trip to its thread),
+which copies each read's records as they lie in the commitlog into one buffer, and
+``command.encode_pull_answers`` writes every answer's frame, header and records, in one pass;
+each connection's answers leave in one write. A lone pull is a round of one, at once: no timer
+anywhere. Up to two rounds are with the store at once.
+
+A pull that finds nothing and may wait (sysFlag 0x2) is parked, costing a timer and no task:
+one watcher per broker looks at the parked pulls' queues after each arrival of messages (the
+store's signal), and a pull whose queue has a message past its offset, or whose suspend time is
+over, joins the next round, which reads it again and answers it whatever it finds. The bound on
+parked pulls is the handler's (``PullProcessor.max_suspended``, shared with it; past it SYSTEM_BUSY).
+A refusal is answered with its code and remark, an error as the server answers a failed handler
+(SYSTEM_ERROR), and an answer that the connection's full output or the frame limit would change
+goes through ``Connection.answer``, which decides as it does for every answer.
+
+Not with an ACL, which judges each request (its handler runs then).
+
+Thread safety: everything here runs on the event loop but ``get_records``, which runs on the
+context's executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.command import RemotingCommand, encode_pull_answers
+from rocketstore.broker.remoting.context import RemotingContext
+from rocketstore.broker.remoting.headers import PullHeader, to_ext
+from rocketstore.broker.remoting.pull import PullArgs, PullProcessor, response_code
+from rocketstore.broker.remoting.refusal import RequestRefused
+from rocketstore.results import GetStatus, RecordRead, RecordsResult
+
+if TYPE_CHECKING:
+    from rocketstore.broker.remoting.server import Connection
+
+__all__ = ["BulkPulls"]
+
+log = logging.getLogger("rocketstore.broker.remoting")
+
+_ROUNDS: Final = 8  # rounds with the store at once
+_MAX_ROUND_PULLS: Final = 1024  # a round's pulls at most (what waits beyond goes next round)
+_WATCH_S: Final = 1.0  # the most the arrival watcher waits before it looks whether any pull is parked
+# the remarks of answers that are not SUCCESS: the statuses' names (plain text, JSON as it is)
+_STATUSES: Final = list(GetStatus)
+_STATUS_IDS: Final = {status: i for i, status in enumerate(_STATUSES)}
+_REMARKS: Final = np.frombuffer("".join(s.value for s in _STATUSES).encode(), dtype=np.uint8).copy()
+_REMARK_AT: Final = np.cumsum([0] + [len(s.value) for s in _STATUSES], dtype=np.int64)
+_PULL: Final = int(RequestCode.PULL_MESSAGE)
+_SUCCESS: Final = int(ResponseCode.SUCCESS)
+_NOT_FOUND: Final = int(ResponseCode.PULL_NOT_FOUND)
+
+
+@dataclass(eq=False, slots=True)
+class _Pull:
+    conn: Connection
+    cmd: RemotingCommand
+    length: int  # of its frame, counted in progress on its connection
+    read_at: float  # (moved on by the time it was parked: that is not slowness)
+    header: PullHeader | None  # as the compiled reader read it (None: from cmd's extFields)
+    args: PullArgs | None = None  # once checked
+    parked_at: float = 0.0  # (loop time) when it found nothing and was parked
+    timer: asyncio.TimerHandle | None = None  # ends its parking when its suspend time is over
+    handled: bool = False  # answered or parked: none of its round's business any more
+
+
+class BulkPulls:
+    """The broker's pulls in bulk (see the module docstring)."""
+
+    def __init__(self, ctx: RemotingContext, processor: PullProcessor) -> None:
+        self.ctx = ctx
+        self._processor = processor
+        self._waiting: deque[_Pull] = deque()
+        self._scheduled = False
+        self._running = 0
+        self._parked: dict[tuple[str, int], set[_Pull]] = {}  # by queue
+        self._watcher: asyncio.Task[None] | None = None
+        self.answered = 0  # pulls answered in bulk (tests count them)
+
+    @property
+    def parked(self) -> int:
+        """Pulls parked, waiting for messages in their queue."""
+        return sum(map(len, self._parked.values()))
+
+    def offer(
+        self, conn: Connection, cmd: RemotingCommand, length: int, read_at: float, header: PullHeader | None
+    ) -> None:
+        """Take a pull of ``conn`` already counted in progress there; the count ends with its
+        answer. ``header``: its fields, when the compiled reader read them (``cmd`` has none)."""
+        self._waiting.append(_Pull(conn, cmd, length, read_at, header))
+        self._schedule()
+
+    def _schedule(self) -> None:
+        """A round to start at the loop's next turn, if pulls wait and fewer than _ROUNDS run."""
+        if self._waiting and not self._scheduled and self._running < _ROUNDS:
+            self._scheduled = True
+            self._running += 1
+            task = asyncio.get_running_loop().create_task(self._round())
+            self._waiting[0].conn.server.track(task)
+
+    async def _round(self) -> None:
+        """The pulls waiting now (up to _MAX_ROUND_PULLS): read together and answered."""
+        self._scheduled = False
+        waiting = self._waiting
+        pulls = [waiting.popleft() for _ in range(min(len(waiting), _MAX_ROUND_PULLS))]
+        try:
+            if pulls:
+                await self._read(pulls)
+        except asyncio.CancelledError:
+            for pull in pulls:
+                if not pull.handled:
+                    self._release(pull)
+            raise
+        except Exception as exc:  # a bug must not strand the requests: each is answered
+            log.exception("pulls in bulk: a round of %d pulls failed", len(pulls))
+            for pull in pulls:
+                if not pull.handled:
+                    self._finish(pull, _failed(pull.cmd, exc))
+        finally:
+            self._running -= 1
+            self._schedule()
+
+    async def _read(self, pulls: list[_Pull]) -> None:
+        checked: list[_Pull] = []
+        for pull in pulls:
+            if pull.args is not None:  # back from parking: judged (and its offset committed) before
+                checked.append(pull)
+                continue
+            try:
+                pull.args = self._processor.check(pull.cmd, pull.conn, pull.header)
+            except RequestRefused as exc:
+                self._finish(pull, pull.cmd.response(exc.code, exc.remark))
+                continue
+            except Exception as exc:
+                log.exception("pull from %s failed", pull.conn.peer)
+                self._finish(pull, _failed(pull.cmd, exc))
+                continue
+            checked.append(pull)
+        if not checked:
+            return
+        args = _args(checked)
+        reads = [RecordRead(a.topic, a.queue_id, a.offset, a.max_msgs, a.tags) for a in args]
+        started = time.monotonic()
+        try:
+            found = await self.ctx.run(self.ctx.store.get_records, reads)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # as the server answers a handler that failed
+            log.exception("reading %d pulls failed", len(checked))
+            for pull in checked:
+                self._finish(pull, _failed(pull.cmd, exc))
+            return
+        read_ms = int((time.monotonic() - started) * 1000)
+        codes = [response_code(status, r.offset) for status, r in zip(found.statuses, reads)]
+        answered: list[int] = []
+        now = asyncio.get_running_loop().time()
+        for i, (pull, a) in enumerate(zip(checked, args)):
+            # a pull parked once is answered whatever its second read finds
+            if a.suspends and not pull.parked_at and codes[i] == _NOT_FOUND:
+                self._park(pull, a, now)
+            else:
+                answered.append(i)
+        if answered:
+            self._answer(checked, found, answered, [codes[i] for i in answered], read_ms)
+
+    # --- long polling -------------------------------------------------------------------------
+    def _park(self, pull: _Pull, args: PullArgs, now: float) -> None:
+        """Keep a pull that found nothing until its queue has a message past its offset or its
+        suspend time is over; then it is read again and answered, whatever it finds."""
+        pull.handled = True
+        processor = self._processor
+        if processor.suspended >= processor.max_suspended:
+            busy = f"[OVERLOAD] {processor.max_suspended} pulls are suspended already"
+            self._finish(pull, pull.cmd.response(ResponseCode.SYSTEM_BUSY, busy))
+            return
+        pull.parked_at = now
+        key = (args.topic, args.queue_id)
+        if self.ctx.store.max_offset_in_queue(*key) > args.offset:
+            self._wake(pull, now)  # it came while the read's answer came back
+            return
+        processor.suspended += 1
+        self._parked.setdefault(key, set()).add(pull)
+        loop = asyncio.get_running_loop()
+        pull.timer = loop.call_at(now + args.suspend_s, self._expire, key, pull)
+        if self._watcher is None or self._watcher.done():
+            self._watcher = loop.create_task(self._watch())
+            pull.conn.server.track(self._watcher)
+
+    async def _watch(self) -> None:
+        """While pulls are parked: after each arrival of messages (the store's signal), the pulls
+        whose queue has a message past their offset go to the next round."""
+        arrival = self.ctx.arrival
+        loop = asyncio.get_running_loop()
+        with arrival.watching():
+            try:
+                while self._parked:
+                    mark = arrival.mark()  # before the look: what comes after it ends the wait
+                    self._arrived(loop.time())
+                    if self._parked:
+                        await arrival.wait(_WATCH_S, mark)
+            except asyncio.CancelledError:
+                for pulls in self._parked.values():
+                    for pull in pulls:
+                        self._unpark(pull)
+                        self._release(pull)
+                self._parked.clear()
+                raise
+
+    def _arrived(self, now: float) -> None:
+        store = self.ctx.store
+        for key, pulls in list(self._parked.items()):
+            try:
+                high = store.max_offset_in_queue(*key)
+            except Exception:  # a store closing under the broker: the next round answers why
+                high = 1 << 62
+            for pull in [p for p in pulls if p.conn.closed or high > _offset(p)]:
+                pulls.discard(pull)
+                self._unpark(pull)
+                self._wake(pull, now)
+            if not pulls:
+                del self._parked[key]
+
+    def _expire(self, key: tuple[str, int], pull: _Pull) -> None:
+        """Its suspend time is over: read once more and answered."""
+        pulls = self._parked.get(key)
+        if pulls is None or pull not in pulls:
+            return
+        pulls.discard(pull)
+        if not pulls:
+            del self._parked[key]
+        self._unpark(pull)
+        self._wake(pull, asyncio.get_running_loop().time())
+
+    def _unpark(self, pull: _Pull) -> None:
+        self._processor.suspended -= 1
+        if pull.timer is not None:
+            pull.timer.cancel()
+            pull.timer = None
+
+    def _wake(self, pull: _Pull, now: float) -> None:
+        pull.read_at += now - pull.parked_at  # waiting on purpose is not slowness
+        pull.handled = False
+        self._waiting.append(pull)
+        self._schedule()
+
+    def _answer(
+        self, pulls: list[_Pull], found: RecordsResult, listed: list[int], codes: list[int], read_ms: int
+    ) -> None:
+        """The answers to ``pulls[listed]`` (``codes``) in one pass, each connection's in one write."""
+        n = len(listed)
+        rows = np.array(listed, dtype=np.int64)
+        numbers = np.zeros((4, n), dtype=np.int64)  # suggestWhichBrokerId (0), then the offsets
+        numbers[1] = found.next_begin_offsets[rows]
+        numbers[2] = found.min_offsets[rows]
+        numbers[3] = found.max_offsets[rows]
+        statuses = found.statuses
+        frames, at = encode_pull_answers(
+            np.array([pulls[i].cmd.serialize_type for i in listed], dtype=np.int64),
+            np.array([pulls[i].cmd.opaque for i in listed], dtype=np.int64),
+            np.array(codes, dtype=np.int64),
+            numbers,
+            np.array(
+                [-1 if code == _SUCCESS else _STATUS_IDS[statuses[i]] for i, code in zip(listed, codes)],
+                dtype=np.int64,
+            ),
+            _REMARKS,
+            _REMARK_AT,
+            np.frombuffer(found.records, dtype=np.uint8),
+            found.starts[rows],
+            found.starts[rows + 1],
+        )
+        self._count(pulls, listed, found, codes, read_ms)
+        data = frames.tobytes()
+        ends = at.tolist()
+        mine: dict[Connection, list[int]] = {}  # each connection's answers (k: the k-th of listed)
+        for k, i in enumerate(listed):
+            mine.setdefault(pulls[i].conn, []).append(k)
+        for conn, ks in mine.items():
+            limits = conn.server.limits
+            if conn.queued_bytes > limits.max_answer_bytes_per_connection or any(
+                ends[k + 1] - ends[k] - 4 > limits.max_frame_size for k in ks
+            ):
+                # past a limit: each answer as Connection.answer decides for it
+                for k in ks:
+                    i = listed[k]
+                    self._write_one(pulls[i], _response(pulls[i].cmd, found, i, codes[k]))
+                continue
+            out = [data[ends[k] : ends[k + 1]] for k in ks if not pulls[listed[k]].cmd.is_oneway]
+            if out:
+                conn.queue_frames(out[0] if len(out) == 1 else b"".join(out))
+            for k in ks:
+                self._release(pulls[listed[k]])
+        self.answered += n
+
+    def _count(
+        self, pulls: list[_Pull], listed: list[int], found: RecordsResult, codes: list[int], read_ms: int
+    ) -> None:
+        """The answered pulls ``pulls[listed]`` (answered ``codes``): their statistics (per topic
+        and group), request counts (per code) and slowness (the oldest's), as the server notes
+        each request it answers."""
+        gets: dict[tuple[str, str], list[int]] = {}
+        answers: dict[int, int] = {}
+        counts, starts = found.counts.tolist(), found.starts.tolist()
+        for i, code in zip(listed, codes):
+            answers[code] = answers.get(code, 0) + 1
+            if code == _SUCCESS:
+                args = pulls[i].args
+                assert args is not None
+                got = gets.setdefault((args.topic, args.group), [0, 0])
+                got[0] += counts[i]
+                got[1] += starts[i + 1] - starts[i]
+        stats = self.ctx.metrics.stats
+        for (topic, group), (count, size) in gets.items():
+            stats.count_get(topic, group, count, size, read_ms)
+        server = pulls[0].conn.server
+        for code, count in answers.items():
+            server.count(_PULL, code, count)
+        elapsed = time.monotonic() - min(pulls[i].read_at for i in listed)
+        if elapsed > server.requests.slow_s:
+            server.requests.slow(elapsed, _PULL, codes[0], pulls[0].conn.peer)
+
+    def _finish(self, pull: _Pull, response: RemotingCommand) -> None:
+        """Answer one pull as the server answers a request its handler answered."""
+        pull.conn.server.note(pull.conn, pull.cmd, response, pull.read_at)
+        self._write_one(pull, response)
+
+    def _write_one(self, pull: _Pull, response: RemotingCommand) -> None:
+        pull.handled = True
+        if pull.cmd.is_oneway:
+            self._release(pull)
+            return
+        pull.conn.server.track(asyncio.get_running_loop().create_task(self._write(pull, response)))
+
+    async def _write(self, pull: _Pull, response: RemotingCommand) -> None:
+        try:
+            await pull.conn.answer(response)
+        finally:
+            self._release(pull)
+
+    @staticmethod
+    def _release(pull: _Pull) -> None:
+        pull.handled = True
+        conn = pull.conn
+        conn.requests_in_progress -= 1
+        conn.bytes_in_progress -= pull.length
+        conn.wake_reader()
+
+
+def _args(pulls: list[_Pull]) -> list[PullArgs]:
+    out = [p.args for p in pulls]
+    assert all(a is not None for a in out)
+    return out  # type: ignore[return-value]
+
+
+def _offset(pull: _Pull) -> int:
+    assert pull.args is not None
+    return pull.args.offset
+
+
+def _failed(cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+    return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+def _response(cmd: RemotingCommand, found: RecordsResult, i: int, code: int) -> RemotingCommand:
+    """Read i's answer as a command (``encode_pull_answers`` writes the same bytes)."""
+    header = to_ext(
+        suggestWhichBrokerId=0,
+        nextBeginOffset=int(found.next_begin_offsets[i]),
+        minOffset=int(found.min_offsets[i]),
+        maxOffset=int(found.max_offsets[i]),
+    )
+    if code != ResponseCode.SUCCESS:
+        return cmd.response(code, remark=found.statuses[i].value, ext_fields=header)
+    body = memoryview(found.records)[int(found.starts[i]) : int(found.starts[i + 1])]
+    return cmd.response(ext_fields=header, body=body)

@@ -1,0 +1,329 @@
+"""Pulls in bulk (``bulk_pulls``, ``command.encode_pull_answers``): pipelined pulls from several
+connections read by one store call and answered byte for byte as their handler answers them,
+refusals and parked pulls included."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rocketstore import Message
+from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
+from rocketstore.broker.remoting.command import (
+    FLAG_ONEWAY,
+    SERIALIZE_JSON,
+    SERIALIZE_ROCKETMQ,
+    RemotingCommand,
+    encode_command,
+    encode_pull_answers,
+)
+from rocketstore.broker.remoting.headers import to_ext
+from rocketstore.broker.remoting.pull import response_code
+from rocketstore.results import GetStatus
+
+from .client import RawClient
+from .conftest import Remoting, StartRemoting
+from .test_consumer_requests import bodies, pull_ext, wait_for
+
+STATUSES = list(GetStatus)
+
+
+def frame(cmd: RemotingCommand) -> bytes:
+    return b"".join(bytes(p) for p in encode_command(cmd))
+
+
+answer_rows = st.lists(
+    st.tuples(
+        st.sampled_from([SERIALIZE_JSON, SERIALIZE_ROCKETMQ]),
+        st.integers(0, 2**31 - 1),
+        st.sampled_from([0, 19, 20, 21, 1, 17]),
+        st.tuples(st.just(0), st.integers(0, 2**62), st.integers(0, 2**40), st.integers(0, 2**62)),
+        st.integers(-1, len(STATUSES) - 1),
+        st.binary(max_size=300),
+    ),
+    max_size=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(answer_rows)
+def test_pull_answers_are_encode_commands_bytes(rows: list[tuple]) -> None:
+    remarks = "".join(s.value for s in STATUSES).encode()
+    remark_at = np.cumsum([0] + [len(s.value) for s in STATUSES], dtype=np.int64)
+    expected, records, record_at = b"", b"", []
+    for kind, opaque, code, numbers, remark, body in rows:
+        header = to_ext(
+            suggestWhichBrokerId=numbers[0],
+            nextBeginOffset=numbers[1],
+            minOffset=numbers[2],
+            maxOffset=numbers[3],
+        )
+        request = RemotingCommand(RequestCode.PULL_MESSAGE, opaque, serialize_type=kind)
+        answer = request.response(
+            code, remark=STATUSES[remark].value if remark >= 0 else None, ext_fields=header, body=body
+        )
+        expected += frame(answer)
+        record_at.append(len(records))
+        records += body
+    # the bodies in another order in the records buffer: each answer finds its own
+    starts = np.array(record_at, dtype=np.int64)
+    ends = starts + np.array([len(r[5]) for r in rows], dtype=np.int64)
+    column = np.array  # (the kernel takes int64 columns)
+    frames, at = encode_pull_answers(
+        column([r[0] for r in rows], dtype=np.int64),
+        column([r[1] for r in rows], dtype=np.int64),
+        column([r[2] for r in rows], dtype=np.int64),
+        column([r[3] for r in rows], dtype=np.int64).reshape(len(rows), 4).T.copy(),
+        column([r[4] for r in rows], dtype=np.int64),
+        np.frombuffer(remarks, dtype=np.uint8).copy(),
+        remark_at,
+        np.frombuffer(bytearray(records), dtype=np.uint8),
+        starts,
+        ends,
+    )
+    assert frames.tobytes() == expected
+    assert at[0] == 0 and at[-1] == len(expected) and len(at) == len(rows) + 1
+
+
+def fill(r: Remoting) -> None:
+    r.store.create_topic("T", 2)
+    for i in range(40):
+        assert r.store.put_message(Message("T", f"m{i}".encode(), tags=f"t{i % 2}", queue_id=i % 2)).ok
+    r.store.wait_dispatched()
+
+
+def expected_answer(r: Remoting, cmd: RemotingCommand) -> tuple[int, str | None, dict[str, str], bytes]:
+    """What the handler answers: code, remark, header and the records as stored."""
+    ext = cmd.ext_fields
+    offset = int(ext["queueOffset"])
+    tags = None if ext["subscription"] == "*" else ext["subscription"]
+    got = r.store.get_message("g", ext["topic"], int(ext["queueId"]), offset, int(ext["maxMsgNums"]), tags)
+    header = to_ext(
+        suggestWhichBrokerId=0,
+        nextBeginOffset=got.next_begin_offset,
+        minOffset=got.min_offset,
+        maxOffset=got.max_offset,
+    )
+    code = response_code(got.status, offset)
+    remark = None if code == ResponseCode.SUCCESS else got.status.value
+    return code, remark, header, b"".join(bytes(m.record_view) for m in got.messages)
+
+
+def test_pipelined_pulls_of_many_connections_are_answered_in_bulk(start_remoting: StartRemoting) -> None:
+    r = start_remoting()
+    fill(r)
+    pulls = r.broker.remoting.broker.pulls
+    assert pulls is not None
+    before = pulls.answered
+    variants = [
+        pull_ext("T", 0),
+        pull_ext("T", 3, queueId=1, maxMsgNums=5),
+        pull_ext("T", 2, sub="t0 || t1"),
+        pull_ext("T", 0, sub="t1"),  # queue 0 holds t0 only: nothing matches
+        pull_ext("T", 20),  # the end of the queue, not suspended
+        pull_ext("T", 90),  # far past it: OFFSET_MOVED
+        pull_ext("T", 19, queueId=1),
+    ]
+    with RawClient(r.port) as a, RawClient(r.port) as b:
+        sent: dict[RawClient, list[RemotingCommand]] = {a: [], b: []}
+        for c, kind in ((a, SERIALIZE_JSON), (b, SERIALIZE_ROCKETMQ)):
+            for i, ext in enumerate(variants * 3):
+                cmd = RemotingCommand(
+                    RequestCode.PULL_MESSAGE, opaque=1000 + i, ext_fields=ext, serialize_type=kind
+                )
+                sent[c].append(cmd)
+            refused = RemotingCommand(
+                RequestCode.PULL_MESSAGE, opaque=5000, ext_fields=pull_ext("Nope", 0), serialize_type=kind
+            )
+            oneway = RemotingCommand(
+                RequestCode.PULL_MESSAGE, opaque=6000, flag=FLAG_ONEWAY, ext_fields=pull_ext("T", 0)
+            )
+            c.send_raw(b"".join(frame(cmd) for cmd in [*sent[c], refused, oneway]))
+        for c, kind in ((a, SERIALIZE_JSON), (b, SERIALIZE_ROCKETMQ)):
+            for cmd in sent[c]:
+                got = c.response_to(cmd.opaque)
+                want = expected_answer(r, cmd)
+                assert (got.code, got.remark, got.ext_fields, got.body) == want, cmd.ext_fields
+                assert got.serialize_type == kind and got.is_response
+            nope = c.response_to(5000)
+            assert nope.code == ResponseCode.TOPIC_NOT_EXIST
+            assert nope.remark == "topic[Nope] not exist, apply first please!"
+            # nothing answers the oneway pull: the next answer is to the next request
+            assert c.call(RequestCode.PULL_MESSAGE, pull_ext("T", 1)).opaque != 6000
+    assert pulls.answered - before >= 2 * 3 * len(variants)
+
+
+def test_a_pull_that_finds_nothing_parks_and_the_others_are_answered_meanwhile(
+    start_remoting: StartRemoting,
+) -> None:
+    r = start_remoting()
+    fill(r)
+    with RawClient(r.port) as c:
+        parked = RemotingCommand(
+            RequestCode.PULL_MESSAGE, opaque=1, ext_fields=pull_ext("T", 20, sys_flag=0x6, suspend=20000)
+        )
+        quick = RemotingCommand(RequestCode.PULL_MESSAGE, opaque=2, ext_fields=pull_ext("T", 0))
+        c.send_raw(frame(parked) + frame(quick))
+        first = c.read()
+        assert first.opaque == 2 and first.code == ResponseCode.SUCCESS
+        assert r.store.put_message(Message("T", b"late", queue_id=0)).ok
+        late = c.response_to(1)
+        assert late.code == ResponseCode.SUCCESS and late.ext_fields["nextBeginOffset"] == "21"
+        assert bodies(late.body) == [(20, b"late")]
+
+
+weird_number = st.sampled_from(
+    ["", "+5", "-0", "007", "1_0", " 1", "--3", "x", "9" * 20, "٣", "2147483648", "-2147483649"]
+)
+FIELDS = (
+    "consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset",
+    "suspendTimeoutMillis", "subscription", "subVersion", "expressionType",
+)  # fmt: skip
+
+
+@st.composite
+def pull_fields(draw: st.DrawFn) -> dict[str, str]:
+    """A pull's extFields: mostly what a client sends, some fields dropped or made odd."""
+    ext = {
+        "consumerGroup": draw(st.sampled_from(["g", "cg-1", "", "é"])),
+        "topic": draw(st.sampled_from(["T", "%RETRY%g", "", "a b"])),
+        "queueId": str(draw(st.integers(-(2**31), 2**31 - 1))),
+        "queueOffset": str(draw(st.integers(-(2**63), 2**63 - 1))),
+        "maxMsgNums": str(draw(st.integers(-5, 100))),
+        "sysFlag": str(draw(st.integers(0, 15))),
+        "commitOffset": str(draw(st.integers(-(2**63), 2**63 - 1))),
+        "suspendTimeoutMillis": str(draw(st.integers(-5, 10**6))),
+        "subscription": draw(st.sampled_from(["*", "a || b", "", "é"])),
+        "subVersion": str(draw(st.integers(-(2**63), 2**63 - 1))),
+        "expressionType": draw(st.sampled_from(["TAG", "SQL92", ""])),
+    }
+    for name in draw(st.lists(st.sampled_from(FIELDS), max_size=2)):
+        if draw(st.booleans()):
+            ext.pop(name, None)
+        else:
+            ext[name] = draw(weird_number)
+    if draw(st.booleans()):
+        ext["other"] = draw(st.text(max_size=5))
+    return ext
+
+
+def test_parked_pulls_are_bounded_woken_together_and_expire(start_remoting: StartRemoting) -> None:
+    r = start_remoting()
+    fill(r)
+    pulls = r.broker.remoting.broker.pulls
+    assert pulls is not None
+    processor = r.broker.remoting.broker._handlers[RequestCode.PULL_MESSAGE].__self__  # type: ignore[union-attr, attr-defined]
+    processor.max_suspended = 3
+    with RawClient(r.port) as a, RawClient(r.port) as b:
+        parked = [
+            RemotingCommand(
+                RequestCode.PULL_MESSAGE,
+                opaque=10 + i,
+                ext_fields=pull_ext("T", 20, sys_flag=0x6, suspend=20000),
+            )
+            for i in range(3)
+        ]
+        a.send_raw(b"".join(frame(cmd) for cmd in parked))
+        wait_for(lambda: pulls.parked == 3 and processor.suspended == 3, "three parked pulls")
+        # a fourth is past the bound: SYSTEM_BUSY, which the client retries later
+        busy = b.call(RequestCode.PULL_MESSAGE, pull_ext("T", 20, sys_flag=0x6, suspend=20000))
+        assert busy.code == ResponseCode.SYSTEM_BUSY and "3 pulls are suspended" in (busy.remark or "")
+        # one message wakes all three (same queue, same offset)
+        assert r.store.put_message(Message("T", b"wake", queue_id=0)).ok
+        for cmd in parked:
+            got = a.response_to(cmd.opaque)
+            assert got.code == ResponseCode.SUCCESS and bodies(got.body) == [(20, b"wake")]
+        assert pulls.parked == 0 and processor.suspended == 0
+        # nothing comes for another queue: answered NOT_FOUND when its time is over
+        quiet = b.call(RequestCode.PULL_MESSAGE, pull_ext("T", 20, queueId=1, sys_flag=0x6, suspend=200))
+        assert quiet.code == ResponseCode.PULL_NOT_FOUND and quiet.ext_fields["nextBeginOffset"] == "20"
+        # a parked pull whose connection closes is let go
+        with RawClient(r.port) as gone:
+            gone.send(
+                RemotingCommand(
+                    RequestCode.PULL_MESSAGE,
+                    ext_fields=pull_ext("T", 20, queueId=1, sys_flag=0x6, suspend=20000),
+                )
+            )
+            wait_for(lambda: pulls.parked == 1, "the pull to be parked")
+        assert r.store.put_message(Message("T", b"late", queue_id=1)).ok
+        wait_for(lambda: pulls.parked == 0 and processor.suspended == 0, "the closed connection's pull to go")
+
+
+def python_header(ext: dict[str, str]) -> tuple[object, ...] | None:
+    """What the handler reads of a pull's extFields, or None where it refuses or would raise."""
+    from rocketstore.broker.remoting.headers import number, optional_number
+    from rocketstore.broker.remoting.refusal import RequestRefused
+
+    try:
+        sys_flag = number(ext, "sysFlag")
+        raw = ext.get("subVersion") or "0"
+        version = int(raw) if raw.lstrip("-").isdigit() else 0
+        values = (
+            ext.get("consumerGroup"),
+            ext.get("topic"),
+            number(ext, "queueId", java_int=True),
+            number(ext, "queueOffset"),
+            number(ext, "maxMsgNums"),
+            sys_flag,
+            number(ext, "commitOffset") if sys_flag & 1 else optional_number(ext, "nothing"),
+            number(ext, "suspendTimeoutMillis") if sys_flag & 2 else optional_number(ext, "nothing"),
+            version,
+            ext.get("subscription") or None,
+            ext.get("expressionType") or None,
+        )
+    except (RequestRefused, ValueError):
+        return None
+    return None if values[0] is None or values[1] is None else values
+
+
+@settings(max_examples=400, deadline=None)
+@given(pull_fields(), st.sampled_from([SERIALIZE_JSON, SERIALIZE_ROCKETMQ]), st.integers(0, 2**31 - 1))
+def test_the_compiled_pull_reader_reads_what_the_handler_reads(
+    ext: dict[str, str], kind: int, opaque: int
+) -> None:
+    from rocketstore.broker.remoting.command import decode_command, scan_pull
+    from rocketstore.broker.remoting.server import _pull_request
+
+    data = frame(RemotingCommand(RequestCode.PULL_MESSAGE, opaque, ext_fields=ext, serialize_type=kind))
+    ok, numbers, texts = scan_pull(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)
+    decoded = decode_command(memoryview(data)[4:])
+    want = python_header(decoded.ext_fields)
+    if not ok:
+        return  # the handler's way: nothing to compare
+    assert want is not None, ext  # the compiled reader takes only what the handler reads whole
+    cmd, header = _pull_request(numbers.tolist(), texts.tobytes())
+    assert (cmd.code, cmd.opaque, cmd.flag, cmd.serialize_type) == (
+        RequestCode.PULL_MESSAGE,
+        opaque,
+        0,
+        kind,
+    )
+    got = tuple(header)
+    # absent commit / suspend fields are 0 to the compiled reader, None here; empty texts None
+    expected = tuple(0 if (i in (6, 7) and v is None) else v for i, v in enumerate(want))
+    got = got[:9] + tuple(v or None for v in got[9:])
+    assert got == expected, ext
+
+
+def test_the_compiled_pull_reader_takes_the_java_clients_pulls() -> None:
+    from rocketstore.broker.remoting.command import scan_pull
+
+    for kind in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
+        ext = pull_ext("T", 7, sys_flag=0x7, suspend=15000, commitOffset=3)
+        data = frame(RemotingCommand(RequestCode.PULL_MESSAGE, 9, ext_fields=ext, serialize_type=kind))
+        assert scan_pull(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)[0]
+        # not a pull, a response, a pull without a topic: the handler's
+        for cmd in (
+            RemotingCommand(RequestCode.HEART_BEAT, 1, ext_fields=ext, serialize_type=kind),
+            RemotingCommand(RequestCode.PULL_MESSAGE, 1, 1, ext_fields=ext, serialize_type=kind),
+            RemotingCommand(
+                RequestCode.PULL_MESSAGE,
+                1,
+                ext_fields={k: v for k, v in ext.items() if k != "topic"},
+                serialize_type=kind,
+            ),
+        ):
+            data = frame(cmd)
+            assert not scan_pull(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)[0]
