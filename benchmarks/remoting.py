@@ -2,7 +2,7 @@
 (remoting protocol), on this machine in the same run.
 
 For each flush mode (``--flush``), body size (``--sizes``) and repeat, each broker is started fresh on
-an empty store with the same file geometry, its benchmark topic created with 8 queues, and three
+an empty store with the same file geometry, its benchmark topic created with 8 queues, and five
 phases run one after the other, each for ``--seconds`` rounded up to whole 10-s windows of the
 programs' output and at least two of them:
 
@@ -12,7 +12,11 @@ programs' output and at least two of them:
 * ``batch``: ``benchmark BatchProducer -b 16 -w THREADS -s SIZE``,
 * ``consume``: ``benchmark Consumer`` with a ``BatchProducer`` feeding it at the same time (a
   consumer alone could drain the backlog within its first window, and its rate would be the
-  backlog's size).
+  backlog's size); the feeding producer's rate is given too, as the two share the broker,
+* ``drain``: ``benchmark Consumer`` alone, a new group from the queues' first offset, over everything
+  the other phases stored: the broker's delivery rate with nothing else to do. A window in which the
+  consumer found the backlog's end (its rate under half its best window's) ends the measurement;
+  the figure then says ``≥`` (at least: the backlog ran out, not the broker).
 
 The programs print one line every 10 s; the first window (JVM start, JIT, connection set-up) is left
 out and the figures are the other windows': send TPS (messages/s; ``BatchProducer``'s "MPS"),
@@ -205,16 +209,33 @@ def measure(
         "batch_cpu": b["cpu_per_m"],
         "batch_loop": b["loop_per_m"],
     }
-    consumer, _ = run_programs(
+    consumer, feed = run_programs(
         dist, broker, [["Consumer", "-t", TOPIC], ["BatchProducer", *common, "-b", "16"]], windows
     )
     c = steady(consumer.windows, "TPS")
+    # the feeding producer's windows that ended within the consumer's measured ones
+    fed = [w.stats.get("Send MPS", 0.0) for w in feed.windows[1 : len(consumer.windows)]]
     row |= {
         "consume_tps": c["tps"],
+        "consume_feed_tps": statistics.fmean(fed) if fed else math.nan,
         "consume_avg_rt": statistics.fmean(w.stats["AVG(S2C) RT(ms)"] for w in consumer.windows[1:]),
         "consume_max_rt": max(w.stats["MAX(S2C) RT(ms)"] for w in consumer.windows[1:]),
         "consume_cpu": c["cpu_per_m"],
         "consume_loop": c["loop_per_m"],
+    }
+    [drain] = run_programs(dist, broker, [["Consumer", "-t", TOPIC]], windows)
+    windows_before_end = drain.windows[:2]  # the warm-up window and the first measured one
+    for w in drain.windows[2:]:
+        if w.stats.get("TPS", 0.0) < 0.5 * max(x.stats.get("TPS", 0.0) for x in windows_before_end[1:]):
+            break
+        windows_before_end.append(w)
+    d = steady(windows_before_end, "TPS")
+    row |= {
+        "drain_tps": d["tps"],
+        "drain_cpu": d["cpu_per_m"],
+        "drain_loop": d["loop_per_m"],
+        # 1: the backlog ran out within the measured windows (the rate is a floor)
+        "drain_ran_out": float(len(windows_before_end) < len(drain.windows)),
     }
     return row
 
@@ -281,17 +302,22 @@ COLUMNS = [
     ("batch CPU s/M", "batch_cpu", 1),
     ("batch loop CPU s/M", "batch_loop", 1),
     ("consume TPS", "consume_tps", 0),
+    ("consume feed MPS", "consume_feed_tps", 0),
     ("consume avg S2C RT ms", "consume_avg_rt", 2),
     ("consume max S2C RT ms", "consume_max_rt", 0),
     ("consume CPU s/M", "consume_cpu", 1),
     ("consume loop CPU s/M", "consume_loop", 1),
+    ("drain TPS", "drain_tps", 0),
+    ("drain CPU s/M", "drain_cpu", 1),
+    ("drain loop CPU s/M", "drain_loop", 1),
 ]
 
 
 def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: argparse.Namespace) -> str:
     lines = [
         f"RocketMQ's benchmark programs (`Producer`, `BatchProducer -b 16`, `Consumer` fed by a "
-        f"`BatchProducer`), {args.threads} producer threads (send4: {args.app_threads}), "
+        f"`BatchProducer`, `Consumer` alone draining the backlog), {args.threads} producer threads "
+        f"(send4: {args.app_threads}), "
         f"{args.repeat} run(s) of "
         f"{args.windows - 1} measured 10-s window(s) per phase; median (range). CPU: the broker's "
         f"CPU seconds per million messages (loop: rocketstore's event-loop thread alone). "
@@ -303,6 +329,9 @@ def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: arg
     ]
     for (flush, size, kind), rows in results.items():
         cells = [fmt([r[key] for r in rows], digits) for _, key, digits in COLUMNS]
+        if any(r.get("drain_ran_out") for r in rows):
+            drain = [c[1] for c in COLUMNS].index("drain_tps")
+            cells[drain] = "≥ " + cells[drain]
         lines.append(f"| {flush} | {size} B | {kind} | " + " | ".join(cells) + " |")
     failed = {k: sum(r["send_failed"] + r["send4_failed"] for r in rows) for k, rows in results.items()}
     if any(failed.values()):
