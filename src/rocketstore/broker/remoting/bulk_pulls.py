@@ -115,6 +115,8 @@ class BulkPulls:
         self._scheduled = False
         waiting = self._waiting
         pulls = [waiting.popleft() for _ in range(min(len(waiting), _MAX_ROUND_PULLS))]
+        for pull in pulls:
+            pull.handled = False  # (a parked one is this round's again)
         try:
             if pulls:
                 await self._read(pulls)
@@ -251,7 +253,6 @@ class BulkPulls:
 
     def _wake(self, pull: _Pull, now: float) -> None:
         pull.read_at += now - pull.parked_at  # waiting on purpose is not slowness
-        pull.handled = False
         self._waiting.append(pull)
         self._schedule()
 

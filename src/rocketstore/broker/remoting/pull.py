@@ -240,16 +240,16 @@ class PullProcessor:
             mark = arrival.mark()
             result, read_ms = await self._read(args)
             if args.suspends and response_code(result.status, args.offset) is ResponseCode.PULL_NOT_FOUND:
-                return await self.parked(cmd, args, mark)
-        return self.answer(cmd, args, result, read_ms)
+                return await self._after_park(cmd, args, mark)
+        return self._answer(cmd, args, result, read_ms)
 
-    async def parked(self, cmd: RemotingCommand, args: PullArgs, mark: asyncio.Event) -> RemotingCommand:
+    async def _after_park(self, cmd: RemotingCommand, args: PullArgs, mark: asyncio.Event) -> RemotingCommand:
         """The answer to a pull that found nothing at first: read again once messages arrive in
         its queue (``mark`` was taken before that first read) or its suspend time is over."""
         with self.ctx.arrival.watching():
             await self._park(args.topic, args.queue_id, args.offset, args.suspend_s, mark)
             result, read_ms = await self._read(args)
-        return self.answer(cmd, args, result, read_ms)
+        return self._answer(cmd, args, result, read_ms)
 
     async def _read(self, args: PullArgs) -> tuple[GetMessageResult, int]:
         started = time.monotonic()
@@ -264,7 +264,7 @@ class PullProcessor:
         )
         return result, int((time.monotonic() - started) * 1000)
 
-    def answer(
+    def _answer(
         self, cmd: RemotingCommand, args: PullArgs, result: GetMessageResult, read_ms: int
     ) -> RemotingCommand:
         code = response_code(result.status, args.offset)
