@@ -1189,6 +1189,37 @@ def _put_ids(
     return o
 
 
+@kernel(cache=True, nogil=True, inline="always")
+def _put_binary_number(out: npt.NDArray[np.uint8], o: int, key: npt.NDArray[np.uint8], value: int) -> int:
+    """One extFields entry of a binary header: ``key`` (with its length) and ``value`` as text."""
+    o = _put_bytes(out, o, key)
+    v_at = o
+    o = _put_decimal(out, o + 4, value)
+    put_int(out, v_at, o - v_at - 4, 4)
+    return o
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def _put_binary_head(
+    out: npt.NDArray[np.uint8],
+    o: int,
+    code: int,
+    opaque: int,
+    text: npt.NDArray[np.uint8],
+    remark_at: int,
+    remark_len: int,
+) -> int:
+    """A binary response header's fixed fields (language JAVA, this version) and its remark
+    ``text[remark_at:remark_at + remark_len]``, up to its extFields."""
+    put_int(out, o, code, 2)
+    put_int(out, o + 2, 0, 1)  # JAVA
+    put_int(out, o + 3, VERSION, 2)
+    put_int(out, o + 5, opaque, 4)
+    put_int(out, o + 9, FLAG_RESPONSE, 4)
+    put_int(out, o + 13, remark_len, 4)
+    return copy_bytes(out, o + 17, text, remark_at, remark_len)
+
+
 @kernel(cache=True)  # holds the GIL (see scan_frames)
 def encode_send_answers(
     kinds: npt.NDArray[np.int64],
@@ -1235,33 +1266,15 @@ def encode_send_answers(
                 o = _put_bytes(out, o, json_remark)
             o = _put_bytes(out, o, _J_END)
         else:
-            put_int(out, o, code, 2)
-            o += 2
-            put_int(out, o, 0, 1)  # JAVA
-            o += 1
-            put_int(out, o, VERSION, 2)
-            o += 2
-            put_int(out, o, opaques[i], 4)
-            o += 4
-            put_int(out, o, FLAG_RESPONSE, 4)
-            o += 4
-            put_int(out, o, len(remark), 4)
-            o += 4
-            o = _put_bytes(out, o, remark)
+            o = _put_binary_head(out, o, code, opaques[i], remark, 0, len(remark))
             ext_at = o
             o += 4
             o = _put_bytes(out, o, _B_ID)
             id_at = o
             o = _put_ids(out, o + 4, prefix, phys, first[i], ends[i])
             put_int(out, id_at, o - id_at - 4, 4)
-            o = _put_bytes(out, o, _B_QUEUE)
-            v_at = o
-            o = _put_decimal(out, o + 4, queue_ids[i])
-            put_int(out, v_at, o - v_at - 4, 4)
-            o = _put_bytes(out, o, _B_OFFSET)
-            v_at = o
-            o = _put_decimal(out, o + 4, queue_offsets[i])
-            put_int(out, v_at, o - v_at - 4, 4)
+            o = _put_binary_number(out, o, _B_QUEUE, queue_ids[i])
+            o = _put_binary_number(out, o, _B_OFFSET, queue_offsets[i])
             o = _put_bytes(out, o, _B_REGION)
             put_int(out, o, len(_REGION), 4)
             o += 4
@@ -1298,16 +1311,6 @@ _PULL_BINARY_KEYS = [
     for k in (b"suggestWhichBrokerId", b"nextBeginOffset", b"minOffset", b"maxOffset")
 ]
 _PB_BROKER, _PB_NEXT, _PB_MIN, _PB_MAX = _PULL_BINARY_KEYS
-
-
-@kernel(cache=True, nogil=True, inline="always")
-def _put_binary_number(out: npt.NDArray[np.uint8], o: int, key: npt.NDArray[np.uint8], value: int) -> int:
-    """One extFields entry of a binary header: ``key`` (with its length) and ``value`` as text."""
-    o = _put_bytes(out, o, key)
-    v_at = o
-    o = _put_decimal(out, o + 4, value)
-    put_int(out, v_at, o - v_at - 4, 4)
-    return o
 
 
 @kernel(cache=True)  # holds the GIL (see scan_frames)
@@ -1365,20 +1368,7 @@ def encode_pull_answers(
                 o = _put_bytes(out, o, _PA_QUOTE)
             o = _put_bytes(out, o, _PA_END)
         else:
-            put_int(out, o, codes[i], 2)
-            o += 2
-            put_int(out, o, 0, 1)  # JAVA
-            o += 1
-            put_int(out, o, VERSION, 2)
-            o += 2
-            put_int(out, o, opaques[i], 4)
-            o += 4
-            put_int(out, o, FLAG_RESPONSE, 4)
-            o += 4
-            put_int(out, o, r_len, 4)
-            o += 4
-            if r_len:
-                o = copy_bytes(out, o, remarks, r_at, r_len)
+            o = _put_binary_head(out, o, codes[i], opaques[i], remarks, r_at, r_len)
             ext_at = o
             o += 4
             o = _put_binary_number(out, o, _PB_BROKER, numbers[0, i])
