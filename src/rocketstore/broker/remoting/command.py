@@ -1121,23 +1121,27 @@ def scan_pull(
     return True, out, texts[:o]
 
 
-_JSON_ANSWER_PARTS = [
-    np.frombuffer(part, dtype=np.uint8).copy()
-    for part in (
-        b'{"code":',
-        b',"extFields":{"msgId":"',
-        b'","queueId":"',
-        b'","queueOffset":"',
-        b'","MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"flag":1,"language":"JAVA","opaque":',
-        b',"remark":',
-        b',"serializeTypeCurrentRPC":"JSON","version":' + str(VERSION).encode() + b"}",
-    )
-]
+def _byte_arrays(*parts: bytes) -> list[npt.NDArray[np.uint8]]:
+    """Constant byte strings as the arrays the answer kernels copy from."""
+    return [np.frombuffer(part, dtype=np.uint8).copy() for part in parts]
+
+
+_JSON_ANSWER_PARTS = _byte_arrays(
+    b'{"code":',
+    b',"extFields":{"msgId":"',
+    b'","queueId":"',
+    b'","queueOffset":"',
+    b'","MSG_REGION":"DefaultRegion","TRACE_ON":"true"},"flag":1,"language":"JAVA","opaque":',
+    b',"remark":',
+    b',"serializeTypeCurrentRPC":"JSON","version":' + str(VERSION).encode() + b"}",
+)
 _J_CODE, _J_ID, _J_QUEUE, _J_OFFSET, _J_REST, _J_REMARK, _J_END = _JSON_ANSWER_PARTS
-_BINARY_KEYS = [
-    np.frombuffer(struct.pack(">h", len(k)) + k, dtype=np.uint8).copy()
-    for k in (b"msgId", b"queueId", b"queueOffset", b"MSG_REGION", b"TRACE_ON")
-]
+_BINARY_KEYS = _byte_arrays(
+    *(
+        struct.pack(">h", len(k)) + k
+        for k in (b"msgId", b"queueId", b"queueOffset", b"MSG_REGION", b"TRACE_ON")
+    )
+)
 _B_ID, _B_QUEUE, _B_OFFSET, _B_REGION, _B_TRACE = _BINARY_KEYS
 _REGION = np.frombuffer(b"DefaultRegion", dtype=np.uint8).copy()
 _TRUE_TEXT = np.frombuffer(b"true", dtype=np.uint8).copy()
@@ -1291,25 +1295,24 @@ def encode_send_answers(
     return out[:o], at
 
 
-_PULL_JSON_PARTS = [
-    np.frombuffer(part, dtype=np.uint8).copy()
-    for part in (
-        b'{"code":',
-        b',"extFields":{"suggestWhichBrokerId":"',
-        b'","nextBeginOffset":"',
-        b'","minOffset":"',
-        b'","maxOffset":"',
-        b'"},"flag":1,"language":"JAVA","opaque":',
-        b',"remark":"',
-        b'"',
-    )
-]
+_PULL_JSON_PARTS = _byte_arrays(
+    b'{"code":',
+    b',"extFields":{"suggestWhichBrokerId":"',
+    b'","nextBeginOffset":"',
+    b'","minOffset":"',
+    b'","maxOffset":"',
+    b'"},"flag":1,"language":"JAVA","opaque":',
+    b',"remark":"',
+    b'"',
+)
 _PA_CODE, _PA_BROKER, _PA_NEXT, _PA_MIN, _PA_MAX, _PA_OPAQUE, _PA_REMARK, _PA_QUOTE = _PULL_JSON_PARTS
 _PA_END = _J_END
-_PULL_BINARY_KEYS = [
-    np.frombuffer(struct.pack(">h", len(k)) + k, dtype=np.uint8).copy()
-    for k in (b"suggestWhichBrokerId", b"nextBeginOffset", b"minOffset", b"maxOffset")
-]
+_PULL_BINARY_KEYS = _byte_arrays(
+    *(
+        struct.pack(">h", len(k)) + k
+        for k in (b"suggestWhichBrokerId", b"nextBeginOffset", b"minOffset", b"maxOffset")
+    )
+)
 _PB_BROKER, _PB_NEXT, _PB_MIN, _PB_MAX = _PULL_BINARY_KEYS
 
 
