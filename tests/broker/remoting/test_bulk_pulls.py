@@ -327,3 +327,38 @@ def test_the_compiled_pull_reader_takes_the_java_clients_pulls() -> None:
         ):
             data = frame(cmd)
             assert not scan_pull(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)[0]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    pull_fields(),
+    st.sampled_from([SERIALIZE_JSON, SERIALIZE_ROCKETMQ]),
+    st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=6),
+    st.integers(0, 400),
+)
+def test_the_compiled_pull_reader_survives_damaged_frames(
+    ext: dict[str, str], kind: int, flips: list[tuple[int, int]], cut: int
+) -> None:
+    """Bytes changed and frames cut short: the reader says no or reads what the decoder reads,
+    and never fails or reads outside the frame."""
+    from rocketstore.broker.remoting.command import decode_command, scan_pull
+    from rocketstore.broker.remoting.server import _pull_request
+
+    data = bytearray(frame(RemotingCommand(RequestCode.PULL_MESSAGE, 5, ext_fields=ext, serialize_type=kind)))
+    for at, value in flips:
+        data[4 + at % (len(data) - 4)] = value
+    body = bytes(data[4 : max(4, len(data) - cut)])
+    # the frame sits inside a larger buffer: nothing past its end may be read
+    buffer = np.frombuffer(b"\x00" * 3 + body + b"\xff" * 16, dtype=np.uint8)
+    ok, numbers, texts = scan_pull(buffer, 3, len(body))
+    if not ok:
+        return
+    decoded = decode_command(body)  # what the compiled reader takes, the decoder takes too
+    assert decoded.code == RequestCode.PULL_MESSAGE and not decoded.is_response
+    assert numbers[0] == decoded.serialize_type and numbers[1] == decoded.opaque
+    want = python_header(decoded.ext_fields)
+    assert want is not None
+    _, header = _pull_request(numbers.tolist(), texts.tobytes())
+    got = tuple(header)
+    expected = tuple(0 if (i in (6, 7) and v is None) else v for i, v in enumerate(want))
+    assert got[:9] + tuple(v or None for v in got[9:]) == expected
