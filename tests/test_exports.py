@@ -27,6 +27,8 @@ PUBLIC = {
     "PutMessageResult",
     "PutStatus",
     "ReclaimReport",
+    "RecordRead",
+    "RecordsResult",
     "RocketStoreError",
     "StoreAccessError",
     "StoreClosedError",
