@@ -38,8 +38,8 @@ import numpy as np
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand, encode_pull_answers
 from rocketstore.broker.remoting.context import RemotingContext
-from rocketstore.broker.remoting.headers import PullHeader, to_ext
-from rocketstore.broker.remoting.pull import PullArgs, PullProcessor, response_code
+from rocketstore.broker.remoting.headers import PullHeader
+from rocketstore.broker.remoting.pull import PullArgs, PullProcessor, pull_response, response_code
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.results import GetStatus, RecordRead, RecordsResult
 
@@ -376,13 +376,12 @@ def _failed(cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
 
 def _response(cmd: RemotingCommand, found: RecordsResult, i: int, code: int) -> RemotingCommand:
     """Read i's answer as a command (``encode_pull_answers`` writes the same bytes)."""
-    header = to_ext(
-        suggestWhichBrokerId=0,
-        nextBeginOffset=int(found.next_begin_offsets[i]),
-        minOffset=int(found.min_offsets[i]),
-        maxOffset=int(found.max_offsets[i]),
+    return pull_response(
+        cmd,
+        code,
+        found.statuses[i],
+        int(found.next_begin_offsets[i]),
+        int(found.min_offsets[i]),
+        int(found.max_offsets[i]),
+        memoryview(found.records)[int(found.starts[i]) : int(found.starts[i + 1])],
     )
-    if code != ResponseCode.SUCCESS:
-        return cmd.response(code, remark=found.statuses[i].value, ext_fields=header)
-    body = memoryview(found.records)[int(found.starts[i]) : int(found.starts[i + 1])]
-    return cmd.response(ext_fields=header, body=body)

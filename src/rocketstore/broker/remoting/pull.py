@@ -37,7 +37,7 @@ from rocketstore.broker.request_log import parked
 from rocketstore.config import BrokerRole
 from rocketstore.results import GetMessageResult, GetStatus
 
-__all__ = ["MAX_SUSPEND_S", "PullArgs", "PullProcessor", "pull_processor", "response_code"]
+__all__ = ["MAX_SUSPEND_S", "PullArgs", "PullProcessor", "pull_processor", "pull_response", "response_code"]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
@@ -71,6 +71,25 @@ def response_code(status: GetStatus, offset: int) -> ResponseCode:
     if code is not None:
         return code
     return ResponseCode.PULL_NOT_FOUND if offset == 0 else ResponseCode.PULL_OFFSET_MOVED
+
+
+def pull_response(
+    cmd: RemotingCommand,
+    code: int,
+    status: GetStatus,
+    next_begin_offset: int,
+    min_offset: int,
+    max_offset: int,
+    body: bytes | memoryview,
+) -> RemotingCommand:
+    """The answer to the pull ``cmd`` (``command.encode_pull_answers`` writes the same bytes):
+    any code but SUCCESS carries the read's status as its remark and no body."""
+    header = to_ext(
+        suggestWhichBrokerId=0, nextBeginOffset=next_begin_offset, minOffset=min_offset, maxOffset=max_offset
+    )
+    if code != ResponseCode.SUCCESS:
+        return cmd.response(code, remark=status.value, ext_fields=header)
+    return cmd.response(ext_fields=header, body=body)
 
 
 def pull_processor(ctx: RemotingContext) -> PullProcessor:
@@ -268,14 +287,10 @@ class PullProcessor:
         self, cmd: RemotingCommand, args: PullArgs, result: GetMessageResult, read_ms: int
     ) -> RemotingCommand:
         code = response_code(result.status, args.offset)
-        header = to_ext(
-            suggestWhichBrokerId=0,
-            nextBeginOffset=result.next_begin_offset,
-            minOffset=result.min_offset,
-            maxOffset=result.max_offset,
+        body = b""
+        if code is ResponseCode.SUCCESS:
+            body = b"".join([m.record_view for m in result.messages])
+            self.ctx.metrics.stats.count_get(args.topic, args.group, len(result.messages), len(body), read_ms)
+        return pull_response(
+            cmd, code, result.status, result.next_begin_offset, result.min_offset, result.max_offset, body
         )
-        if code is not ResponseCode.SUCCESS:
-            return cmd.response(code, remark=result.status.value, ext_fields=header)
-        body = b"".join([m.record_view for m in result.messages])
-        self.ctx.metrics.stats.count_get(args.topic, args.group, len(result.messages), len(body), read_ms)
-        return cmd.response(ext_fields=header, body=body)
