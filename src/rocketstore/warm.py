@@ -209,8 +209,8 @@ def _remoting_frames() -> None:
         encode_command,
         encode_pull_answers,
         encode_send_answers,
+        scan_consumer_request,
         scan_frames,
-        scan_pull,
     )
     from rocketstore.broker.remoting.headers import SendMessageHeader
     from rocketstore.codec.message_batch import BatchEntry, encode_batch_body
@@ -247,7 +247,7 @@ def _remoting_frames() -> None:
             serialize_type=kind,
         )  # fmt: skip
         encoded = b"".join(bytes(part) for part in encode_command(pull))
-        scan_pull(np.frombuffer(encoded, dtype=np.uint8), 4, len(encoded) - 4)
+        scan_consumer_request(np.frombuffer(encoded, dtype=np.uint8), 4, len(encoded) - 4)
     # pulls' answers, as bulk_pulls writes them: one found, one not
     two = np.arange(2, dtype=np.int64)
     records = np.frombuffer(bytearray(8), dtype=np.uint8)

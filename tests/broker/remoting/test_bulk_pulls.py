@@ -283,17 +283,18 @@ def python_header(ext: dict[str, str]) -> tuple[object, ...] | None:
 def test_the_compiled_pull_reader_reads_what_the_handler_reads(
     ext: dict[str, str], kind: int, opaque: int
 ) -> None:
-    from rocketstore.broker.remoting.command import decode_command, scan_pull
-    from rocketstore.broker.remoting.server import _pull_request
+    from rocketstore.broker.remoting.command import decode_command, scan_consumer_request
+    from rocketstore.broker.remoting.server import _consumer_request
 
     data = frame(RemotingCommand(RequestCode.PULL_MESSAGE, opaque, ext_fields=ext, serialize_type=kind))
-    ok, numbers, texts = scan_pull(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)
+    ok, numbers, texts = scan_consumer_request(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)
     decoded = decode_command(memoryview(data)[4:])
     want = python_header(decoded.ext_fields)
     if not ok:
         return  # the handler's way: nothing to compare
     assert want is not None, ext  # the compiled reader takes only what the handler reads whole
-    cmd, header = _pull_request(numbers.tolist(), texts.tobytes())
+    cmd, header = _consumer_request(numbers.tolist(), texts.tobytes())
+    assert header is not None
     assert (cmd.code, cmd.opaque, cmd.flag, cmd.serialize_type) == (
         RequestCode.PULL_MESSAGE,
         opaque,
@@ -308,12 +309,12 @@ def test_the_compiled_pull_reader_reads_what_the_handler_reads(
 
 
 def test_the_compiled_pull_reader_takes_the_java_clients_pulls() -> None:
-    from rocketstore.broker.remoting.command import scan_pull
+    from rocketstore.broker.remoting.command import scan_consumer_request
 
     for kind in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
         ext = pull_ext("T", 7, sys_flag=0x7, suspend=15000, commitOffset=3)
         data = frame(RemotingCommand(RequestCode.PULL_MESSAGE, 9, ext_fields=ext, serialize_type=kind))
-        assert scan_pull(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)[0]
+        assert scan_consumer_request(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)[0]
         # not a pull, a response, a pull without a topic: the handler's
         for cmd in (
             RemotingCommand(RequestCode.HEART_BEAT, 1, ext_fields=ext, serialize_type=kind),
@@ -326,39 +327,121 @@ def test_the_compiled_pull_reader_takes_the_java_clients_pulls() -> None:
             ),
         ):
             data = frame(cmd)
-            assert not scan_pull(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)[0]
+            assert not scan_consumer_request(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)[0]
 
 
-@settings(max_examples=500, deadline=None)
+OFFSET_CODES = [RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.UPDATE_CONSUMER_OFFSET]
+CONSUMER_CODES = [RequestCode.PULL_MESSAGE, *OFFSET_CODES]
+
+
+def offset_fields(ext: dict[str, str], code: int) -> tuple[object, ...] | None:
+    """What the offset handlers read of ``ext``, or None where they refuse."""
+    from rocketstore.broker.remoting.headers import number, text
+    from rocketstore.broker.remoting.refusal import RequestRefused
+
+    try:
+        values = (text(ext, "consumerGroup"), text(ext, "topic"), number(ext, "queueId", java_int=True))
+        if code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            values += (number(ext, "commitOffset"),)
+    except RequestRefused:
+        return None
+    return values
+
+
+@settings(max_examples=400, deadline=None)
 @given(
     pull_fields(),
+    st.sampled_from(OFFSET_CODES),
+    st.sampled_from([SERIALIZE_JSON, SERIALIZE_ROCKETMQ]),
+    st.integers(0, 2**31 - 1),
+)
+def test_the_compiled_reader_reads_offset_requests_as_their_handlers_do(
+    ext: dict[str, str], code: int, kind: int, opaque: int
+) -> None:
+    from rocketstore.broker.remoting.command import decode_command, scan_consumer_request
+    from rocketstore.broker.remoting.server import _consumer_request
+
+    data = frame(RemotingCommand(code, opaque, ext_fields=ext, serialize_type=kind))
+    ok, numbers, texts = scan_consumer_request(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)
+    if not ok:
+        return
+    want = offset_fields(decode_command(memoryview(data)[4:]).ext_fields, code)
+    assert want is not None, ext  # the compiled reader takes only what the handlers read whole
+    cmd, header = _consumer_request(numbers.tolist(), texts.tobytes())
+    assert header is None
+    assert (cmd.code, cmd.opaque, cmd.flag, cmd.serialize_type) == (code, opaque, 0, kind)
+    assert offset_fields(cmd.ext_fields, code) == want, ext
+
+
+def test_offset_requests_in_either_encoding_on_the_compiled_path(start_remoting: StartRemoting) -> None:
+    """The Java client's UPDATE_CONSUMER_OFFSET and QUERY_CONSUMER_OFFSET, as the compiled reader
+    takes them, stored and answered as their handlers store and answer them."""
+    from rocketstore.broker.remoting.command import scan_consumer_request
+
+    r = start_remoting()
+    fill(r)
+    assert r.broker.remoting.broker.pulls is not None  # the server reads with the compiled reader
+    with RawClient(r.port) as c:
+        for kind, (queue, offset) in zip((SERIALIZE_JSON, SERIALIZE_ROCKETMQ), ((0, 7), (1, 20))):
+            ext = {"consumerGroup": "g", "topic": "T", "queueId": str(queue)}
+            update = {**ext, "commitOffset": str(offset)}
+            for code, fields in (
+                (RequestCode.QUERY_CONSUMER_OFFSET, ext),
+                (RequestCode.UPDATE_CONSUMER_OFFSET, update),
+            ):
+                data = frame(RemotingCommand(code, ext_fields=fields, serialize_type=kind))
+                assert scan_consumer_request(np.frombuffer(data, dtype=np.uint8), 4, len(data) - 4)[0]
+            # nothing committed, the queue from 0 and in memory: from 0 (RocketMQ's rule)
+            first = c.call(RequestCode.QUERY_CONSUMER_OFFSET, ext, serialize_type=kind)
+            assert (first.code, first.ext_fields) == (0, {"offset": "0"}), kind
+            assert c.call(RequestCode.UPDATE_CONSUMER_OFFSET, update, serialize_type=kind).code == 0
+            found = c.call(RequestCode.QUERY_CONSUMER_OFFSET, ext, serialize_type=kind)
+            assert (found.code, found.serialize_type, found.ext_fields) == (0, kind, {"offset": str(offset)})
+            # refusals keep their handler's code and remark
+            past = c.call(
+                RequestCode.UPDATE_CONSUMER_OFFSET, {**ext, "commitOffset": "99"}, serialize_type=kind
+            )
+            assert past.code == ResponseCode.SYSTEM_ERROR
+            assert "commitOffset 99 is out of" in (past.remark or "")
+    assert r.store.consumer_offsets()[("T", "g")] == {0: 7, 1: 20}
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    pull_fields(),
+    st.sampled_from(CONSUMER_CODES),
     st.sampled_from([SERIALIZE_JSON, SERIALIZE_ROCKETMQ]),
     st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=6),
     st.integers(0, 400),
 )
-def test_the_compiled_pull_reader_survives_damaged_frames(
-    ext: dict[str, str], kind: int, flips: list[tuple[int, int]], cut: int
+def test_the_compiled_consumer_reader_survives_damaged_frames(
+    ext: dict[str, str], code: int, kind: int, flips: list[tuple[int, int]], cut: int
 ) -> None:
     """Bytes changed and frames cut short: the reader says no or reads what the decoder reads,
     and never fails or reads outside the frame."""
-    from rocketstore.broker.remoting.command import decode_command, scan_pull
-    from rocketstore.broker.remoting.server import _pull_request
+    from rocketstore.broker.remoting.command import CONSUMER_CODE, decode_command, scan_consumer_request
+    from rocketstore.broker.remoting.server import _consumer_request
 
-    data = bytearray(frame(RemotingCommand(RequestCode.PULL_MESSAGE, 5, ext_fields=ext, serialize_type=kind)))
+    data = bytearray(frame(RemotingCommand(code, 5, ext_fields=ext, serialize_type=kind)))
     for at, value in flips:
         data[4 + at % (len(data) - 4)] = value
     body = bytes(data[4 : max(4, len(data) - cut)])
     # the frame sits inside a larger buffer: nothing past its end may be read
     buffer = np.frombuffer(b"\x00" * 3 + body + b"\xff" * 16, dtype=np.uint8)
-    ok, numbers, texts = scan_pull(buffer, 3, len(body))
+    ok, numbers, texts = scan_consumer_request(buffer, 3, len(body))
     if not ok:
         return
     decoded = decode_command(body)  # what the compiled reader takes, the decoder takes too
-    assert decoded.code == RequestCode.PULL_MESSAGE and not decoded.is_response
+    assert decoded.code in CONSUMER_CODES and not decoded.is_response
+    assert numbers[CONSUMER_CODE] == decoded.code
     assert numbers[0] == decoded.serialize_type and numbers[1] == decoded.opaque
+    cmd, header = _consumer_request(numbers.tolist(), texts.tobytes())
+    if decoded.code != RequestCode.PULL_MESSAGE:
+        want_offsets = offset_fields(decoded.ext_fields, decoded.code)
+        assert want_offsets is not None and offset_fields(cmd.ext_fields, decoded.code) == want_offsets
+        return
     want = python_header(decoded.ext_fields)
-    assert want is not None
-    _, header = _pull_request(numbers.tolist(), texts.tobytes())
+    assert want is not None and header is not None
     got = tuple(header)
     expected = tuple(0 if (i in (6, 7) and v is None) else v for i, v in enumerate(want))
     assert got[:9] + tuple(v or None for v in got[9:]) == expected

@@ -363,7 +363,10 @@ _F_GROUP, _F_TOPIC, _F_DEFAULT, _F_DEFAULT_QUEUES, _F_QUEUE, _F_SYS_FLAG, _F_BOR
 _F_PROPS, _F_RECONSUME, _F_UNIT, _F_MAX_RECONSUME, _F_BATCH, _F_BNAME = range(8, 14)
 _N_FIELDS: Final = 14
 _PULL: Final = int(RequestCode.PULL_MESSAGE)
-# PullMessageRequestHeader's fields (at most _N_FIELDS), after the send fields in the name table
+_QUERY_OFFSET: Final = int(RequestCode.QUERY_CONSUMER_OFFSET)
+_UPDATE_OFFSET: Final = int(RequestCode.UPDATE_CONSUMER_OFFSET)
+# PullMessageRequestHeader's fields (at most _N_FIELDS), after the send fields in the name table;
+# Query- and UpdateConsumerOffsetRequestHeader's are among them, by the same names
 _PULL_FIELD_NAMES: Final = (
     "consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset",
     "suspendTimeoutMillis", "subscription", "subVersion", "expressionType",
@@ -407,9 +410,15 @@ def _i16(u8: npt.NDArray[np.uint8], pos: int) -> int:
 
 
 @kernel(cache=True, nogil=True, inline="always")
+def _is_consumer_request(code: int) -> bool:
+    """A request ``scan_consumer_request`` reads: a pull, a committed offset's query or update."""
+    return code in (_PULL, _QUERY_OFFSET, _UPDATE_OFFSET)
+
+
+@kernel(cache=True, nogil=True, inline="always")
 def _is_hot(code: int) -> bool:
-    """A request whose header the compiled passes read: a send or a pull."""
-    return code in (_SEND_V1, _SEND_V2, _SEND_BATCH, _PULL)
+    """A request whose header the compiled passes read: a send or a consumer's request."""
+    return code in (_SEND_V1, _SEND_V2, _SEND_BATCH) or _is_consumer_request(code)
 
 
 @kernel(cache=True, nogil=True, inline="always")
@@ -572,8 +581,8 @@ def _text_int(t: npt.NDArray[np.uint8], p: int, n: int, low: int, high: int) -> 
 @kernel(cache=True, nogil=True, inline="always")
 def _field_of(t: npt.NDArray[np.uint8], p: int, n: int, code: int) -> int:
     """The header field named ``t[p:p+n]`` of a request of ``code`` (a send's, V2's names or
-    V1's, or a pull's), or -1."""
-    if code == _PULL:
+    V1's, or a consumer's request's), or -1."""
+    if _is_consumer_request(code):
         first, count = 2 * _N_FIELDS, _N_PULL_FIELDS
     else:
         first, count = (_N_FIELDS if code == _SEND_V1 else 0), _N_FIELDS
@@ -854,7 +863,7 @@ def scan_frames(
             o2 = _json_header(u8, at + 4, at + 4 + h, texts, o, head, f_at, f_len)
         else:
             o2 = _binary_header(u8, at + 4, at + 4 + h, texts, o, head, f_at, f_len)
-        if o2 < 0 or head[0] == _PULL:
+        if o2 < 0 or _is_consumer_request(head[0]):
             continue
         if head[2] & FLAG_RESPONSE or f_at[_F_GROUP] < 0 or f_at[_F_TOPIC] < 0 or f_at[_F_DEFAULT] < 0:
             continue
@@ -1009,12 +1018,14 @@ def scan_frames(
     return status, pos, cols[:, :n], topic_rows[:nt], data[:d], texts[:o], extras[:x]
 
 
-# scan_pull's numbers: the frame's header encoding, opaque and flag, then the pull's fields
-PULL_KIND, PULL_OPAQUE, PULL_FLAG, PULL_QUEUE, PULL_OFFSET, PULL_MAX, PULL_SYS_FLAG = range(7)
-PULL_COMMIT, PULL_SUSPEND, PULL_SUB_VERSION = range(7, 10)
+# scan_consumer_request's numbers: the frame's header encoding, opaque and flag, then the
+# request's fields (a pull's all; an offset query's queueId; an update's queueId, commitOffset)
+CONSUMER_KIND, CONSUMER_OPAQUE, CONSUMER_FLAG, CONSUMER_QUEUE, CONSUMER_OFFSET, CONSUMER_MAX = range(6)
+CONSUMER_SYS_FLAG, CONSUMER_COMMIT, CONSUMER_SUSPEND, CONSUMER_SUB_VERSION = range(6, 10)
 # then the spans of its texts (at, length; at -1: absent): group, topic, subscription, type
-PULL_GROUP_AT, PULL_TOPIC_AT, PULL_SUBSCRIPTION_AT, PULL_TYPE_AT = 10, 12, 14, 16
-_PULL_NUMBERS: Final = 18
+CONSUMER_GROUP_AT, CONSUMER_TOPIC_AT, CONSUMER_SUBSCRIPTION_AT, CONSUMER_TYPE_AT = 10, 12, 14, 16
+CONSUMER_CODE: Final = 18  # and the request's code
+_CONSUMER_NUMBERS: Final = 19
 _SPAN_FIELDS = np.array([_P_GROUP, _P_TOPIC, _P_SUBSCRIPTION, _P_TYPE], dtype=np.int64)
 
 
@@ -1048,17 +1059,18 @@ def _leading_code(u8: npt.NDArray[np.uint8], p: int, end: int) -> int:
 
 
 @kernel(cache=True)  # holds the GIL (see scan_frames)
-def scan_pull(
+def scan_consumer_request(
     u8: npt.NDArray[np.uint8], at: int, length: int
 ) -> tuple[bool, npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
-    """The PULL_MESSAGE request in the frame ``u8[at:at+length]`` (without its length field), in
-    either header encoding: (True, its numbers and text spans (PULL_*), the texts), or False for
-    a frame that is not a pull request this pass reads whole, which goes to ``decode_command``:
-    another code, a response, non-ASCII text, a required field absent or out of a Java number's
-    range (consumerGroup, topic, queueId, queueOffset, maxMsgNums, sysFlag; commitOffset when
-    sysFlag asks to commit, suspendTimeoutMillis when it asks to suspend), a subVersion that is
-    not a decimal number."""
-    out = np.full(_PULL_NUMBERS, -1, dtype=np.int64)
+    """The PULL_MESSAGE, QUERY_CONSUMER_OFFSET or UPDATE_CONSUMER_OFFSET request in the frame
+    ``u8[at:at+length]`` (without its length field), in either header encoding: (True, its
+    numbers and text spans (CONSUMER_*), the texts), or False for a frame that is not one this
+    pass reads whole, which goes to ``decode_command``: another code, a response, non-ASCII
+    text, a required field absent or out of a Java number's range (consumerGroup, topic,
+    queueId; a pull's queueOffset, maxMsgNums, sysFlag, its commitOffset when sysFlag asks to
+    commit and suspendTimeoutMillis when it asks to suspend; an update's commitOffset), a
+    pull's subVersion that is not a decimal number."""
+    out = np.full(_CONSUMER_NUMBERS, -1, dtype=np.int64)
     texts = np.empty(max(length, 0), dtype=np.uint8)
     if length < 4:
         return False, out, texts
@@ -1068,10 +1080,12 @@ def scan_pull(
     if h > length - 4 or (kind != 0 and kind != 1):
         return False, out, texts
     # another request's frame is let go at its code, before its header is read
-    if kind == 1 and (h < 2 or _i16(u8, at + 4) != _PULL):
+    if kind == 1 and (h < 2 or not _is_consumer_request(_i16(u8, at + 4))):
         return False, out, texts
-    if kind == 0 and _leading_code(u8, at + 4, at + 4 + h) not in (-1, _PULL):
-        return False, out, texts
+    if kind == 0:
+        leading = _leading_code(u8, at + 4, at + 4 + h)
+        if leading != -1 and not _is_consumer_request(leading):
+            return False, out, texts
     head = np.zeros(3, dtype=np.int64)
     f_at = np.full(_N_FIELDS, -1, dtype=np.int64)
     f_len = np.zeros(_N_FIELDS, dtype=np.int64)
@@ -1079,31 +1093,50 @@ def scan_pull(
         o = _json_header(u8, at + 4, at + 4 + h, texts, 0, head, f_at, f_len)
     else:
         o = _binary_header(u8, at + 4, at + 4 + h, texts, 0, head, f_at, f_len)
-    if o < 0 or head[0] != _PULL or head[2] & FLAG_RESPONSE:
+    code = head[0]
+    if o < 0 or not _is_consumer_request(code) or head[2] & FLAG_RESPONSE:
         return False, out, texts
-    out[PULL_KIND] = kind
-    out[PULL_OPAQUE] = head[1]
-    out[PULL_FLAG] = head[2]
+    if f_at[_P_GROUP] < 0 or f_at[_P_TOPIC] < 0:
+        return False, out, texts
+    out[CONSUMER_CODE] = code
+    out[CONSUMER_KIND] = kind
+    out[CONSUMER_OPAQUE] = head[1]
+    out[CONSUMER_FLAG] = head[2]
+    int_low, int_high = -(1 << 31), (1 << 31) - 1
     long_low, long_high = -(1 << 63), (1 << 63) - 1
-    for f, row, low, high in (
-        (_P_QUEUE, PULL_QUEUE, -(1 << 31), (1 << 31) - 1),
-        (_P_OFFSET, PULL_OFFSET, long_low, long_high),
-        (_P_MAX, PULL_MAX, -(1 << 31), (1 << 31) - 1),
-        (_P_SYS_FLAG, PULL_SYS_FLAG, -(1 << 31), (1 << 31) - 1),
-    ):
+    for f in range(_N_PULL_FIELDS):
+        row, low, high = -1, long_low, long_high
+        if f == _P_QUEUE:
+            row, low, high = CONSUMER_QUEUE, int_low, int_high
+        elif code == _UPDATE_OFFSET and f == _P_COMMIT:
+            row = CONSUMER_COMMIT
+        elif code == _PULL and f == _P_OFFSET:
+            row = CONSUMER_OFFSET
+        elif code == _PULL and f == _P_MAX:
+            row, low, high = CONSUMER_MAX, int_low, int_high
+        elif code == _PULL and f == _P_SYS_FLAG:
+            row, low, high = CONSUMER_SYS_FLAG, int_low, int_high
+        if row < 0:
+            continue
         good, v = _text_int(texts, f_at[f], f_len[f], low, high)
         if f_at[f] < 0 or not good:
             return False, out, texts
         out[row] = v
-    sys_flag = out[PULL_SYS_FLAG]
-    for f, row, bit in ((_P_COMMIT, PULL_COMMIT, 0x1), (_P_SUSPEND, PULL_SUSPEND, 0x2)):
+    out[CONSUMER_GROUP_AT] = f_at[_P_GROUP]
+    out[CONSUMER_GROUP_AT + 1] = f_len[_P_GROUP]
+    out[CONSUMER_TOPIC_AT] = f_at[_P_TOPIC]
+    out[CONSUMER_TOPIC_AT + 1] = f_len[_P_TOPIC]
+    if code != _PULL:
+        return True, out, texts[:o]
+    sys_flag = out[CONSUMER_SYS_FLAG]
+    for f, row, bit in ((_P_COMMIT, CONSUMER_COMMIT, 0x1), (_P_SUSPEND, CONSUMER_SUSPEND, 0x2)):
         out[row] = 0
         if sys_flag & bit:
             good, v = _text_int(texts, f_at[f], f_len[f], long_low, long_high)
             if f_at[f] < 0 or not good:
                 return False, out, texts
             out[row] = v
-    out[PULL_SUB_VERSION] = 0
+    out[CONSUMER_SUB_VERSION] = 0
     if f_at[_P_SUB_VERSION] >= 0:
         p, n = f_at[_P_SUB_VERSION], f_len[_P_SUB_VERSION]
         if texts[p] == 43:  # '+': Python's reading of it is not Java's; left to it
@@ -1111,13 +1144,11 @@ def scan_pull(
         good, v = _text_int(texts, p, n, long_low, long_high)
         if not good:
             return False, out, texts
-        out[PULL_SUB_VERSION] = v
-    if f_at[_P_GROUP] < 0 or f_at[_P_TOPIC] < 0:
-        return False, out, texts
-    for k in range(4):
+        out[CONSUMER_SUB_VERSION] = v
+    for k in range(2, 4):
         f = _SPAN_FIELDS[k]
-        out[PULL_GROUP_AT + 2 * k] = f_at[f]
-        out[PULL_GROUP_AT + 2 * k + 1] = f_len[f]
+        out[CONSUMER_GROUP_AT + 2 * k] = f_at[f]
+        out[CONSUMER_GROUP_AT + 2 * k + 1] = f_len[f]
     return True, out, texts[:o]
 
 

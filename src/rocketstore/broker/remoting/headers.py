@@ -231,7 +231,7 @@ def _optional_number_as(ext: Mapping[str, str], key: str, field: str) -> int | N
 
 
 class PullHeader(NamedTuple):
-    """A pull request's header fields as ``command.scan_pull`` reads them (commitOffset and
+    """A pull request's header fields as ``command.scan_consumer_request`` reads them (commitOffset and
     suspendTimeoutMillis 0 unless sysFlag asks for them)."""
 
     group: str

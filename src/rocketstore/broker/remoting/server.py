@@ -61,17 +61,19 @@ from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.rate_limited_log import RateLimitedLog
 from rocketstore.broker.remoting.codes import STORED_CODES, RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import (
+    CONSUMER_CODE,
+    CONSUMER_COMMIT,
+    CONSUMER_FLAG,
+    CONSUMER_GROUP_AT,
+    CONSUMER_KIND,
+    CONSUMER_OPAQUE,
+    CONSUMER_QUEUE,
+    CONSUMER_SUB_VERSION,
+    CONSUMER_SUBSCRIPTION_AT,
+    CONSUMER_TOPIC_AT,
+    CONSUMER_TYPE_AT,
     FLAG_ONEWAY,
     MAX_FRAME_SIZE,
-    PULL_FLAG,
-    PULL_GROUP_AT,
-    PULL_KIND,
-    PULL_OPAQUE,
-    PULL_QUEUE,
-    PULL_SUB_VERSION,
-    PULL_SUBSCRIPTION_AT,
-    PULL_TOPIC_AT,
-    PULL_TYPE_AT,
     SCAN_AT,
     SCAN_HOT,
     SCAN_LEN,
@@ -81,8 +83,8 @@ from rocketstore.broker.remoting.command import (
     decode_command,
     encode_command,
     frame_length,
+    scan_consumer_request,
     scan_frames,
-    scan_pull,
 )
 from rocketstore.broker.remoting.headers import PullHeader
 from rocketstore.broker.remoting.refusal import RequestRefused
@@ -661,13 +663,14 @@ class RemotingServer:
         length: int,
         read_at: float,
     ) -> bool:
-        """Decode and handle the frame ``view[at:at + length]``: a pull request the compiled
-        reader takes whole (``scan_pull``; ``u8`` is ``view`` as an array) without a Python
-        decode. False when the connection ends."""
+        """Decode and handle the frame ``view[at:at + length]``: a consumer's request (a pull, an
+        offset's query or update) the compiled reader takes whole (``scan_consumer_request``;
+        ``u8`` is ``view`` as an array) without a Python decode. False when the connection
+        ends."""
         if u8 is not None:
-            ok, numbers, texts = scan_pull(u8, at, length)
+            ok, numbers, texts = scan_consumer_request(u8, at, length)
             if ok:
-                cmd, header = _pull_request(numbers.tolist(), texts.tobytes())
+                cmd, header = _consumer_request(numbers.tolist(), texts.tobytes())
                 return await self._dispatch(conn, cmd, length, read_at, header)
         try:
             cmd = decode_command(view[at : at + length])
@@ -857,25 +860,31 @@ class RemotingServer:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
 
-def _pull_request(numbers: list[int], texts: bytes) -> tuple[RemotingCommand, PullHeader]:
-    """A pull request as ``scan_pull`` read it: the command (without extFields) and its header."""
+def _consumer_request(numbers: list[int], texts: bytes) -> tuple[RemotingCommand, PullHeader | None]:
+    """A consumer's request as ``scan_consumer_request`` read it: a pull's command (without
+    extFields) and its header, or an offset's query or update with the extFields it read."""
 
     def text(k: int) -> str | None:
         at, n = numbers[k], numbers[k + 1]
         return None if at < 0 else texts[at : at + n].decode("ascii")
 
+    code = numbers[CONSUMER_CODE]
     cmd = RemotingCommand(
-        RequestCode.PULL_MESSAGE,
-        numbers[PULL_OPAQUE],
-        numbers[PULL_FLAG],
-        serialize_type=numbers[PULL_KIND],
+        code, numbers[CONSUMER_OPAQUE], numbers[CONSUMER_FLAG], serialize_type=numbers[CONSUMER_KIND]
     )
-    queue_id, offset, max_msgs, sys_flag, commit, suspend, version = numbers[
-        PULL_QUEUE : PULL_SUB_VERSION + 1
+    group, topic = text(CONSUMER_GROUP_AT) or "", text(CONSUMER_TOPIC_AT) or ""
+    queue_id = numbers[CONSUMER_QUEUE]
+    if code != RequestCode.PULL_MESSAGE:
+        cmd.ext_fields = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
+        if code == RequestCode.UPDATE_CONSUMER_OFFSET:
+            cmd.ext_fields["commitOffset"] = str(numbers[CONSUMER_COMMIT])
+        return cmd, None
+    offset, max_msgs, sys_flag, commit, suspend, version = numbers[
+        CONSUMER_QUEUE + 1 : CONSUMER_SUB_VERSION + 1
     ]
     header = PullHeader(
-        text(PULL_GROUP_AT) or "",
-        text(PULL_TOPIC_AT) or "",
+        group,
+        topic,
         queue_id,
         offset,
         max_msgs,
@@ -883,7 +892,7 @@ def _pull_request(numbers: list[int], texts: bytes) -> tuple[RemotingCommand, Pu
         commit,
         suspend,
         version,
-        text(PULL_SUBSCRIPTION_AT),
-        text(PULL_TYPE_AT),
+        text(CONSUMER_SUBSCRIPTION_AT),
+        text(CONSUMER_TYPE_AT),
     )
     return cmd, header
