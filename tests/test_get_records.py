@@ -99,3 +99,35 @@ def test_a_read_only_store_and_bad_arguments(tmp_path: Path) -> None:
         with pytest.raises(InvalidArgumentError, match="tags"):
             store.get_records([RecordRead("T", 0, 0, 32, ["a"])])  # type: ignore[arg-type]
         assert len(store.get_records([])) == 0
+
+
+def test_in_memory_only_leaves_the_reads_that_may_touch_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on a machine whose memory holds only the log's last 8 KiB: a read whose first record
+    lies before is not done (status None, nothing else), every other read is get_message's."""
+    import rocketstore.read_path
+
+    monkeypatch.setattr(rocketstore.read_path, "in_memory_bytes", lambda: 8192)
+    with fill(tmp_path / "s") as store:
+        reads = reads_of_every_kind()
+        got = store.get_records(reads, in_memory_only=True)
+        assert got.starts[-1] == len(got.records)
+        in_memory_from = store.max_phy_offset() - 8192
+        done = []
+        for i, read in enumerate(reads):
+            first = store.read_batch(read.topic, read.queue_id, read.offset, 1, bodies=False)
+            on_disk = 0 <= read.offset < store.max_offset_in_queue(read.topic, read.queue_id) and (
+                int(first.physical_offsets[0]) < in_memory_from
+            )
+            if got.statuses[i] is None:
+                assert on_disk, read
+                assert int(got.counts[i]) == got.starts[i + 1] - got.starts[i] == 0
+                assert int(got.next_begin_offsets[i]) == int(got.max_offsets[i]) == 0
+            else:
+                assert not on_disk, read
+                done.append(read)
+        assert len(done) < len(reads) and any(r.offset >= 0 and r.offset < 130 for r in done)
+        check_same_as_get_message(store, done)
+        # without it, every read is done
+        assert None not in store.get_records(reads).statuses

@@ -9,7 +9,9 @@ back.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -23,14 +25,28 @@ from rocketstore.consume_queue import ConsumeQueue, ConsumeQueueSet
 from rocketstore.errors import CorruptDataError
 from rocketstore.follow import FollowedQueues
 from rocketstore.index import IndexService
+from rocketstore.limits import MAX_OFFSET
 from rocketstore.message import MessageExt
 from rocketstore.results import GetMessageResult, GetStatus, MessageBatch, RecordRead, RecordsResult
 from rocketstore.stats import StoreStats
 
-__all__ = ["MessageReader"]
+__all__ = ["IN_MEMORY_RATIO", "MessageReader", "in_memory_bytes"]
 
 log = logging.getLogger(__name__)
 _MAX_FILTER_BYTES = 16000  # RocketMQ scans at most this much consume queue per get when filtering
+# RocketMQ's accessMessageInMemoryMaxRatio (its default, percent as a fraction)
+IN_MEMORY_RATIO: Final = 0.4
+
+
+def in_memory_bytes() -> int:
+    """How far back from the commitlog's end records are taken to be in memory, as RocketMQ's
+    broker takes them (accessMessageInMemoryMaxRatio of physical memory): older ones may have
+    to come from the disk."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = 1 << 30
+    return int(memory * IN_MEMORY_RATIO)
 
 
 class MessageReader:
@@ -50,6 +66,7 @@ class MessageReader:
         self._index = index
         self._stats = stats
         self.config = config
+        self._in_memory = in_memory_bytes()
 
     # --- reading through queues ----------------------------------------------------------
     def get_message(
@@ -155,17 +172,23 @@ class MessageReader:
         del entries
         return GetMessageResult(status, offset + i, min_offset, max_offset, messages)
 
-    def get_records(self, reads: Sequence[RecordRead]) -> RecordsResult:
+    def get_records(self, reads: Sequence[RecordRead], in_memory_only: bool = False) -> RecordsResult:
         """``MessageStore.get_records``, counted in the statistics. A plain read (no tags) whose
         records are all readable in one segment is copied with no Python object per record; any
         other is ``get_message``'s, its records joined."""
         n = len(reads)
-        statuses: list[GetStatus] = []
+        statuses: list[GetStatus | None] = []
+        # with in_memory_only, reads from before here are not done (RocketMQ's rule)
+        in_memory_from = self._commitlog.max_offset - self._in_memory if in_memory_only else 0
         bounds = np.zeros((4, n), dtype=np.int64)  # next begin offset, min, max, count
         # what to copy, read by read: a segment's (view, positions, sizes), or records as bytes
         pieces: list[tuple[memoryview, npt.NDArray[np.int64], npt.NDArray[np.int64]] | bytes] = []
         lengths = np.zeros(n, dtype=np.int64)
         for i, (topic, queue_id, offset, max_msgs, tags) in enumerate(reads):
+            if in_memory_from > 0 and self._first_record_at(topic, queue_id, offset) < in_memory_from:
+                statuses.append(None)
+                pieces.append(b"")
+                continue
             found = self._plain_records(topic, queue_id, offset, max_msgs, tags)
             if found is not None:
                 cq, buf, positions, sizes = found
@@ -193,6 +216,15 @@ class MessageReader:
             else:
                 copy_spans(piece[0], piece[1], piece[2], records, at)
         return RecordsResult(statuses, bounds[0], bounds[1], bounds[2], bounds[3], records, starts)
+
+    def _first_record_at(self, topic: str, queue_id: int, offset: int) -> int:
+        """Where the record of a read's first entry lies in the commitlog, or MAX_OFFSET for a
+        read that finds no entry there (it reads nothing from the commitlog)."""
+        cq = self._queues.get(topic, queue_id)
+        if cq is None or _outside(cq, offset) is not None:
+            return MAX_OFFSET
+        entries = cq.entries(offset, 1)
+        return MAX_OFFSET if entries is None else int(entries["offset"][0])
 
     def _plain_records(
         self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: str | None

@@ -193,9 +193,10 @@ class RecordsResult:
     """What ``MessageStore.get_records`` found, read by read: read i's status, next begin offset
     and queue bounds are ``statuses[i]``, ``next_begin_offsets[i]``, ``min_offsets[i]`` and
     ``max_offsets[i]``, as ``get_message`` gives them; its ``counts[i]`` records, byte for byte
-    as stored, are ``records[starts[i]:starts[i + 1]]``."""
+    as stored, are ``records[starts[i]:starts[i + 1]]``. A status None is a read not done (asked
+    ``in_memory_only``, its records may be on the disk): its other columns are 0."""
 
-    statuses: list[GetStatus]
+    statuses: list[GetStatus | None]
     next_begin_offsets: npt.NDArray[np.int64]
     min_offsets: npt.NDArray[np.int64]
     max_offsets: npt.NDArray[np.int64]

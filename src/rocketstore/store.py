@@ -695,10 +695,15 @@ class MessageStore:
             bool(transfer_limits),
         )
 
-    def get_records(self, reads: Sequence[RecordRead]) -> RecordsResult:
+    def get_records(self, reads: Sequence[RecordRead], *, in_memory_only: bool = False) -> RecordsResult:
         """``get_message`` for many reads in one call, each answered with its records as they lie
         in the commitlog (no decoding, no re-encoding): what a broker copies into pull answers.
-        Transfer limits apply as for ``get_message``; see ``RecordsResult``."""
+        Transfer limits apply as for ``get_message``; see ``RecordsResult``.
+
+        ``in_memory_only``: for a caller that must not wait on the disk (an event loop). A read
+        whose first record lies further back from the commitlog's end than RocketMQ takes to be
+        in memory (40 % of physical memory, its accessMessageInMemoryMaxRatio) is not done: its
+        status is None, for the caller to do on a thread of its own."""
         self._check_open()
         checked = [
             RecordRead(
@@ -710,7 +715,7 @@ class MessageStore:
             )
             for r in reads
         ]
-        return self._reader.get_records(checked)
+        return self._reader.get_records(checked, in_memory_only)
 
     def read_batch(
         self, topic: str, queue_id: int, offset: int, max_count: int = 4096, *, bodies: bool = True

@@ -21,23 +21,12 @@ Protocol-free; reads only through the store's public API.
 from __future__ import annotations
 
 import enum
-import os
-from typing import Final
 
 from rocketstore.errors import RocketStoreError
+from rocketstore.read_path import in_memory_bytes
 from rocketstore.store import MessageStore
 
 __all__ = ["CommitRefusal", "CommitRefusedError", "check_commit", "resume_offset"]
-
-# RocketMQ's accessMessageInMemoryMaxRatio
-_IN_MEMORY_RATIO: Final = 0.4
-
-
-def _memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 1 << 30
 
 
 def resume_offset(store: MessageStore, group: str, topic: str, queue_id: int) -> int | None:
@@ -51,7 +40,7 @@ def resume_offset(store: MessageStore, group: str, topic: str, queue_id: int) ->
     if len(first) == 0 or int(first.queue_offsets[0]) != 0:
         return 0  # empty queue: everything that comes is new
     behind = store.max_phy_offset() - int(first.physical_offsets[0])
-    return 0 if behind <= _memory_bytes() * _IN_MEMORY_RATIO else None
+    return 0 if behind <= in_memory_bytes() else None
 
 
 class CommitRefusal(enum.Enum):

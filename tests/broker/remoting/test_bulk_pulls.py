@@ -5,6 +5,7 @@ refusals and parked pulls included."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +21,7 @@ from rocketstore.broker.remoting.command import (
 )
 from rocketstore.broker.remoting.headers import to_ext
 from rocketstore.broker.remoting.pull import response_code
-from rocketstore.results import GetStatus
+from rocketstore.results import GetStatus, RecordRead, RecordsResult
 
 from .client import RawClient
 from .conftest import Remoting, StartRemoting
@@ -110,12 +111,30 @@ def expected_answer(r: Remoting, cmd: RemotingCommand) -> tuple[int, str | None,
     return code, remark, header, b"".join(bytes(m.record_view) for m in got.messages)
 
 
-def test_pipelined_pulls_of_many_connections_are_answered_in_bulk(start_remoting: StartRemoting) -> None:
+@pytest.mark.parametrize("memory", [None, 2500], ids=["in-memory", "half-on-disk"])
+def test_pipelined_pulls_of_many_connections_are_answered_in_bulk(
+    start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch, memory: int | None
+) -> None:
+    """Read on the loop, or (``memory``: as on a machine whose memory holds only the log's last
+    2,500 bytes) the older records on the store's thread: the same answers."""
+    import rocketstore.read_path
+
+    if memory is not None:
+        monkeypatch.setattr(rocketstore.read_path, "in_memory_bytes", lambda: memory)
     r = start_remoting()
     fill(r)
     pulls = r.broker.remoting.broker.pulls
     assert pulls is not None
     before = pulls.answered
+    calls: list[tuple[bool, int]] = []  # (in_memory_only, reads not done)
+    get_records = r.store.get_records
+
+    def recorded(reads: list[RecordRead], *, in_memory_only: bool = False) -> RecordsResult:
+        found = get_records(reads, in_memory_only=in_memory_only)
+        calls.append((in_memory_only, found.statuses.count(None)))
+        return found
+
+    monkeypatch.setattr(r.store, "get_records", recorded)
     variants = [
         pull_ext("T", 0),
         pull_ext("T", 3, queueId=1, maxMsgNums=5),
@@ -152,6 +171,12 @@ def test_pipelined_pulls_of_many_connections_are_answered_in_bulk(start_remoting
             # nothing answers the oneway pull: the next answer is to the next request
             assert c.call(RequestCode.PULL_MESSAGE, pull_ext("T", 1)).opaque != 6000
     assert pulls.answered - before >= 2 * 3 * len(variants)
+    left = sum(n for in_memory_only, n in calls if in_memory_only)  # by the loop, for the thread
+    on_thread = [n for in_memory_only, n in calls if not in_memory_only]
+    if memory is None:
+        assert calls and left == 0 and not on_thread
+    else:
+        assert left > 0 and on_thread and not any(on_thread)  # the thread did every read left
 
 
 def test_a_pull_that_finds_nothing_parks_and_the_others_are_answered_meanwhile(

@@ -3,11 +3,17 @@ loop read by one store call and answered by one compiled pass (issue 30).
 
 A pull waiting when the loop comes round joins a round: its header is judged as the handler
 judges it (``PullProcessor.check``: permissions, the subscription, the commit offset), then the
-round's reads go to the store together (``MessageStore.get_records``, one trip to its thread),
-which copies each read's records as they lie in the commitlog into one buffer, and
-``command.encode_pull_answers`` writes every answer's frame, header and records, in one pass;
-each connection's answers leave in one write. A lone pull is a round of one, at once: no timer
-anywhere. Up to two rounds are with the store at once.
+round's reads go to the store together (``MessageStore.get_records``), which copies each read's
+records as they lie in the commitlog into one buffer, and ``command.encode_pull_answers``
+writes every answer's frame, header and records, in one pass; each connection's answers leave
+in one write. A lone pull is a round of one, at once: no timer anywhere.
+
+The reads of records in memory (RocketMQ's rule: within 40 % of physical memory from the
+commitlog's end) are done on the event loop: handing them to a thread and back cost more CPU
+than the reads, and two threads taking turns at the GIL do no more than one. Those that may
+have to come from the disk go to the store's thread in a second call, so that the loop never
+waits on the disk for a record (the consume queue's entries are read on the loop; they are
+small and read in order). Up to eight rounds wait on the store's thread at once.
 
 A pull that finds nothing and may wait (sysFlag 0x2) is parked, costing a timer and no task:
 one watcher per broker looks at the parked pulls' queues after each arrival of messages (the
@@ -20,8 +26,8 @@ goes through ``Connection.answer``, which decides as it does for every answer.
 
 Not with an ACL, which judges each request (its handler runs then).
 
-Thread safety: everything here runs on the event loop but ``get_records``, which runs on the
-context's executor.
+Thread safety: everything here runs on the event loop but the reads that may touch the disk,
+which run on the context's executor.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ __all__ = ["BulkPulls"]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
-_ROUNDS: Final = 8  # rounds with the store at once
+_ROUNDS: Final = 8  # rounds running at once (those past the first wait on the disk's reads)
 _MAX_ROUND_PULLS: Final = 1024  # a round's pulls at most (what waits beyond goes next round)
 _WATCH_S: Final = 1.0  # the most the arrival watcher waits before it looks whether any pull is parked
 # the remarks of answers that are not SUCCESS: the statuses' names (plain text, JSON as it is)
@@ -152,30 +158,57 @@ class BulkPulls:
             checked.append(pull)
         if not checked:
             return
-        args = _args(checked)
-        reads = [RecordRead(a.topic, a.queue_id, a.offset, a.max_msgs, a.tags) for a in args]
+        reads = [RecordRead(a.topic, a.queue_id, a.offset, a.max_msgs, a.tags) for a in _args(checked)]
+        # on the loop what lies in memory (a trip to a thread and back costs more than the
+        # read); on the store's thread what may have to come from the disk
+        started = time.monotonic()
+        try:
+            found = self.ctx.store.get_records(reads, in_memory_only=True)
+        except Exception as exc:  # as the server answers a handler that failed
+            self._failed_read(checked, exc)
+            return
+        self._deliver(checked, reads, found, started)
+        on_disk = [i for i, status in enumerate(found.statuses) if status is None]
+        if not on_disk:
+            return
+        checked, reads = [checked[i] for i in on_disk], [reads[i] for i in on_disk]
         started = time.monotonic()
         try:
             found = await self.ctx.run(self.ctx.store.get_records, reads)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # as the server answers a handler that failed
-            log.exception("reading %d pulls failed", len(checked))
-            for pull in checked:
-                self._finish(pull, _failed(pull.cmd, exc))
+        except Exception as exc:
+            self._failed_read(checked, exc)
             return
+        self._deliver(checked, reads, found, started)
+
+    def _failed_read(self, pulls: list[_Pull], exc: Exception) -> None:
+        log.error("reading %d pulls failed", len(pulls), exc_info=exc)
+        for pull in pulls:
+            self._finish(pull, _failed(pull.cmd, exc))
+
+    def _deliver(
+        self, pulls: list[_Pull], reads: list[RecordRead], found: RecordsResult, started: float
+    ) -> None:
+        """Answer or park each of ``pulls`` whose read ``found`` holds (begun at ``started``)."""
         read_ms = int((time.monotonic() - started) * 1000)
-        codes = [response_code(status, r.offset) for status, r in zip(found.statuses, reads)]
         answered: list[int] = []
+        codes: list[int] = []
         now = asyncio.get_running_loop().time()
-        for i, (pull, a) in enumerate(zip(checked, args)):
+        for i, (pull, status, read) in enumerate(zip(pulls, found.statuses, reads)):
+            if status is None:
+                continue  # not read
+            code = response_code(status, read.offset)
+            args = pull.args
+            assert args is not None
             # a pull parked once is answered whatever its second read finds
-            if a.suspends and not pull.parked_at and codes[i] == _NOT_FOUND:
-                self._park(pull, a, now)
+            if args.suspends and not pull.parked_at and code == _NOT_FOUND:
+                self._park(pull, args, now)
             else:
                 answered.append(i)
+                codes.append(code)
         if answered:
-            self._answer(checked, found, answered, [codes[i] for i in answered], read_ms)
+            self._answer(pulls, found, answered, codes, read_ms)
 
     # --- long polling -------------------------------------------------------------------------
     def _park(self, pull: _Pull, args: PullArgs, now: float) -> None:
@@ -266,14 +299,16 @@ class BulkPulls:
         numbers[1] = found.next_begin_offsets[rows]
         numbers[2] = found.min_offsets[rows]
         numbers[3] = found.max_offsets[rows]
-        statuses = found.statuses
         frames, at = encode_pull_answers(
             np.array([pulls[i].cmd.serialize_type for i in listed], dtype=np.int64),
             np.array([pulls[i].cmd.opaque for i in listed], dtype=np.int64),
             np.array(codes, dtype=np.int64),
             numbers,
             np.array(
-                [-1 if code == _SUCCESS else _STATUS_IDS[statuses[i]] for i, code in zip(listed, codes)],
+                [
+                    -1 if code == _SUCCESS else _STATUS_IDS[_status(found, i)]
+                    for i, code in zip(listed, codes)
+                ],
                 dtype=np.int64,
             ),
             _REMARKS,
@@ -374,12 +409,19 @@ def _failed(cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
     return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
 
+def _status(found: RecordsResult, i: int) -> GetStatus:
+    """Read i's status (a read that was done)."""
+    status = found.statuses[i]
+    assert status is not None
+    return status
+
+
 def _response(cmd: RemotingCommand, found: RecordsResult, i: int, code: int) -> RemotingCommand:
     """Read i's answer as a command (``encode_pull_answers`` writes the same bytes)."""
     return pull_response(
         cmd,
         code,
-        found.statuses[i],
+        _status(found, i),
         int(found.next_begin_offsets[i]),
         int(found.min_offsets[i]),
         int(found.max_offsets[i]),
