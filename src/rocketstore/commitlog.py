@@ -29,8 +29,10 @@ from rocketstore.codec.commitlog_scan import (
     gather_records,
     message_starts,
     next_record_start,
+    plain_run,
     store_timestamps,
 )
+from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE, decode_entry
 from rocketstore.codec.host import parse_host
 from rocketstore.config import StoreConfig
 from rocketstore.dispatch_columns import dispatch_batch
@@ -545,14 +547,24 @@ class CommitLog:
                 copy_spans(buf, body_at[first:last], body_len[first:last], bodies, int(offsets[first]))
         return done, born[:done], stored[:done], bodies, offsets
 
-    def records_run(
-        self, physical_offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]
-    ) -> tuple[memoryview, npt.NDArray[np.int64], int] | None:
-        """The records at ``physical_offsets`` (log order) as they lie in the first one's segment:
-        (the segment's view, their positions in it, how many from the first are readable); None
-        when that segment is gone or going. A pull copies them into its answer as stored."""
-        run = self._readable_run(physical_offsets, sizes)
-        return None if run is None else (run.buf, run.positions, run.readable)
+    def plain_records(
+        self, entries: memoryview, max_count: int, max_bytes: int
+    ) -> tuple[memoryview, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+        """The records a plain read takes, listed by consume-queue ``entries`` (as stored): the
+        first ``max_count`` at most and as many as fit in ``max_bytes`` (the first always), as
+        (the view of the first one's segment, their positions in it, their sizes); None when
+        one of them is not a readable record of that segment. A pull copies them as stored."""
+        if len(entries) < CQ_ENTRY_SIZE:
+            return None
+        mf = self.files.find(decode_entry(entries)[0])
+        if mf is None:
+            return None
+        buf = mf.buf  # before the availability check: see MappedFile.delete_when_unread
+        if not mf.available:
+            return None
+        limit = min(mf.read_position, mf.intact_end())
+        run = plain_run(entries, max_count, max_bytes, buf, mf.from_offset, limit)
+        return None if run is None else (buf, *run)
 
     def _readable_run(
         self, physical_offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64]

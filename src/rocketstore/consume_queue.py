@@ -403,6 +403,11 @@ class ConsumeQueue:
 
     def entries(self, offset: int, max_count: int) -> npt.NDArray[np.void] | None:
         """Up to ``max_count`` entries from ``offset``, within its segment (a zero-copy array)."""
+        raw = self.entry_bytes(offset, max_count)
+        return None if raw is None else decode_entries(raw)
+
+    def entry_bytes(self, offset: int, max_count: int) -> memoryview | None:
+        """``entries``' bytes as stored (a view of the segment), for compiled readers."""
         logic = offset * CQ_ENTRY_SIZE
         mf = self.files.find(logic)
         if mf is None:
@@ -414,7 +419,7 @@ class ConsumeQueue:
         if not mf.available or pos >= end:
             return None
         mf.check_intact(end)
-        return decode_entries(buf[pos:end])
+        return buf[pos:end]
 
     def next_segment_offset(self, offset: int) -> int:
         """The first queue offset of the segment after the one holding ``offset``."""

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec.commitlog_scan import copy_spans
-from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE
+from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE, decode_entry
 from rocketstore.codec.java_hash import tags_code
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
@@ -223,8 +223,8 @@ class MessageReader:
         cq = self._queues.get(topic, queue_id)
         if cq is None or _outside(cq, offset) is not None:
             return MAX_OFFSET
-        entries = cq.entries(offset, 1)
-        return MAX_OFFSET if entries is None else int(entries["offset"][0])
+        entry = cq.entry_bytes(offset, 1)
+        return MAX_OFFSET if entry is None or len(entry) < CQ_ENTRY_SIZE else decode_entry(entry)[0]
 
     def _plain_records(
         self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: str | None
@@ -235,16 +235,14 @@ class MessageReader:
         if _parse_tags(tags) is not None or cq is None or _outside(cq, offset) is not None:
             return None
         max_count = min(max_msgs, self.config.max_transfer_count_on_message_in_memory)
-        entries = cq.entries(offset, max_count)
+        entries = cq.entry_bytes(offset, max_count)
         if entries is None:
             return None
-        head = _fitting(entries, max_count, self.config.max_transfer_bytes_on_message_in_memory)
-        sizes = head["size"].astype(np.int64)
-        run = self._commitlog.records_run(head["offset"].astype(np.int64), sizes)
-        del entries, head
-        if run is None or run[2] < len(sizes):
-            return None  # a record missing or in the next segment: get_message says which
-        return cq, run[0], run[1][: len(sizes)], sizes
+        run = self._commitlog.plain_records(
+            entries, max_count, self.config.max_transfer_bytes_on_message_in_memory
+        )
+        # None: a record missing or in the next segment: get_message says which
+        return None if run is None else (cq, *run)
 
     def read_batch(
         self, topic: str, queue_id: int, offset: int, max_count: int, bodies: bool

@@ -120,6 +120,7 @@ def scratch_config() -> StoreConfig:
 def _workload(root: Path) -> None:
     from rocketstore.ha.transfer_check import prepare_transfer_check
     from rocketstore.message import Message
+    from rocketstore.results import RecordRead
     from rocketstore.store import MessageStore
     from rocketstore.verify import verify_store
 
@@ -143,11 +144,12 @@ def _workload(root: Path) -> None:
             store.get_message("warm", "Warm", q, 0, 32, "a || c")
             store.read_batch("Warm", q, 0)
             store.read_batch("Warm", q, 0, bodies=False)
+        store.get_records([RecordRead("Warm", q, 0, 32) for q in store.topics()["Warm"]])
         store.query_message("Warm", "k")
         store.query_by_uniq_key("Warm", "none")
         store.view_message_by_id(one.msg_id or "")
-    with MessageStore.open(root, cfg, readonly=True):
-        pass  # recovery's scan
+    with MessageStore.open(root, cfg, readonly=True) as readonly:  # recovery's scan
+        readonly.get_records([RecordRead("Warm", 0, 0, 32)])  # a follower's maps are read-only
     verify_store(root, cfg)
     verify_store(root, cfg, check_crc=False)
     _spark_reads(root)

@@ -30,6 +30,7 @@ from rocketstore.codec.commitlog_record import (
     SegmentScan,
     decode_record,
 )
+from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE, entry_offset, entry_size
 from rocketstore.codec.crc import CRC_TABLES, crc32
 from rocketstore.errors import CorruptDataError
 from rocketstore.jit import interpreted, kernel, small
@@ -44,6 +45,7 @@ __all__ = [
     "gather_records",
     "message_starts",
     "next_record_start",
+    "plain_run",
     "range_starts",
     "read_record_fields",
     "record_fields",
@@ -378,13 +380,29 @@ def record_layout(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int, int, i
 
 
 # --- columnar reads: many records' fields and bodies without a Python object per record -------
+@kernel(cache=True, nogil=True, inline="always")
+def _readable_at(u8: npt.NDArray[np.uint8], p: int, size: int, limit: int) -> tuple[int, int]:
+    """(STORETIMESTAMP's position, BODYLENGTH's) in the record at ``p`` that its consume-queue
+    entry says is ``size`` bytes, or (-1, -1) when it is not readable: it lies below ``limit``,
+    its TOTALSIZE is ``size``, its MAGICCODE a message's and its body fits inside it."""
+    if p < 0 or size < 88 or p + size > limit or read_i32(u8, p) != size:
+        return -1, -1
+    magic = read_i32(u8, p + 4)
+    if magic != MESSAGE_MAGIC_V1 and magic != MESSAGE_MAGIC_V2:
+        return -1, -1
+    store_ts_at, length_at = _field_positions(u8, p)
+    blen = read_i32(u8, length_at)
+    if blen < 0 or length_at + 4 + blen > p + size:
+        return -1, -1
+    return store_ts_at, length_at
+
+
 @kernel(cache=True, nogil=True)
 def _gather(
     u8: npt.NDArray[np.uint8], positions: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], limit: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
     """(born timestamps, store timestamps, body starts, body lengths, how many records in a row
-    are readable): a record is readable when it lies below ``limit``, its TOTALSIZE is the
-    consume-queue size, its MAGICCODE a message's and its body fits inside it."""
+    are readable; see ``_readable_at``)."""
     n = len(positions)
     born = np.empty(n, dtype=np.int64)
     stored = np.empty(n, dtype=np.int64)
@@ -392,21 +410,46 @@ def _gather(
     body_len = np.empty(n, dtype=np.int64)
     for i in range(n):
         p = positions[i]
-        size = sizes[i]
-        if p < 0 or size < 88 or p + size > limit or read_i32(u8, p) != size:
-            return born, stored, body_at, body_len, i
-        magic = read_i32(u8, p + 4)
-        if magic != MESSAGE_MAGIC_V1 and magic != MESSAGE_MAGIC_V2:
-            return born, stored, body_at, body_len, i
-        store_ts_at, length_at = _field_positions(u8, p)
-        blen = read_i32(u8, length_at)
-        if blen < 0 or length_at + 4 + blen > p + size:
+        store_ts_at, length_at = _readable_at(u8, p, sizes[i], limit)
+        if length_at < 0:
             return born, stored, body_at, body_len, i
         born[i] = read_i64(u8, p + 40)
         stored[i] = read_i64(u8, store_ts_at)
         body_at[i] = length_at + 4
-        body_len[i] = blen
+        body_len[i] = read_i32(u8, length_at)
     return born, stored, body_at, body_len, n
+
+
+@kernel(cache=True, nogil=True)
+def _plain_run(
+    entries: npt.NDArray[np.uint8],
+    max_count: int,
+    max_bytes: int,
+    u8: npt.NDArray[np.uint8],
+    segment_from: int,
+    segment_end: int,
+    limit: int,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
+    """``plain_run``: (positions, sizes, how many), how many -1 when a taken record is not
+    readable in the segment."""
+    count = min(len(entries) // CQ_ENTRY_SIZE, max_count)
+    positions = np.empty(count, dtype=np.int64)
+    sizes = np.empty(count, dtype=np.int64)
+    total = 0
+    n = 0
+    while n < count:
+        size = entry_size(entries, n)
+        total += size
+        if n > 0 and total > max_bytes:
+            break
+        phys = entry_offset(entries, n)
+        p = phys - segment_from
+        if phys >= segment_end or _readable_at(u8, p, size, limit)[1] < 0:
+            return positions, sizes, -1
+        positions[n] = p
+        sizes[n] = size
+        n += 1
+    return positions[:n], sizes[:n], n
 
 
 @kernel(cache=True, nogil=True)
@@ -434,6 +477,25 @@ def gather_records(
         return small(_gather, len(positions), u8, positions.astype(np.int64), sizes.astype(np.int64), limit)
     finally:
         del u8
+
+
+def plain_run(
+    entries: Buffer, max_count: int, max_bytes: int, buf: Buffer, segment_from: int, limit: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """The records a plain read takes, listed by the consume-queue ``entries`` (raw, the first
+    one's record in the segment ``buf`` that starts at commitlog offset ``segment_from``): the
+    first ``max_count`` at most, and as many as fit in ``max_bytes`` (the first one always), as
+    (their positions in the segment, their sizes); None when one of them is not a readable
+    record of this segment below ``limit`` (a record gone, damaged, or in the next segment)."""
+    e8 = np.frombuffer(entries, dtype=np.uint8)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        positions, sizes, n = small(
+            _plain_run, max_count, e8, max_count, max_bytes, u8, segment_from, segment_from + len(u8), limit
+        )
+    finally:
+        del e8, u8
+    return None if n < 0 else (positions, sizes)
 
 
 def copy_spans(

@@ -20,7 +20,9 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from rocketstore.codec.big_endian import read_i32, read_i64
 from rocketstore.errors import CorruptDataError
+from rocketstore.jit import kernel
 
 __all__ = [
     "CQ_ENTRY_SIZE",
@@ -30,6 +32,8 @@ __all__ = [
     "decode_entry",
     "encode_entries",
     "encode_entry",
+    "entry_offset",
+    "entry_size",
     "valid_prefix_length",
 ]
 
@@ -39,6 +43,18 @@ assert _ENTRY.size == CQ_ENTRY_SIZE
 ENTRY_DTYPE: Final = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 assert ENTRY_DTYPE.itemsize == CQ_ENTRY_SIZE
 PRE_BLANK_ENTRY: Final = _ENTRY.pack(0, 0x7FFFFFFF, 0)
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def entry_offset(u8: npt.NDArray[np.uint8], i: int) -> int:
+    """The commitlog offset of entry ``i`` of the entries in ``u8`` (compiled code's reader)."""
+    return read_i64(u8, i * CQ_ENTRY_SIZE)
+
+
+@kernel(cache=True, nogil=True, inline="always")
+def entry_size(u8: npt.NDArray[np.uint8], i: int) -> int:
+    """The record size of entry ``i`` of the entries in ``u8``."""
+    return read_i32(u8, i * CQ_ENTRY_SIZE + 8)
 
 
 def encode_entry(offset: int, size: int, tags_code: int) -> bytes:
