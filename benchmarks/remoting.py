@@ -13,8 +13,9 @@ programs' output and at least two of them:
 * ``consume``: ``benchmark Consumer`` with a ``BatchProducer`` feeding it at the same time (a
   consumer alone could drain the backlog within its first window, and its rate would be the
   backlog's size); the feeding producer's rate is given too, as the two share the broker,
-* ``drain``: ``benchmark Consumer`` alone, a new group from the queues' first offset, over everything
-  the other phases stored: the broker's delivery rate with nothing else to do. A window in which the
+* ``drain``: after a ``BatchProducer`` alone for as long again (more backlog), ``benchmark Consumer``
+  alone, a new group from the queues' first offset, over everything the other phases stored: the
+  broker's delivery rate with nothing else to do. A window in which the
   consumer found the backlog's end (its rate under half its best window's) ends the measurement;
   the figure then says ``≥`` (at least: the backlog ran out, not the broker).
 
@@ -25,7 +26,10 @@ store-to-client latency), and the broker's CPU seconds per million messages over
 (``/proc/PID/stat`` user + system, sampled as each line arrives; RocketMQ: its name server and
 broker JVMs, rocketstore: the ``serve`` process; in the consume phase per message consumed, with
 the feeding producer's work included), and for rocketstore the part of it its event-loop thread
-spent (``/proc/PID/task/PID/stat``: framing, headers, handlers; the rest is the store's threads).
+spent (``/proc/PID/task/PID/stat``: framing, headers, handlers; the rest is the store's threads). A
+second table splits rocketstore's CPU by thread (``serve --metrics``:
+``rocketstore_thread_cpu_seconds_total{thread}``, read as each line arrives): the event loop, the
+broker's executor, dispatch, flush and the rest.
 Brokers alternate in order between repeats; the table gives
 the median over ``--repeat`` runs and the range.
 
@@ -57,6 +61,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +114,7 @@ class Broker:
     pids: list[int]
     stop: Any
     loop_pid: int | None = None  # rocketstore serve: the thread running the event loop (its main)
+    metrics: str | None = None  # rocketstore serve: its Prometheus address (CPU by thread)
 
     def cpu(self) -> float:
         return sum(cpu_seconds(pid) for pid in self.pids)
@@ -119,6 +125,34 @@ class Broker:
             return math.nan
         return cpu_seconds(self.loop_pid, f"/proc/{self.loop_pid}/task/{self.loop_pid}/stat")
 
+    def threads_cpu(self) -> dict[str, float]:
+        """CPU seconds of rocketstore serve's threads by group (THREAD_GROUPS; empty for RocketMQ)."""
+        if self.metrics is None:
+            return {}
+        text = urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=10).read().decode()
+        groups: dict[str, float] = {}
+        for name, value in THREAD_CPU.findall(text):
+            group = thread_group(name)
+            groups[group] = groups.get(group, 0.0) + float(value)
+        return groups
+
+
+THREAD_CPU = re.compile(r'^rocketstore_thread_cpu_seconds_total\{thread="([^"]*)"\} (\S+)$', re.M)
+# rocketstore serve's threads, as the CPU table groups them
+THREAD_GROUPS = ("loop", "store", "dispatch", "flush", "other")
+
+
+def thread_group(name: str) -> str:
+    if name == "MainThread":
+        return "loop"  # frames, headers, judging, in-memory pull reads, answers
+    if name.startswith("broker-store"):
+        return "store"  # the broker's executor: puts, reads that may touch the disk
+    if name == "rocketstore-dispatch":
+        return "dispatch"  # consume queues and the index
+    if name.startswith("rocketstore-flush"):
+        return "flush"
+    return "other"
+
 
 @dataclass
 class Window:
@@ -127,6 +161,7 @@ class Window:
     stats: dict[str, float]
     cpu: float
     loop_cpu: float
+    threads: dict[str, float]  # CPU seconds by THREAD_GROUPS (rocketstore)
 
 
 @dataclass
@@ -141,7 +176,9 @@ class Program:
         while len(self.windows) < sum(1 for line in self.process.lines if "Current Time" in line):
             line = [x for x in self.process.lines if "Current Time" in x][len(self.windows)]
             stats = {k: float(v) for k, v in STAT.findall(line)}
-            self.windows.append(Window(stats, self.broker.cpu(), self.broker.loop_cpu()))
+            self.windows.append(
+                Window(stats, self.broker.cpu(), self.broker.loop_cpu(), self.broker.threads_cpu())
+            )
 
 
 def run_programs(dist: BenchDist, broker: Broker, argvs: list[list[str]], windows: int) -> list[Program]:
@@ -176,11 +213,33 @@ def steady(windows: list[Window], rate: str) -> dict[str, float]:
     messages = sum(w.stats.get(rate, 0.0) for w in ws) * WINDOW
     cpu = ws[-1].cpu - windows[0].cpu
     loop = ws[-1].loop_cpu - windows[0].loop_cpu
+    per_m = 1e6 / messages if messages else math.nan
+    by_thread = {
+        f"threads_{group}": (ws[-1].threads.get(group, 0.0) - windows[0].threads.get(group, 0.0)) * per_m
+        for group in THREAD_GROUPS
+        if windows[0].threads
+    }
     return {
         "tps": messages / (len(ws) * WINDOW),
-        "cpu_per_m": cpu / messages * 1e6 if messages else math.nan,
-        "loop_per_m": loop / messages * 1e6 if messages else math.nan,
-    }
+        "cpu_per_m": cpu * per_m,
+        "loop_per_m": loop * per_m,
+    } | by_thread
+
+
+def mean_of(windows: list[Window], stat: str) -> float:
+    """The mean of a figure over the windows that print it (a window with no send prints no RT)."""
+    values = [w.stats[stat] for w in windows if stat in w.stats]
+    return statistics.fmean(values) if values else math.nan
+
+
+def max_of(windows: list[Window], stat: str) -> float:
+    values = [w.stats[stat] for w in windows if stat in w.stats]
+    return max(values) if values else math.nan
+
+
+def by_thread(phase: str, figures: dict[str, float]) -> dict[str, float]:
+    """A phase's CPU by thread group (``steady``'s threads_*) as the row's ``PHASE_threads_*``."""
+    return {f"{phase}_{k}": v for k, v in figures.items() if k.startswith("threads_")}
 
 
 def measure(
@@ -194,21 +253,23 @@ def measure(
         s = steady(send.windows, "Send TPS")
         row |= {
             f"{phase}_tps": s["tps"],
-            f"{phase}_avg_rt": statistics.fmean(w.stats["Average RT(ms)"] for w in send.windows[1:]),
-            f"{phase}_max_rt": max(w.stats["Max RT(ms)"] for w in send.windows[1:]),
+            f"{phase}_avg_rt": mean_of(send.windows[1:], "Average RT(ms)"),
+            f"{phase}_max_rt": max_of(send.windows[1:], "Max RT(ms)"),
             f"{phase}_cpu": s["cpu_per_m"],
             f"{phase}_loop": s["loop_per_m"],
-            f"{phase}_failed": sum(w.stats["Send Failed"] + w.stats["Response Failed"] for w in send.windows),
-        }
+            f"{phase}_failed": sum(
+                w.stats.get("Send Failed", 0.0) + w.stats.get("Response Failed", 0.0) for w in send.windows
+            ),
+        } | by_thread(phase, s)
     [batch] = run_programs(dist, broker, [["BatchProducer", *common, "-b", "16"]], windows)
     b = steady(batch.windows, "Send MPS")
     row |= {
         "batch_tps": b["tps"],
-        "batch_avg_rt": statistics.fmean(w.stats["Average RT(ms)"] for w in batch.windows[1:]),
-        "batch_max_rt": max(w.stats["Max RT(ms)"] for w in batch.windows[1:]),
+        "batch_avg_rt": mean_of(batch.windows[1:], "Average RT(ms)"),
+        "batch_max_rt": max_of(batch.windows[1:], "Max RT(ms)"),
         "batch_cpu": b["cpu_per_m"],
         "batch_loop": b["loop_per_m"],
-    }
+    } | by_thread("batch", b)
     consumer, feed = run_programs(
         dist, broker, [["Consumer", "-t", TOPIC], ["BatchProducer", *common, "-b", "16"]], windows
     )
@@ -218,11 +279,13 @@ def measure(
     row |= {
         "consume_tps": c["tps"],
         "consume_feed_tps": statistics.fmean(fed) if fed else math.nan,
-        "consume_avg_rt": statistics.fmean(w.stats["AVG(S2C) RT(ms)"] for w in consumer.windows[1:]),
-        "consume_max_rt": max(w.stats["MAX(S2C) RT(ms)"] for w in consumer.windows[1:]),
+        "consume_avg_rt": mean_of(consumer.windows[1:], "AVG(S2C) RT(ms)"),
+        "consume_max_rt": max_of(consumer.windows[1:], "MAX(S2C) RT(ms)"),
         "consume_cpu": c["cpu_per_m"],
         "consume_loop": c["loop_per_m"],
-    }
+    } | by_thread("consume", c)
+    # more backlog first, so that the drain measures delivery and not the backlog's size
+    run_programs(dist, broker, [["BatchProducer", *common, "-b", "16"]], windows)
     [drain] = run_programs(dist, broker, [["Consumer", "-t", TOPIC]], windows)
     windows_before_end = drain.windows[:2]  # the warm-up window and the first measured one
     for w in drain.windows[2:]:
@@ -236,7 +299,7 @@ def measure(
         "drain_loop": d["loop_per_m"],
         # 1: the backlog ran out within the measured windows (the rate is a floor)
         "drain_ran_out": float(len(windows_before_end) < len(drain.windows)),
-    }
+    } | by_thread("drain", d)
     return row
 
 
@@ -264,16 +327,19 @@ def start_rocketstore(work: Path, flush: str, profile: str | None) -> Broker:
     conf = work / "broker.conf"
     conf.write_text(GEOMETRY + SERVE_ONLY + f"flushDiskType={flush}\n")
     namesrv, broker = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    metrics = f"127.0.0.1:{free_port()}"
     argv = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else [])]
     argv += ["-m", "rocketstore.cli", "serve", str(work / "store"), "--create", "--config", str(conf)]
-    argv += ["--namesrv", namesrv, "--remoting", broker, "--listen", "off"]
+    argv += ["--namesrv", namesrv, "--remoting", broker, "--listen", "off", "--metrics", metrics]
     p = Process(argv, {**os.environ, "PYTHONPATH": SRC})
     try:
         p.wait_for(lambda _p: accepts(namesrv) and accepts(broker), "rocketstore serve accepting connections")
     except BaseException:
         p.kill()
         raise
-    return Broker("rocketstore serve", namesrv, broker, [p.proc.pid], p.stop, loop_pid=p.proc.pid)
+    return Broker(
+        "rocketstore serve", namesrv, broker, [p.proc.pid], p.stop, loop_pid=p.proc.pid, metrics=metrics
+    )
 
 
 def fmt(values: list[float], digits: int = 0) -> str:
@@ -333,6 +399,22 @@ def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: arg
             drain = [c[1] for c in COLUMNS].index("drain_tps")
             cells[drain] = "≥ " + cells[drain]
         lines.append(f"| {flush} | {size} B | {kind} | " + " | ".join(cells) + " |")
+    threads = {k: rows for k, rows in results.items() if any("send_threads_loop" in r for r in rows)}
+    if threads:
+        lines += [
+            "",
+            "rocketstore serve's CPU by thread, s per million messages, median: loop (the event "
+            "loop: frames, headers, judging, reads of records in memory, answers), store (the broker's "
+            "executor: puts, reads that may touch the disk), dispatch (consume queues, index), flush, "
+            "other (the rest: schedule, timer, clean, stats, arrival ...).",
+            "",
+            "| flush | body | phase | " + " | ".join(THREAD_GROUPS) + " |",
+            "|---|---|---|" + "---:|" * len(THREAD_GROUPS),
+        ]
+        for (flush, size, _), rows in threads.items():
+            for phase in ("send", "send4", "batch", "consume", "drain"):
+                cells = [fmt([r[f"{phase}_threads_{g}"] for r in rows], 1) for g in THREAD_GROUPS]
+                lines.append(f"| {flush} | {size} B | {phase} | " + " | ".join(cells) + " |")
     failed = {k: sum(r["send_failed"] + r["send4_failed"] for r in rows) for k, rows in results.items()}
     if any(failed.values()):
         lines += [

@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import hashlib
 import hmac
+import re
 import time
 import urllib.request
 from collections.abc import Callable
@@ -257,6 +258,10 @@ def test_metrics_and_state_show_sends_and_clients(start_broker: StartBroker, tmp
         assert 'rocketstore_broker_sends_total{code="OK",topic="Seen",type="NORMAL"} 1.0' in text
         assert "rocketstore_broker_put_batches_total 1.0" in text  # the one send's append
         assert "rocketstore_store_commit_log_max_offset" in text
+        # each thread's CPU by name: this test's own (the main thread) has spent some
+        main = re.search(r'^rocketstore_thread_cpu_seconds_total\{thread="MainThread"\} (\S+)$', text, re.M)
+        assert main is not None and float(main.group(1)) > 0
+        assert 'rocketstore_thread_cpu_seconds_total{thread="rocketstore-dispatch"}' in text
         state = None
         for _ in range(100):
             state = read_state(store.layout.root)
