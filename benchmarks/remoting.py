@@ -57,6 +57,7 @@ import math
 import os
 import pstats
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -469,6 +470,7 @@ def main() -> None:
                             row = measure(dist, broker, size, args.threads, args.app_threads, args.windows)
                         finally:
                             broker.stop()
+                            shutil.rmtree(work, ignore_errors=True)  # gigabytes a run: not kept
                         results.setdefault((flush, size, broker.kind), []).append(row)
                         print(
                             f"# {broker.kind} {flush} {size} B: "

@@ -45,7 +45,7 @@ def reads_of_every_kind() -> list[RecordRead]:
     reads = []
     for q in range(3):
         for offset in (0, 1, 5, 38, 39, 40, 41, 79, 80, 132, 133, 134, 500, -1):
-            for max_msgs in (1, 7, 32):
+            for max_msgs in (-1, 0, 1, 7, 32):
                 reads.append(RecordRead("T", q, offset, max_msgs))
                 reads.append(RecordRead("T", q, offset, max_msgs, "tag1 || tag2"))
         reads.append(RecordRead("T", q, 3, 32, "*"))

@@ -486,7 +486,10 @@ def plain_run(
     one's record in the segment ``buf`` that starts at commitlog offset ``segment_from``): the
     first ``max_count`` at most, and as many as fit in ``max_bytes`` (the first one always), as
     (their positions in the segment, their sizes); None when one of them is not a readable
-    record of this segment below ``limit`` (a record gone, damaged, or in the next segment)."""
+    record of this segment below ``limit`` (a record gone, damaged, or in the next segment), or
+    when it is to take none (``max_count`` < 1)."""
+    if max_count < 1:
+        return None
     e8 = np.frombuffer(entries, dtype=np.uint8)
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:

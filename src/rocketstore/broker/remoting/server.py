@@ -10,7 +10,8 @@ frames is taken apart by one compiled pass (``command.scan_frames``) and the sen
 decode whole are stored and answered together with every other connection's; the rest of its
 frames, and every frame of a smaller read, go to their handlers as above. With bulk pulls
 (``bulk_pulls.py``; not with an ACL either), every PULL_MESSAGE goes to a round of pulls
-instead of a task of its own.
+instead of a task of its own, and it, QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET are read
+by a compiled pass (``command.scan_consumer_request``), not decoded in Python.
 
 * A response carries the request's opaque and header encoding; a oneway request (flag bit 1)
   gets none, whatever its handler returns.
