@@ -407,7 +407,7 @@ def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: arg
             "rocketstore serve's CPU by thread, s per million messages, median: loop (the event "
             "loop: frames, headers, judging, reads of records in memory, answers), store (the broker's "
             "executor: puts, reads that may touch the disk), dispatch (consume queues, index), flush, "
-            "other (the rest: schedule, timer, clean, stats, arrival ...).",
+            "other (the rest: SYNC_FLUSH's group commit, schedule, timer, clean, stats, arrival ...).",
             "",
             "| flush | body | phase | " + " | ".join(THREAD_GROUPS) + " |",
             "|---|---|---|" + "---:|" * len(THREAD_GROUPS),
