@@ -152,3 +152,18 @@ def test_the_broker_conf_store_path_is_where_open_without_a_path_goes(
     assert not (tmp_path / "store").exists()
     with MessageStore.open(tmp_path / "elsewhere", c) as store:  # a path given wins
         assert store.layout.root == tmp_path / "elsewhere"
+
+
+@pytest.mark.parametrize(
+    ("flush", "role", "waits"),
+    [
+        (FlushDiskType.ASYNC_FLUSH, BrokerRole.ASYNC_MASTER, False),
+        (FlushDiskType.ASYNC_FLUSH, BrokerRole.SLAVE, False),
+        (FlushDiskType.SYNC_FLUSH, BrokerRole.ASYNC_MASTER, True),
+        (FlushDiskType.ASYNC_FLUSH, BrokerRole.SYNC_MASTER, True),
+    ],
+)
+def test_puts_wait_under_sync_flush_or_as_a_sync_master(
+    flush: FlushDiskType, role: BrokerRole, waits: bool
+) -> None:
+    assert StoreConfig(flush_disk_type=flush, broker_role=role, ha_listen_port=0).puts_wait is waits

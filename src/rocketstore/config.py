@@ -296,6 +296,12 @@ class StoreConfig:
         return 40 + self.index_hash_slots * 4 + self.index_max_entries * 20
 
     @property
+    def puts_wait(self) -> bool:
+        """Whether a put returns only once it is durable: flushed (SYNC_FLUSH) or held by a slave
+        (SYNC_MASTER). A caller that must not block (an event loop) runs such puts on a thread."""
+        return self.flush_disk_type is FlushDiskType.SYNC_FLUSH or self.broker_role is BrokerRole.SYNC_MASTER
+
+    @property
     def max_delay_level(self) -> int:
         return len(self.delay_levels_ms)
 

@@ -8,6 +8,7 @@ import concurrent.futures
 import hashlib
 import hmac
 import re
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -171,15 +172,18 @@ def test_a_bad_message_in_a_round_fails_only_its_own_send(tmp_path: Path) -> Non
         assert sum(len(store.get_message("g", "T", q, 0).messages) for q in store.topics()["T"]) == 3
 
 
-def test_concurrent_calls_are_coalesced_and_each_caller_gets_its_own_outcome() -> None:
+@pytest.mark.parametrize("on_loop", [False, True], ids=["executor", "event loop"])
+def test_concurrent_calls_are_coalesced_and_each_caller_gets_its_own_outcome(on_loop: bool) -> None:
     calls: list[list[int]] = []
+    threads: set[int] = set()
 
     def run(items: list[int]) -> list[int | BaseException]:
         calls.append(items)
+        threads.add(threading.get_ident())
         return [ValueError(f"odd {i}") if i % 2 else i * 10 for i in items]
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        rounds: Coalescer[int, int] = Coalescer(run, pool, max_weight=4, rounds=1)
+        rounds: Coalescer[int, int] = Coalescer(run, None if on_loop else pool, max_weight=4, rounds=1)
 
         async def main() -> list[Any]:
             return await asyncio.gather(*(rounds.submit(i) for i in range(10)), return_exceptions=True)
@@ -188,6 +192,31 @@ def test_concurrent_calls_are_coalesced_and_each_caller_gets_its_own_outcome() -
     assert [o for o in outcomes if not isinstance(o, BaseException)] == [0, 20, 40, 60, 80]
     assert [str(o) for o in outcomes if isinstance(o, ValueError)] == [f"odd {i}" for i in range(1, 10, 2)]
     assert calls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]  # at most max_weight items a round
+    assert (threads == {threading.get_ident()}) is on_loop
+    assert (rounds.batches, rounds.items) == (3, 10)
+
+
+def test_a_round_on_the_loop_takes_what_one_turn_submitted_and_a_failed_one_tells_each_caller() -> None:
+    calls: list[list[int]] = []
+
+    def run(items: list[int]) -> list[int]:
+        calls.append(items)
+        if 13 in items:
+            raise OSError("the store is closed")
+        return items
+
+    rounds: Coalescer[int, int] = Coalescer(run, None)
+
+    async def main() -> list[Any]:
+        first = await asyncio.gather(*(rounds.submit(i) for i in range(3)))
+        alone = await rounds.submit(7)  # a lone call: its round at the next turn, not later
+        failed = await asyncio.gather(rounds.submit(12), rounds.submit(13), return_exceptions=True)
+        return [first, alone, failed]
+
+    first, alone, failed = asyncio.run(main())
+    assert (first, alone) == ([0, 1, 2], 7)
+    assert [str(e) for e in failed] == ["the store is closed"] * 2
+    assert calls == [[0, 1, 2], [7], [12, 13]]
 
 
 def test_an_arrival_wakes_a_receive_watching_for_messages(tmp_path: Path) -> None:

@@ -7,6 +7,10 @@ at least one item) and runs ``run_batch`` on the executor; up to ``rounds`` roun
 one batch is written while the previous one waits for its flush. ``run_batch`` returns one outcome
 per item: an outcome that is an exception is raised in that item's caller, and an exception of
 ``run_batch`` itself in every caller of the round.
+
+Without an executor, ``run_batch`` runs on the event loop itself, once per turn of the loop,
+over everything submitted in that turn: for work that never waits (a put under ASYNC_FLUSH), the
+hand-off to a thread and back cost more than the work (docs/remoting.md).
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ R = TypeVar("R")
 class Coalescer(Generic[T, R]):
     """Runs ``run_batch`` over the items submitted meanwhile (see the module docstring).
 
-    Thread safety: ``submit`` is called on the event loop only; ``run_batch`` runs on ``executor``.
+    Thread safety: ``submit`` is called on the event loop only; ``run_batch`` runs on ``executor``
+    (None: on the event loop).
     """
 
     def __init__(
         self,
         run_batch: Callable[[list[T]], Sequence[R | BaseException]],
-        executor: concurrent.futures.Executor,
+        executor: concurrent.futures.Executor | None,
         *,
         max_weight: int = 1024,
         rounds: int = 2,
@@ -48,6 +53,7 @@ class Coalescer(Generic[T, R]):
         self._weight = weight
         self._on_round = on_round  # after each round, on the loop (a metric)
         self._running = 0
+        self._scheduled = False  # (without an executor) a round at the loop's next turn
         self._drains: set[asyncio.Task[None]] = set()
         self._queue: deque[tuple[T, asyncio.Future[R]]] = deque()
         self.batches = 0  # rounds run, for the metrics and tests
@@ -58,7 +64,11 @@ class Coalescer(Generic[T, R]):
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[R] = loop.create_future()
         self._queue.append((item, fut))
-        if self._running < self._rounds:
+        if self._executor is None:
+            if not self._scheduled:
+                self._scheduled = True
+                loop.call_soon(self._run_on_loop)
+        elif self._running < self._rounds:
             self._running += 1
             task = loop.create_task(self._drain())
             self._drains.add(task)
@@ -93,17 +103,34 @@ class Coalescer(Generic[T, R]):
                     raise
                 except Exception as exc:  # the store is closed, a flush failed: every caller hears it
                     outcomes = [exc] * len(items)
-                self.batches += 1
-                self.items += len(items)
-                self.total_weight += weight
-                if self._on_round is not None:
-                    self._on_round()
-                for (_, fut), outcome in zip(taken, outcomes):
-                    if fut.done():
-                        continue  # its caller was cancelled
-                    if isinstance(outcome, BaseException):
-                        fut.set_exception(outcome)
-                    else:
-                        fut.set_result(outcome)
+                self._settle(taken, weight, outcomes)
         finally:
             self._running -= 1
+
+    def _run_on_loop(self) -> None:
+        self._scheduled = False
+        while self._queue:
+            taken, weight = self._take()
+            items = [item for item, _ in taken]
+            try:
+                outcomes = self._run_batch(items)
+            except Exception as exc:  # the store is closed: every caller hears it
+                outcomes = [exc] * len(items)
+            self._settle(taken, weight, outcomes)
+
+    def _settle(
+        self, taken: list[tuple[T, asyncio.Future[R]]], weight: int, outcomes: Sequence[R | BaseException]
+    ) -> None:
+        """Count the round and hand each caller its outcome."""
+        self.batches += 1
+        self.items += len(taken)
+        self.total_weight += weight
+        if self._on_round is not None:
+            self._on_round()
+        for (_, fut), outcome in zip(taken, outcomes):
+            if fut.done():
+                continue  # its caller was cancelled
+            if isinstance(outcome, BaseException):
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(outcome)

@@ -1,6 +1,7 @@
 """Group commit of sends: the SendMessage calls that arrive while the store is busy are appended
-by one ``put_messages`` call (producers' encoded batches: one ``put_encoded_batches`` call), off
-the event loop (issue item 5), through ``Coalescer``.
+by one ``put_messages`` call (producers' encoded batches: one ``put_encoded_batches`` call),
+through ``Coalescer``: on a thread when puts wait for their flush, else on the event loop at its
+next turn.
 
 SYNC_FLUSH: ``put_messages`` returns only once the group commit fsynced the batch (or
 FLUSH_DISK_TIMEOUT after ``sync_flush_timeout``), so a round of many sends waits for one flush.
@@ -33,13 +34,14 @@ class GroupCommit:
     """Batches puts of one kind (``internal`` as for ``MessageStore.put_messages``), at most
     ``max_batch`` messages in one store call.
 
-    Thread safety: ``put`` is called on the event loop only; the store call runs on ``executor``.
+    Thread safety: ``put`` is called on the event loop only; the store call runs on ``executor``
+    (None: on the event loop, for a store whose puts wait for nothing: ``StoreConfig.puts_wait``).
     """
 
     def __init__(
         self,
         store: MessageStore,
-        executor: concurrent.futures.Executor,
+        executor: concurrent.futures.Executor | None,
         *,
         internal: bool = False,
         max_batch: int = 1024,
@@ -87,13 +89,14 @@ class EncodedBatchCommit:
     """Batches producers' encoded batches, at most ``max_batches`` of them in one store call; a
     call the store refuses (one bad batch refuses all) is made again batch by batch.
 
-    Thread safety: ``put`` is called on the event loop only; the store call runs on ``executor``.
+    Thread safety: ``put`` is called on the event loop only; the store call runs on ``executor``
+    (None: on the event loop, as ``GroupCommit``'s).
     """
 
     def __init__(
         self,
         store: MessageStore,
-        executor: concurrent.futures.Executor,
+        executor: concurrent.futures.Executor | None,
         *,
         max_batches: int = 64,
         rounds: int = 2,

@@ -94,6 +94,7 @@ class Broker:
         self.slave_sync: SlaveSynchronizer | None = None
         self._bad_ha_address: str | None = None  # the last unusable one a name server gave
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._puts: concurrent.futures.Executor | None = None  # (start) where sends are stored
         self._arrival: ArrivalSignal | None = None
         self._pop: PopService | None = None
         self._tasks: list[PeriodicTask] = []
@@ -152,6 +153,9 @@ class Broker:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=8, thread_name_prefix="broker-store"
         )
+        # sends are stored on the event loop unless a put waits for its flush or a slave: the
+        # hand-off to a thread and back cost more than the put (docs/remoting.md)
+        self._puts = self._executor if self.store.config.puts_wait else None
         self._arrival = ArrivalSignal(self.store.dispatch_events, loop)
         transactions = TransactionLog(
             self.store, timeout_ms=config.transaction_timeout_ms, check_max=config.transaction_check_max
@@ -159,7 +163,7 @@ class Broker:
         await loop.run_in_executor(self._executor, transactions.load)
         self._transactions = transactions
         system_puts = GroupCommit(
-            self.store, self._executor, internal=True, max_batch=config.max_messages_per_send
+            self.store, self._puts, internal=True, max_batch=config.max_messages_per_send
         )
         senders: list[OrphanSender] = []
         if config.listen is not None:
@@ -209,6 +213,7 @@ class Broker:
                 executor,
                 arrival,
                 self.metrics,
+                puts=self._puts,
                 pop=pop,
                 acl=acl,
                 advertise=advertise,
@@ -251,6 +256,7 @@ class Broker:
             store=self.store,
             config=config,
             executor=self._executor,
+            put_executor=self._puts,
             arrival=self._arrival,
             metrics=self.metrics,
             transactions=transactions,
@@ -258,13 +264,13 @@ class Broker:
             reconfigure=self.reconfigure,
             sends=GroupCommit(
                 self.store,
-                self._executor,
+                self._puts,
                 max_batch=config.max_messages_per_send,
                 on_batch=self.metrics.batches.inc,
             ),
-            batch_sends=EncodedBatchCommit(self.store, self._executor, on_batch=self.metrics.batches.inc),
+            batch_sends=EncodedBatchCommit(self.store, self._puts, on_batch=self.metrics.batches.inc),
             system_puts=GroupCommit(
-                self.store, self._executor, internal=True, max_batch=config.max_messages_per_send
+                self.store, self._puts, internal=True, max_batch=config.max_messages_per_send
             ),
         )
         limits = remoting_limits(config)

@@ -207,6 +207,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         arrival: ArrivalSignal,
         metrics: BrokerMetrics,
         *,
+        puts: concurrent.futures.Executor | None,
         pop: PopService,
         acl: Acl | None,
         advertise: tuple[str, int],
@@ -222,12 +223,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self._pop = pop
         self._acl = acl
         self._advertise = advertise
+        # (puts: where sends are stored, the broker's put executor: None, on the event loop)
         self._sends = GroupCommit(
-            store, executor, max_batch=config.max_messages_per_send, on_batch=metrics.batches.inc
+            store, puts, max_batch=config.max_messages_per_send, on_batch=metrics.batches.inc
         )
-        self._system_puts = GroupCommit(
-            store, executor, internal=True, max_batch=config.max_messages_per_send
-        )
+        self._system_puts = GroupCommit(store, puts, internal=True, max_batch=config.max_messages_per_send)
         # concurrent AckMessage calls (the clients send one ack per call) share one pop-log write
         self._acks: Coalescer[tuple[str, str, list[str]], list[InvalidReceiptHandleError | None]] = Coalescer(
             pop.ack_many, executor, max_weight=1024, weight=lambda request: len(request[2])

@@ -16,8 +16,8 @@ flush) is answered to each send as the handler answers it, never by storing agai
 Answers are byte for byte those of the handler (``encode_send_answers``): SUCCESS, or
 FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE with "stored, but ...".
 
-Thread safety: everything here runs on the event loop but ``put_encoded_columns``, which runs
-on the context's executor.
+Thread safety: everything here runs on the event loop; ``put_encoded_columns`` too, unless
+puts wait for their flush (the context's ``put_executor``).
 """
 
 from __future__ import annotations
@@ -194,8 +194,16 @@ class BulkSends:
         self._running += 1
         started = time.monotonic()
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self.ctx.executor, self.ctx.store.put_encoded_columns, columns)
-        future.add_done_callback(lambda f: self._done(kept, columns, cols, f, started))
+        if self.ctx.put_executor is not None:
+            future = loop.run_in_executor(self.ctx.put_executor, self.ctx.store.put_encoded_columns, columns)
+            future.add_done_callback(lambda f: self._done(kept, columns, cols, f, started))
+            return
+        future = loop.create_future()
+        try:
+            future.set_result(self.ctx.store.put_encoded_columns(columns))
+        except Exception as exc:
+            future.set_exception(exc)
+        self._done(kept, columns, cols, future, started)
 
     def _checked(self, offer: _Offer) -> npt.NDArray[np.bool_]:
         """Which of the offer's sends may be stored as they are: to a topic that exists, takes

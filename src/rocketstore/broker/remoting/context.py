@@ -35,6 +35,9 @@ class RemotingContext:
     store: MessageStore
     config: BrokerConfig
     executor: concurrent.futures.Executor
+    # where sends are stored: None, on the event loop, when a put waits for nothing
+    # (``StoreConfig.puts_wait``): the hand-off to a thread and back cost more than the put
+    put_executor: concurrent.futures.Executor | None
     arrival: ArrivalSignal
     metrics: BrokerMetrics
     transactions: TransactionLog
