@@ -214,6 +214,7 @@ def test_kill_of_a_rocketstore_broker_mid_stream_loses_nothing_acknowledged(
         "timeout=30000",
         "latencyFault=true",
         "keepGoing=true",
+        "pauseMs=20",  # paced (6 s or more): unpaced, the stream may end before the kill
     )
     victim = cluster.served["rs-b"]
     victim_port = int(victim.broker.rpartition(":")[2])
@@ -263,6 +264,7 @@ def test_kill_of_a_broker_mid_stream_and_a_clean_stop(
         f"count={count}",
         "timeout=30000",
         "keepGoing=true",
+        "pauseMs=20",  # paced (8 s or more): unpaced, the stream may end before the kill
     )
     rocketmq_port = int(cluster.brokers["broker-a"].rpartition(":")[2])
 

@@ -15,6 +15,7 @@ import org.apache.rocketmq.common.message.Message;
  *       [delay=LEVEL] [queue=ID (sync: that queue)] [prop.NAME=VALUE ...]
  *       [hold=SECONDS (after the sends, stay connected that long, printing "holding")]
  *       [timeout=MS] [latencyFault=true] [keepGoing=true (sync: a failed send prints "failed", the next is sent)]
+ *       [pauseMs=MS (sync: a pause after each send, so that a stream lasts while a test acts on it)]
  * The body of message i is "body-i" padded with '.' to size bytes (when size is larger).
  */
 public final class Produce {
@@ -54,7 +55,11 @@ public final class Produce {
                     // keepGoing: a send that fails (one in flight to a broker killed under it times out)
                     // is reported and the next one sent, as an application carries on
                     boolean keepGoing = Boolean.parseBoolean(Out.get(a, "keepGoing", "false"));
+                    long pause = Long.parseLong(Out.get(a, "pauseMs", "0"));
                     for (int i = 0; i < count; i++) {
+                        if (i > 0 && pause > 0) {
+                            Thread.sleep(pause);
+                        }
                         try {
                             SendResult r = a.containsKey("queue")
                                 ? producer.send(messages.get(i),
