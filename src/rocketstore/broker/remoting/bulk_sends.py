@@ -3,9 +3,10 @@ by one columnar store call and answered in one pass per connection, with no Pyth
 request (issue 30).
 
 The reader's compiled pass (``command.scan_frames``) hands over the sends it could decode whole,
-as columns; what is waiting when the loop comes round forms a round, and up to two rounds are
-with the store at once (one writes while the other waits for its flush), so a lone send goes at
-once and batches grow only with the load: no timer anywhere. Per round, the broker's judgement
+as columns; what is waiting when the loop comes round forms a round, put on the loop at once
+(or, when puts wait for their flush, on the store's thread, up to two rounds there at once: one
+writes while the other waits), so a lone send goes at once and batches grow only with the load:
+no timer anywhere. Per round, the broker's judgement
 is per topic, not per send: a topic that does not exist, takes no writes, or is not a plain
 name, and a queue id past the topic's queues, send their requests to the handler
 (``ProducerProcessor.send``), which creates the topic or gives the refusal its code and remark.
