@@ -25,6 +25,7 @@ from rocketstore.results import GetStatus, RecordRead, RecordsResult
 
 from .client import RawClient
 from .conftest import Remoting, StartRemoting
+from .test_bulk_sends import send_cmd
 from .test_consumer_requests import bodies, pull_ext, wait_for
 
 STATUSES = list(GetStatus)
@@ -196,6 +197,29 @@ def test_a_pull_that_finds_nothing_parks_and_the_others_are_answered_meanwhile(
         late = c.response_to(1)
         assert late.code == ResponseCode.SUCCESS and late.ext_fields["nextBeginOffset"] == "21"
         assert bodies(late.body) == [(20, b"late")]
+
+
+def test_a_reads_pull_is_answered_before_the_round_of_sends_it_came_with(
+    start_remoting: StartRemoting,
+) -> None:
+    """One read with a round's worth of sends and a pull: the pull is read and answered in the
+    turn that read it, before the sends' round (at the next turn) stores and answers them."""
+    r = start_remoting()
+    fill(r)
+    bulk = r.broker.remoting.broker.bulk
+    assert bulk is not None
+    before = bulk.requests
+    sends = [send_cmd("T", f"s{i}".encode(), {"UNIQ_KEY": f"U{i}"}, 100 + i, queue_id=1) for i in range(16)]
+    pull = RemotingCommand(RequestCode.PULL_MESSAGE, opaque=7, ext_fields=pull_ext("T", 0, maxMsgNums=3))
+    with RawClient(r.port) as c:
+        c.send_raw(b"".join(frame(cmd) for cmd in sends) + frame(pull))
+        first = c.read()
+        assert first.opaque == 7 and first.code == ResponseCode.SUCCESS
+        assert bodies(first.body) == [(0, b"m0"), (1, b"m2"), (2, b"m4")]
+        rest = [c.read() for _ in sends]
+    assert sorted(a.opaque for a in rest) == [cmd.opaque for cmd in sends]
+    assert {a.code for a in rest} == {ResponseCode.SUCCESS}
+    assert bulk.requests - before == len(sends)  # the sends went in bulk, as one round
 
 
 weird_number = st.sampled_from(

@@ -1,25 +1,30 @@
-"""Pulls in bulk: the PULL_MESSAGE requests every connection's reader found in one turn of the
-loop read by one store call and answered by one compiled pass (issue 30).
+"""Pulls in bulk: the PULL_MESSAGE requests of one read of a connection (and those woken from
+parking in one turn of the loop) read by one store call and answered by one compiled pass
+(issue 30).
 
-A pull waiting when the loop comes round joins a round: its header is judged as the handler
-judges it (``PullProcessor.check``: permissions, the subscription, the commit offset), then the
-round's reads go to the store together (``MessageStore.get_records``), which copies each read's
-records as they lie in the commitlog into one buffer, and ``command.encode_pull_answers``
-writes every answer's frame, header and records, in one pass; each connection's answers leave
-in one write. A lone pull is a round of one, at once: no timer anywhere.
+The reader starts the round once it has handed on the read's frames (``run``), in the same turn,
+so a pull's answer never waits behind the rounds of sends that turn scheduled. Each pull's
+header is judged as the handler judges it (``PullProcessor.check``: permissions, the
+subscription, the commit offset), then the round's reads go to the store together
+(``MessageStore.get_records``), which copies each read's records as they lie in the commitlog
+into one buffer, and ``command.encode_pull_answers`` writes every answer's frame, header and
+records, in one pass; each connection's answers leave in one write, at once. A lone pull is a
+round of one: no timer anywhere.
 
 The reads of records in memory (RocketMQ's rule: within 40 % of physical memory from the
 commitlog's end) are done on the event loop: handing them to a thread and back cost more CPU
 than the reads, and two threads taking turns at the GIL do no more than one. Those that may
 have to come from the disk go to the store's thread in a second call, so that the loop never
 waits on the disk for a record (the consume queue's entries are read on the loop; they are
-small and read in order). Up to eight rounds wait on the store's thread at once.
+small and read in order). Up to eight rounds wait on the store's thread at once; while they do,
+new pulls wait for one of them to end.
 
 A pull that finds nothing and may wait (sysFlag 0x2) is parked, costing a timer and no task:
 one watcher per broker looks at the parked pulls' queues after each arrival of messages (the
 store's signal), and a pull whose queue has a message past its offset, or whose suspend time is
-over, joins the next round, which reads it again and answers it whatever it finds. The bound on
-parked pulls is the handler's (``PullProcessor.max_suspended``, shared with it; past it SYSTEM_BUSY).
+over, joins a round at the next turn, which reads it again and answers it whatever it finds. The
+bound on parked pulls is the handler's (``PullProcessor.max_suspended``, shared with it; past it
+SYSTEM_BUSY).
 A refusal is answered with its code and remark, an error as the server answers a failed handler
 (SYSTEM_ERROR), and an answer that the connection's full output or the frame limit would change
 goes through ``Connection.answer``, which decides as it does for every answer.
@@ -108,39 +113,50 @@ class BulkPulls:
         self._waiting.append(_Pull(conn, cmd, length, read_at, header))
         self._schedule()
 
-    def _schedule(self) -> None:
-        """A round to start at the loop's next turn, if pulls wait and fewer than _ROUNDS run."""
-        if self._waiting and not self._scheduled and self._running < _ROUNDS:
-            self._scheduled = True
-            self._running += 1
-            task = asyncio.get_running_loop().create_task(self._round())
-            self._waiting[0].conn.server.track(task)
+    def run(self) -> None:
+        """Start a round of the pulls waiting now, at once: a reader calls it once it has handed
+        on a read's frames, so that their pulls are answered in the same turn, ahead of the
+        rounds of sends that turn scheduled (a pull's answer waits for no put)."""
+        if self._waiting and self._running < _ROUNDS:
+            self._start_round()
 
-    async def _round(self) -> None:
-        """The pulls waiting now (up to _MAX_ROUND_PULLS): read together and answered."""
+    def _schedule(self) -> None:
+        """A round at the loop's next turn, if pulls wait (and no reader starts it first)."""
+        if self._waiting and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_round)
+
+    def _scheduled_round(self) -> None:
         self._scheduled = False
+        self.run()
+
+    def _start_round(self) -> None:
+        """The pulls waiting now (up to _MAX_ROUND_PULLS): judged, their reads of records in
+        memory done and answered here; the reads that may touch the disk go to a task, one of
+        at most _ROUNDS at once."""
         waiting = self._waiting
         pulls = [waiting.popleft() for _ in range(min(len(waiting), _MAX_ROUND_PULLS))]
         for pull in pulls:
             pull.handled = False  # (a parked one is this round's again)
         try:
-            if pulls:
-                await self._read(pulls)
-        except asyncio.CancelledError:
-            for pull in pulls:
-                if not pull.handled:
-                    self._release(pull)
-            raise
+            on_disk = self._read_in_memory(pulls)
         except Exception as exc:  # a bug must not strand the requests: each is answered
-            log.exception("pulls in bulk: a round of %d pulls failed", len(pulls))
-            for pull in pulls:
-                if not pull.handled:
-                    self._finish(pull, _failed(pull.cmd, exc))
-        finally:
-            self._running -= 1
-            self._schedule()
+            self._round_failed(pulls, exc)
+            return
+        if on_disk:
+            self._running += 1
+            task = asyncio.get_running_loop().create_task(self._read_from_disk(*on_disk))
+            pulls[0].conn.server.track(task)
 
-    async def _read(self, pulls: list[_Pull]) -> None:
+    def _round_failed(self, pulls: list[_Pull], exc: Exception) -> None:
+        log.exception("pulls in bulk: a round of %d pulls failed", len(pulls), exc_info=exc)
+        for pull in pulls:
+            if not pull.handled:
+                self._finish(pull, _failed(pull.cmd, exc))
+
+    def _read_in_memory(self, pulls: list[_Pull]) -> tuple[list[_Pull], list[RecordRead]] | None:
+        """Judge the pulls and answer (or park) those whose records lie in memory; the rest, with
+        their reads, for the store's thread (None: none)."""
         checked: list[_Pull] = []
         for pull in pulls:
             if pull.args is not None:  # back from parking: judged (and its offset committed) before
@@ -157,7 +173,7 @@ class BulkPulls:
                 continue
             checked.append(pull)
         if not checked:
-            return
+            return None
         reads = [RecordRead(a.topic, a.queue_id, a.offset, a.max_msgs, a.tags) for a in _args(checked)]
         # on the loop what lies in memory (a trip to a thread and back costs more than the
         # read); on the store's thread what may have to come from the disk
@@ -166,21 +182,35 @@ class BulkPulls:
             found = self.ctx.store.get_records(reads, in_memory_only=True)
         except Exception as exc:  # as the server answers a handler that failed
             self._failed_read(checked, exc)
-            return
+            return None
         self._deliver(checked, reads, found, started)
         on_disk = [i for i, status in enumerate(found.statuses) if status is None]
         if not on_disk:
-            return
-        checked, reads = [checked[i] for i in on_disk], [reads[i] for i in on_disk]
-        started = time.monotonic()
+            return None
+        return [checked[i] for i in on_disk], [reads[i] for i in on_disk]
+
+    async def _read_from_disk(self, pulls: list[_Pull], reads: list[RecordRead]) -> None:
+        """The reads of ``pulls`` that may touch the disk, on the store's thread; then answered."""
         try:
-            found = await self.ctx.run(self.ctx.store.get_records, reads)
-        except asyncio.CancelledError:
+            started = time.monotonic()
+            try:
+                found = await self.ctx.run(self.ctx.store.get_records, reads)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self._failed_read(pulls, exc)
+                return
+            self._deliver(pulls, reads, found, started)
+        except asyncio.CancelledError:  # the broker stops
+            for pull in pulls:
+                if not pull.handled:
+                    self._release(pull)
             raise
         except Exception as exc:
-            self._failed_read(checked, exc)
-            return
-        self._deliver(checked, reads, found, started)
+            self._round_failed(pulls, exc)
+        finally:
+            self._running -= 1
+            self._schedule()
 
     def _failed_read(self, pulls: list[_Pull], exc: Exception) -> None:
         log.error("reading %d pulls failed", len(pulls), exc_info=exc)

@@ -10,8 +10,9 @@ frames is taken apart by one compiled pass (``command.scan_frames``) and the sen
 decode whole are stored and answered together with every other connection's; the rest of its
 frames, and every frame of a smaller read, go to their handlers as above. With bulk pulls
 (``bulk_pulls.py``; not with an ACL either), every PULL_MESSAGE goes to a round of pulls
-instead of a task of its own, and it, QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET are read
-by a compiled pass (``command.scan_consumer_request``), not decoded in Python.
+(started once the read's frames are handed on) instead of a task of its own, and it,
+QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET are read by a compiled pass
+(``command.scan_consumer_request``), not decoded in Python.
 
 * A response carries the request's opaque and header encoding; a oneway request (flag bit 1)
   gets none, whatever its handler returns.
@@ -337,9 +338,17 @@ class Connection:
                 self.close()
 
     def queue_frames(self, frames: bytes) -> bool:
-        """Queue whole encoded frames (answers encoded together, ``bulk_sends``) for this turn's
-        write; False when the connection is closed. The caller saw to the room for them."""
-        return self._queue([frames], len(frames))
+        """Write whole encoded frames (a round's answers for this connection, encoded together
+        by ``bulk_sends`` or ``bulk_pulls``) now, after whatever this turn queued before them:
+        they are all of the round's answers, so waiting for the turn's end to join them to
+        others would only delay them. False when the connection is closed. The caller saw to
+        the room for them."""
+        if self.closed:
+            return False
+        self._out.append(frames)
+        self._out_bytes += len(frames)
+        self._flush()
+        return True
 
     def wake_reader(self) -> None:
         """Requests finished: a reader that waits for the bytes in progress to fall looks again."""
@@ -636,6 +645,8 @@ class RemotingServer:
                     return
             elif not await self._each(conn, buf, end):
                 return
+            if self._pulls is not None:
+                self._pulls.run()  # this read's pulls answered now, ahead of the sends' rounds
             if bad:
                 length = int.from_bytes(buf[end : end + 4], "big", signed=True)
                 self._malformed(conn, CorruptDataError(f"frame length {length} is outside 4..{max_frame}"))
