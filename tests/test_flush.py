@@ -191,3 +191,58 @@ def test_checkpoint_moves_with_flushes(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path / "s", sync_config()) as store:
         physic, logics, index = store.checkpoint
         assert physic == r.store_timestamp and logics == r.store_timestamp and index == r.store_timestamp
+
+
+def test_a_put_that_does_not_wait_leaves_its_wait_to_wait_durable(tmp_path: Path) -> None:
+    gate = threading.Event()
+    real = MappedFile.sync
+
+    def blocked_sync(self: MappedFile) -> None:
+        gate.wait(10)
+        real(self)
+
+    with MessageStore.open(tmp_path / "s", sync_config(sync_flush_timeout=5000)) as store:
+        MappedFile.sync = blocked_sync  # type: ignore[method-assign]
+        try:
+            results = store.put_messages(
+                [Message(topic="T", body=b"a"), Message(topic="T", body=b"b")], wait=False
+            )
+            assert [r.status for r in results] == [PutStatus.PUT_OK] * 2
+            end = max(r.physical_offset + r.wrote_bytes for r in results)
+            assert store._commitlog.files.flushed_where < end
+            outcome: list[PutStatus] = []
+            waiter = threading.Thread(target=lambda: outcome.append(store.wait_durable(end)))
+            waiter.start()
+            waiter.join(0.3)
+            assert waiter.is_alive() and not outcome  # it waits for the flush
+            gate.set()
+            waiter.join(5)
+            assert outcome == [PutStatus.PUT_OK]
+            assert store._commitlog.files.flushed_where >= end
+        finally:
+            gate.set()
+            MappedFile.sync = real  # type: ignore[method-assign]
+
+
+def test_wait_durable_says_what_a_waiting_put_would_say(tmp_path: Path) -> None:
+    gate = threading.Event()
+    real = MappedFile.sync
+
+    def slow_sync(self: MappedFile) -> None:
+        gate.wait(10)
+        real(self)
+
+    with MessageStore.open(tmp_path / "s", sync_config(sync_flush_timeout=200)) as store:
+        MappedFile.sync = slow_sync  # type: ignore[method-assign]
+        try:
+            [r] = store.put_messages([Message(topic="T", body=b"late")], wait=False)
+            assert r.ok
+            assert store.wait_durable(r.physical_offset + r.wrote_bytes) is PutStatus.FLUSH_DISK_TIMEOUT
+        finally:
+            gate.set()
+            MappedFile.sync = real  # type: ignore[method-assign]
+    with MessageStore.open(tmp_path / "a", StoreConfig(**SMALL)) as store:  # ASYNC_FLUSH: nothing to wait for
+        [r] = store.put_messages([Message(topic="T", body=b"x")], wait=False)
+        started = time.monotonic()
+        assert store.wait_durable(r.physical_offset + r.wrote_bytes) is PutStatus.PUT_OK
+        assert time.monotonic() - started < 1

@@ -39,6 +39,7 @@ __all__ = [
     "Message",
     "MessageExt",
     "schedule_tags_code",
+    "waits_for_store",
 ]
 
 PROPERTY_KEYS: Final = "KEYS"
@@ -74,6 +75,12 @@ RESERVED_PROPERTIES: Final = frozenset(
 )
 # RocketMQ's topic rule; it also keeps every topic a safe directory name.
 TOPIC_PATTERN: Final = re.compile(r"[%|A-Za-z0-9_-]{1,127}")
+
+
+def waits_for_store(msgs: Sequence[Message]) -> bool:
+    """Whether a put of ``msgs`` waits to be durable under SYNC_FLUSH or as a SYNC_MASTER: unless
+    every one says WAIT=false (RocketMQ's isWaitStoreMsgOK)."""
+    return not all(m.properties and m.properties.get(PROPERTY_WAIT) == "false" for m in msgs)
 
 
 def schedule_tags_code(

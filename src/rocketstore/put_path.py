@@ -27,7 +27,7 @@ from rocketstore.errors import InvalidMessageError
 from rocketstore.flush import CommitLogFlushService, CommitService, GroupCommitService
 from rocketstore.ha.master import HAMaster
 from rocketstore.limits import MAX_QUEUE_ID
-from rocketstore.message import PROPERTY_WAIT, Message
+from rocketstore.message import Message, waits_for_store
 from rocketstore.prepare import (
     MessageColumns,
     MessageEncoder,
@@ -120,6 +120,9 @@ class MessageWriter:
         self._durability_work = (
             group_commit is not None or committer is not None or self._wake_flusher or sync_master
         )
+        # whether a put waits (for its flush or a slave) before it returns: a put told not to
+        # leaves that to its caller (wait_durable)
+        self._waits = group_commit is not None or sync_master
 
     # --- the puts ------------------------------------------------------------------------
     def put_message(self, msg: Message) -> PutMessageResult:
@@ -156,7 +159,9 @@ class MessageWriter:
                 return result._replace(status=status)
         return result
 
-    def put_messages(self, msgs: Sequence[Message], *, internal: bool = False) -> list[PutMessageResult]:
+    def put_messages(
+        self, msgs: Sequence[Message], *, internal: bool = False, wait: bool = True
+    ) -> list[PutMessageResult]:
         """``MessageStore.put_messages`` on an open, writable store."""
         if not msgs:
             return []
@@ -182,7 +187,7 @@ class MessageWriter:
         self._wake_dispatcher()
         if self._needs_flush_wait(msgs):
             end = max(r.physical_offset + r.wrote_bytes for r in results)
-            status = self._make_durable(end)
+            status = self._make_durable(end, wait)
             if status is not _PUT_OK:
                 return [r._replace(status=status) for r in results]
         return results
@@ -276,7 +281,9 @@ class MessageWriter:
             batch.uniq_keys,
         )
 
-    def put_encoded_batches(self, batches: Sequence[EncodedBatch]) -> list[PutBatchResult]:
+    def put_encoded_batches(
+        self, batches: Sequence[EncodedBatch], *, wait: bool = True
+    ) -> list[PutBatchResult]:
         """``MessageStore.put_encoded_batches`` on an open, writable store."""
         if isinstance(batches, EncodedBatch) or not isinstance(batches, Sequence):
             raise InvalidMessageError(
@@ -284,7 +291,7 @@ class MessageWriter:
             )
         if not batches:
             return []
-        result = self.put_encoded_columns(self._encoder.encoded_columns(batches))
+        result = self.put_encoded_columns(self._encoder.encoded_columns(batches), wait=wait)
         ends = result.ends.tolist()
         return [
             PutBatchResult(
@@ -301,7 +308,7 @@ class MessageWriter:
             for b, i, j in zip(batches, [0, *ends], ends)
         ]
 
-    def put_encoded_columns(self, columns: EncodedColumns) -> PutColumnsResult:
+    def put_encoded_columns(self, columns: EncodedColumns, *, wait: bool = True) -> PutColumnsResult:
         """``MessageStore.put_encoded_columns`` on an open, writable store."""
         if not isinstance(columns, EncodedColumns):
             raise InvalidMessageError(f"expected EncodedColumns, got {type(columns).__name__}", _ILLEGAL)
@@ -341,7 +348,7 @@ class MessageWriter:
             self._wake_dispatcher()
             # as put_batch: a batch's messages cannot say WAIT=false to skip the flush wait
             end = int(phys[-1] + prepared.lengths[-1])
-            status = self._make_durable(end) if self._durability_work else _PUT_OK
+            status = self._make_durable(end, wait) if self._durability_work else _PUT_OK
         return PutColumnsResult(
             status, ends, prepared.topic_ids, prepared.queue_ids, queue_offsets, phys, prepared.lengths, now,
             prefix, prepared.uniq_keys,
@@ -474,10 +481,18 @@ class MessageWriter:
         every message says WAIT=false; ASYNC_FLUSH may have a service to wake)."""
         if self._group_commit is None and not self._sync_master:
             return self._durability_work
-        return not all(m.properties and m.properties.get(PROPERTY_WAIT) == "false" for m in msgs)
+        return waits_for_store(msgs)
 
-    def _make_durable(self, end: int) -> PutStatus:
-        """The flush step (``_flush_step``), then for a SYNC_MASTER the replica's ack."""
+    def wait_durable(self, end: int) -> PutStatus:
+        """``MessageStore.wait_durable``."""
+        return self._make_durable(end)
+
+    def _make_durable(self, end: int, wait: bool = True) -> PutStatus:
+        """The flush step (``_flush_step``), then for a SYNC_MASTER the replica's ack. A put that
+        does not ``wait`` leaves both waits to its caller (``wait_durable``); where a put waits
+        for nothing (ASYNC_FLUSH) it wakes the flush services as ever."""
+        if not wait and self._waits:
+            return _PUT_OK
         status = self._flush_step(end)
         if status is _PUT_OK and self._sync_master:
             return self._replicated(end)

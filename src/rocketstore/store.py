@@ -510,7 +510,9 @@ class MessageStore:
                 pass
         return [PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE) for _ in msgs]
 
-    def put_messages(self, msgs: Sequence[Message], *, internal: bool = False) -> list[PutMessageResult]:
+    def put_messages(
+        self, msgs: Sequence[Message], *, internal: bool = False, wait: bool = True
+    ) -> list[PutMessageResult]:
         """Store a batch under one lock acquisition: all of it, or (bad message) none of it.
 
         A message whose ``queue_id`` is None goes to a queue of the topic's choosing: by its
@@ -519,10 +521,15 @@ class MessageStore:
         ``internal=True`` is for the broker's own records (transaction half and op messages):
         system topics (``RMQ_SYS_*``) and the properties the store reserves (``REAL_TOPIC`` ...)
         are then taken as given, and no UNIQ_KEY is generated.
+
+        Under SYNC_FLUSH, or on a SYNC_MASTER, the put returns once the batch is durable (or
+        with the status saying why not), unless every message says WAIT=false. ``wait=False``
+        returns once it is written, PUT_OK, and leaves that wait to the caller: ``wait_durable``
+        (an event loop stores on its own thread, and waits on another).
         """
         self._check_writable("puts")
         assert self._writer is not None  # every store open for writing has one
-        return self._writer.put_messages(msgs, internal=internal)
+        return self._writer.put_messages(msgs, internal=internal, wait=wait)
 
     def put_batch(
         self,
@@ -552,7 +559,9 @@ class MessageStore:
         assert self._writer is not None  # every store open for writing has one
         return self._writer.put_batch(topic, bodies, queue_ids, tags, keys, flag, born_timestamp)
 
-    def put_encoded_batches(self, batches: Sequence[EncodedBatch]) -> list[PutBatchResult]:
+    def put_encoded_batches(
+        self, batches: Sequence[EncodedBatch], *, wait: bool = True
+    ) -> list[PutBatchResult]:
         """Store producers' batches in RocketMQ's batch encoding (what SEND_BATCH_MESSAGE
         carries, ``codec.message_batch``), all or none, in one append: each inner message keeps
         its flag, body and properties bytes (TAGS, KEYS, UNIQ_KEY as the producer set them; no
@@ -561,21 +570,34 @@ class MessageStore:
 
         Raises InvalidMessageError naming the batch and message for a damaged encoding, an
         empty batch, a DELAY (batches are never delayed) or another property the store sets,
-        transaction bits, or sizes over the limits; nothing is stored then.
+        transaction bits, or sizes over the limits; nothing is stored then. ``wait``: as for
+        ``put_messages``.
         """
         self._check_writable("puts")
         assert self._writer is not None  # every store open for writing has one
-        return self._writer.put_encoded_batches(batches)
+        return self._writer.put_encoded_batches(batches, wait=wait)
 
-    def put_encoded_columns(self, columns: EncodedColumns) -> PutColumnsResult:
+    def put_encoded_columns(self, columns: EncodedColumns, *, wait: bool = True) -> PutColumnsResult:
         """``put_encoded_batches`` for batches held as columns (``codec.message_batch``'s
         ``EncodedColumns``: a broker's sends of one turn, each single message a batch of one),
         validated and encoded in one compiled pass with no Python object per message; stored
         all together or not at all. The properties added to a batch's messages are checked as
-        they are stored: each entry a name and a value, none the store sets itself."""
+        they are stored: each entry a name and a value, none the store sets itself. ``wait``: as
+        for ``put_messages``."""
         self._check_writable("puts")
         assert self._writer is not None  # every store open for writing has one
-        return self._writer.put_encoded_columns(columns)
+        return self._writer.put_encoded_columns(columns, wait=wait)
+
+    def wait_durable(self, end: int) -> PutStatus:
+        """Wait until the commitlog is durable up to byte ``end`` (the end of a put made with
+        ``wait=False``) as the store's puts wait: flushed by the group commit (SYNC_FLUSH) and
+        acknowledged by a slave (SYNC_MASTER). Returns the status such a put would have had:
+        PUT_OK, FLUSH_DISK_TIMEOUT (not flushed within ``sync_flush_timeout``, or the flush
+        failed), FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE; PUT_OK at once when puts wait for
+        nothing (``StoreConfig.puts_wait``)."""
+        self._check_writable("puts")
+        assert self._writer is not None  # every store open for writing has one
+        return self._writer.wait_durable(end)
 
     @property
     def failure(self) -> BaseException | None:

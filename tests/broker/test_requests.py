@@ -24,6 +24,7 @@ from rocketstore import Message, MessageStore
 from rocketstore.broker import BrokerConfig
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.coalesce import Coalescer
+from rocketstore.broker.durable_waits import DurableWaits
 from rocketstore.broker.group_commit import GroupCommit
 from rocketstore.broker.server import STATE_FILE, read_state
 from rocketstore.errors import InvalidMessageError
@@ -144,7 +145,7 @@ def test_receive_with_an_illegal_invisible_duration_is_refused(
 # --- group commit -------------------------------------------------------------------------------
 def test_concurrent_sends_share_one_store_append(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path / "s", SMALL) as store, concurrent.futures.ThreadPoolExecutor(2) as pool:
-        commit = GroupCommit(store, pool)
+        commit = GroupCommit(store, DurableWaits(store, pool))
 
         async def main() -> list[Any]:
             return await asyncio.gather(*(commit.put([Message("T", f"m{i}".encode())]) for i in range(100)))
@@ -158,7 +159,7 @@ def test_concurrent_sends_share_one_store_append(tmp_path: Path) -> None:
 
 def test_a_bad_message_in_a_round_fails_only_its_own_send(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path / "s", SMALL) as store, concurrent.futures.ThreadPoolExecutor(1) as pool:
-        commit = GroupCommit(store, pool, rounds=1)
+        commit = GroupCommit(store, DurableWaits(store, pool), rounds=1)
 
         async def main() -> list[Any]:
             good = [commit.put([Message("T", b"good")]) for _ in range(3)]

@@ -9,8 +9,11 @@ per item: an outcome that is an exception is raised in that item's caller, and a
 ``run_batch`` itself in every caller of the round.
 
 Without an executor, ``run_batch`` runs on the event loop itself, once per turn of the loop,
-over everything submitted in that turn: for work that never waits (a put under ASYNC_FLUSH), the
-hand-off to a thread and back cost more than the work (docs/remoting.md).
+over everything submitted in that turn: for work that never waits (a put without its flush wait),
+the hand-off to a thread and back cost more than the work (docs/remoting.md). What such a round
+must still wait for (the flush of what it put, under SYNC_FLUSH) is ``finish``: a round's callers
+hear their outcomes once it is done, and up to ``rounds`` rounds wait at once; what is submitted
+meanwhile goes in the next round, so the waits are shared as the work is.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 __all__ = ["Coalescer"]
@@ -31,7 +34,8 @@ class Coalescer(Generic[T, R]):
     """Runs ``run_batch`` over the items submitted meanwhile (see the module docstring).
 
     Thread safety: ``submit`` is called on the event loop only; ``run_batch`` runs on ``executor``
-    (None: on the event loop).
+    (None: on the event loop, and then ``finish(items, outcomes)``, when given, is awaited on it
+    for the outcomes the callers get).
     """
 
     def __init__(
@@ -43,11 +47,16 @@ class Coalescer(Generic[T, R]):
         rounds: int = 2,
         weight: Callable[[T], int] | None = None,
         on_round: Callable[[], object] | None = None,
+        finish: Callable[[list[T], Sequence[R | BaseException]], Awaitable[Sequence[R | BaseException]]]
+        | None = None,
     ) -> None:
         if max_weight <= 0 or rounds <= 0:
             raise ValueError(f"max_weight and rounds must be positive, not {max_weight} and {rounds}")
+        if finish is not None and executor is not None:
+            raise ValueError("finish is for rounds run on the event loop (no executor)")
         self._run_batch = run_batch
         self._executor = executor
+        self._finish = finish
         self._max_weight = max_weight
         self._rounds = rounds
         self._weight = weight
@@ -109,14 +118,48 @@ class Coalescer(Generic[T, R]):
 
     def _run_on_loop(self) -> None:
         self._scheduled = False
-        while self._queue:
+        finish = self._finish
+        while self._queue and (finish is None or self._running < self._rounds):
             taken, weight = self._take()
             items = [item for item, _ in taken]
             try:
                 outcomes = self._run_batch(items)
             except Exception as exc:  # the store is closed: every caller hears it
                 outcomes = [exc] * len(items)
+            if finish is None:
+                self._settle(taken, weight, outcomes)
+                continue
+            self._running += 1
+            task = asyncio.get_running_loop().create_task(
+                self._finished(finish, taken, weight, items, outcomes)
+            )
+            self._drains.add(task)
+            task.add_done_callback(self._drains.discard)
+
+    async def _finished(
+        self,
+        finish: Callable[[list[T], Sequence[R | BaseException]], Awaitable[Sequence[R | BaseException]]],
+        taken: list[tuple[T, asyncio.Future[R]]],
+        weight: int,
+        items: list[T],
+        outcomes: Sequence[R | BaseException],
+    ) -> None:
+        """A round run on the loop: its callers hear their outcomes once ``finish`` is done."""
+        try:
+            try:
+                outcomes = await finish(items, outcomes)
+            except asyncio.CancelledError:  # the broker stops
+                for _, fut in taken:
+                    fut.cancel()
+                raise
+            except Exception as exc:  # (a bug) every caller hears it rather than wait for ever
+                outcomes = [exc] * len(items)
             self._settle(taken, weight, outcomes)
+        finally:
+            self._running -= 1
+            if self._queue and not self._scheduled:
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self._run_on_loop)
 
     def _settle(
         self, taken: list[tuple[T, asyncio.Future[R]]], weight: int, outcomes: Sequence[R | BaseException]

@@ -1,25 +1,27 @@
-"""Group commit of sends: the SendMessage calls that arrive while the store is busy are appended
-by one ``put_messages`` call (producers' encoded batches: one ``put_encoded_batches`` call),
-through ``Coalescer``: on a thread when puts wait for their flush, else on the event loop at its
-next turn.
+"""Group commit of sends: the SendMessage calls of one turn of the event loop are appended by one
+``put_messages`` call (producers' encoded batches: one ``put_encoded_batches`` call), on the loop,
+through ``Coalescer``.
 
-SYNC_FLUSH: ``put_messages`` returns only once the group commit fsynced the batch (or
-FLUSH_DISK_TIMEOUT after ``sync_flush_timeout``), so a round of many sends waits for one flush.
+SYNC_FLUSH, SYNC_MASTER: the round's callers are answered once the round is durable
+(``DurableWaits``: the group commit fsynced it, a slave holds it; or FLUSH_DISK_TIMEOUT ... as a
+put that waits says), so a round of many sends waits for one flush; up to ``rounds`` rounds wait
+at once, and the sends of the turns meanwhile form the next round.
 A batch the store refuses as a whole (one bad message refuses all) is put again send by send, so
 only the bad message's sender gets the error.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from rocketstore.broker.coalesce import Coalescer
+from rocketstore.broker.durable_waits import DurableWaits
 from rocketstore.codec.message_batch import EncodedBatch
 from rocketstore.errors import InvalidMessageError
-from rocketstore.message import Message
-from rocketstore.results import PutBatchResult, PutMessageResult
+from rocketstore.message import Message, waits_for_store
+from rocketstore.results import PutBatchResult, PutMessageResult, PutStatus
 from rocketstore.store import MessageStore
 
 __all__ = ["EncodedBatchCommit", "GroupCommit", "PutOutcome"]
@@ -32,16 +34,16 @@ R = TypeVar("R")
 
 class GroupCommit:
     """Batches puts of one kind (``internal`` as for ``MessageStore.put_messages``), at most
-    ``max_batch`` messages in one store call.
+    ``max_batch`` messages in one store call; ``waits``: where their durability is waited for
+    (None: the store's puts wait for nothing, ``StoreConfig.puts_wait``).
 
-    Thread safety: ``put`` is called on the event loop only; the store call runs on ``executor``
-    (None: on the event loop, for a store whose puts wait for nothing: ``StoreConfig.puts_wait``).
+    Thread safety: ``put`` is called on the event loop only, and the store call is made there.
     """
 
     def __init__(
         self,
         store: MessageStore,
-        executor: concurrent.futures.Executor | None,
+        waits: DurableWaits | None,
         *,
         internal: bool = False,
         max_batch: int = 1024,
@@ -50,8 +52,15 @@ class GroupCommit:
     ) -> None:
         self._store = store
         self._internal = internal
+        self._waits = waits
         self._rounds: Coalescer[Sequence[Message], list[PutOutcome]] = Coalescer(
-            self._put_groups, executor, max_weight=max_batch, rounds=rounds, weight=len, on_round=on_batch
+            self._put_groups,
+            None,
+            max_weight=max_batch,
+            rounds=rounds,
+            weight=len,
+            on_round=on_batch,
+            finish=None if waits is None else self._durable,
         )
 
     @property
@@ -75,8 +84,34 @@ class GroupCommit:
         """One store call for every group; a refused call again group by group."""
         return each_on_refusal(self._put_all, groups)
 
+    async def _durable(
+        self, groups: list[Sequence[Message]], outcomes: Sequence[list[PutOutcome] | BaseException]
+    ) -> Sequence[list[PutOutcome] | BaseException]:
+        """The round's outcomes once what it stored is durable (its statuses say if it is not)."""
+        assert self._waits is not None
+        stored = [(g, o) for g, o in zip(groups, outcomes) if not isinstance(o, BaseException)]
+        ends = [
+            r.physical_offset + r.wrote_bytes
+            for _, o in stored
+            for r in o
+            if isinstance(r, PutMessageResult) and r.ok
+        ]
+        if not ends or not waits_for_store([m for g, _ in stored for m in g]):
+            return outcomes
+        status = await self._waits.status(max(ends))
+        if status is PutStatus.PUT_OK:
+            return outcomes
+        return [
+            o
+            if isinstance(o, BaseException)
+            else [r._replace(status=status) if isinstance(r, PutMessageResult) and r.ok else r for r in o]
+            for o in outcomes
+        ]
+
     def _put_all(self, groups: list[Sequence[Message]]) -> list[list[PutOutcome]]:
-        results = self._store.put_messages([m for g in groups for m in g], internal=self._internal)
+        results = self._store.put_messages(
+            [m for g in groups for m in g], internal=self._internal, wait=False
+        )
         out: list[list[PutOutcome]] = []
         i = 0
         for g in groups:
@@ -87,24 +122,30 @@ class GroupCommit:
 
 class EncodedBatchCommit:
     """Batches producers' encoded batches, at most ``max_batches`` of them in one store call; a
-    call the store refuses (one bad batch refuses all) is made again batch by batch.
+    call the store refuses (one bad batch refuses all) is made again batch by batch. ``waits``
+    as ``GroupCommit``'s.
 
-    Thread safety: ``put`` is called on the event loop only; the store call runs on ``executor``
-    (None: on the event loop, as ``GroupCommit``'s).
+    Thread safety: ``put`` is called on the event loop only, and the store call is made there.
     """
 
     def __init__(
         self,
         store: MessageStore,
-        executor: concurrent.futures.Executor | None,
+        waits: DurableWaits | None,
         *,
         max_batches: int = 64,
         rounds: int = 2,
         on_batch: Callable[[], object] | None = None,
     ) -> None:
         self._store = store
+        self._waits = waits
         self._rounds: Coalescer[EncodedBatch, BatchOutcome] = Coalescer(
-            self._put_all, executor, max_weight=max_batches, rounds=rounds, on_round=on_batch
+            self._put_all,
+            None,
+            max_weight=max_batches,
+            rounds=rounds,
+            on_round=on_batch,
+            finish=None if waits is None else self._durable,
         )
 
     async def put(self, batch: EncodedBatch) -> BatchOutcome:
@@ -115,7 +156,30 @@ class EncodedBatchCommit:
             return exc
 
     def _put_all(self, batches: list[EncodedBatch]) -> list[BatchOutcome]:
-        return each_on_refusal(self._store.put_encoded_batches, batches)
+        return each_on_refusal(self._put, batches)
+
+    def _put(self, batches: list[EncodedBatch]) -> list[PutBatchResult]:
+        return self._store.put_encoded_batches(batches, wait=False)
+
+    async def _durable(
+        self, batches: list[EncodedBatch], outcomes: Sequence[BatchOutcome | BaseException]
+    ) -> Sequence[BatchOutcome | BaseException]:
+        """The round's outcomes once what it stored is durable (its statuses say if it is not)."""
+        assert self._waits is not None
+        ends = [
+            int(o.physical_offsets[-1] + o.sizes[-1])
+            for o in outcomes
+            if isinstance(o, PutBatchResult) and o.ok and len(o)
+        ]
+        if not ends:
+            return outcomes
+        status = await self._waits.status(max(ends))
+        if status is PutStatus.PUT_OK:
+            return outcomes
+        return [
+            dataclasses.replace(o, status=status) if isinstance(o, PutBatchResult) and o.ok else o
+            for o in outcomes
+        ]
 
 
 def each_on_refusal(put: Callable[[list[T]], Sequence[R]], items: list[T]) -> list[R | BaseException]:

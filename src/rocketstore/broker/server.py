@@ -27,6 +27,7 @@ import uvloop
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.auth import Acl
 from rocketstore.broker.config import BrokerConfig
+from rocketstore.broker.durable_waits import DurableWaits
 from rocketstore.broker.group_commit import EncodedBatchCommit, GroupCommit
 from rocketstore.broker.grpc.endpoint import GrpcEndpoint
 from rocketstore.broker.grpc.messaging_service import MessagingService
@@ -94,7 +95,8 @@ class Broker:
         self.slave_sync: SlaveSynchronizer | None = None
         self._bad_ha_address: str | None = None  # the last unusable one a name server gave
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._puts: concurrent.futures.Executor | None = None  # (start) where sends are stored
+        # (start) where sends wait for their flush or slave (None: puts wait for nothing)
+        self._waits: DurableWaits | None = None
         self._arrival: ArrivalSignal | None = None
         self._pop: PopService | None = None
         self._tasks: list[PeriodicTask] = []
@@ -153,9 +155,9 @@ class Broker:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=8, thread_name_prefix="broker-store"
         )
-        # sends are stored on the event loop unless a put waits for its flush or a slave: the
-        # hand-off to a thread and back cost more than the put (docs/remoting.md)
-        self._puts = self._executor if self.store.config.puts_wait else None
+        # sends are stored on the event loop (the hand-off to a thread and back cost more than
+        # the put, docs/remoting.md); a wait for their flush or a slave goes to a store thread
+        self._waits = DurableWaits(self.store, self._executor) if self.store.config.puts_wait else None
         self._arrival = ArrivalSignal(self.store.dispatch_events, loop)
         transactions = TransactionLog(
             self.store, timeout_ms=config.transaction_timeout_ms, check_max=config.transaction_check_max
@@ -163,7 +165,7 @@ class Broker:
         await loop.run_in_executor(self._executor, transactions.load)
         self._transactions = transactions
         system_puts = GroupCommit(
-            self.store, self._puts, internal=True, max_batch=config.max_messages_per_send
+            self.store, self._waits, internal=True, max_batch=config.max_messages_per_send
         )
         senders: list[OrphanSender] = []
         if config.listen is not None:
@@ -213,7 +215,7 @@ class Broker:
                 executor,
                 arrival,
                 self.metrics,
-                puts=self._puts,
+                waits=self._waits,
                 pop=pop,
                 acl=acl,
                 advertise=advertise,
@@ -256,7 +258,7 @@ class Broker:
             store=self.store,
             config=config,
             executor=self._executor,
-            put_executor=self._puts,
+            durable_waits=self._waits,
             arrival=self._arrival,
             metrics=self.metrics,
             transactions=transactions,
@@ -264,13 +266,13 @@ class Broker:
             reconfigure=self.reconfigure,
             sends=GroupCommit(
                 self.store,
-                self._puts,
+                self._waits,
                 max_batch=config.max_messages_per_send,
                 on_batch=self.metrics.batches.inc,
             ),
-            batch_sends=EncodedBatchCommit(self.store, self._puts, on_batch=self.metrics.batches.inc),
+            batch_sends=EncodedBatchCommit(self.store, self._waits, on_batch=self.metrics.batches.inc),
             system_puts=GroupCommit(
-                self.store, self._puts, internal=True, max_batch=config.max_messages_per_send
+                self.store, self._waits, internal=True, max_batch=config.max_messages_per_send
             ),
         )
         limits = remoting_limits(config)

@@ -4,8 +4,11 @@ judgement still gets it; hostile frames on the compiled decoder."""
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
+import threading
+from typing import Any
 
 import pytest
 
@@ -20,7 +23,9 @@ from rocketstore.broker.remoting.command import (
 from rocketstore.codec.message_batch import BatchEntry, encode_batch_body
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.codec.properties import encode_properties
+from rocketstore.storage.mapped_file import MappedFile
 
+from ..conftest import SMALL
 from .client import RawClient
 from .conftest import Remoting, StartRemoting
 from .test_producer import header, stored
@@ -278,3 +283,62 @@ def test_bulk_sends_keep_the_connection_limits(start_remoting: StartRemoting, li
         assert set(codes) == {ResponseCode.SUCCESS}
     r.store.wait_dispatched()
     assert r.store.max_offset_in_queue("Bulk", 0) == codes.count(ResponseCode.SUCCESS)
+
+
+@pytest.mark.parametrize("sends", [16, 1], ids=["in bulk", "by the handler"])
+def test_sync_flush_sends_are_stored_on_the_loop_and_answered_once_flushed(
+    start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch, sends: int
+) -> None:
+    """Under SYNC_FLUSH the broker puts without the flush wait (``wait=False``) and answers each
+    round once ``wait_durable`` says: SUCCESS after the flush, or, for a flush held past
+    ``sync_flush_timeout``, FLUSH_DISK_TIMEOUT with "stored, but" (and the messages stay)."""
+    gate = threading.Event()
+    real = MappedFile.sync
+
+    def held(self: MappedFile) -> None:
+        gate.wait(10)
+        real(self)
+
+    r = start_remoting(store_config=SMALL.replace(flush_disk_type="SYNC_FLUSH", sync_flush_timeout=1500))
+    r.store.create_topic("S", 2)
+    waits: list[bool] = []
+    for name in ("put_messages", "put_encoded_columns"):
+        real_put = getattr(r.store, name)
+
+        def recorded(*args: object, _put: Any = real_put, wait: bool = True, **kw: object) -> Any:
+            waits.append(wait)
+            return _put(*args, wait=wait, **kw)
+
+        monkeypatch.setattr(r.store, name, recorded)
+    monkeypatch.setattr(MappedFile, "sync", held)
+    try:
+        with RawClient(r.port) as c:
+            for round_, (hold_s, code) in enumerate(
+                [(0.5, ResponseCode.SUCCESS), (3.0, ResponseCode.FLUSH_DISK_TIMEOUT)]
+            ):
+                gate.clear()
+                cmds = [
+                    send_cmd("S", f"r{round_}-{i}".encode(), props_of(i), 100 * round_ + i, queue_id=i % 2)
+                    for i in range(sends)
+                ]
+                c.send_raw(b"".join(frame(cmd) for cmd in cmds))
+                readable, _, _ = select.select(
+                    [c.sock], [], [], hold_s if code == ResponseCode.SUCCESS else 0.5
+                )
+                assert not readable  # no answer while the flush is held
+                if code == ResponseCode.SUCCESS:
+                    gate.set()
+                got = answers(c, [cmd.opaque for cmd in cmds])
+                gate.set()
+                for i, cmd in enumerate(cmds):
+                    resp = got[cmd.opaque]
+                    assert resp.code == code, resp.remark
+                    assert resp.remark == (
+                        None if code == ResponseCode.SUCCESS else "stored, but FLUSH_DISK_TIMEOUT"
+                    )
+                    assert stored(r, resp).body == f"r{round_}-{i}".encode()
+    finally:
+        gate.set()
+    assert waits and not any(waits)  # every send put without its wait
+    if sends > 1:
+        assert bulk_requests(r) >= 2 * sends

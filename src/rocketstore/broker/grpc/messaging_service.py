@@ -27,6 +27,7 @@ from rocketstore.broker.auth import Account, Acl, log_refusal
 from rocketstore.broker.clients import ClientInfo, ClientRegistry, CommandQueue
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.config import BrokerConfig
+from rocketstore.broker.durable_waits import DurableWaits
 from rocketstore.broker.group_commit import GroupCommit, PutOutcome
 from rocketstore.broker.grpc.received_message import message_fields, timestamp, to_proto_message
 from rocketstore.broker.grpc.sent_message import SentMessage, to_store_message
@@ -207,7 +208,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         arrival: ArrivalSignal,
         metrics: BrokerMetrics,
         *,
-        puts: concurrent.futures.Executor | None,
+        waits: DurableWaits | None,
         pop: PopService,
         acl: Acl | None,
         advertise: tuple[str, int],
@@ -223,11 +224,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         self._pop = pop
         self._acl = acl
         self._advertise = advertise
-        # (puts: where sends are stored, the broker's put executor: None, on the event loop)
+        # (waits: where sends, stored on the event loop, wait for their flush or slave)
         self._sends = GroupCommit(
-            store, puts, max_batch=config.max_messages_per_send, on_batch=metrics.batches.inc
+            store, waits, max_batch=config.max_messages_per_send, on_batch=metrics.batches.inc
         )
-        self._system_puts = GroupCommit(store, puts, internal=True, max_batch=config.max_messages_per_send)
+        self._system_puts = GroupCommit(store, waits, internal=True, max_batch=config.max_messages_per_send)
         # concurrent AckMessage calls (the clients send one ack per call) share one pop-log write
         self._acks: Coalescer[tuple[str, str, list[str]], list[InvalidReceiptHandleError | None]] = Coalescer(
             pop.ack_many, executor, max_weight=1024, weight=lambda request: len(request[2])

@@ -3,10 +3,11 @@ by one columnar store call and answered in one pass per connection, with no Pyth
 request (issue 30).
 
 The reader's compiled pass (``command.scan_frames``) hands over the sends it could decode whole,
-as columns; what is waiting when the loop comes round forms a round, put on the loop at once
-(or, when puts wait for their flush, on the store's thread, up to two rounds there at once: one
-writes while the other waits), so a lone send goes at once and batches grow only with the load:
-no timer anywhere. Per round, the broker's judgement
+as columns; what is waiting when the loop comes round forms a round, put on the loop at once, so
+a lone send goes at once and batches grow only with the load: no timer anywhere. When the
+store's puts wait (for the flush, or a slave), a round is answered once that wait, made on a
+store thread (``DurableWaits``), is over; up to two rounds wait at once, and the sends that come
+meanwhile form the next round. Per round, the broker's judgement
 is per topic, not per send: a topic that does not exist, takes no writes, or is not a plain
 name, and a queue id past the topic's queues, send their requests to the handler
 (``ProducerProcessor.send``), which creates the topic or gives the refusal its code and remark.
@@ -17,13 +18,14 @@ flush) is answered to each send as the handler answers it, never by storing agai
 Answers are byte for byte those of the handler (``encode_send_answers``): SUCCESS, or
 FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE with "stored, but ...".
 
-Thread safety: everything here runs on the event loop; ``put_encoded_columns`` too, unless
-puts wait for their flush (the context's ``put_executor``).
+Thread safety: everything here runs on the event loop, ``put_encoded_columns`` too; only the
+durability waits run on the store's threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -67,7 +69,7 @@ from rocketstore.broker.remoting.producer import (
 from rocketstore.codec.message_batch import EncodedColumns
 from rocketstore.codec.text_column import gather_spans
 from rocketstore.errors import InvalidMessageError
-from rocketstore.results import PutColumnsResult
+from rocketstore.results import PutColumnsResult, PutStatus
 
 if TYPE_CHECKING:
     from rocketstore.broker.remoting.server import Connection
@@ -76,7 +78,7 @@ __all__ = ["BulkSends"]
 
 log = logging.getLogger("rocketstore.broker.remoting")
 
-_ROUNDS: Final = 2  # rounds with the store at once: one writes while the other waits for its flush
+_ROUNDS: Final = 2  # rounds waiting to be durable at once (then the next waits for one of them)
 _MAX_ROUND_REQUESTS: Final = 4096  # a round's sends at most (what waits beyond goes next round)
 # the fewest sends one read must hold to start a round: a round's fixed cost (~200 us of the
 # store's, 300-500 us of the loop's) passes the handlers' per-request cost (110-150 us each)
@@ -195,16 +197,41 @@ class BulkSends:
         self._running += 1
         started = time.monotonic()
         loop = asyncio.get_running_loop()
-        if self.ctx.put_executor is not None:
-            future = loop.run_in_executor(self.ctx.put_executor, self.ctx.store.put_encoded_columns, columns)
-            future.add_done_callback(lambda f: self._done(kept, columns, cols, f, started))
-            return
-        future = loop.create_future()
+        future: asyncio.Future[PutColumnsResult] = loop.create_future()
         try:
-            future.set_result(self.ctx.store.put_encoded_columns(columns))
+            result = self.ctx.store.put_encoded_columns(columns, wait=False)
         except Exception as exc:
             future.set_exception(exc)
+        else:
+            waits = self.ctx.durable_waits
+            if waits is not None and result.status is PutStatus.PUT_OK and len(result):
+                end = int(result.physical_offsets[-1] + result.sizes[-1])
+                task = loop.create_task(waits.status(end))
+                task.add_done_callback(lambda t: self._durable(kept, columns, cols, result, t, started))
+                kept[0].conn.server.track(task)
+                return
+            future.set_result(result)
         self._done(kept, columns, cols, future, started)
+
+    def _durable(
+        self,
+        offers: list[_Offer],
+        columns: EncodedColumns,
+        cols: npt.NDArray[np.int64],
+        result: PutColumnsResult,
+        wait: asyncio.Task[PutStatus],
+        started: float,
+    ) -> None:
+        """A round's durability wait is over: answered with its status."""
+        future: asyncio.Future[PutColumnsResult] = asyncio.get_running_loop().create_future()
+        if wait.cancelled():
+            future.cancel()
+        else:
+            status = wait.result()  # (DurableWaits.status answers a status, never raises)
+            future.set_result(
+                result if status is PutStatus.PUT_OK else dataclasses.replace(result, status=status)
+            )
+        self._done(offers, columns, cols, future, started)
 
     def _checked(self, offer: _Offer) -> npt.NDArray[np.bool_]:
         """Which of the offer's sends may be stored as they are: to a topic that exists, takes

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.config import BrokerConfig
+from rocketstore.broker.durable_waits import DurableWaits
 from rocketstore.broker.group_commit import EncodedBatchCommit, GroupCommit
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.remoting.acl import ACCESS_KEY, RemotingAcl
@@ -35,9 +36,9 @@ class RemotingContext:
     store: MessageStore
     config: BrokerConfig
     executor: concurrent.futures.Executor
-    # where sends are stored: None, on the event loop, when a put waits for nothing
-    # (``StoreConfig.puts_wait``): the hand-off to a thread and back cost more than the put
-    put_executor: concurrent.futures.Executor | None
+    # where sends (stored on the event loop) wait for their flush or slave; None: the store's
+    # puts wait for nothing (``StoreConfig.puts_wait``)
+    durable_waits: DurableWaits | None
     arrival: ArrivalSignal
     metrics: BrokerMetrics
     transactions: TransactionLog
