@@ -246,3 +246,55 @@ def test_wait_durable_says_what_a_waiting_put_would_say(tmp_path: Path) -> None:
         started = time.monotonic()
         assert store.wait_durable(r.physical_offset + r.wrote_bytes) is PutStatus.PUT_OK
         assert time.monotonic() - started < 1
+
+
+def test_when_flushed_tells_the_caller_from_the_group_commit_thread(tmp_path: Path) -> None:
+    gate = threading.Event()
+    real = MappedFile.sync
+
+    def held(self: MappedFile) -> None:
+        gate.wait(10)
+        real(self)
+
+    told: list[tuple[PutStatus, str]] = []
+    told_event = threading.Event()
+
+    def done(status: PutStatus) -> None:
+        told.append((status, threading.current_thread().name))
+        told_event.set()
+
+    with MessageStore.open(tmp_path / "s", sync_config(sync_flush_timeout=5000)) as store:
+        MappedFile.sync = held  # type: ignore[method-assign]
+        try:
+            [r] = store.put_messages([Message(topic="T", body=b"a")], wait=False)
+            store.when_flushed(r.physical_offset + r.wrote_bytes, done)
+            assert not told_event.wait(0.3)  # not before the flush
+            gate.set()
+            assert told_event.wait(5)
+        finally:
+            gate.set()
+            MappedFile.sync = real  # type: ignore[method-assign]
+        [(status, thread)] = told
+        assert status is PutStatus.PUT_OK and thread != threading.current_thread().name
+        assert store._commitlog.files.flushed_where >= r.physical_offset + r.wrote_bytes
+
+        def failing_sync(self: MappedFile) -> None:
+            raise OSError(errno.EIO, "injected I/O error")
+
+        told.clear()
+        told_event.clear()
+        MappedFile.sync = failing_sync  # type: ignore[method-assign]
+        try:
+            [r] = store.put_messages([Message(topic="T", body=b"b")], wait=False)
+            store.when_flushed(r.physical_offset + r.wrote_bytes, done)
+            assert told_event.wait(5)
+            assert told[0][0] is PutStatus.FLUSH_DISK_TIMEOUT  # a failed flush is never PUT_OK
+        finally:
+            MappedFile.sync = real  # type: ignore[method-assign]
+        with pytest.raises(OSError, match="injected"):
+            store.close()
+    with MessageStore.open(tmp_path / "a", StoreConfig(**SMALL)) as store:  # ASYNC_FLUSH: at once
+        told.clear()
+        [r] = store.put_messages([Message(topic="T", body=b"x")], wait=False)
+        store.when_flushed(r.physical_offset + r.wrote_bytes, done)
+        assert told == [(PutStatus.PUT_OK, threading.current_thread().name)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
@@ -12,6 +13,8 @@ from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.index import IndexService
 from rocketstore.service import BackgroundService, FailureHandler
+
+log = logging.getLogger("rocketstore.flush")
 
 __all__ = [
     "CommitLogFlushService",
@@ -144,23 +147,30 @@ class ConsumeQueueFlushService(BackgroundService):
 
 
 class FlushRequest:
-    """A put waiting for its bytes (up to ``target`` in the commitlog) to be durable.
+    """A put waiting for its bytes (up to ``target`` in the commitlog) to be durable: by
+    ``wait``, or told by ``on_done(ok)``, called once on the thread that finishes it.
 
     The latch is a bare lock, taken at creation and released by ``finish``: waiting on it is
     one C call, where a threading.Event costs a Condition round trip in Python.
     """
 
-    __slots__ = ("_latch", "ok", "target")
+    __slots__ = ("_latch", "ok", "on_done", "target")
 
-    def __init__(self, target: int) -> None:
+    def __init__(self, target: int, on_done: Callable[[bool], object] | None = None) -> None:
         self.target = target
         self.ok = False
+        self.on_done = on_done
         self._latch = threading.Lock()
         self._latch.acquire()
 
     def finish(self, ok: bool) -> None:
         self.ok = ok
         self._latch.release()
+        if self.on_done is not None:
+            try:
+                self.on_done(ok)
+            except Exception:  # the caller's: it must not stop the group commit
+                log.exception("a flush request's callback failed")
 
     def wait(self, timeout: float) -> bool:
         """True when flushed in time, False on timeout or flush failure."""
@@ -185,8 +195,10 @@ class GroupCommitService(BackgroundService):
         self._requests_read: list[FlushRequest] = []
         self._broken = False
 
-    def submit(self, target: int) -> FlushRequest:
-        request = FlushRequest(target)
+    def submit(self, target: int, on_done: Callable[[bool], object] | None = None) -> FlushRequest:
+        """A request to flush up to ``target``: ``on_done(ok)`` is called once it is finished
+        (on this thread when the service is broken already)."""
+        request = FlushRequest(target, on_done)
         with self._lock:
             if self._broken:
                 request.finish(False)

@@ -8,7 +8,7 @@ the writer gets its collaborators when the store starts its services and never r
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from itertools import repeat
 from typing import Final, cast
@@ -487,6 +487,14 @@ class MessageWriter:
         """``MessageStore.wait_durable``."""
         return self._make_durable(end)
 
+    def when_flushed(self, end: int, done: Callable[[PutStatus], object]) -> None:
+        """``MessageStore.when_flushed``."""
+        group = self._group_commit
+        if group is None:
+            done(self._flush_step(end))
+            return
+        group.submit(end, lambda ok: done(_PUT_OK if ok else self._not_flushed(end)))
+
     def _make_durable(self, end: int, wait: bool = True) -> PutStatus:
         """The flush step (``_flush_step``), then for a SYNC_MASTER the replica's ack. A put that
         does not ``wait`` leaves both waits to its caller (``wait_durable``); where a put waits
@@ -533,6 +541,11 @@ class MessageWriter:
             return _PUT_OK
         if group.submit(end).wait(self.config.sync_flush_timeout / 1000):
             return _PUT_OK
+        return self._not_flushed(end)
+
+    def _not_flushed(self, end: int) -> PutStatus:
+        """FLUSH_DISK_TIMEOUT for a put whose bytes up to ``end`` the group commit did not flush
+        (it failed, or took longer than ``sync_flush_timeout``), said in the log."""
         failure = self._state.failure
         if failure is not None:
             log.error("SYNC_FLUSH: the commitlog could not be flushed up to %d: %s", end, failure)

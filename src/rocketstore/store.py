@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import operator
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
@@ -598,6 +598,17 @@ class MessageStore:
         self._check_writable("puts")
         assert self._writer is not None  # every store open for writing has one
         return self._writer.wait_durable(end)
+
+    def when_flushed(self, end: int, done: Callable[[PutStatus], object]) -> None:
+        """``wait_durable``'s flush without a thread waiting for it: ``done(status)`` is called
+        once the commitlog is flushed up to ``end`` (SYNC_FLUSH: by the group commit, on its
+        thread), PUT_OK, or FLUSH_DISK_TIMEOUT when the flush failed; at once, in the caller,
+        when puts wait for no flush (ASYNC_FLUSH). A SYNC_MASTER's wait for its slave is not
+        part of it (``wait_durable`` is). A flush that hangs calls ``done`` late: a caller that
+        must answer in time keeps its own deadline (``sync_flush_timeout``)."""
+        self._check_writable("puts")
+        assert self._writer is not None  # every store open for writing has one
+        self._writer.when_flushed(end, done)
 
     @property
     def failure(self) -> BaseException | None:
