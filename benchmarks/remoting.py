@@ -145,9 +145,9 @@ THREAD_GROUPS = ("loop", "store", "dispatch", "flush", "other")
 
 def thread_group(name: str) -> str:
     if name == "MainThread":
-        return "loop"  # frames, headers, judging, ASYNC_FLUSH puts, in-memory pull reads, answers
+        return "loop"  # frames, headers, judging, the sends' puts, in-memory pull reads, answers
     if name.startswith("broker-store"):
-        return "store"  # the broker's executor: SYNC_FLUSH puts, reads that may touch the disk
+        return "store"  # the broker's executor: a SYNC_MASTER's waits, reads that may touch the disk
     if name == "rocketstore-dispatch":
         return "dispatch"  # consume queues and the index
     if name.startswith("rocketstore-flush"):
@@ -405,8 +405,9 @@ def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: arg
         lines += [
             "",
             "rocketstore serve's CPU by thread, s per million messages, median: loop (the event "
-            "loop: frames, headers, judging, ASYNC_FLUSH puts, reads of records in memory, answers), store "
-            "(the broker's executor: SYNC_FLUSH puts, reads that may touch the disk), dispatch (consume "
+            "loop: frames, headers, judging, the sends' puts, reads of records in memory, answers), store "
+            "(the broker's executor: a SYNC_MASTER's waits for its slave, reads that may touch the disk), "
+            "dispatch (consume "
             "queues, index), flush, "
             "other (the rest: SYNC_FLUSH's group commit, schedule, timer, clean, stats, arrival ...).",
             "",
