@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 
 from rocketstore.broker.remoting.codes import ResponseCode
-from rocketstore.broker.remoting.command import FLAG_ONEWAY, SERIALIZE_ROCKETMQ, RemotingCommand
+from rocketstore.broker.remoting.command import (
+    FLAG_ONEWAY,
+    SERIALIZE_ROCKETMQ,
+    RemotingCommand,
+    encode_command,
+)
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler, RemotingLimits, RemotingServer
 
@@ -266,3 +271,41 @@ async def _wait_for(condition: Any) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("condition not reached")
+
+
+def test_a_turns_first_answer_leaves_at_once_and_the_rest_together_at_its_end() -> None:
+    writes: list[bytes] = []
+
+    class Transport:
+        def get_write_buffer_size(self) -> int:
+            return 0
+
+        def set_write_buffer_limits(self, high: int) -> None:
+            pass
+
+    class Writer:
+        transport = Transport()
+
+        def writelines(self, parts: list[bytes]) -> None:
+            writes.append(b"".join(bytes(p) for p in parts))
+
+    def answer(opaque: int) -> RemotingCommand:
+        return RemotingCommand(ResponseCode.SUCCESS, opaque=opaque, flag=1, remark=f"a{opaque}")
+
+    def frame(cmd: RemotingCommand) -> bytes:
+        return b"".join(bytes(p) for p in encode_command(cmd))
+
+    async def main() -> None:
+        server = RemotingServer({}, RemotingLimits(), "test")
+        conn = Connection(server, Writer(), "127.0.0.1", 1, 1)  # type: ignore[arg-type]
+        await conn.answer(answer(1))
+        assert writes == [frame(answer(1))]  # a lone answer waits for nothing
+        await conn.answer(answer(2))
+        await conn.answer(answer(3))
+        assert len(writes) == 1  # the turn's later answers wait for its end ...
+        await asyncio.sleep(0)
+        assert writes[1:] == [frame(answer(2)) + frame(answer(3))]  # ... and leave in one write
+        await conn.answer(answer(4))
+        assert writes[2:] == [frame(answer(4))]  # the next turn's first: at once again
+
+    asyncio.run(main())

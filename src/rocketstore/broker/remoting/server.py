@@ -263,8 +263,9 @@ class Connection:
 
     async def answer(self, cmd: RemotingCommand) -> None:
         """Write the answer to one of this connection's requests once the output has room
-        (``max_answer_bytes_per_connection``). The commands queued in one turn of the loop go
-        out in one write (a group commit answers many sends of a connection at once).
+        (``max_answer_bytes_per_connection``). The first command queued in a turn of the loop
+        leaves at once; those queued after it in the same turn go out together in one write at
+        the turn's end (a group commit answers many sends of a connection at once).
 
         An answer over the frame size is replaced by SYSTEM_ERROR saying so. While the output
         is full, answers wait; an answer with a body (a read: a pull, a query, a list) that
@@ -347,7 +348,7 @@ class Connection:
             return False
         self._out.append(frames)
         self._out_bytes += len(frames)
-        self._flush()
+        self._write_now()
         return True
 
     def wake_reader(self) -> None:
@@ -355,7 +356,9 @@ class Connection:
         self._room.set()
 
     def _queue(self, parts: list[bytes | bytearray | memoryview], size: int) -> bool:
-        """Queue a frame's ``parts`` for this turn's write; False when the connection is closed."""
+        """Write a frame's ``parts``: at once when it is the turn's first (a lone answer waits for
+        nothing), else with the rest of the turn's at its end. False when the connection is
+        closed."""
         if self.closed:
             return False
         self._out.extend(parts)
@@ -363,10 +366,15 @@ class Connection:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
+            self._write_now()
         return True
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._write_now()
+
+    def _write_now(self) -> None:
+        """Hand what is queued to the transport."""
         out, self._out = self._out, []
         self._out_bytes = 0
         if self.closed or not out:
