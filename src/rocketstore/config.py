@@ -299,7 +299,8 @@ class StoreConfig:
     def puts_wait(self) -> bool:
         """Whether a put returns only once it is durable: flushed (SYNC_FLUSH) or held by a slave
         (SYNC_MASTER). A caller that must not block (an event loop) puts with ``wait=False`` and
-        waits on another thread (``MessageStore.wait_durable``)."""
+        has the wait made elsewhere: ``MessageStore.wait_durable`` on another thread, or
+        ``when_flushed``'s callback."""
         return self.flush_disk_type is FlushDiskType.SYNC_FLUSH or self.broker_role is BrokerRole.SYNC_MASTER
 
     @property

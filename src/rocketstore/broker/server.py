@@ -156,7 +156,7 @@ class Broker:
             max_workers=8, thread_name_prefix="broker-store"
         )
         # sends are stored on the event loop (the hand-off to a thread and back cost more than
-        # the put, docs/remoting.md); a wait for their flush or a slave goes to a store thread
+        # the put, docs/remoting.md), and answered once their flush or slave says (DurableWaits)
         self._waits = DurableWaits(self.store, self._executor) if self.store.config.puts_wait else None
         self._arrival = ArrivalSignal(self.store.dispatch_events, loop)
         transactions = TransactionLog(
