@@ -348,6 +348,7 @@ class BulkPulls:
             found.starts[rows + 1],
         )
         self._count(pulls, listed, found, codes, read_ms)
+        self.answered += n  # (before the answers leave: a client may look then)
         data = frames.tobytes()
         ends = at.tolist()
         mine: dict[Connection, list[int]] = {}  # each connection's answers (k: the k-th of listed)
@@ -368,7 +369,6 @@ class BulkPulls:
                 conn.queue_frames(out[0] if len(out) == 1 else b"".join(out))
             for k in ks:
                 self._release(pulls[listed[k]])
-        self.answered += n
 
     def _count(
         self, pulls: list[_Pull], listed: list[int], found: RecordsResult, codes: list[int], read_ms: int

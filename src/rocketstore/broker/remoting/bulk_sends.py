@@ -352,6 +352,7 @@ class BulkSends:
             np.frombuffer(json.dumps(remark).encode() if remark else b"", dtype=np.uint8),
             np.frombuffer(remark.encode(), dtype=np.uint8),
         )
+        self.requests += cols.shape[1]  # (before the answers leave: a client may look then)
         # each offer's answers are the next of them, in one write
         rows = np.cumsum([0] + [len(offer) for offer in offers])
         bounds = np.cumsum(np.concatenate(([0], answered)))[rows]
@@ -361,7 +362,6 @@ class BulkSends:
                 self._write(offer, data[int(at[a]) : int(at[b])])
             else:
                 self._release(offer)
-        self.requests += cols.shape[1]
 
     def _count(
         self,
