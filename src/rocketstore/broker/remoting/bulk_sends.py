@@ -5,12 +5,14 @@ request (issue 30).
 The reader's compiled pass (``command.scan_frames``) hands over the sends it could decode whole,
 as columns; what is waiting when the loop comes round forms a round, put on the loop at once, so
 a lone send goes at once and batches grow only with the load: no timer anywhere. When the
-store's puts wait (for the flush, or a slave), a round is answered once that wait, made on a
-store thread (``DurableWaits``), is over; up to two rounds wait at once, and the sends that come
-meanwhile form the next round. Per round, the broker's judgement
-is per topic, not per send: a topic that does not exist, takes no writes, or is not a plain
-name, and a queue id past the topic's queues, send their requests to the handler
-(``ProducerProcessor.send``), which creates the topic or gives the refusal its code and remark.
+store's puts wait (for the flush, or a slave), a round is answered once that wait is over
+(``DurableWaits``: the group commit tells the loop, or a store thread waits for the slave); up to
+two rounds wait at once, and the sends that come meanwhile form the next round.
+
+Per round, the broker's judgement is per topic, not per send: a topic that does not exist, takes
+no writes, or is not a plain name, and a queue id past the topic's queues, send their requests
+to the handler (``ProducerProcessor.send``), which creates the topic or gives the refusal its
+code and remark.
 So does every send of a round the store refuses whole (nothing stored: a damaged batch, a full
 disk, a slave): the handler tries each again and answers it. An error after the write (a failed
 flush) is answered to each send as the handler answers it, never by storing again.
@@ -80,8 +82,8 @@ log = logging.getLogger("rocketstore.broker.remoting")
 
 _ROUNDS: Final = 2  # rounds waiting to be durable at once (then the next waits for one of them)
 _MAX_ROUND_REQUESTS: Final = 4096  # a round's sends at most (what waits beyond goes next round)
-# the fewest sends one read must hold to start a round: a round's fixed cost (~200 us of the
-# store's, 300-500 us of the loop's) passes the handlers' per-request cost (110-150 us each)
+# the fewest sends one read must hold to start a round: a round's fixed cost (300-500 us of the
+# loop's, its put included) passes the handlers' per-request cost (120-150 us each)
 # below it; a read with fewer joins a round that is already waiting
 MIN_ROUND: Final = 8
 
