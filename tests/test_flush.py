@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -193,54 +195,49 @@ def test_checkpoint_moves_with_flushes(tmp_path: Path) -> None:
         assert physic == r.store_timestamp and logics == r.store_timestamp and index == r.store_timestamp
 
 
-def test_a_put_that_does_not_wait_leaves_its_wait_to_wait_durable(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def held_syncs() -> Iterator[threading.Event]:
+    """Every fsync of a segment held until the event is set (10 s at most)."""
     gate = threading.Event()
     real = MappedFile.sync
 
-    def blocked_sync(self: MappedFile) -> None:
+    def held(self: MappedFile) -> None:
         gate.wait(10)
         real(self)
 
-    with MessageStore.open(tmp_path / "s", sync_config(sync_flush_timeout=5000)) as store:
-        MappedFile.sync = blocked_sync  # type: ignore[method-assign]
-        try:
-            results = store.put_messages(
-                [Message(topic="T", body=b"a"), Message(topic="T", body=b"b")], wait=False
-            )
-            assert [r.status for r in results] == [PutStatus.PUT_OK] * 2
-            end = max(r.physical_offset + r.wrote_bytes for r in results)
-            assert store._commitlog.files.flushed_where < end
-            outcome: list[PutStatus] = []
-            waiter = threading.Thread(target=lambda: outcome.append(store.wait_durable(end)))
-            waiter.start()
-            waiter.join(0.3)
-            assert waiter.is_alive() and not outcome  # it waits for the flush
-            gate.set()
-            waiter.join(5)
-            assert outcome == [PutStatus.PUT_OK]
-            assert store._commitlog.files.flushed_where >= end
-        finally:
-            gate.set()
-            MappedFile.sync = real  # type: ignore[method-assign]
+    MappedFile.sync = held  # type: ignore[method-assign]
+    try:
+        yield gate
+    finally:
+        gate.set()
+        MappedFile.sync = real  # type: ignore[method-assign]
+
+
+def test_a_put_that_does_not_wait_leaves_its_wait_to_wait_durable(tmp_path: Path) -> None:
+    config = sync_config(sync_flush_timeout=5000)
+    with MessageStore.open(tmp_path / "s", config) as store, held_syncs() as gate:
+        results = store.put_messages(
+            [Message(topic="T", body=b"a"), Message(topic="T", body=b"b")], wait=False
+        )
+        assert [r.status for r in results] == [PutStatus.PUT_OK] * 2
+        end = max(r.physical_offset + r.wrote_bytes for r in results)
+        assert store._commitlog.files.flushed_where < end
+        outcome: list[PutStatus] = []
+        waiter = threading.Thread(target=lambda: outcome.append(store.wait_durable(end)))
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive() and not outcome  # it waits for the flush
+        gate.set()
+        waiter.join(5)
+        assert outcome == [PutStatus.PUT_OK]
+        assert store._commitlog.files.flushed_where >= end
 
 
 def test_wait_durable_says_what_a_waiting_put_would_say(tmp_path: Path) -> None:
-    gate = threading.Event()
-    real = MappedFile.sync
-
-    def slow_sync(self: MappedFile) -> None:
-        gate.wait(10)
-        real(self)
-
-    with MessageStore.open(tmp_path / "s", sync_config(sync_flush_timeout=200)) as store:
-        MappedFile.sync = slow_sync  # type: ignore[method-assign]
-        try:
-            [r] = store.put_messages([Message(topic="T", body=b"late")], wait=False)
-            assert r.ok
-            assert store.wait_durable(r.physical_offset + r.wrote_bytes) is PutStatus.FLUSH_DISK_TIMEOUT
-        finally:
-            gate.set()
-            MappedFile.sync = real  # type: ignore[method-assign]
+    with MessageStore.open(tmp_path / "s", sync_config(sync_flush_timeout=200)) as store, held_syncs():
+        [r] = store.put_messages([Message(topic="T", body=b"late")], wait=False)
+        assert r.ok
+        assert store.wait_durable(r.physical_offset + r.wrote_bytes) is PutStatus.FLUSH_DISK_TIMEOUT
     with MessageStore.open(tmp_path / "a", StoreConfig(**SMALL)) as store:  # ASYNC_FLUSH: nothing to wait for
         [r] = store.put_messages([Message(topic="T", body=b"x")], wait=False)
         started = time.monotonic()
@@ -249,13 +246,6 @@ def test_wait_durable_says_what_a_waiting_put_would_say(tmp_path: Path) -> None:
 
 
 def test_when_flushed_tells_the_caller_from_the_group_commit_thread(tmp_path: Path) -> None:
-    gate = threading.Event()
-    real = MappedFile.sync
-
-    def held(self: MappedFile) -> None:
-        gate.wait(10)
-        real(self)
-
     told: list[tuple[PutStatus, str]] = []
     told_event = threading.Event()
 
@@ -263,17 +253,14 @@ def test_when_flushed_tells_the_caller_from_the_group_commit_thread(tmp_path: Pa
         told.append((status, threading.current_thread().name))
         told_event.set()
 
+    real = MappedFile.sync
     with MessageStore.open(tmp_path / "s", sync_config(sync_flush_timeout=5000)) as store:
-        MappedFile.sync = held  # type: ignore[method-assign]
-        try:
+        with held_syncs() as gate:
             [r] = store.put_messages([Message(topic="T", body=b"a")], wait=False)
             store.when_flushed(r.physical_offset + r.wrote_bytes, done)
             assert not told_event.wait(0.3)  # not before the flush
             gate.set()
             assert told_event.wait(5)
-        finally:
-            gate.set()
-            MappedFile.sync = real  # type: ignore[method-assign]
         [(status, thread)] = told
         assert status is PutStatus.PUT_OK and thread != threading.current_thread().name
         assert store._commitlog.files.flushed_where >= r.physical_offset + r.wrote_bytes
