@@ -479,7 +479,7 @@ class MessageWriter:
     def _needs_flush_wait(self, msgs: Sequence[Message]) -> bool:
         """Whether ``_make_durable`` has anything to do for ``msgs`` (SYNC_FLUSH waits unless
         every message says WAIT=false; ASYNC_FLUSH may have a service to wake)."""
-        if self._group_commit is None and not self._sync_master:
+        if not self._waits:
             return self._durability_work
         return waits_for_store(msgs)
 

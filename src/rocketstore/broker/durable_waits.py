@@ -52,9 +52,7 @@ class DurableWaits:
                     self._executor, self._store.wait_durable, end
                 )
             return await self._flushed(end)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # (not a cancellation: that is the caller's)
             log.error("waiting for the commitlog to be durable up to %d failed: %s", end, exc)
             return PutStatus.FLUSH_DISK_TIMEOUT
 

@@ -195,9 +195,7 @@ class BulkPulls:
             started = time.monotonic()
             try:
                 found = await self.ctx.run(self.ctx.store.get_records, reads)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
+            except Exception as exc:  # (a cancellation goes on to the outer handler)
                 self._failed_read(pulls, exc)
                 return
             self._deliver(pulls, reads, found, started)
