@@ -545,8 +545,18 @@ class MessageEncoder:
         born = _int64_column("born_timestamps", c.born_timestamps, nb)
         # the ranges in one pass (a broker's round of a few sends pays no per-column numpy calls)
         which, b = _out_of_range(
-            topic_ids, len(c.topics), host_ids, len(c.born_hosts), queue_ids, sys_flags, reconsume
+            data_at,
+            extra_at,
+            topic_ids,
+            len(c.topics),
+            host_ids,
+            len(c.born_hosts),
+            queue_ids,
+            sys_flags,
+            reconsume,
         )
+        if which < -1:
+            raise _offsets_refused(*(("data", len(data)) if which == -3 else ("properties", len(extras))))
         if which >= 0:
             name, column, allowed = (
                 ("topic_ids", topic_ids, f"0..{len(c.topics) - 1}"),
@@ -558,11 +568,12 @@ class MessageEncoder:
             raise InvalidMessageError(f"batch {b}: {name} {int(column[b])} is outside {allowed}", _ILLEGAL)
         tails = [self._topic_tail(b, topic) for b, topic in enumerate(c.topics)]
         hosts = [self._born_host(host) for host in c.born_hosts]
-        v6 = np.fromiter((len(h) == 20 for h in hosts), dtype=np.bool_, count=len(hosts))
-        sys_flags = sys_flags | np.where(v6[host_ids], SYSFLAG_BORNHOST_V6, 0) | self._store_v6
+        if self._store_v6 or any(len(h) == 20 for h in hosts):
+            v6 = np.fromiter((len(h) == 20 for h in hosts), dtype=np.bool_, count=len(hosts))
+            sys_flags = sys_flags | np.where(v6[host_ids], SYSFLAG_BORNHOST_V6, 0) | self._store_v6
         (
             problem, bad_batch, bad_message, where,
-            blob, starts, lengths, counts, tags_codes, slow_tags, value_at, value_len,
+            blob, starts, lengths, counts, tags_codes, slow_tags, value_at, value_len, of_message,
         ) = _encode_batches(
             data,
             data_at,
@@ -590,18 +601,17 @@ class MessageEncoder:
         for row in np.flatnonzero(slow_tags).tolist():
             a, n = int(value_at[_V_TAGS, row]), int(value_len[_V_TAGS, row])
             tags_codes[row] = tags_code(bytes(data[a : a + n]).decode("utf-8", "replace"))
-        batch_of = np.repeat(np.arange(nb), counts)
         prepared = PreparedBatch(
             blob,
             starts,
             lengths,
             list(c.topics),
-            topic_ids[batch_of],
-            queue_ids[batch_of],
+            of_message[0],
+            of_message[1],
             tags_codes,
             TextColumn.from_spans(data, value_at[_V_KEYS], value_len[_V_KEYS]),
             TextColumn.from_spans(data, value_at[_V_UNIQ], value_len[_V_UNIQ]),
-            sys_flags[batch_of],
+            of_message[2],
         )
         return prepared, counts
 
@@ -1165,6 +1175,8 @@ def _starts(parts: list[bytes]) -> npt.NDArray[np.int64]:
 
 
 def _int64_column(name: str, column: object, n: int) -> npt.NDArray[np.int64]:
+    if type(column) is np.ndarray and column.dtype == np.int64 and column.shape == (n,):
+        return column if column.flags.c_contiguous else np.ascontiguousarray(column)
     array = np.asarray(column)
     if array.shape != (n,) or (n and array.dtype.kind not in "iu"):
         raise InvalidMessageError(
@@ -1173,8 +1185,11 @@ def _int64_column(name: str, column: object, n: int) -> npt.NDArray[np.int64]:
     return np.ascontiguousarray(array, dtype=np.int64)
 
 
-@kernel(cache=True, nogil=True)
+# (holds the GIL: a broker's round of a few sends would wait longer to take it back than this runs)
+@kernel(cache=True)
 def _out_of_range(
+    data_at: npt.NDArray[np.int64],
+    extra_at: npt.NDArray[np.int64],
     topic_ids: npt.NDArray[np.int64],
     topics: int,
     host_ids: npt.NDArray[np.int64],
@@ -1184,7 +1199,13 @@ def _out_of_range(
     reconsume: npt.NDArray[np.int64],
 ) -> tuple[int, int]:
     """The first column (in ``prepare_encoded_columns``' order; -1: none) with a value out of
-    its range, and its row."""
+    its range, and its row: -3 and -2 for offsets (``data_at``, ``extra_at``) that fall."""
+    for b in range(1, len(data_at)):
+        if data_at[b] < data_at[b - 1]:
+            return -3, b
+    for b in range(1, len(extra_at)):
+        if extra_at[b] < extra_at[b - 1]:
+            return -2, b
     for b in range(len(topic_ids)):
         if not 0 <= topic_ids[b] < topics:
             return 0, b
@@ -1202,20 +1223,24 @@ def _out_of_range(
 def _bytes_column(
     name: str, data: object, offsets: object, n: int
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    """A bytes column of ``n`` parts: the uint8 array and its offsets (0 first, never falling,
-    its length last)."""
+    """A bytes column of ``n`` parts: the uint8 array and its offsets (0 first, its length last;
+    that they never fall is ``_out_of_range``'s to check)."""
     array = np.asarray(data)
     if array.ndim != 1 or array.dtype != np.uint8:
         raise InvalidMessageError(
             f"{name} must be a uint8 array, not {array.dtype} of shape {array.shape}", _ILLEGAL
         )
     at = _int64_column(f"{name}_offsets", offsets, n + 1)
-    if at[0] != 0 or at[-1] != len(array) or np.any(at[1:] < at[:-1]):
-        raise InvalidMessageError(f"{name}_offsets must rise from 0 to {len(array)}", _ILLEGAL)
+    if at[0] != 0 or at[-1] != len(array):
+        raise _offsets_refused(name, len(array))
     if array.flags.writeable:  # the kernels see one kind of array, whoever made it (one compiled form)
         array = array.view()
         array.flags.writeable = False
     return np.ascontiguousarray(array), at
+
+
+def _offsets_refused(name: str, size: int) -> InvalidMessageError:
+    return InvalidMessageError(f"{name}_offsets must rise from 0 to {size}", _ILLEGAL)
 
 
 @kernel(cache=True, nogil=True, inline="always")
@@ -1253,13 +1278,15 @@ def _encode_batches(
     int, int, int, int,
     npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64],
     npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.int64], npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
 ]:  # fmt: skip
     """``prepare_encoded_columns``' pass: batch b is ``data[batch_at[b]:batch_at[b + 1]]``, with
     topic tail ``batch_topic[b]`` of ``tails``, born host ``host_ids[b]`` of ``hosts`` and extra
     properties ``extras[extra_at[b]:extra_at[b + 1]]`` (checked: every entry a name and a value,
     none of ``names``). Returns (a problem (0: none), its batch, its message, its position,
     name or size; the records, their starts and lengths, how many each batch holds, their tags
-    codes, which tags are not strict UTF-8, and the value spans of TAGS, KEYS and UNIQ_KEY)."""
+    codes, which tags are not strict UTF-8, the value spans of TAGS, KEYS and UNIQ_KEY, and the
+    rows topic, queue and sysflag of each message)."""
     nb = len(batch_topic)
     tail_at = _offsets(tail_lengths)
     host_at = _offsets(host_lengths)
@@ -1377,16 +1404,24 @@ def _encode_batches(
             slow,
             wanted_at,
             wanted_len,
+            np.zeros((3, 0), dtype=np.int64),
         )
     out = np.zeros(total, dtype=np.uint8)
+    of_message = np.empty((3, n), dtype=np.int64)  # each message's topic, queue and sysflag
     for i in range(n):
         b = batch_of[i]
         t = batch_topic[b]
         hb = host_ids[b]
+        of_message[0, i] = t
+        of_message[1, i] = queue_ids[b]
+        of_message[2, i] = sys_flags[b]
         write_record(
             out, starts[i], lengths[i], data, props_at[i] - 2 - body_len[i], body_len[i], data, props_at[i],
             props_len[i], extras, extra_at[b], extra_at[b + 1] - extra_at[b], separate[i],
             tails, tail_at[t], tail_at[t + 1] - tail_at[t], queue_ids[b], flags[i], sys_flags[b], born[b],
             hosts, host_at[hb], host_at[hb + 1] - host_at[hb], store_host, reconsume[b], tables,
         )  # fmt: skip
-    return 0, 0, 0, 0, out, starts[:n], lengths[:n], counts, tags_codes[:n], slow[:n], wanted_at, wanted_len
+    return (
+        0, 0, 0, 0, out, starts[:n], lengths[:n], counts, tags_codes[:n], slow[:n], wanted_at, wanted_len,
+        of_message,
+    )  # fmt: skip

@@ -314,7 +314,9 @@ class MessageWriter:
             raise InvalidMessageError(f"expected EncodedColumns, got {type(columns).__name__}", _ILLEGAL)
         prepared, counts = self._encoder.prepare_encoded_columns(columns)
         ends = np.cumsum(counts)
-        if len(columns):
+        if len(columns.topics) == 1 and len(prepared):  # (a broker's round to one topic: one numpy call)
+            self._open_topic(columns.topics[0], int(prepared.queue_ids.max()))
+        elif len(prepared):
             highest = np.full(len(columns.topics), -1, dtype=np.int64)
             np.maximum.at(highest, prepared.topic_ids, prepared.queue_ids)
             for t in np.flatnonzero(highest >= 0).tolist():

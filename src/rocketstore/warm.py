@@ -195,16 +195,16 @@ def _producer_batches(store: MessageStore) -> None:
 
 def _remoting_frames() -> None:
     """The remoting broker's compiled reader and answers: a read of single and batch sends in
-    both header encodings taken apart (``scan_frames``), their answers written
-    (``encode_send_answers``), and pulls' answers (``encode_pull_answers``), with the argument
-    types the broker passes."""
+    both header encodings taken apart (``scan_frames``), checked and counted (``bulk_sends``'
+    ``_kept``, ``_round_counts``) and answered (``encode_send_answers``), and pulls' answers
+    (``encode_pull_answers``), with the argument types the broker passes."""
     import numpy as np
 
+    from rocketstore.broker.remoting.bulk_sends import _kept, _round_counts
     from rocketstore.broker.remoting.codes import RequestCode
     from rocketstore.broker.remoting.command import (
         SCAN_KIND,
-        SCAN_OPAQUE,
-        SCAN_QUEUE,
+        SCAN_TOPIC,
         SERIALIZE_JSON,
         SERIALIZE_ROCKETMQ,
         RemotingCommand,
@@ -233,13 +233,14 @@ def _remoting_frames() -> None:
     _, _, cols, _, _, _, _ = scan_frames(
         np.frombuffer(b"".join(frames), dtype=np.uint8), 1 << 20, 1 << 20, cluster
     )
-    rows = cols[SCAN_KIND] >= 0
-    firsts = np.arange(len(frames), dtype=np.int64)
+    sends = np.ascontiguousarray(cols[:, cols[SCAN_KIND] >= 0])
+    ends = np.arange(1, sends.shape[1] + 1, dtype=np.int64)
     text = np.frombuffer(b"", dtype=np.uint8)
     encode_send_answers(
-        cols[SCAN_KIND, rows], cols[SCAN_OPAQUE, rows], cols[SCAN_QUEUE, rows], firsts[rows], firsts,
-        firsts[rows], firsts[rows] + 1, 0, np.frombuffer(b"7F00000100002A9F", dtype=np.uint8), text, text,
-    )  # fmt: skip
+        sends, ends - 1, ends - 1, ends, 0, np.frombuffer(b"7F00000100002A9F", dtype=np.uint8), text, text
+    )
+    _kept(sends, np.array([8]), np.array([8]))
+    _round_counts(sends[SCAN_TOPIC] * 0, sends, ends, ends)
     # a pull request in either encoding, read as the broker's reader reads it
     for kind in (SERIALIZE_JSON, SERIALIZE_ROCKETMQ):
         pull = RemotingCommand(

@@ -52,7 +52,7 @@ class TextColumn:
         bytes that are not UTF-8 read as U+FFFD (as the store's decoder reads them)."""
         data, offsets = gather_spans(u8, at, length)
         raw = data.tobytes()
-        if len(data) and data.max() >= 0x80:
+        if not raw.isascii():
             try:
                 raw.decode()
             except UnicodeDecodeError:

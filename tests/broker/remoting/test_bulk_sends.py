@@ -150,6 +150,68 @@ def test_a_batch_and_oneway_sends_in_bulk(start_remoting: StartRemoting) -> None
     assert stored(r, got[9]).body == b"last"
 
 
+def test_bulk_sends_are_counted_as_their_handler_counts_them(start_remoting: StartRemoting) -> None:
+    """A round of sends to two topics, single and batch, in both request codes: the metrics and
+    the stats items (mqadmin statsAll's) count each topic's requests, messages and stored bytes."""
+    r = start_remoting()
+    r.store.create_topic("CountA", 2)
+    r.store.create_topic("CountB", 2)
+
+    def batch_of(topic: str, n: int, opaque: int) -> RemotingCommand:
+        entries = [
+            BatchEntry(0, b"b" * (i + 1), encode_properties({"UNIQ_KEY": f"{topic}{opaque}-{i}"}))
+            for i in range(n)
+        ]
+        return send_cmd(
+            topic,
+            encode_batch_body(entries),
+            {"WAIT": "true"},
+            opaque,
+            code=RequestCode.SEND_BATCH_MESSAGE,
+            queue_id=1,
+            batch=True,
+        )
+
+    cmds = [
+        *(send_cmd("CountA", b"a" * (i + 1), props_of(i), 100 + i, queue_id=0) for i in range(4)),
+        send_cmd("CountA", b"v1", props_of(4), 104, code=RequestCode.SEND_MESSAGE, kind=SERIALIZE_ROCKETMQ,
+                 queue_id=1),
+        batch_of("CountA", 3, 105),
+        *(send_cmd("CountB", b"b" * (i + 1), props_of(i), 200 + i, queue_id=0) for i in range(3)),
+        batch_of("CountB", 2, 203),
+        send_cmd("CountB", b"quiet", props_of(9), 204, oneway=True, queue_id=1),
+    ]  # fmt: skip
+    before = bulk_requests(r)
+    with RawClient(r.port) as c:
+        c.send_raw(b"".join(frame(cmd) for cmd in cmds))
+        got = answers(c, [cmd.opaque for cmd in cmds if cmd.opaque != 204])
+    assert all(resp.code == ResponseCode.SUCCESS for resp in got.values())
+    assert bulk_requests(r) - before == len(cmds)
+    registry = r.broker.metrics.registry
+
+    def sample(name: str, **labels: str) -> float:
+        return registry.get_sample_value(name, labels) or 0.0
+
+    sends = "rocketstore_broker_sends_total"
+    assert sample(sends, topic="CountA", type="REMOTING", code="SUCCESS") == 5
+    assert sample(sends, topic="CountA", type="REMOTING_BATCH", code="SUCCESS") == 3
+    assert sample(sends, topic="CountB", type="REMOTING", code="SUCCESS") == 4
+    assert sample(sends, topic="CountB", type="REMOTING_BATCH", code="SUCCESS") == 2
+    requests = "rocketstore_broker_remoting_requests_total"
+    for request, count in (("SEND_MESSAGE_V2", 8), ("SEND_MESSAGE", 1), ("SEND_BATCH_MESSAGE", 2)):
+        assert sample(requests, listener="remoting", request=request, response="SUCCESS") == count, request
+    r.store.wait_dispatched()
+    stats = r.broker.metrics.stats
+    for topic, messages, requests_made in (("CountA", 8, 6), ("CountB", 6, 5)):
+        stored_bytes = sum(
+            m.store_size
+            for q in range(2)
+            for m in r.store.get_message("g", topic, q, 0, 64, transfer_limits=False).messages
+        )
+        assert stats.counted("TOPIC_PUT_NUMS", topic) == (messages, requests_made), topic
+        assert stats.counted("TOPIC_PUT_SIZE", topic) == (stored_bytes, requests_made), topic
+
+
 @pytest.mark.parametrize(
     ("topic", "props", "changes", "code", "words"),
     [

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from rocketstore.broker.remoting.codes import RequestCode
 from rocketstore.broker.remoting.command import (
+    FLAG_ONEWAY,
     FLAG_RESPONSE,
     HOT_BATCH,
     HOT_SINGLE,
@@ -143,7 +144,13 @@ def test_what_the_scan_takes_is_what_the_handlers_read(cmds: list[RemotingComman
 
 @given(
     st.lists(
-        st.tuples(st.sampled_from([0, 1]), st.integers(0, 2**31 - 1), st.integers(0, 7), st.integers(0, 5)),
+        st.tuples(
+            st.sampled_from([0, 1]),
+            st.integers(0, 2**31 - 1),
+            st.integers(0, 7),
+            st.integers(0, 5),
+            st.sampled_from([0, 0, 0, FLAG_ONEWAY]),
+        ),
         min_size=1,
         max_size=5,
     ),
@@ -151,24 +158,32 @@ def test_what_the_scan_takes_is_what_the_handlers_read(cmds: list[RemotingComman
 )
 @settings(max_examples=100, deadline=None)
 def test_answers_are_encode_commands_bytes(
-    rows: list[tuple[int, int, int, int]], status: tuple[int, str]
+    rows: list[tuple[int, int, int, int, int]], status: tuple[int, str]
 ) -> None:
+    """Each send's answer is the frame ``encode_command`` writes, its queue offset that of its
+    first message; a one-way send gets none."""
     code, remark = status
     counts = [1 + r[3] % 3 for r in rows]
     ends = np.cumsum(counts)
     firsts = ends - counts
     phys = np.arange(int(ends[-1]), dtype=np.int64) * 977
+    queue_offsets = np.arange(int(ends[-1]), dtype=np.int64) + 1000
     prefix = "7F00000100002A9F"
-    kinds, opaques, queues, offsets = (np.array(column) for column in zip(*rows))
+    cols = np.zeros((SCAN_EXTRA_LEN + 1, len(rows)), dtype=np.int64)
+    cols[SCAN_KIND], cols[SCAN_OPAQUE], cols[SCAN_QUEUE], _, cols[SCAN_FLAG] = zip(*rows)
     out, at = encode_send_answers(
-        kinds, opaques, queues, offsets, phys, firsts, ends, code,
+        cols, queue_offsets, phys, ends, code,
         np.frombuffer(prefix.encode(), dtype=np.uint8),
         np.frombuffer(json.dumps(remark).encode() if remark else b"", dtype=np.uint8),
         np.frombuffer(remark.encode(), dtype=np.uint8),
     )  # fmt: skip
-    for i, (kind, opaque, queue, offset) in enumerate(rows):
+    assert at[0] == 0 and at[-1] == len(out)
+    for i, (kind, opaque, queue, _, flag) in enumerate(rows):
+        if flag:
+            assert at[i] == at[i + 1]
+            continue
         ids = ",".join(f"{prefix}{int(p):016X}" for p in phys[firsts[i] : ends[i]])
-        ext = {"msgId": ids, "queueId": str(queue), "queueOffset": str(offset)}
+        ext = {"msgId": ids, "queueId": str(queue), "queueOffset": str(queue_offsets[firsts[i]])}
         expected = RemotingCommand(
             code, opaque, FLAG_RESPONSE, {**ext, "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"},
             remark or None, serialize_type=kind,

@@ -71,6 +71,7 @@ from rocketstore.broker.remoting.producer import (
 from rocketstore.codec.message_batch import EncodedColumns
 from rocketstore.codec.text_column import gather_spans
 from rocketstore.errors import InvalidMessageError
+from rocketstore.jit import kernel
 from rocketstore.results import PutColumnsResult, PutStatus
 
 if TYPE_CHECKING:
@@ -82,10 +83,7 @@ log = logging.getLogger("rocketstore.broker.remoting")
 
 _ROUNDS: Final = 2  # rounds waiting to be durable at once (then the next waits for one of them)
 _MAX_ROUND_REQUESTS: Final = 4096  # a round's sends at most (what waits beyond goes next round)
-# the fewest sends one read must hold to start a round: a round's fixed cost (300-500 us of the
-# loop's, its put included) passes the handlers' per-request cost (120-150 us each)
-# below it; a read with fewer joins a round that is already waiting
-MIN_ROUND: Final = 8
+_NO_TEXT: Final = np.frombuffer(b"", dtype=np.uint8)
 
 
 @dataclass(eq=False, slots=True)
@@ -118,18 +116,13 @@ class BulkSends:
         self._waiting: deque[_Offer] = deque()
         self._scheduled = False
         self._running = 0
+        self._prefix, self._prefix_bytes = "", _NO_TEXT  # the store's message id prefix, as bytes
         self.requests = 0  # sends answered in bulk (tests count them)
 
     @property
     def max_body(self) -> int:
         """The largest body a send may carry (a larger one is the handler's to refuse)."""
         return self.ctx.config.max_body_size
-
-    min_round = MIN_ROUND
-
-    def worth(self, sends: int) -> bool:
-        """Whether ``sends`` sends (or frames) of one read should go in bulk (``MIN_ROUND``)."""
-        return sends >= MIN_ROUND or (sends > 0 and bool(self._waiting))
 
     def offer(
         self,
@@ -176,13 +169,13 @@ class BulkSends:
         kept: list[_Offer] = []
         for offer in offers:
             try:
-                keep = self._checked(offer)
+                keep, kept_sends = self._checked(offer)
             except Exception:  # a bug must not strand the requests: their handler answers them
                 log.exception("bulk sends: checking %d sends failed; their handler answers them", len(offer))
-                keep = np.zeros(len(offer), dtype=np.bool_)
-            if not keep.all():
+                keep, kept_sends = np.zeros(len(offer), dtype=np.bool_), 0
+            if kept_sends < len(offer):
                 self._to_handler(offer, ~keep)
-                if not keep.any():
+                if not kept_sends:
                     continue
                 offer = self._narrowed(offer, keep)
             kept.append(offer)
@@ -235,21 +228,14 @@ class BulkSends:
             )
         self._done(offers, columns, cols, future, started)
 
-    def _checked(self, offer: _Offer) -> npt.NDArray[np.bool_]:
-        """Which of the offer's sends may be stored as they are: to a topic that exists, takes
-        writes and is a plain name; to a queue it has (a negative queue id gets one at random)."""
-        cols = offer.cols
+    def _checked(self, offer: _Offer) -> tuple[npt.NDArray[np.bool_], int]:
+        """Which of the offer's sends may be stored as they are, and how many: to a topic that
+        exists, takes writes and is a plain name; to a queue it has (a negative queue id gets
+        one at random)."""
         configs = [self._producer.bulk_topic(topic) for topic in offer.topics]
         queues = np.array([-1 if c is None else max(c.read_queues, c.write_queues) for c in configs])
-        topics = cols[SCAN_TOPIC]
-        queue_ids = cols[SCAN_QUEUE]
-        row_queues = queues[topics]
-        keep: npt.NDArray[np.bool_] = (row_queues >= 0) & (queue_ids < row_queues)
-        pick = keep & (queue_ids < 0)
-        if pick.any():
-            writes = np.array([1 if c is None else max(1, c.write_queues) for c in configs])
-            cols[SCAN_QUEUE, pick] = np.random.randint(0, writes[topics[pick]])
-        return keep
+        writes = np.array([1 if c is None else max(1, c.write_queues) for c in configs])
+        return _kept(offer.cols, queues, writes)
 
     @staticmethod
     def _narrowed(offer: _Offer, keep: npt.NDArray[np.bool_]) -> _Offer:
@@ -269,8 +255,12 @@ class BulkSends:
             mine = offer.cols
             datas.append(gather_spans(offer.data, mine[SCAN_DATA_AT], mine[SCAN_DATA_LEN])[0])
             extras.append(gather_spans(offer.extras, mine[SCAN_EXTRA_AT], mine[SCAN_EXTRA_LEN])[0])
-            ids = np.array([topics.setdefault(t, len(topics)) for t in offer.topics], dtype=np.int64)
-            topic_ids.append(ids[mine[SCAN_TOPIC]])
+            if topics:
+                ids = np.array([topics.setdefault(t, len(topics)) for t in offer.topics], dtype=np.int64)
+                topic_ids.append(ids[mine[SCAN_TOPIC]])
+            else:  # the first offer's topics are the round's first: its numbers stand
+                topics.update(zip(offer.topics, range(len(offer.topics))))
+                topic_ids.append(mine[SCAN_TOPIC])
             host = hosts.setdefault(offer.conn.peer, len(hosts))
             host_ids.append(np.full(mine.shape[1], host, dtype=np.int64))
         return EncodedColumns(
@@ -335,35 +325,36 @@ class BulkSends:
         code = put_status_code(result.status)
         if code not in STORED_CODES:  # (a status with offsets is always one of these)
             code = ResponseCode.SYSTEM_ERROR
-        ends = result.ends
-        firsts = np.zeros(len(ends), dtype=np.int64)
-        firsts[1:] = ends[:-1]
-        self._count(offers, columns, cols, result, firsts, code, int((time.monotonic() - started) * 1000))
-        answered = (cols[SCAN_FLAG] & FLAG_ONEWAY) == 0
+        self._count(offers, columns, cols, result, code, int((time.monotonic() - started) * 1000))
+        if result.id_prefix != self._prefix:
+            self._prefix, self._prefix_bytes = (
+                result.id_prefix,
+                np.frombuffer(result.id_prefix.encode(), np.uint8),
+            )
         remark = "" if code == ResponseCode.SUCCESS else f"stored, but {result.status.name}"
         frames, at = encode_send_answers(
-            cols[SCAN_KIND, answered],
-            cols[SCAN_OPAQUE, answered],
-            cols[SCAN_QUEUE, answered],
-            result.queue_offsets[firsts[answered]],
+            cols,
+            result.queue_offsets,
             result.physical_offsets,
-            firsts[answered],
-            ends[answered],
+            result.ends,
             int(code),
-            np.frombuffer(result.id_prefix.encode(), dtype=np.uint8),
-            np.frombuffer(json.dumps(remark).encode() if remark else b"", dtype=np.uint8),
-            np.frombuffer(remark.encode(), dtype=np.uint8),
+            self._prefix_bytes,
+            np.frombuffer(json.dumps(remark).encode(), dtype=np.uint8) if remark else _NO_TEXT,
+            np.frombuffer(remark.encode(), dtype=np.uint8) if remark else _NO_TEXT,
         )
         self.requests += cols.shape[1]  # (before the answers leave: a client may look then)
-        # each offer's answers are the next of them, in one write
-        rows = np.cumsum([0] + [len(offer) for offer in offers])
-        bounds = np.cumsum(np.concatenate(([0], answered)))[rows]
+        # each offer's answers are the next of them (none for one-way sends), in one write
         data = frames.tobytes()
-        for offer, a, b in zip(offers, bounds[:-1].tolist(), bounds[1:].tolist()):
+        row = 0
+        a = 0
+        for offer in offers:
+            row += len(offer)
+            b = int(at[row])
             if b > a:
-                self._write(offer, data[int(at[a]) : int(at[b])])
+                self._write(offer, data[a:b])
             else:
                 self._release(offer)
+            a = b
 
     def _count(
         self,
@@ -371,29 +362,19 @@ class BulkSends:
         columns: EncodedColumns,
         cols: npt.NDArray[np.int64],
         result: PutColumnsResult,
-        firsts: npt.NDArray[np.int64],
         code: ResponseCode,
         elapsed_ms: int,
     ) -> None:
         """The sends' metrics and statistics, per topic and kind (as the handler counts each)."""
-        n = cols.shape[1]
-        messages = result.ends - firsts
-        sizes = result.sizes if len(result) == n else np.add.reduceat(result.sizes, firsts)
-        keys = columns.topic_ids * 2 + (cols[SCAN_HOT] == HOT_BATCH)
-        width = 2 * len(columns.topics)
-        requests = np.bincount(keys, minlength=width)
-        message_counts = np.bincount(keys, weights=messages, minlength=width)
-        size_sums = np.bincount(keys, weights=sizes, minlength=width)
+        by_key, by_code = _round_counts(columns.topic_ids, cols, result.ends, result.sizes)
         stats = self.ctx.metrics.stats
-        for key in np.flatnonzero(requests).tolist():
+        for key, requests, count, size in by_key.tolist():
             topic = columns.topics[key // 2]
-            count = int(message_counts[key])
             self._producer.count(topic, "REMOTING_BATCH" if key % 2 else "REMOTING", code, count)
-            stats.count_put(topic, count, int(size_sums[key]), elapsed_ms, int(requests[key]))
+            stats.count_put(topic, count, size, elapsed_ms, requests)
         server = offers[0].conn.server
-        request_codes = np.bincount(cols[SCAN_CODE])
-        for request in np.flatnonzero(request_codes).tolist():
-            server.count(request, int(code), int(request_codes[request]))
+        for request, requests in by_code.tolist():
+            server.count(request, int(code), requests)
         elapsed = time.monotonic() - min(o.read_at for o in offers)
         if elapsed > server.requests.slow_s:
             server.requests.slow(elapsed, int(cols[SCAN_CODE, 0]), int(code), offers[0].conn.peer)
@@ -456,6 +437,70 @@ class BulkSends:
         conn.requests_in_progress -= offer.cols.shape[1]
         conn.bytes_in_progress -= offer.frame_bytes
         conn.wake_reader()
+
+
+@kernel(cache=True)  # holds the GIL: a round is mostly a few sends
+def _kept(
+    cols: npt.NDArray[np.int64], queues: npt.NDArray[np.int64], writes: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.bool_], int]:
+    """``BulkSends._checked``'s pass over ``scan_frames``' rows ``cols``: each send's topic
+    ``cols[SCAN_TOPIC]`` has ``queues`` queues (-1: not for bulk sends) of which ``writes``
+    take writes; a negative queue id is given one of those at random."""
+    n = cols.shape[1]
+    keep = np.empty(n, dtype=np.bool_)
+    kept = 0
+    for i in range(n):
+        t = cols[SCAN_TOPIC, i]
+        q = cols[SCAN_QUEUE, i]
+        ok = queues[t] >= 0 and q < queues[t]
+        if ok and q < 0:
+            cols[SCAN_QUEUE, i] = np.random.randint(0, writes[t])
+        keep[i] = ok
+        kept += 1 if ok else 0
+    return keep, kept
+
+
+@kernel(cache=True)  # holds the GIL: a round is mostly a few sends
+def _round_counts(
+    topic_ids: npt.NDArray[np.int64],
+    cols: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    sizes: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """A round's counts: rows (key, requests, messages, bytes) for each key (topic id * 2 + 1
+    for a producer's batch, + 0 for a single message) that has sends, in the order first seen;
+    rows (request code, requests) for each request code. Send i (``scan_frames``' row
+    ``cols[:, i]``, to ``topic_ids[i]``) stored the messages ``ends[i - 1]:ends[i]``, of
+    ``sizes``."""
+    n = len(topic_ids)
+    by_key = np.zeros((n, 4), dtype=np.int64)
+    by_code = np.zeros((n, 2), dtype=np.int64)
+    keys = 0
+    codes = 0
+    first = 0
+    for i in range(n):
+        key = topic_ids[i] * 2 + (1 if cols[SCAN_HOT, i] == HOT_BATCH else 0)
+        k = 0
+        while k < keys and by_key[k, 0] != key:
+            k += 1
+        if k == keys:
+            by_key[k, 0] = key
+            keys += 1
+        size = 0
+        for m in range(first, ends[i]):
+            size += sizes[m]
+        by_key[k, 1] += 1
+        by_key[k, 2] += ends[i] - first
+        by_key[k, 3] += size
+        first = ends[i]
+        c = 0
+        while c < codes and by_code[c, 0] != cols[SCAN_CODE, i]:
+            c += 1
+        if c == codes:
+            by_code[c, 0] = cols[SCAN_CODE, i]
+            codes += 1
+        by_code[c, 1] += 1
+    return by_key[:keys], by_code[:codes]
 
 
 def _starts(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

@@ -1257,12 +1257,9 @@ def _put_binary_head(
 
 @kernel(cache=True)  # holds the GIL (see scan_frames)
 def encode_send_answers(
-    kinds: npt.NDArray[np.int64],
-    opaques: npt.NDArray[np.int64],
-    queue_ids: npt.NDArray[np.int64],
+    cols: npt.NDArray[np.int64],
     queue_offsets: npt.NDArray[np.int64],
     phys: npt.NDArray[np.int64],
-    first: npt.NDArray[np.int64],
     ends: npt.NDArray[np.int64],
     code: int,
     prefix: npt.NDArray[np.uint8],
@@ -1270,46 +1267,55 @@ def encode_send_answers(
     remark: npt.NDArray[np.uint8],
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
     """The frames answering stored sends, back to back, and where each starts (and the end):
-    answer i in header encoding ``kinds[i]`` to request ``opaques[i]``, whose messages are
-    ``phys[first[i]:ends[i]]`` (offset ids ``prefix`` + 16 hex digits), queue ``queue_ids[i]``
-    from ``queue_offsets[i]``, with ``code`` and (when not empty) a remark, given as JSON
-    (quoted) and as text."""
-    n = len(kinds)
+    the answer to send i (``scan_frames``' row ``cols[:, i]``, none when it is one-way) in its
+    header encoding to its opaque, whose messages are ``phys[ends[i - 1]:ends[i]]`` (offset ids
+    ``prefix`` + 16 hex digits), queue ``cols[SCAN_QUEUE, i]`` from the first one's
+    ``queue_offsets``, with ``code`` and (when not empty) a remark, given as JSON (quoted) and
+    as text."""
+    n = cols.shape[1]
     cap = 0
     for i in range(n):
-        cap += 400 + len(json_remark) + len(remark) + (ends[i] - first[i]) * (len(prefix) + 17)
+        cap += (
+            400 + len(json_remark) + len(remark) + (ends[i] - (ends[i - 1] if i else 0)) * (len(prefix) + 17)
+        )
     out = np.empty(cap, dtype=np.uint8)
     at = np.empty(n + 1, dtype=np.int64)
     o = 0
     for i in range(n):
         at[i] = o
+        if cols[SCAN_FLAG, i] & FLAG_ONEWAY:
+            continue
+        first = ends[i - 1] if i else 0
+        kind = cols[SCAN_KIND, i]
+        opaque = cols[SCAN_OPAQUE, i]
+        queue = cols[SCAN_QUEUE, i]
         start = o
         o += 8  # the length and the header length words, below
-        if kinds[i] == 0:
+        if kind == 0:
             o = _put_bytes(out, o, _J_CODE)
             o = _put_decimal(out, o, code)
             o = _put_bytes(out, o, _J_ID)
-            o = _put_ids(out, o, prefix, phys, first[i], ends[i])
+            o = _put_ids(out, o, prefix, phys, first, ends[i])
             o = _put_bytes(out, o, _J_QUEUE)
-            o = _put_decimal(out, o, queue_ids[i])
+            o = _put_decimal(out, o, queue)
             o = _put_bytes(out, o, _J_OFFSET)
-            o = _put_decimal(out, o, queue_offsets[i])
+            o = _put_decimal(out, o, queue_offsets[first])
             o = _put_bytes(out, o, _J_REST)
-            o = _put_decimal(out, o, opaques[i])
+            o = _put_decimal(out, o, opaque)
             if len(json_remark):
                 o = _put_bytes(out, o, _J_REMARK)
                 o = _put_bytes(out, o, json_remark)
             o = _put_bytes(out, o, _J_END)
         else:
-            o = _put_binary_head(out, o, code, opaques[i], remark, 0, len(remark))
+            o = _put_binary_head(out, o, code, opaque, remark, 0, len(remark))
             ext_at = o
             o += 4
             o = _put_bytes(out, o, _B_ID)
             id_at = o
-            o = _put_ids(out, o + 4, prefix, phys, first[i], ends[i])
+            o = _put_ids(out, o + 4, prefix, phys, first, ends[i])
             put_int(out, id_at, o - id_at - 4, 4)
-            o = _put_binary_number(out, o, _B_QUEUE, queue_ids[i])
-            o = _put_binary_number(out, o, _B_OFFSET, queue_offsets[i])
+            o = _put_binary_number(out, o, _B_QUEUE, queue)
+            o = _put_binary_number(out, o, _B_OFFSET, queue_offsets[first])
             o = _put_bytes(out, o, _B_REGION)
             put_int(out, o, len(_REGION), 4)
             o += 4
@@ -1321,7 +1327,7 @@ def encode_send_answers(
             put_int(out, ext_at, o - ext_at - 4, 4)
         h = o - start - 8
         put_int(out, start, h + 4, 4)
-        put_int(out, start + 4, (kinds[i] << 24) | h, 4)
+        put_int(out, start + 4, (kind << 24) | h, 4)
     at[n] = o
     return out[:o], at
 

@@ -609,10 +609,10 @@ class RemotingServer:
                 return
 
     async def _read_bulk(self, conn: Connection, reader: asyncio.StreamReader, bulk: BulkSends) -> None:
-        """``_read`` for a server with bulk sends: what the socket holds, read at once. A read
-        with a round's worth of frames (``BulkSends.worth``) is taken apart by one compiled pass
-        (``scan_frames``), which also decodes the sends ``bulk`` can store as they are; the other
-        frames, and those of a smaller read, are decoded and handled one by one."""
+        """``_read`` for a server with bulk sends: what the socket holds, read at once, its whole
+        frames taken apart by one compiled pass (``scan_frames``), which also decodes the sends
+        ``bulk`` can store as they are (a lone one too: a round costs less than its handler);
+        the other frames are decoded and handled one by one."""
         max_frame = self.limits.max_frame_size
         cluster = np.frombuffer(bulk.cluster, dtype=np.uint8)
         buf = rest = b""
@@ -625,8 +625,8 @@ class RemotingServer:
                     if not chunk:
                         return
                     buf = buf + chunk if buf else chunk
-                frames, end, bad = _whole_frames(buf, bulk.min_round, max_frame)
-                if bulk.worth(frames):
+                frames, end, bad = _whole_frames(buf, 1, max_frame)
+                if frames:
                     status, end, cols, topic_rows, data, texts, extras = scan_frames(
                         np.frombuffer(buf, dtype=np.uint8), max_frame, bulk.max_body, cluster
                     )
@@ -651,8 +651,6 @@ class RemotingServer:
                 ]
                 if cols.shape[1] and not await self._take(conn, buf, cols, topics, data, extras, bulk):
                     return
-            elif not await self._each(conn, buf, end):
-                return
             if self._pulls is not None:
                 self._pulls.run()  # this read's pulls answered now, ahead of the sends' rounds
             if bad:
@@ -660,19 +658,6 @@ class RemotingServer:
                 self._malformed(conn, CorruptDataError(f"frame length {length} is outside 4..{max_frame}"))
                 return
             buf = buf[end:] + rest if whole else buf[end:]
-
-    async def _each(self, conn: Connection, buf: bytes, end: int) -> bool:
-        """Handle the whole frames of ``buf[:end]`` one by one. False when the connection ends."""
-        view = memoryview(buf)
-        u8 = np.frombuffer(buf, dtype=np.uint8) if self._pulls is not None else None
-        pos = 0
-        read_at = conn.last_read
-        while pos < end:
-            length = int.from_bytes(buf[pos : pos + 4], "big")
-            if not await self._frame(conn, view, u8, pos + 4, length, read_at):
-                return False
-            pos += 4 + length
-        return True
 
     async def _frame(
         self,
@@ -718,8 +703,6 @@ class RemotingServer:
                 return False
         hot = cols[SCAN_HOT] > 0
         room = self.limits.max_requests_per_connection - conn.requests_in_progress
-        if not bulk.worth(int(hot.sum())):
-            hot[:] = False
         if hot.any() and room > 0:
             taken = np.flatnonzero(hot)[:room]
             bulk.offer(conn, buf, np.ascontiguousarray(cols[:, taken]), topics, data, extras, read_at)
