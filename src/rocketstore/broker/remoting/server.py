@@ -5,10 +5,10 @@ One ``RemotingServer`` serves one listening address with one handler table (``co
 handler``). Per connection, one reader task decodes frames; each request runs as its own task,
 so a parked pull never holds up the heartbeats and sends behind it on the same connection, and
 answers go out in whatever order they finish (the client matches them by opaque).
-With bulk sends (``bulk_sends.py``; not with an ACL), a read that holds a round's worth of
-frames is taken apart by one compiled pass (``command.scan_frames``) and the sends it could
-decode whole are stored and answered together with every other connection's; the rest of its
-frames, and every frame of a smaller read, go to their handlers as above. With bulk pulls
+With bulk sends (``bulk_sends.py``; not with an ACL), every read's whole frames are taken
+apart by one compiled pass (``command.scan_frames``) and the sends it could decode whole are
+stored and answered together with every other connection's; the rest of its frames go to their
+handlers as above. With bulk pulls
 (``bulk_pulls.py``; not with an ACL either), every PULL_MESSAGE goes to a round of pulls
 (started once the read's frames are handed on) instead of a task of its own, and it,
 QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET are read by a compiled pass
