@@ -182,19 +182,14 @@ class RemotingLimits:
     slow_request_ms: int = DEFAULT_SLOW_REQUEST_MS
 
 
-def _whole_frames(buf: bytes, limit: int, max_frame: int) -> tuple[int, int, bool]:
-    """How many whole frames ``buf`` starts with, counting to ``limit`` at most; where they end;
-    whether a bad length field follows them."""
-    n = pos = 0
-    while n < limit and len(buf) - pos >= 4:
-        length = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
-        if length < 4 or length > max_frame:
-            return n, pos, True
-        if len(buf) - pos - 4 < length:
-            break
-        pos += 4 + length
-        n += 1
-    return n, pos, False
+def _first_frame(buf: bytes, max_frame: int) -> tuple[bool, bool]:
+    """Whether ``buf`` starts with a whole frame; whether its length field is bad."""
+    if len(buf) < 4:
+        return False, False
+    length = int.from_bytes(buf[:4], "big", signed=True)
+    if length < 4 or length > max_frame:
+        return False, True
+    return len(buf) - 4 >= length, False
 
 
 class ConnectionClosedError(ConnectionError):
@@ -625,8 +620,9 @@ class RemotingServer:
                     if not chunk:
                         return
                     buf = buf + chunk if buf else chunk
-                frames, end, bad = _whole_frames(buf, 1, max_frame)
-                if frames:
+                end = 0
+                frame, bad = _first_frame(buf, max_frame)
+                if frame:
                     status, end, cols, topic_rows, data, texts, extras = scan_frames(
                         np.frombuffer(buf, dtype=np.uint8), max_frame, bulk.max_body, cluster
                     )
