@@ -69,40 +69,35 @@ def test_group_commit_serves_concurrent_waiters(tmp_path: Path) -> None:
     assert 0 < len(syncs) < 800  # waiters shared flushes
 
 
-def test_wait_false_does_not_wait(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def held_syncs() -> Iterator[threading.Event]:
+    """Every fsync of a segment held until the event is set (10 s at most)."""
     gate = threading.Event()
     real = MappedFile.sync
 
-    def blocked_sync(self: MappedFile) -> None:
+    def held(self: MappedFile) -> None:
         gate.wait(10)
         real(self)
 
-    with MessageStore.open(tmp_path / "s", sync_config(sync_flush_timeout=5000)) as store:
-        MappedFile.sync = blocked_sync  # type: ignore[method-assign]
-        try:
-            started = time.monotonic()
-            r = store.put_message(Message(topic="T", body=b"a", properties={"WAIT": "false"}))
-            assert r.ok and time.monotonic() - started < 2
-        finally:
-            gate.set()
-            MappedFile.sync = real  # type: ignore[method-assign]
+    MappedFile.sync = held  # type: ignore[method-assign]
+    try:
+        yield gate
+    finally:
+        gate.set()
+        MappedFile.sync = real  # type: ignore[method-assign]
+
+
+def test_wait_false_does_not_wait(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", sync_config(sync_flush_timeout=5000)) as store, held_syncs():
+        started = time.monotonic()
+        r = store.put_message(Message(topic="T", body=b"a", properties={"WAIT": "false"}))
+        assert r.ok and time.monotonic() - started < 2
 
 
 def test_slow_flush_gives_flush_disk_timeout_and_the_message_stays(tmp_path: Path) -> None:
-    gate = threading.Event()
-    real = MappedFile.sync
-
-    def slow_sync(self: MappedFile) -> None:
-        gate.wait(10)
-        real(self)
-
     with MessageStore.open(tmp_path / "s", sync_config(sync_flush_timeout=200)) as store:
-        MappedFile.sync = slow_sync  # type: ignore[method-assign]
-        try:
+        with held_syncs():
             r = store.put_message(Message(topic="T", body=b"late"))
-        finally:
-            gate.set()
-            MappedFile.sync = real  # type: ignore[method-assign]
         assert r.status is PutStatus.FLUSH_DISK_TIMEOUT
         assert r.physical_offset >= 0
         store.wait_dispatched()
@@ -193,24 +188,6 @@ def test_checkpoint_moves_with_flushes(tmp_path: Path) -> None:
     with MessageStore.open(tmp_path / "s", sync_config()) as store:
         physic, logics, index = store.checkpoint
         assert physic == r.store_timestamp and logics == r.store_timestamp and index == r.store_timestamp
-
-
-@contextlib.contextmanager
-def held_syncs() -> Iterator[threading.Event]:
-    """Every fsync of a segment held until the event is set (10 s at most)."""
-    gate = threading.Event()
-    real = MappedFile.sync
-
-    def held(self: MappedFile) -> None:
-        gate.wait(10)
-        real(self)
-
-    MappedFile.sync = held  # type: ignore[method-assign]
-    try:
-        yield gate
-    finally:
-        gate.set()
-        MappedFile.sync = real  # type: ignore[method-assign]
 
 
 def test_a_put_that_does_not_wait_leaves_its_wait_to_wait_durable(tmp_path: Path) -> None:
