@@ -1261,6 +1261,35 @@ def test_zero_filled_middle_consume_queue_file_is_rebuilt(tmp_path: Path, first:
         assert len(_read_queue(store, "TopicA", 0)) == 191
 
 
+@pytest.mark.parametrize("abort", [False, True], ids=["normal", "abnormal"])
+def test_a_hole_over_the_first_record_of_the_log_is_rebuilt(tmp_path: Path, abort: bool) -> None:
+    """The first queue file of the queue that holds the log's first record (commitlog offset 0)
+    zero-filled, a later one intact (a power cut after a kernel wrote back the later file's page
+    and not the first's): a zero entry reads as "offset 0, size 0", which must not pass for an
+    entry of the record at offset 0. Every entry is rebuilt, the first one included."""
+    root = tmp_path / "store"
+    rng = random.Random(7)
+    with _open(root, T0) as store:
+        results = store.put_messages(
+            [Message("TopicA", _body(rng, 50), keys=[f"m{i}"], queue_id=i % 2) for i in range(120)]
+        )
+        assert store.wait_dispatched(10)
+    assert results[0].physical_offset == 0 and results[0].queue_id == 0
+    files = sorted((root / "consumequeue" / "TopicA" / "0").iterdir())
+    assert len(files) == 2
+    want = files[0].read_bytes()
+    files[0].write_bytes(bytes(len(want)))
+    if abort:
+        (root / "abort").touch()
+    with _open(root, T0 + 1000) as store:
+        rep = store.recovery
+        assert rep is not None and rep.abnormal is abort and rep.queue_holes == 40
+        got = _read_queue(store, "TopicA", 0)
+        assert [m.physical_offset for m in got] == [r.physical_offset for r in results[::2]]
+        assert [m.queue_offset for m in got] == list(range(60))
+    assert files[0].read_bytes() == want
+
+
 # --- 11. index files of a commitlog that is not there ----------------------------------------------------
 
 

@@ -539,15 +539,19 @@ class ConsumeQueueSet:
         return result
 
     def physical_offsets_from(self, start: int) -> npt.NDArray[np.int64]:
-        """Sorted commitlog offsets of every entry (of every queue) pointing at or after ``start``."""
+        """Sorted commitlog offsets of every entry (of every queue) pointing at or after ``start``.
+        Only entries of records count: a hole's zeros ("offset 0, size 0") and pre-blank padding
+        point at no record, and would pass for the entry of the record at commitlog offset 0."""
         parts = []
         for cq in self._queues.values():
             for mf in reversed(cq.files.files):
                 entries = decode_entries(mf.buf[: mf.wrote_position])
                 offsets = entries["offset"].astype(np.int64)
-                parts.append(offsets[offsets >= start])
-                del entries
-                if len(offsets) and offsets[0] < start:
+                sizes = entries["size"]
+                of_record = offsets[(offsets >= 0) & (sizes > 0) & (sizes < 0x7FFFFFFF)]
+                parts.append(of_record[of_record >= start])
+                del entries, sizes
+                if len(of_record) and of_record[0] < start:
                     break
         # each part is sorted: the stable sort (timsort) merges the runs in near-linear time
         return np.sort(np.concatenate(parts), kind="stable") if parts else np.empty(0, dtype=np.int64)
