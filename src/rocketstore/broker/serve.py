@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+_YOUNG_COLLECTION_ALLOCATIONS: Final = 10_000  # CPython's default: 700
 
 
 class _JsonFormatter(logging.Formatter):
@@ -153,6 +155,18 @@ def _preload() -> None:
         logging.getLogger("rocketstore.broker").info(
             "compiled kernels loaded in %.1f s", time.monotonic() - started
         )
+    # What is loaded by now lives as long as the process: kept out of every later collection
+    gc.freeze()
+
+
+def _collect_less() -> None:
+    """A server allocates a few objects per request that die young, and makes few cycles: the
+    cyclic collector's default (a young collection every 700 allocations) took 4 % of the
+    remoting loop's time under single sends (py-spy). A young collection looks only at the
+    objects still alive, so one 14 times rarer costs about the same: the collector's share falls
+    to a fourteenth, and cyclic garbage waits for at most 10,000 allocations."""
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(_YOUNG_COLLECTION_ALLOCATIONS, middle, old)
 
 
 def serve_namesrv(path: str | os.PathLike[str], address: str, config: BrokerConfig | None = None) -> int:
@@ -213,6 +227,7 @@ def _serve_store(
     remoting_sock: socket.socket | None,
     namesrv_sock: socket.socket | None,
 ) -> int:
+    _collect_less()
     with MessageStore.open(path, store_config) as store:
         broker = Broker(store, config)
         # numba loads while the listeners start, not in the first batch send's time
