@@ -238,6 +238,34 @@ def test_an_arrival_wakes_a_receive_watching_for_messages(tmp_path: Path) -> Non
         assert asyncio.run(main())
 
 
+def test_arrivals_wake_the_loop_only_while_a_receive_watches(tmp_path: Path) -> None:
+    """Dispatch rounds while nothing watches fire no wake-up (the marks stay as they were); the
+    first receive to watch afterwards is woken, and then each arrival wakes it."""
+    with MessageStore.open(tmp_path / "s", SMALL) as store:
+
+        async def main() -> tuple[bool, bool, bool]:
+            loop = asyncio.get_running_loop()
+            signal = ArrivalSignal(store.dispatch_events, loop)
+            signal.start()
+            try:
+                unwatched = signal.mark()
+                for i in range(20):
+                    await loop.run_in_executor(None, store.put_message, Message("T", b"%d" % i))
+                    assert store.wait_dispatched(10)
+                await asyncio.sleep(0.2)  # a wake-up, if any, would have reached the loop by now
+                quiet = signal.mark() is unwatched and not unwatched.is_set()
+                with signal.watching():
+                    first = await signal.wait(10, unwatched)
+                    mark = signal.mark()
+                    await loop.run_in_executor(None, store.put_message, Message("T", b"new"))
+                    woken = await signal.wait(60, mark)
+                return quiet, first, woken
+            finally:
+                signal.stop()
+
+        assert asyncio.run(main()) == (True, True, True)
+
+
 # --- access keys ----------------------------------------------------------------------------------
 def signed(ak: str, sk: str, date: str = "20250101T000000Z") -> tuple[tuple[str, str], ...]:
     signature = hmac.new(sk.encode(), date.encode(), hashlib.sha1).hexdigest()
