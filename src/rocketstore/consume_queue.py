@@ -14,6 +14,7 @@ import numpy.typing as npt
 from rocketstore.codec.consume_queue_entry import (
     CQ_ENTRY_SIZE,
     PRE_BLANK_ENTRY,
+    PRE_BLANK_SIZE,
     decode_entries,
     decode_entry,
     encode_entries,
@@ -218,9 +219,8 @@ class ConsumeQueue:
             offsets, sizes = entries["offset"].astype(np.int64), entries["size"].astype(np.int64)
             # a record that starts before the cut but reaches past it is gone too (pre-blank
             # entries, size Integer.MAX_VALUE, pad the start of a queue and stay)
-            beyond = np.flatnonzero(
-                (offsets >= physical_offset) | ((offsets + sizes > physical_offset) & (sizes < 0x7FFFFFFF))
-            )
+            reaching_past = (offsets + sizes > physical_offset) & (sizes < PRE_BLANK_SIZE)
+            beyond = np.flatnonzero((offsets >= physical_offset) | reaching_past)
             if len(beyond) == 0:
                 break
             cut = mf.from_offset + int(beyond[0]) * CQ_ENTRY_SIZE
@@ -548,7 +548,7 @@ class ConsumeQueueSet:
                 entries = decode_entries(mf.buf[: mf.wrote_position])
                 offsets = entries["offset"].astype(np.int64)
                 sizes = entries["size"]
-                of_record = offsets[(offsets >= 0) & (sizes > 0) & (sizes < 0x7FFFFFFF)]
+                of_record = offsets[(offsets >= 0) & (sizes > 0) & (sizes < PRE_BLANK_SIZE)]
                 parts.append(of_record[of_record >= start])
                 del entries, sizes
                 if len(of_record) and of_record[0] < start:

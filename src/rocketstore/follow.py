@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from rocketstore.codec import index_layout
-from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE, decode_entries
+from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE, PRE_BLANK_SIZE, decode_entries
 from rocketstore.codec.dispatch_signal import (
     SIGNAL_SIZE,
     DispatchSignal,
@@ -81,7 +81,6 @@ _MAX_PAUSE = 500e-6
 _WATCH_BACKSTOP_S = 0.05
 _RETRY_OPEN_S = 0.1  # how often a follower looks for a signal file that is not there yet
 _RESCAN_S = 1.0  # how often a follower lists the commitlog directory for reclaimed segments
-_PRE_BLANK_SIZE = 0x7FFFFFFF
 
 
 class SignalWriter:
@@ -656,7 +655,7 @@ def _extend_queue(cq: ConsumeQueue, end: int) -> None:
         offsets = entries["offset"].astype(np.int64)
         sizes = entries["size"].astype(np.int64)
         del entries
-        pre_blank = (offsets == 0) & (sizes == _PRE_BLANK_SIZE)
+        pre_blank = (offsets == 0) & (sizes == PRE_BLANK_SIZE)
         ends = np.where(pre_blank, -1, offsets + sizes)
         starts_after = np.empty(len(offsets), dtype=np.int64)
         starts_after[:1] = prev_end

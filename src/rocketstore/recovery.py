@@ -30,6 +30,7 @@ from rocketstore.codec.commitlog_scan import (
     record_fields,
     scan_extent,
 )
+from rocketstore.codec.consume_queue_entry import PRE_BLANK_SIZE
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
@@ -158,7 +159,7 @@ def recover(
             queue_holes += stop - first
             # re-dispatch fills the hole from the record after the entry before it
             prior = cq.entry_at(first - 1) if first > cq.min_offset else None
-            after = prior[0] + prior[1] if prior is not None and 0 < prior[1] < 0x7FFFFFFF else 0
+            after = prior[0] + prior[1] if prior is not None and 0 < prior[1] < PRE_BLANK_SIZE else 0
             reput_from = min(reput_from, max(after, commitlog.min_offset, 0))
     if index is not None and not commitlog.files.readonly:
         lost_index = index.lost_newest(commitlog.min_offset, end, commitlog.message_at)

@@ -28,6 +28,7 @@ __all__ = [
     "CQ_ENTRY_SIZE",
     "ENTRY_DTYPE",
     "PRE_BLANK_ENTRY",
+    "PRE_BLANK_SIZE",
     "decode_entries",
     "decode_entry",
     "encode_entries",
@@ -42,7 +43,8 @@ _ENTRY = struct.Struct(">qiq")
 assert _ENTRY.size == CQ_ENTRY_SIZE
 ENTRY_DTYPE: Final = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
 assert ENTRY_DTYPE.itemsize == CQ_ENTRY_SIZE
-PRE_BLANK_ENTRY: Final = _ENTRY.pack(0, 0x7FFFFFFF, 0)
+PRE_BLANK_SIZE: Final = 0x7FFFFFFF  # Integer.MAX_VALUE: no record is that long
+PRE_BLANK_ENTRY: Final = _ENTRY.pack(0, PRE_BLANK_SIZE, 0)
 
 
 @kernel(cache=True, nogil=True, inline="always")
