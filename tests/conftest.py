@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from rocketstore import ManualClock, StoreConfig
+from rocketstore.storage.mapped_file import MappedFile
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,6 +37,24 @@ def copy_fixture(name: str, dest: Path) -> Path:
             p = Path(root) / n
             p.chmod(p.stat().st_mode | stat.S_IWUSR)
     return target
+
+
+@contextlib.contextmanager
+def held_syncs() -> Iterator[threading.Event]:
+    """Every fsync of a segment held until the event is set (10 s at most)."""
+    gate = threading.Event()
+    real = MappedFile.sync
+
+    def held(self: MappedFile) -> None:
+        gate.wait(10)
+        real(self)
+
+    MappedFile.sync = held  # type: ignore[method-assign]
+    try:
+        yield gate
+    finally:
+        gate.set()
+        MappedFile.sync = real  # type: ignore[method-assign]
 
 
 @pytest.fixture

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rocketstore import ManualClock, Message, MessageStore, PutStatus, StoreConfig
 from rocketstore.storage.mapped_file import MappedFile
+from tests.conftest import held_syncs
 
 SMALL = {
     "commitlog_segment_size": 65536,
@@ -67,24 +66,6 @@ def test_group_commit_serves_concurrent_waiters(tmp_path: Path) -> None:
         finally:
             MappedFile.sync = real  # type: ignore[method-assign]
     assert 0 < len(syncs) < 800  # waiters shared flushes
-
-
-@contextlib.contextmanager
-def held_syncs() -> Iterator[threading.Event]:
-    """Every fsync of a segment held until the event is set (10 s at most)."""
-    gate = threading.Event()
-    real = MappedFile.sync
-
-    def held(self: MappedFile) -> None:
-        gate.wait(10)
-        real(self)
-
-    MappedFile.sync = held  # type: ignore[method-assign]
-    try:
-        yield gate
-    finally:
-        gate.set()
-        MappedFile.sync = real  # type: ignore[method-assign]
 
 
 def test_wait_false_does_not_wait(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import select
 import socket
 import struct
-import threading
 from typing import Any
 
 import pytest
@@ -23,7 +22,7 @@ from rocketstore.broker.remoting.command import (
 from rocketstore.codec.message_batch import BatchEntry, encode_batch_body
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.codec.properties import encode_properties
-from rocketstore.storage.mapped_file import MappedFile
+from tests.conftest import held_syncs
 
 from ..conftest import SMALL
 from .client import RawClient
@@ -354,12 +353,6 @@ def test_sync_flush_sends_are_stored_on_the_loop_and_answered_once_flushed(
     """Under SYNC_FLUSH the broker puts without the flush wait (``wait=False``) and answers each
     round once ``wait_durable`` says: SUCCESS after the flush, or, for a flush held past
     ``sync_flush_timeout``, FLUSH_DISK_TIMEOUT with "stored, but" (and the messages stay)."""
-    gate = threading.Event()
-    real = MappedFile.sync
-
-    def held(self: MappedFile) -> None:
-        gate.wait(10)
-        real(self)
 
     def props(i: int) -> dict[str, str]:  # (a send without UNIQ_KEY is its handler's: it makes one)
         return props_of(i) if sends > 1 else {k: v for k, v in props_of(i).items() if k != "UNIQ_KEY"}
@@ -375,34 +368,28 @@ def test_sync_flush_sends_are_stored_on_the_loop_and_answered_once_flushed(
             return _put(*args, wait=wait, **kw)
 
         monkeypatch.setattr(r.store, name, recorded)
-    monkeypatch.setattr(MappedFile, "sync", held)
-    try:
-        with RawClient(r.port) as c:
-            for round_, (hold_s, code) in enumerate(
-                [(0.5, ResponseCode.SUCCESS), (3.0, ResponseCode.FLUSH_DISK_TIMEOUT)]
-            ):
-                gate.clear()
-                cmds = [
-                    send_cmd("S", f"r{round_}-{i}".encode(), props(i), 100 * round_ + i, queue_id=i % 2)
-                    for i in range(sends)
-                ]
-                c.send_raw(b"".join(frame(cmd) for cmd in cmds))
-                readable, _, _ = select.select(
-                    [c.sock], [], [], hold_s if code == ResponseCode.SUCCESS else 0.5
-                )
-                assert not readable  # no answer while the flush is held
-                if code == ResponseCode.SUCCESS:
-                    gate.set()
-                got = answers(c, [cmd.opaque for cmd in cmds])
+    with held_syncs() as gate, RawClient(r.port) as c:
+        for round_, (hold_s, code) in enumerate(
+            [(0.5, ResponseCode.SUCCESS), (3.0, ResponseCode.FLUSH_DISK_TIMEOUT)]
+        ):
+            gate.clear()
+            cmds = [
+                send_cmd("S", f"r{round_}-{i}".encode(), props(i), 100 * round_ + i, queue_id=i % 2)
+                for i in range(sends)
+            ]
+            c.send_raw(b"".join(frame(cmd) for cmd in cmds))
+            readable, _, _ = select.select([c.sock], [], [], hold_s if code == ResponseCode.SUCCESS else 0.5)
+            assert not readable  # no answer while the flush is held
+            if code == ResponseCode.SUCCESS:
                 gate.set()
-                for i, cmd in enumerate(cmds):
-                    resp = got[cmd.opaque]
-                    assert resp.code == code, resp.remark
-                    assert resp.remark == (
-                        None if code == ResponseCode.SUCCESS else "stored, but FLUSH_DISK_TIMEOUT"
-                    )
-                    assert stored(r, resp).body == f"r{round_}-{i}".encode()
-    finally:
-        gate.set()
+            got = answers(c, [cmd.opaque for cmd in cmds])
+            gate.set()
+            for i, cmd in enumerate(cmds):
+                resp = got[cmd.opaque]
+                assert resp.code == code, resp.remark
+                assert resp.remark == (
+                    None if code == ResponseCode.SUCCESS else "stored, but FLUSH_DISK_TIMEOUT"
+                )
+                assert stored(r, resp).body == f"r{round_}-{i}".encode()
     assert waits and not any(waits)  # every send put without its wait
     assert bulk_requests(r) == (2 * sends if sends > 1 else 0)
