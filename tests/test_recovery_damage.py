@@ -1407,3 +1407,56 @@ def test_a_torn_tail_in_an_older_segment_ends_the_log_when_it_was_not_flushed(
         for r in kept + acked:
             m = again.look_message_by_offset(r.phys)
             assert m is not None and m.body == r.body, r.phys
+
+
+# --- 14. a power cut's lost page inside a record's properties -----------------------------------
+
+
+@pytest.mark.parametrize("flushed", ["to-before-the-tear", "past-it"])
+def test_a_lost_page_of_an_unflushed_records_properties_ends_the_log(
+    pristine: Pristine, tmp_path: Path, flushed: str
+) -> None:
+    """A power cut can leave the page holding the end of a record's PROPERTIES unwritten while
+    the page before it, with every length field and the whole body, reached the disk: the
+    lengths add up and BODYCRC matches, and nothing else covers the properties (the 4.x
+    format). A record stored after the checkpoint's flush time whose properties read as zeros
+    from a page boundary on is that tear: the log ends before it (nothing after it was flushed
+    either). Flushed records are not second-guessed: their pages reached the disk."""
+    base = int(_segments(pristine.root)[-1].name)
+    crossing = [
+        r
+        for r in pristine.recs[:-3]
+        if r.phys >= base and (r.props_start - base) // 4096 != (r.end - 1 - base) // 4096
+    ]
+    torn = crossing[-1]
+    page = base + (torn.end - 1 - base) // 4096 * 4096
+    assert torn.props_start < page < torn.end
+    root = _copy(pristine, tmp_path)
+    _patch_commitlog(root, page, bytes(torn.end - page))
+    if flushed == "to-before-the-tear":
+        until = _store_time(root, torn) - 1
+    else:
+        until = _store_time(root, pristine.recs[-1]) + 1000
+    (root / "checkpoint").write_bytes(encode_checkpoint(Checkpoint(until, until, until)))
+    (root / "abort").touch()
+    kept, gone = _split(pristine.recs, torn.phys)
+    with _open(root, pristine.end_time) as store:
+        rep = store.recovery
+        assert rep is not None and rep.abnormal
+        assert store.wait_dispatched(10)
+        if flushed == "past-it":
+            assert (rep.end_offset, rep.damage) == (pristine.recs[-1].end, None)
+            return
+        assert (rep.end_offset, rep.stop) == (torn.phys, "corrupt")
+        assert rep.damage is not None and "torn by a power cut" in rep.damage
+        assert store.look_message_by_offset(torn.phys) is None
+        for topic, qid in QUEUES:
+            got = [m.physical_offset for m in _read_queue(store, topic, qid)]
+            assert got == [r.phys for r in kept if (r.topic, r.queue_id) == (topic, qid)]
+        acked = _put_new(store, kept, gone, "torn-properties")
+    with _open(root, pristine.end_time + 60_000) as again:
+        rep = again.recovery
+        assert rep is not None and not rep.abnormal and rep.end_offset == acked[-1].end
+        for r in kept + acked:
+            m = again.look_message_by_offset(r.phys)
+            assert m is not None and m.body == r.body, r.phys

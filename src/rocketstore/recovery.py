@@ -21,20 +21,24 @@ import logging
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from rocketstore.checkpoint import StoreCheckpoint
 from rocketstore.codec.commitlog_scan import (
     Extent,
+    first_torn_record,
     message_starts,
     next_record_start,
     record_fields,
     scan_extent,
+    store_timestamps,
 )
 from rocketstore.codec.consume_queue_entry import PRE_BLANK_SIZE
 from rocketstore.commitlog import CommitLog
 from rocketstore.config import StoreConfig
 from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.dispatch_request import gets_queue_entry
+from rocketstore.errors import CorruptDataError
 from rocketstore.index import IndexService
 from rocketstore.storage.mapped_file import MappedFile
 
@@ -354,6 +358,19 @@ def _scan_log(
     if scans[last].stop == "blank" and last + 1 < len(files):
         last += 1  # a BLANK record closes it: the log goes on at the next segment's start
     end = files[last].from_offset + scans[last].position
+    torn = _torn_unflushed(files[: last + 1], end, flushed_until) if flushed_until is not None else None
+    if torn is not None:
+        last, at, kept_there, dropped = torn
+        mf = files[last]
+        end = mf.from_offset + at
+        records -= dropped
+        error = CorruptDataError(
+            "a page of the record's topic or properties reads as zeros: torn by a power cut before a flush",
+            path=str(mf.path),
+            offset=end,
+        )
+        scans[last] = Extent(at, kept_there, "corrupt", 0, error)
+        stepped_over = [r for r in stepped_over if r.start < end]
     for r in stepped_over:
         log.warning(
             "recovery: commitlog bytes %d..%d hold no valid record (%s); stepped over, later records kept",
@@ -385,6 +402,35 @@ def _step_over(
         scan = scan_extent(mf.buf, resume, mf.size, check_crc=check_crc)
         records += scan.records
     return ranges, records, None
+
+
+def _torn_unflushed(
+    files: list[MappedFile], end: int, flushed_until: int
+) -> tuple[int, int, int, int] | None:
+    """The first record before ``end`` stored after ``flushed_until`` that a lost page tore where
+    the scan does not look (``first_torn_record``): a power cut writes back what was not flushed
+    in no order. (Index of its segment in ``files``, its position there, how many records of
+    that segment precede it, how many records from it to ``end``); None when there is none.
+    Records flushed before the cut are not checked: their pages reached the disk."""
+    tail: list[tuple[int, npt.NDArray[np.int64], int]] = []  # (segment, record starts, first one not flushed)
+    for i in range(len(files) - 1, -1, -1):
+        mf = files[i]
+        if mf.from_offset >= end:
+            continue
+        starts, _, _ = message_starts(mf.buf, 0, min(mf.size, end - mf.from_offset))
+        fresh = np.flatnonzero(store_timestamps(mf.buf, starts) > flushed_until)
+        if len(fresh):
+            tail.append((i, starts, int(fresh[0])))
+        if len(starts) and (not len(fresh) or fresh[0] > 0):
+            break  # this segment's first records were flushed, and every one before them
+    for k in range(len(tail) - 1, -1, -1):
+        i, starts, first = tail[k]
+        torn = first_torn_record(files[i].buf, starts[first:])
+        if torn >= 0:
+            at = first + torn
+            later = sum(len(s) for _, s, _ in tail[:k])
+            return i, int(starts[at]), at, len(starts) - at + later
+    return None
 
 
 def _next_stored_after(

@@ -42,6 +42,7 @@ __all__ = [
     "check_transfer",
     "copy_spans",
     "find_record_start",
+    "first_torn_record",
     "gather_records",
     "message_starts",
     "next_record_start",
@@ -329,6 +330,48 @@ def _store_timestamps(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64]) 
     for i in range(len(starts)):
         out[i] = read_i64(u8, _field_positions(u8, starts[i])[0])
     return out
+
+
+# what a power cut leaves unwritten of a file: whole pages of the page cache
+_PAGE: Final = 4096
+
+
+def first_torn_record(buf: Buffer, starts: npt.NDArray[np.int64]) -> int:
+    """Index of the first of the well-formed MESSAGE records at ``starts`` (in ``buf``, a
+    segment mapped from its byte 0) that a lost page tore where no check sees it, or -1.
+
+    The lengths make a record's fields consistent and BODYCRC covers the body, but nothing
+    covers the TOPIC and PROPERTIES bytes: a page of them never written back reads as zeros
+    while every length still adds up. A topic holds no zero byte, and properties are
+    ``name\x01value\x02`` pairs: a zero byte in the topic, or a page's piece of the properties
+    all zeros, is such a tear."""
+    u8 = np.frombuffer(buf, dtype=np.uint8)
+    try:
+        return int(_first_torn_record(u8, starts, _PAGE))
+    finally:
+        del u8
+
+
+@kernel(cache=True, nogil=True)
+def _first_torn_record(u8: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], page: int) -> int:
+    for i in range(len(starts)):
+        topic_at, topic_len, props_at, props_len, _ = record_layout(u8, starts[i])
+        for k in range(topic_at, topic_at + topic_len):
+            if u8[k] == 0:
+                return i
+        end = props_at + props_len
+        piece = props_at
+        while piece < end:
+            stop = min(end, (piece // page + 1) * page)
+            zeros = True
+            for k in range(piece, stop):
+                if u8[k] != 0:
+                    zeros = False
+                    break
+            if zeros:
+                return i
+            piece = stop
+    return -1
 
 
 # --- field readers for checks over many records (verify) -------------------------------------
