@@ -238,6 +238,39 @@ def test_the_writer_publishes_its_dispatch_progress(tmp_path: Path, writer: Live
     assert signal is not None and signal.dispatched_to == end
 
 
+def test_a_writer_reopening_the_store_leaves_the_last_publication_until_its_first(
+    tmp_path: Path, writer: LiveWriter
+) -> None:
+    """A writer opening the store (after a crash here) rewrites the signal file's header, and its
+    recovery and catch-up may take a while before its first publication: meanwhile followers
+    go on serving what the last writer published. A header that read as no progress made them
+    cut their view of the log to nothing, and a queue whose view ended with an empty segment
+    kept its entries: a consumer's read of them answered MESSAGE_WAS_REMOVING and stepped over
+    them, losing them."""
+    root = tmp_path / "s"
+    end = writer.put("A", 160)  # 40 entries a queue: each queue's view ends at a segment's end
+    with MessageStore.open(root, CFG, readonly=True) as store:
+        assert store.get_message("g", "A", 0, 30, 32).status is GetStatus.FOUND
+        writer.kill()
+        before = decode_signal((root / ".dispatch-seq").read_bytes())
+        assert before is not None and before.dispatched_to == end
+        reopened = follow.SignalWriter(root / ".dispatch-seq", CFG, lambda: 0)
+        try:
+            assert decode_signal((root / ".dispatch-seq").read_bytes()) == before
+            res = store.get_message("g", "A", 0, 30, 32)
+            assert (res.status, [m.body for m in res.messages]) == (
+                GetStatus.FOUND,
+                [f"A-{i}".encode() for i in range(120, 160, 4)],
+            )
+            reopened.publish(end)
+            after = decode_signal((root / ".dispatch-seq").read_bytes())
+            assert after is not None and after.generation != before.generation
+            assert (after.dispatched_to, after.queue_changes) == (end, 0)
+            assert read_queue(store, "A", 0) == [f"A-{i}" for i in range(0, 160, 4)]
+        finally:
+            reopened.close()
+
+
 def test_a_writer_reopening_a_crashed_store_publishes_only_once_caught_up(
     tmp_path: Path, writer: LiveWriter, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -877,6 +877,30 @@ def test_a_queue_ending_exactly_at_a_full_segment_reports_nothing_rebuilt(tmp_pa
         assert store.max_offset_in_queue("T", 0) == 80 and store.max_offset_in_queue("U", 0) == 10
 
 
+def test_entries_past_a_cut_log_go_when_the_queue_ends_with_an_empty_segment(tmp_path: Path) -> None:
+    """A queue whose last segment is full can also have the next one, empty: made for the next
+    entry, whose bytes a power cut kept from the disk. When the log's tail was lost too, the
+    full segment's entries past the new end must go even so; kept, they would point at the
+    next records stored there. Every queue offset then reads back its own message."""
+    root = tmp_path / "store"
+    with MessageStore.open(root, CFG, clock=ManualClock(T0)) as store:
+        put = store.put_messages([Message("T", b"m%d" % i, queue_id=0) for i in range(80)])
+        assert store.wait_dispatched(10)
+    segments = _queue_segments(root, "T", 0)
+    assert [p.stat().st_size for p in segments] == [40 * CQ_ENTRY] * 2
+    (segments[-1].parent / f"{80 * CQ_ENTRY:020d}").write_bytes(bytes(40 * CQ_ENTRY))
+    _zero_from(root, put[70].physical_offset)
+    (root / "abort").touch()
+    with MessageStore.open(root, CFG, clock=ManualClock(T0 + 1000)) as store:
+        assert store.recovery is not None and store.recovery.end_offset == put[70].physical_offset
+        assert store.max_offset_in_queue("T", 0) == 70
+        more = store.put_messages([Message("T", b"n%d" % i, queue_id=0) for i in range(5)])
+        assert [r.queue_offset for r in more] == [70, 71, 72, 73, 74]
+        assert store.wait_dispatched(10)
+        got = [m.body for m in _read_queue(store, "T", 0)]
+    assert got == [b"m%d" % i for i in range(70)] + [b"n%d" % i for i in range(5)]
+
+
 @pytest.mark.parametrize("abort", [False, True], ids=["clean", "crash"])
 def test_healthy_store_reports_nothing_rebuilt(pristine: Pristine, tmp_path: Path, abort: bool) -> None:
     root = _copy(pristine, tmp_path)

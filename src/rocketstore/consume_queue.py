@@ -215,6 +215,8 @@ class ConsumeQueue:
         files = self.files.files
         cut = None
         for mf in reversed(files):
+            if mf.wrote_position < CQ_ENTRY_SIZE:
+                continue  # a segment made for the next entry: it holds none, the one before may
             entries = decode_entries(mf.buf[: mf.wrote_position])
             offsets, sizes = entries["offset"].astype(np.int64), entries["size"].astype(np.int64)
             # a record that starts before the cut but reaches past it is gone too (pre-blank

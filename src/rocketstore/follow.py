@@ -85,7 +85,8 @@ _RESCAN_S = 1.0  # how often a follower lists the commitlog directory for reclai
 
 class SignalWriter:
     """The writer's side of the signal file: created (or reused, so followers keep their
-    mapping) at open with a fresh generation, rewritten after every dispatch pass. Written with
+    mapping and the last writer's publication until this one's first) at open with a fresh
+    generation, rewritten after every dispatch pass. Written with
     pwrite, not through a mapping: followers map the same page cache, and a write(2) raises the
     inotify event their waiters sleep on. The header carries the writer's geometry (``config``'s),
     so a follower that found no files at open maps the ones the writer then makes at their size."""
@@ -93,7 +94,7 @@ class SignalWriter:
     def __init__(self, path: Path, config: StoreConfig, queue_changes: Callable[[], int]) -> None:
         self.path = path
         self._queue_changes = queue_changes  # ConsumeQueueSet.changes: published when it changed
-        self._published_changes = 0
+        self._published_changes: int | None = None  # the file's may be the last writer's
         geometry = SignalGeometry(
             config.commitlog_segment_size,
             config.consume_queue_entries,
@@ -105,8 +106,10 @@ class SignalWriter:
         fd = self._fd = open_store_file(path, writable=True, create_mode=config.file_mode)
         try:
             if os.fstat(fd).st_size != SIGNAL_SIZE:
+                os.ftruncate(fd, 0)  # whatever it held is no publication
                 os.ftruncate(fd, SIGNAL_SIZE)
-            os.pwrite(fd, encode_header(geometry), 0)
+            for pos, data in encode_header(geometry):
+                os.pwrite(fd, data, pos)
         except BaseException:
             os.close(fd)
             raise

@@ -77,12 +77,11 @@ class SignalGeometry(NamedTuple):
     index_max_entries: int
 
 
-def encode_header(geometry: SignalGeometry) -> bytes:
-    """The whole file as a writer writes it at open: magic, version, no progress, its geometry."""
-    data = bytearray(SIGNAL_SIZE)
-    _HEADER.pack_into(data, 0, _MAGIC, _VERSION)
-    _GEOMETRY.pack_into(data, _GEOMETRY_AT, *geometry)
-    return bytes(data)
+def encode_header(geometry: SignalGeometry) -> tuple[tuple[int, bytes], tuple[int, bytes]]:
+    """(position, bytes) of what a writer writes at open: the magic and version, and its
+    geometry. The last publication stays until the writer's first: followers keep serving what
+    it covered meanwhile (a new file is all zeros there: no progress)."""
+    return (0, _HEADER.pack(_MAGIC, _VERSION)), (_GEOMETRY_AT, _GEOMETRY.pack(*geometry))
 
 
 def encode_progress(generation: int, dispatched_to: int, sequence: int) -> tuple[int, bytes]:
