@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import multiprocessing as mp
 import os
 import threading
@@ -16,7 +17,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rocketstore import ManualClock, Message, MessageStore, StoreClosedError, StoreConfig, StoreConfigError
+from rocketstore import (
+    GetMessageResult,
+    GetStatus,
+    ManualClock,
+    Message,
+    MessageStore,
+    StoreClosedError,
+    StoreConfig,
+    StoreConfigError,
+)
 from rocketstore.codec.dispatch_signal import decode_signal
 from rocketstore.consumer import open_consumer
 from rocketstore.consumer.group import allocate_averagely
@@ -67,6 +77,36 @@ def test_poll_reads_every_queue_in_order_and_commit_writes_rocketmq_shape(store:
         "offsetTable": {"T@g": {"0": 10, "1": 10, "2": 10, "3": 10}}
     }
     assert store.consumer_offsets() == {("T", "g"): {0: 10, 1: 10, 2: 10, 3: 10}}
+
+
+def test_messages_a_read_steps_over_are_named_in_a_warning(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read that steps over messages no longer there (their segment reclaimed or damaged:
+    MESSAGE_WAS_REMOVING) moves the consumer on, as RocketMQ's does, and says which offsets it
+    lost; a tag filter's stepping over what does not match says nothing."""
+    fill(store, 80)
+    real = store.get_message
+
+    def reclaimed_below_12(group: str, topic: str, queue_id: int, offset: int, *args: Any, **kw: Any) -> Any:
+        if queue_id == 2 and offset < 12:
+            return GetMessageResult(GetStatus.MESSAGE_WAS_REMOVING, 12, 0, 20)
+        return real(group, topic, queue_id, offset, *args, **kw)
+
+    monkeypatch.setattr(store, "get_message", reclaimed_below_12)
+    with caplog.at_level("WARNING", logger="rocketstore.consumer.consumer"):
+        with store.consumer("g", "T", start="earliest") as c:
+            got = c.poll(1000)
+        assert sorted(m.queue_offset for m in got if m.queue_id == 2) == list(range(12, 20))
+        assert [r.getMessage() for r in caplog.records] == [
+            "T/2: 12 messages between offsets 0 and 11 were gone (reclaimed or damaged) before group g "
+            "read them"
+        ]
+        caplog.clear()
+        monkeypatch.undo()
+        with store.consumer("h", {"T": "A"}, start="earliest") as c:
+            assert {m.tags for m in c.poll(1000)} == {"A"}
+        assert caplog.records == []
 
 
 def test_tag_expression_and_committed_offsets_come_first(store: MessageStore) -> None:
@@ -374,12 +414,19 @@ def test_bad_arguments_are_refused(store: MessageStore) -> None:
 # --- across processes ---------------------------------------------------------------------------
 def _consume(root: str, stop: Event, out: Any) -> None:
     delivered: list[tuple[int, int, bytes]] = []
+    warnings: list[str] = []  # what the consumer and its store said went wrong, for the failure's report
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            warnings.append(f"{os.getpid()}: {record.getMessage()}")
+
+    logging.getLogger("rocketstore").addHandler(Keep(logging.WARNING))
     with open_consumer(root, "group", "A", start="earliest", config=CFG, rebalance_interval_ms=200) as c:
         while not stop.is_set():
             for m in c.poll(64, timeout=0.2):
                 delivered.append((m.queue_id, m.queue_offset, m.body))
             c.commit()
-    out.put(delivered)
+    out.put((delivered, warnings))
 
 
 def _stored(view: MessageStore, queue_id: int) -> dict[tuple[int, int], bytes]:
@@ -440,9 +487,11 @@ def test_a_group_in_two_processes_gets_every_message_in_queue_order_across_a_wri
         assert all(after.get(q, 0) >= offset for q, offset in before.items()), (before, after)
     with MessageStore.open(root, CFG, readonly=True) as view:
         stored = {key: body for q in range(4) for key, body in _stored(view, q).items()}
-    delivered = [d for r in results for d in r]
-    assert {(q, o): b for q, o, b in delivered} == stored  # every message, each with its own body
-    for r in results:  # each process read each queue in order
+    delivered = [d for r, _ in results for d in r]
+    said = [w for _, warnings in results for w in warnings]
+    got = {(q, o): b for q, o, b in delivered}
+    assert got == stored, (sorted(set(stored) - set(got))[:5], said)  # every message, with its own body
+    for r, _ in results:  # each process read each queue in order
         for q in range(4):
             offsets = [o for qq, o, _ in r if qq == q]
             backwards = [(a, b) for a, b in itertools.pairwise(offsets) if b <= a]

@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 StartAt = Literal["earliest", "latest"] | int | dt.datetime
 Queue = tuple[str, int]
 _MOVED_ON = (GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_FOUND_NULL, GetStatus.MESSAGE_WAS_REMOVING)
+# statuses of a read that stepped over what is no longer there
+_GONE = (GetStatus.OFFSET_FOUND_NULL, GetStatus.MESSAGE_WAS_REMOVING)
 _BATCH_READ = 4096
 # messages a get_message call reads at least: its fixed cost is paid per call, so 32 at a time
 # (RocketMQ's per-pull cap, lifted here) read at half the speed
@@ -307,6 +309,20 @@ class Consumer:
                 if res.messages:
                     self._buffer.extend((queue, m) for m in res.messages)
                     got += len(res.messages)
+                stepped = res.next_begin_offset - st.position - len(res.messages)
+                if stepped > 0 and (
+                    res.status in _GONE
+                    or (res.status is GetStatus.FOUND and self._filters[topic].expression is None)
+                ):
+                    log.warning(
+                        "%s/%d: %d messages between offsets %d and %d were gone (reclaimed or damaged) "
+                        "before group %s read them",
+                        *queue,
+                        stepped,
+                        st.position,
+                        res.next_begin_offset - 1,
+                        self.group,
+                    )
                 before = st.position
                 self._advance(queue, st, res.status, res.next_begin_offset, res.max_offset)
                 moved |= st.position != before
