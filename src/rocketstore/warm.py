@@ -118,6 +118,7 @@ def scratch_config() -> StoreConfig:
 
 
 def _workload(root: Path) -> None:
+    from rocketstore.codec.checkpoint import Checkpoint, encode_checkpoint
     from rocketstore.ha.transfer_check import prepare_transfer_check
     from rocketstore.message import Message
     from rocketstore.results import RecordRead
@@ -160,6 +161,12 @@ def _workload(root: Path) -> None:
     with MessageStore.open(root, cfg) as store:
         store.wait_dispatched()
         store.offset_in_queue_by_time("Warm", 0, int(time.time() * 1000))
+    # a crash whose checkpoint was flushed before the last records: recovery looks at them for a
+    # page a power cut lost
+    (root / "checkpoint").write_bytes(encode_checkpoint(Checkpoint(1, 1, 1)))
+    (root / "abort").touch()
+    with MessageStore.open(root, cfg) as store:
+        store.wait_dispatched()
     # damage: verify and recovery look for where valid records start again
     second = int.from_bytes((root / "commitlog" / f"{0:020d}").read_bytes()[:4], "big")
     with open(root / "commitlog" / f"{0:020d}", "r+b") as segment:
