@@ -1,16 +1,19 @@
 """Dispatch runs when bytes become readable, not on a timer: with the dispatcher's fallback
-interval set to an hour, a put, a transient-pool commit and a replica's frames must each still
-make their messages visible (a path that forgot to wake the dispatcher fails here by timeout)."""
+interval set to an hour, a put (which dispatches on its own thread), a transient-pool commit and
+a replica's frames must each still make their messages visible (a path that forgot to dispatch
+or wake the dispatcher fails here by timeout)."""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore import Message, MessageStore, PutStatus, StoreConfig
+from rocketstore.consume_queue import ConsumeQueueSet
 from rocketstore.dispatch import DispatchService
 
 WAIT = 30.0
@@ -27,12 +30,37 @@ def no_fallback_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(DispatchService, "FALLBACK_INTERVAL", 3600.0)
 
 
-def test_a_put_wakes_the_dispatcher(tmp_path: Path) -> None:
+def test_a_put_is_dispatched_before_it_returns(tmp_path: Path) -> None:
+    """Every put path runs the dispatch round itself: its messages are in their queues and the
+    index when it returns, with no wait (the dispatcher's thread is not woken for them)."""
     with MessageStore.open(tmp_path / "s", GEOMETRY) as store:
         for i in range(3):
-            assert store.put_message(Message("T", f"m{i}".encode(), queue_id=0)).ok
-            assert store.wait_for_message("T", 0, i, WAIT)
+            assert store.put_message(Message("T", f"m{i}".encode(), queue_id=0, keys=[f"k{i}"])).ok
+            assert store.max_offset_in_queue("T", 0) == i + 1
+            assert [m.body for m in store.query_message("T", f"k{i}")] == [f"m{i}".encode()]
+        assert all(r.ok for r in store.put_messages([Message("T", b"n", queue_id=1)] * 2))
+        assert store.put_batch("T", [b"b"] * 40, queue_ids=2).status.name == "PUT_OK"
+        assert [store.max_offset_in_queue("T", q) for q in range(3)] == [3, 2, 40]
         assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"m0", b"m1", b"m2"]
+
+
+def test_a_put_while_a_round_runs_leaves_its_messages_to_the_dispatchers_thread(tmp_path: Path) -> None:
+    """A put that finds a round running (the thread's, or another put's) does not wait for it:
+    it wakes the dispatcher's thread, whose next round takes its messages."""
+    with MessageStore.open(tmp_path / "s", GEOMETRY) as store:
+        dispatcher = store._dispatcher
+        assert dispatcher is not None
+        with dispatcher._round:  # a round in progress on this thread
+            done = []
+            putter = threading.Thread(
+                target=lambda: done.append(store.put_message(Message("T", b"later", queue_id=0)))
+            )
+            putter.start()
+            putter.join(WAIT)
+            assert done and done[0].ok
+            assert store.max_offset_in_queue("T", 0) == 0  # not dispatched: the round was busy
+        assert store.wait_for_message("T", 0, 0, WAIT)
+        assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"later"]
 
 
 def test_a_transient_pool_commit_wakes_the_dispatcher(tmp_path: Path) -> None:
@@ -68,3 +96,32 @@ def test_a_replica_wakes_its_dispatcher_for_every_step(tmp_path: Path) -> None:
             assert slave.max_offset_in_queue("T", 0) == master.max_offset_in_queue("T", 0) == n
             last = slave.get_message("g", "T", 0, n - 1).messages
             assert [m.body for m in last] == [body]
+
+
+def test_a_put_whose_own_dispatch_round_fails_is_answered_as_stored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The put's record is in the log when its round fails (a queue write's I/O error here): the
+    put answers PUT_OK, never an error for a write it made; the failure stops dispatch and the
+    store, as a failure on the dispatcher's thread does, so later puts are refused, and the
+    record is there after a reopen."""
+    root = tmp_path / "s"
+    with MessageStore.open(root, GEOMETRY) as store:
+        assert store.put_message(Message("T", b"before", queue_id=0)).ok
+
+        def failing_put(self: object, requests: object) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(ConsumeQueueSet, "put", failing_put)
+        result = store.put_message(Message("T", b"stored", queue_id=0))
+        assert result.ok
+        assert isinstance(store.failure, OSError)
+        assert (
+            store.put_message(Message("T", b"refused", queue_id=0)).status is PutStatus.SERVICE_NOT_AVAILABLE
+        )
+        monkeypatch.undo()
+        with pytest.raises(OSError):
+            store.close()
+    with MessageStore.open(root, GEOMETRY) as again:
+        assert again.wait_dispatched(WAIT)
+        assert [m.body for m in again.get_message("g", "T", 0, 0).messages] == [b"before", b"stored"]

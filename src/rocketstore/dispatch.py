@@ -34,10 +34,12 @@ class DispatchService(BackgroundService):
     ``dispatched_to`` is the commitlog offset below which everything is dispatched; waiters
     on ``changed`` are notified after every round that dispatched something.
 
-    A round runs when whatever made bytes readable wakes it (a put, the transient pool's
-    committer, a replica's receiving thread) and otherwise every ``FALLBACK_INTERVAL`` seconds:
-    polling every millisecond, as RocketMQ's ReputMessageService does, cost an idle store 5 % of
-    a core.
+    A put runs a round on its own thread (``run_here``) right after its append: what it wrote is
+    dispatched before it returns, and the rounds follow the puts (a broker's sends of one turn of
+    its loop, one round), with no thread to wake and hand the GIL to. Whatever else makes bytes
+    readable (the transient pool's committer, a replica's receiving thread) wakes the service's
+    thread, which otherwise runs a round every ``FALLBACK_INTERVAL`` seconds: polling every
+    millisecond, as RocketMQ's ReputMessageService does, cost an idle store 5 % of a core.
     """
 
     FALLBACK_INTERVAL = 0.1
@@ -64,8 +66,31 @@ class DispatchService(BackgroundService):
         self.dispatched_to = reput_offset
         self.last_store_timestamp = 0
         self.changed = threading.Condition()
+        # one round at a time, the service's thread's or a put's (re-entered by a failing put's
+        # _fail: what it notifies is published under it too)
+        self._round = threading.RLock()
 
     def run_once(self) -> None:
+        with self._round:
+            if self.failure is None:
+                self._round_once()
+
+    def run_here(self) -> None:
+        """A round on the calling thread (a put's, so that what it wrote is dispatched before it
+        returns); when a round is running already, the thread runs the next one instead. A
+        failure stops the service as one of the thread's rounds would."""
+        if not self._round.acquire(blocking=False):
+            self.wakeup()
+            return
+        try:
+            if self.failure is None:
+                self._round_once()
+        except BaseException as exc:
+            self._fail(exc)
+        finally:
+            self._round.release()
+
+    def _round_once(self) -> None:
         if self.reput_offset < self.catch_up_to:
             self._catch_up()
         snapshot = self._commitlog.max_offset
@@ -127,7 +152,8 @@ class DispatchService(BackgroundService):
 
     def _fail(self, exc: BaseException) -> None:
         super()._fail(exc)
-        self._notify()  # waiters (wait_dispatched, wait_for_message) see the failure at once
+        with self._round:
+            self._notify()  # waiters (wait_dispatched, wait_for_message) see the failure at once
 
     def _notify(self) -> None:
         # published first: whoever wait_dispatched() releases may tell another process to look.
