@@ -66,9 +66,7 @@ class DispatchService(BackgroundService):
         self.dispatched_to = reput_offset
         self.last_store_timestamp = 0
         self.changed = threading.Condition()
-        # one round at a time, the service's thread's or a put's (re-entered by a failing put's
-        # _fail: what it notifies is published under it too)
-        self._round = threading.RLock()
+        self._round = threading.Lock()  # one round at a time: the service's thread's, or a put's
 
     def run_once(self) -> None:
         with self._round:
@@ -82,13 +80,16 @@ class DispatchService(BackgroundService):
         if not self._round.acquire(blocking=False):
             self.wakeup()
             return
+        failed = None
         try:
             if self.failure is None:
                 self._round_once()
         except BaseException as exc:
-            self._fail(exc)
+            failed = exc
         finally:
             self._round.release()
+        if failed is not None:
+            self._fail(failed)
 
     def _round_once(self) -> None:
         if self.reput_offset < self.catch_up_to:
@@ -152,7 +153,7 @@ class DispatchService(BackgroundService):
 
     def _fail(self, exc: BaseException) -> None:
         super()._fail(exc)
-        with self._round:
+        with self._round:  # published as a round's publication is, one at a time
             self._notify()  # waiters (wait_dispatched, wait_for_message) see the failure at once
 
     def _notify(self) -> None:
