@@ -27,6 +27,7 @@ import pytest
 from rocketstore import GetStatus, ManualClock, Message, MessageExt, MessageStore, PutStatus, StoreConfig
 from rocketstore.codec import index_layout
 from rocketstore.codec.checkpoint import Checkpoint, encode_checkpoint
+from rocketstore.recovery import RecoveryReport
 from tests.conftest import FIXTURES, copy_fixture, fixture_clock
 from tests.live_writer import LiveWriter
 
@@ -1376,6 +1377,38 @@ def test_a_damaged_record_does_not_stop_the_delayed_delivery_check_at_open(tmp_p
 # --- 13. a power cut's torn, unflushed tail in an older segment ---------------------------------------
 
 
+@contextlib.contextmanager
+def _recovered_from_a_crash_flushed_to(
+    root: Path, pristine: Pristine, until: int
+) -> Iterator[tuple[MessageStore, RecoveryReport]]:
+    """The store opened after a crash whose checkpoint says the log was flushed up to store time
+    ``until``, recovered and dispatched, with its recovery's report."""
+    (root / "checkpoint").write_bytes(encode_checkpoint(Checkpoint(until, until, until)))
+    (root / "abort").touch()
+    with _open(root, pristine.end_time) as store:
+        rep = store.recovery
+        assert rep is not None and rep.abnormal
+        assert store.wait_dispatched(10)
+        yield store, rep
+
+
+def _queues_hold_only(store: MessageStore, kept: list[Rec]) -> None:
+    """Every queue reads exactly the entries of the ``kept`` records, in order."""
+    for topic, qid in QUEUES:
+        got = [m.physical_offset for m in _read_queue(store, topic, qid)]
+        assert got == [r.phys for r in kept if (r.topic, r.queue_id) == (topic, qid)]
+
+
+def _reopened_holds(root: Path, pristine: Pristine, recs: list[Rec]) -> None:
+    """A clean reopen ends the log after the last of ``recs`` and reads every one back."""
+    with _open(root, pristine.end_time + 60_000) as again:
+        rep = again.recovery
+        assert rep is not None and not rep.abnormal and rep.end_offset == recs[-1].end
+        for r in recs:
+            m = again.look_message_by_offset(r.phys)
+            assert m is not None and m.body == r.body, r.phys
+
+
 def _store_time(root: Path, r: Rec) -> int:
     for seg in _segments(root):
         base = int(seg.name)
@@ -1407,13 +1440,8 @@ def test_a_torn_tail_in_an_older_segment_ends_the_log_when_it_was_not_flushed(
         until = _store_time(root, torn) - 1
     else:  # past the last segment's first record; the scan (3 s before it) takes in the tear
         until = _store_time(root, next(r for r in pristine.recs if r.phys >= int(segments[-1].name))) + 1000
-    (root / "checkpoint").write_bytes(encode_checkpoint(Checkpoint(until, until, until)))
-    (root / "abort").touch()
     kept, gone = _split(pristine.recs, torn.phys)
-    with _open(root, pristine.end_time) as store:
-        rep = store.recovery
-        assert rep is not None and rep.abnormal
-        assert store.wait_dispatched(10)
+    with _recovered_from_a_crash_flushed_to(root, pristine, until) as (store, rep):
         if flushed == "past-it":
             assert [(d.start, d.end) for d in rep.stepped_over] == [(torn.phys, torn.end)]
             assert rep.end_offset == pristine.recs[-1].end
@@ -1421,16 +1449,9 @@ def test_a_torn_tail_in_an_older_segment_ends_the_log_when_it_was_not_flushed(
             return
         assert (rep.end_offset, rep.stop, rep.stepped_over) == (torn.phys, "corrupt", ())
         assert len(_segments(root)) == len(segments) - 1
-        for topic, qid in QUEUES:
-            got = [m.physical_offset for m in _read_queue(store, topic, qid)]
-            assert got == [r.phys for r in kept if (r.topic, r.queue_id) == (topic, qid)]
+        _queues_hold_only(store, kept)
         acked = _put_new(store, kept, gone, "torn-tail")
-    with _open(root, pristine.end_time + 60_000) as again:
-        rep = again.recovery
-        assert rep is not None and not rep.abnormal and rep.end_offset == acked[-1].end
-        for r in kept + acked:
-            m = again.look_message_by_offset(r.phys)
-            assert m is not None and m.body == r.body, r.phys
+    _reopened_holds(root, pristine, kept + acked)
 
 
 # --- 14. a power cut's lost page inside a record's properties -----------------------------------
@@ -1461,26 +1482,14 @@ def test_a_lost_page_of_an_unflushed_records_properties_ends_the_log(
         until = _store_time(root, torn) - 1
     else:
         until = _store_time(root, pristine.recs[-1]) + 1000
-    (root / "checkpoint").write_bytes(encode_checkpoint(Checkpoint(until, until, until)))
-    (root / "abort").touch()
     kept, gone = _split(pristine.recs, torn.phys)
-    with _open(root, pristine.end_time) as store:
-        rep = store.recovery
-        assert rep is not None and rep.abnormal
-        assert store.wait_dispatched(10)
+    with _recovered_from_a_crash_flushed_to(root, pristine, until) as (store, rep):
         if flushed == "past-it":
             assert (rep.end_offset, rep.damage) == (pristine.recs[-1].end, None)
             return
         assert (rep.end_offset, rep.stop) == (torn.phys, "corrupt")
         assert rep.damage is not None and "torn by a power cut" in rep.damage
         assert store.look_message_by_offset(torn.phys) is None
-        for topic, qid in QUEUES:
-            got = [m.physical_offset for m in _read_queue(store, topic, qid)]
-            assert got == [r.phys for r in kept if (r.topic, r.queue_id) == (topic, qid)]
+        _queues_hold_only(store, kept)
         acked = _put_new(store, kept, gone, "torn-properties")
-    with _open(root, pristine.end_time + 60_000) as again:
-        rep = again.recovery
-        assert rep is not None and not rep.abnormal and rep.end_offset == acked[-1].end
-        for r in kept + acked:
-            m = again.look_message_by_offset(r.phys)
-            assert m is not None and m.body == r.body, r.phys
+    _reopened_holds(root, pristine, kept + acked)
