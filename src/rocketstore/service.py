@@ -48,7 +48,8 @@ class BackgroundService:
         self._thread.start()
 
     def wakeup(self) -> None:
-        # called on every put for the dispatcher: skip the event's lock when a round is due anyway
+        # called often (the dispatcher's, by every put that finds a round running, every commit,
+        # every replica step): skip the event's lock when a round is due anyway
         if not self._wake.is_set():
             self._wake.set()
 
