@@ -11,6 +11,7 @@ import pytest
 from rocketstore import ManualClock, StoreConfig
 from rocketstore.clock import SystemClock
 from rocketstore.commitlog import CommitLog
+from rocketstore.dispatch_request import DispatchRequest
 from rocketstore.index import IndexService
 from tests.conftest import FIXTURE_CONFIG, FIXTURES
 
@@ -66,3 +67,31 @@ def test_put_keys_matches_one_key_at_a_time(tmp_path: Path) -> None:
     assert bytes(fa.buf) == bytes(fb.buf)
     a.close()
     b.close()
+
+
+def test_a_few_requests_hashed_as_python_index_as_the_compiled_pass_does(tmp_path: Path) -> None:
+    # a round of a few requests hashes its keys as Python, a larger one in the compiled pass:
+    # spaces, empty keys, non-ASCII text and surrogate pairs must give the same bytes either way
+    keys = ["a  b", " lead", "trail ", "", "ключ заказ", "\U0001f600 x", "k" * 300, "é"]
+    uniqs: list[str | None] = [None, "", "0A0B0C0D", "Ü\U0001f680", None, "u-1", "u-2", "u-3"]
+    requests = [
+        DispatchRequest(1000 + 200 * i, 200, f"T{i % 3}", 0, i, 0, 1_700_000_000_000 + i, 0, k, u)
+        for i, (k, u) in enumerate(zip(keys * 3, uniqs * 3))
+    ]
+    cfg = StoreConfig(index_hash_slots=11, index_max_entries=64)
+    (tmp_path / "few").mkdir()
+    (tmp_path / "many").mkdir()
+    few = IndexService(tmp_path / "few", cfg.index_hash_slots, cfg.index_max_entries, ManualClock())
+    many = IndexService(tmp_path / "many", cfg.index_hash_slots, cfg.index_max_entries, ManualClock())
+    for i in range(len(requests)):
+        few.build(requests[i : i + 1])
+    many.build(requests)
+    few.flush()
+    many.flush()
+    assert [f.path.read_bytes() for f in few.files] == [f.path.read_bytes() for f in many.files]
+    assert len(few.files) == 1
+    assert few.files[0].header.index_count == 1 + sum(
+        (1 if u else 0) + len(k.split()) for k, u in zip(keys * 3, uniqs * 3)
+    )
+    few.close()
+    many.close()

@@ -31,6 +31,8 @@ from rocketstore.storage.paths import (
 __all__ = ["IndexFile", "IndexService", "batch_key_hashes", "new_index_path"]
 
 log = logging.getLogger(__name__)
+# at most this many requests a round are hashed as Python (``IndexService._insert_few``)
+_HASHED_IN_PYTHON = 4
 _INT_MAX = 0x7FFFFFFF
 _SLOT = layout.SLOT
 _ENTRY = layout.ENTRY
@@ -393,6 +395,9 @@ class IndexService:
         wanted = [r for r in requests if (r[9] is not None or r[8]) and r[0] > last_indexed]
         if not wanted:
             return
+        if len(wanted) <= _HASHED_IN_PYTHON:
+            self._insert_few(wanted)
+            return
         phys, _, topics, _, _, _, stamps, _, keys, uniqs = zip(*wanted)
         topic_index = {t: i for i, t in enumerate(dict.fromkeys(topics))}
         hashes, rows = index_key_hashes(
@@ -403,6 +408,27 @@ class IndexService:
             TextColumn.from_texts(keys),
         )
         self._insert(hashes, np.array(phys, dtype=np.int64)[rows], np.array(stamps, dtype=np.int64)[rows])
+
+    def _insert_few(self, requests: list[DispatchRequest]) -> None:
+        """``build`` of a few requests (a lone send's): each key hashed by ``index_key_hash``
+        as Python, which for a few keys costs less than the columns and the compiled pass."""
+        hashes: list[int] = []
+        phys: list[int] = []
+        stamps: list[int] = []
+        for r in requests:
+            prefix = f"{r.topic}#"
+            keys = [r.uniq_key] if r.uniq_key else []
+            if r.keys:
+                keys += [k for k in r.keys.split(" ") if k]
+            hashes += [index_key_hash(prefix + k) for k in keys]
+            phys += [r.physical_offset] * len(keys)
+            stamps += [r.store_timestamp] * len(keys)
+        if hashes:
+            self._insert(
+                np.array(hashes, dtype=np.int64),
+                np.array(phys, dtype=np.int64),
+                np.array(stamps, dtype=np.int64),
+            )
 
     def _insert(
         self, hashes: npt.NDArray[np.int64], phys: npt.NDArray[np.int64], stamps: npt.NDArray[np.int64]

@@ -699,6 +699,10 @@ class RemotingServer:
                 return False
         hot = cols[SCAN_HOT] > 0
         room = self.limits.max_requests_per_connection - conn.requests_in_progress
+        if hot.all() and len(hot) <= room:  # (the common read: sends only, none refused)
+            bulk.offer(conn, buf, np.ascontiguousarray(cols), topics, data, extras, read_at)
+            await self._room_to_read(conn)
+            return True
         if hot.any() and room > 0:
             taken = np.flatnonzero(hot)[:room]
             bulk.offer(conn, buf, np.ascontiguousarray(cols[:, taken]), topics, data, extras, read_at)
