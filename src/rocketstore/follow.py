@@ -380,6 +380,7 @@ class StoreFollower(DispatchEvents):
         last.wrote_position = max(0, min(size, end - last.from_offset))
         if len(files) != len(mfq.files) or files[0] is not mfq.files[0]:
             mfq.files = files
+        mfq.limit_tail_readahead()
 
     def _drop_reclaimed(self) -> None:
         """Forget commitlog segments the writer reclaimed (their mappings stay valid for readers
@@ -635,6 +636,11 @@ def _extend_queue(cq: ConsumeQueue, end: int) -> None:
     """Serve the entries after the queue's end that are trustworthy: well formed, in log order
     after the previous one, and pointing at a record that ends at or below ``end``. Reads a
     chunk that doubles while every entry of it is good, so the cost follows the growth."""
+    _extend_entries(cq, end)
+    cq.files.limit_tail_readahead()
+
+
+def _extend_entries(cq: ConsumeQueue, end: int) -> None:
     files = cq.files
     size = files.file_size
     pos = files.max_offset

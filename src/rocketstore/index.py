@@ -238,6 +238,7 @@ class _IndexMapping(MappedFile):
             path, size, create=create, readonly=readonly, named_by_offset=False, mode=mode, cache=cache
         )
         self.wrote_position = size
+        self.limit_readahead(0)  # slots and entries are read and written at random
 
     def flush(self) -> int:
         if not self.readonly:

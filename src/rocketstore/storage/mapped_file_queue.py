@@ -68,6 +68,7 @@ class MappedFileQueue:
         # segments appended to through a transient pool's write buffer, oldest first, until
         # committed whole (the committer drops them; see max_offset)
         self._pooled: list[MappedFile] = []
+        self._tail: MappedFile | None = None  # the file whose readahead is limited (limit_tail_readahead)
 
     # --- loading -------------------------------------------------------------------------
     def load(self, *, rebuildable: bool = False) -> list[str]:
@@ -178,6 +179,8 @@ class MappedFileQueue:
         """
         last = self.last
         if last is not None and not last.is_full:
+            if last is not self._tail:
+                self.limit_tail_readahead()
             return last
         if last is None:
             start = start_offset - start_offset % self.file_size
@@ -189,7 +192,22 @@ class MappedFileQueue:
             self.files = [*self.files, mf]
         if mf.write_buffer is not None:
             self._pooled = [*self._pooled, mf]
+        self.limit_tail_readahead()
         return mf
+
+    def limit_tail_readahead(self, *, cut: bool = False) -> None:
+        """The last file is being appended to (by this queue's writer, or the writer a follower
+        follows): none of it is read ahead from where it ends now (``MappedFile.limit_readahead``);
+        the file that was last before it is read ahead as any file again. ``cut``: the last file
+        may be the same, cut shorter."""
+        last = self.last
+        if last is self._tail and not cut:
+            return
+        if self._tail is not None and self._tail is not last:
+            self._tail.limit_readahead(None)
+        if last is not None:
+            last.limit_readahead(last.wrote_position)
+        self._tail = last
 
     def truncate(self, offset: int) -> int:
         """Drop everything at or after global ``offset``: later segments deleted, the tail zeroed.
@@ -222,6 +240,7 @@ class MappedFileQueue:
             self.files = keep
         self._pooled = [mf for mf in self._pooled if mf in keep]
         self.flushed_where = min(self.flushed_where, offset)
+        self.limit_tail_readahead(cut=True)  # (recovery: where the writer appends next)
         return dropped
 
     # --- reclaiming ----------------------------------------------------------------------
