@@ -208,6 +208,45 @@ def test_poll_batch_gives_read_batch_columns(store: MessageStore) -> None:
         assert bodies == sorted(f"m{i}".encode() for i in range(1, 400, 2))
 
 
+def test_a_poll_hands_out_what_it_read_and_leaves_what_came_meanwhile_to_the_next(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for topic, name in (("T", "read_batch"), ("U", "get_message")):
+        fill(store, 40, topic=topic)
+        arrived: list[int] = []
+        real = getattr(store, name)
+
+        def arriving(*args: Any, real: Any = real, topic: str = topic, **kwargs: Any) -> Any:
+            got = real(*args, **kwargs)
+            if len(arrived) < 4:  # a message comes to each queue just after its first read
+                queue_id = args[2] if topic == "U" else args[1]
+                store.put_message(Message(topic=topic, body=b"late", queue_id=queue_id))
+                arrived.append(queue_id)
+            return got
+
+        monkeypatch.setattr(store, name, arriving)
+        with store.consumer("g", topic, start="earliest") as c:
+            if name == "read_batch":
+                first = [bytes(b.body_at(i)) for b in c.poll_batch(1000) for i in range(len(b))]
+                then = [bytes(b.body_at(i)) for b in c.poll_batch(1000) for i in range(len(b))]
+            else:
+                first = [m.body for m in c.poll(1000)]
+                then = [m.body for m in c.poll(1000)]
+        assert sorted(arrived) == [0, 1, 2, 3]
+        assert sorted(first) == sorted(f"m{i}".encode() for i in range(40)), name
+        assert then == [b"late"] * 4
+
+
+def test_a_poll_reads_a_queue_again_when_its_share_was_not_all_it_had(store: MessageStore) -> None:
+    fill(store, 10, queues=2)
+    fill(store, 20, queues=1)  # queue 0: 25 messages, queue 1: 5
+    with store.consumer("g", "T", start="earliest") as c:
+        batches = c.poll_batch(30)  # shares of 15: queue 0 is read again for the 10 left
+        assert sorted((b.queue_id, len(b)) for b in batches) == [(0, 10), (0, 15), (1, 5)]
+    with store.consumer("h", "T", start="earliest") as c:
+        assert sorted(m.queue_id for m in c.poll(30)) == [0] * 25 + [1] * 5
+
+
 def test_asyncio_form(store: MessageStore) -> None:
     fill(store, 6)
 

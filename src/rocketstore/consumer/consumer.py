@@ -288,10 +288,10 @@ class Consumer:
         # from splitting a poll into tiny reads
         share = max(_READ_SHARE, max_messages // len(active))
         got = 0
-        moved = True
+        more = True
         store, group = self.store, self.group
-        while moved and got < max_messages:
-            moved = False
+        while more and got < max_messages:
+            more = False
             for queue, st in active:
                 want = min(share, max_messages - got)
                 if want <= 0:
@@ -325,7 +325,7 @@ class Consumer:
                     )
                 before = st.position
                 self._advance(queue, st, res.status, res.next_begin_offset, res.max_offset)
-                moved |= st.position != before
+                more |= st.position != before and st.position < res.max_offset  # (see _read_batches)
         return got
 
     def _advance(
@@ -361,14 +361,15 @@ class Consumer:
         share = max(1, max_messages // len(active))
         out: list[MessageBatch] = []
         got = 0
-        moved = True
-        while moved and got < max_messages:
-            moved = False
+        more = True
+        while more and got < max_messages:
+            more = False
             for queue, st in active:
                 want = min(share, max_messages - got, _BATCH_READ * 16)
                 if want <= 0:
                     break
                 topic, queue_id = queue
+                end = self.store.max_offset_in_queue(topic, queue_id)  # (before the read)
                 batch = self.store.read_batch(topic, queue_id, st.position, want)
                 before = st.position
                 if len(batch):
@@ -381,9 +382,13 @@ class Consumer:
                     st.position = max(st.position, batch.next_offset)
                 elif batch.next_offset > st.position:
                     st.position = batch.next_offset
-                elif st.position > (end := self.store.max_offset_in_queue(topic, queue_id)):
-                    self._advance(queue, st, GetStatus.OFFSET_OVERFLOW_BADLY, end, end)
-                moved |= st.position != before
+                elif st.position > (last := self.store.max_offset_in_queue(topic, queue_id)):
+                    self._advance(queue, st, GetStatus.OFFSET_OVERFLOW_BADLY, last, last)
+                # read again in this call only when the read moved on and the queue had more than
+                # it took (a share, a segment's end, a message gone): what comes to a queue read
+                # to its end while the others are read is the next call's, and the messages in
+                # hand go out now
+                more |= st.position != before and st.position < end
         return out
 
     # --- positions --------------------------------------------------------------------------
