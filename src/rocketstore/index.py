@@ -17,7 +17,7 @@ from rocketstore.codec.java_hash import index_key_hash, index_key_hashes
 from rocketstore.codec.text_column import TextColumn
 from rocketstore.dispatch_request import DispatchBatch, DispatchRequest
 from rocketstore.errors import CorruptDataError, StorePathError
-from rocketstore.message import MessageExt
+from rocketstore.message import MessageExt, split_keys
 from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.mapped_file import MappedFile
 from rocketstore.storage.paths import (
@@ -419,8 +419,7 @@ class IndexService:
         for r in requests:
             prefix = f"{r.topic}#"
             keys = [r.uniq_key] if r.uniq_key else []
-            if r.keys:
-                keys += [k for k in r.keys.split(" ") if k]
+            keys += split_keys(r.keys)
             hashes += [index_key_hash(prefix + k) for k in keys]
             phys += [r.physical_offset] * len(keys)
             stamps += [r.store_timestamp] * len(keys)

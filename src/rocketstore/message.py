@@ -39,6 +39,7 @@ __all__ = [
     "Message",
     "MessageExt",
     "schedule_tags_code",
+    "split_keys",
     "waits_for_store",
 ]
 
@@ -75,6 +76,12 @@ RESERVED_PROPERTIES: Final = frozenset(
 )
 # RocketMQ's topic rule; it also keeps every topic a safe directory name.
 TOPIC_PATTERN: Final = re.compile(r"[%|A-Za-z0-9_-]{1,127}")
+
+
+def split_keys(text: str | None) -> list[str]:
+    """The keys of a KEYS property: separated by spaces (RocketMQ's KEY_SEPARATOR), the empty
+    ones skipped, as dispatch indexes them."""
+    return [k for k in text.split(" ") if k] if text else []
 
 
 def waits_for_store(msgs: Sequence[Message]) -> bool:
@@ -293,8 +300,7 @@ class MessageExt:
 
     @property
     def keys(self) -> list[str]:
-        raw = self.properties.get("KEYS")
-        return [k for k in raw.split(" ") if k] if raw else []
+        return split_keys(self.properties.get(PROPERTY_KEYS))
 
     @property
     def uniq_key(self) -> str | None:

@@ -34,7 +34,7 @@ from rocketstore.config import StoreConfig
 from rocketstore.errors import RocketStoreError, StoreLockedError
 from rocketstore.geometry import detect_geometry
 from rocketstore.limits import MAX_QUEUE_ID
-from rocketstore.message import RESERVED_PROPERTIES, Message
+from rocketstore.message import RESERVED_PROPERTIES, Message, split_keys
 from rocketstore.prepare import validate_topic
 from rocketstore.storage.paths import StoreLayout, looks_like_store
 from rocketstore.store import MessageStore
@@ -195,7 +195,7 @@ def _keys(value: str | list[str] | None) -> list[str] | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return [k for k in value.split(" ") if k]
+        return split_keys(value)
     return [k for k in value if k]
 
 

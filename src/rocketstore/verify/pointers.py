@@ -28,7 +28,7 @@ from rocketstore.codec.commitlog_record import DecodedRecord, decode_record
 from rocketstore.codec.commitlog_scan import record_fields, store_timestamps
 from rocketstore.codec.java_hash import index_key_hash, tags_code
 from rocketstore.codec.properties import decode_properties
-from rocketstore.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY
+from rocketstore.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, split_keys
 from rocketstore.verify.index_files import IndexCover
 from rocketstore.verify.pointer_kernels import (
     Q_DECODE,
@@ -276,7 +276,7 @@ def _record_keys(properties: str) -> list[str]:
     """The keys dispatch indexes for a record: UNIQ_KEY, then each space-separated KEYS."""
     props = decode_properties(properties)
     keys = [props[PROPERTY_UNIQ_KEY]] if PROPERTY_UNIQ_KEY in props else []
-    return keys + [k for k in props.get(PROPERTY_KEYS, "").split(" ") if k]
+    return keys + split_keys(props.get(PROPERTY_KEYS))
 
 
 def _queue_mismatch(

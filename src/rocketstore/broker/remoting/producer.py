@@ -65,6 +65,7 @@ from rocketstore.message import (
     PROPERTY_WAIT,
     TOPIC_PATTERN,
     Message,
+    split_keys,
 )
 from rocketstore.results import PutBatchResult, PutMessageResult, PutStatus
 from rocketstore.system_topics import sending_forbidden
@@ -301,7 +302,7 @@ class ProducerProcessor:
             topic,
             body if type(body) is bytes else bytes(body),
             tags,
-            [k for k in keys_text.split(" ") if k] if keys_text else (),
+            split_keys(keys_text),
             props,
             queue_id,
             flag_value,
