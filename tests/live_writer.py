@@ -87,3 +87,10 @@ class LiveWriter:
         assert self.process.pid is not None
         os.kill(self.process.pid, signal.SIGKILL)
         self.process.join(30)
+
+    def __enter__(self) -> LiveWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.is_alive():
+            self.kill()

@@ -216,7 +216,9 @@ def test_a_poll_hands_out_what_it_read_and_leaves_what_came_meanwhile_to_the_nex
         arrived: list[int] = []
         real = getattr(store, name)
 
-        def arriving(*args: Any, real: Any = real, topic: str = topic, **kwargs: Any) -> Any:
+        def arriving(
+            *args: Any, real: Any = real, topic: str = topic, arrived: list[int] = arrived, **kwargs: Any
+        ) -> Any:
             got = real(*args, **kwargs)
             if len(arrived) < 4:  # a message comes to each queue just after its first read
                 queue_id = args[2] if topic == "U" else args[1]

@@ -5,7 +5,6 @@ of the part of the newest segment still being appended, as the process's mapping
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,34 +78,25 @@ def test_a_writer_reads_ahead_none_of_what_it_appends_and_all_of_a_full_segment(
         assert advice(segment(root, 1)) == [(0, SEGMENT, True)]
 
 
-@pytest.fixture
-def writer(tmp_path: Path) -> Iterator[LiveWriter]:
-    w = LiveWriter(tmp_path / "s", CFG)
-    yield w
-    if w.process.is_alive():
-        w.kill()
-
-
-def test_a_follower_reads_ahead_none_of_the_segment_its_writer_appends(
-    tmp_path: Path, writer: LiveWriter
-) -> None:
+def test_a_follower_reads_ahead_none_of_the_segment_its_writer_appends(tmp_path: Path) -> None:
     root = tmp_path / "s"
-    writer.put("A", 60)
-    with MessageStore.open(root, CFG, readonly=True) as store:
-        end = store.max_phy_offset()
-        tail = end // PAGE * PAGE
-        assert tail > 0
-        assert store.get_message("g", "A", 0, 0, 32).messages
-        assert advice(segment(root, 0)) == [(0, tail, False), (tail, SEGMENT, True)]
+    with LiveWriter(root, CFG) as writer:
+        writer.put("A", 60)
+        with MessageStore.open(root, CFG, readonly=True) as store:
+            end = store.max_phy_offset()
+            tail = end // PAGE * PAGE
+            assert tail > 0
+            assert store.get_message("g", "A", 0, 0, 32).messages
+            assert advice(segment(root, 0)) == [(0, tail, False), (tail, SEGMENT, True)]
 
-        end = writer.put("A", 3000)  # rolls the log past a few segments
-        last = end // SEGMENT
-        assert last >= 2
-        assert store.max_phy_offset() == end
-        assert all(advice(segment(root, n)) == [(0, SEGMENT, False)] for n in range(last))
-        ranges = advice(segment(root, last))
-        assert ranges[-1][1:] == (SEGMENT, True)
-        assert ranges[-1][0] <= end - last * SEGMENT
-        writer.put("B", 40)  # a queue the follower first sees now
-        assert store.max_offset_in_queue("B", 0) == 10
-        assert advice(root / "consumequeue" / "B" / "0" / f"{0:020d}") == [(0, 1024 * 20, True)]
+            end = writer.put("A", 3000)  # rolls the log past a few segments
+            last = end // SEGMENT
+            assert last >= 2
+            assert store.max_phy_offset() == end
+            assert all(advice(segment(root, n)) == [(0, SEGMENT, False)] for n in range(last))
+            ranges = advice(segment(root, last))
+            assert ranges[-1][1:] == (SEGMENT, True)
+            assert ranges[-1][0] <= end - last * SEGMENT
+            writer.put("B", 40)  # a queue the follower first sees now
+            assert store.max_offset_in_queue("B", 0) == 10
+            assert advice(root / "consumequeue" / "B" / "0" / f"{0:020d}") == [(0, 1024 * 20, True)]
