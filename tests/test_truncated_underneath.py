@@ -167,3 +167,26 @@ def test_a_put_into_a_commitlog_segment_truncated_under_the_writer_answers_an_er
     )
     assert out[0].startswith("put error CorruptDataError the file is 4096 bytes, not 1048576")
     assert out[1:] == ["end True", "exited"]
+
+
+def test_a_segment_cut_and_then_replaced_under_the_writer_still_answers_an_error(tmp_path: Path) -> None:
+    """The size that matters is the mapped file's own, not what its path names now: a segment
+    cut short and then replaced by a whole file of the same name still has a cut mapping, and a
+    put into it raises CorruptDataError instead of dying of SIGBUS."""
+    out = run_child(
+        """
+        with MessageStore.open(root, CFG) as store:
+            fill(store)
+            end = store.max_phy_offset()
+            segment = first(root / "commitlog")
+            os.truncate(segment, 4096)
+            os.rename(segment, segment.with_name("cut"))
+            segment.write_bytes(bytes(1 << 20))
+            attempt("put", lambda: store.put_message(Message("T", b"z", queue_id=0)).status.name)
+            print("end", store.max_phy_offset() == end, flush=True)
+        print("exited")
+        """,
+        tmp_path / "s",
+    )
+    assert out[0].startswith("put error CorruptDataError the file is 4096 bytes, not 1048576")
+    assert out[1:] == ["end True", "exited"]
