@@ -273,3 +273,36 @@ def test_bad_columns_are_refused_naming_what_is_wrong(
             store.put_encoded_columns(EncodedColumns(**fields))  # type: ignore[arg-type]
         assert words in str(caught.value)
         assert store.max_phy_offset() == 0
+
+
+def test_a_few_records_rolling_into_the_next_segment_match_the_columnar_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round of a few records takes the per-record append (``CommitLog.append_few``), a large
+    one the columnar; across a segment's end (a BLANK record, the rest in the next segment) both
+    write the same bytes and answer the same offsets."""
+    import rocketstore.put_path as put_path
+
+    filler = batch(queue_id=0, entries=[BatchEntry(0, b"f" * 200, "")])
+    round_ = [batch(queue_id=q % 2) for q in range(2)]
+    results: list[tuple[list[int], list[int]]] = []
+    logs: list[list[bytes]] = []
+    for name, few in (("few", 32), ("columnar", 0)):
+        monkeypatch.setattr(put_path, "_FEW", few)
+        with open_store(tmp_path / name) as store:
+            while store.max_phy_offset() < CFG.commitlog_segment_size - 1200:
+                store.put_encoded_batches([filler])
+            result = store.put_encoded_columns(columns_of(round_, [b"", b""]))
+            drain(store)
+            assert result.status is PutStatus.PUT_OK and len(result) == 8
+            assert result.physical_offsets[-1] >= CFG.commitlog_segment_size  # it rolled
+            results.append((result.physical_offsets.tolist(), result.queue_offsets.tolist()))
+            found = [store.look_message_by_offset(o) for o in results[-1][0]]
+            logs.append([bytes(m.record_view) for m in found if m is not None])
+            assert len(logs[-1]) == 8
+            queued = store.get_message("g", "Orders", 1, 0, 64).messages
+            assert [m.queue_offset for m in queued] == list(range(4))
+        report = verify_store(tmp_path / name, CFG)
+        assert report.clean, report.damage
+    assert results[0] == results[1]
+    assert logs[0] == logs[1]

@@ -187,34 +187,6 @@ class PreparedBatch:
     def __len__(self) -> int:
         return len(self.starts)
 
-    def messages(self) -> list[PreparedMessage]:
-        """The records one by one (``CommitLog.append``'s form: for a few records it costs less
-        than the columnar append and dispatch, whose fixed cost is a few hundred us)."""
-        blob, topics, keys, uniqs = self.blob, self.topics, self.keys, self.uniq_keys
-        return [
-            PreparedMessage(
-                bytearray(blob[start : start + length]),
-                topics[topic],
-                queue_id,
-                sys_flag,
-                tags_code,
-                0,
-                keys[i],
-                uniqs[i],
-                store_timestamp_position(sys_flag),
-            )
-            for i, (start, length, topic, queue_id, sys_flag, tags_code) in enumerate(
-                zip(
-                    self.starts.tolist(),
-                    self.lengths.tolist(),
-                    self.topic_ids.tolist(),
-                    self.queue_ids.tolist(),
-                    self.sys_flags.tolist(),
-                    self.tags_codes.tolist(),
-                )
-            )
-        ]
-
 
 @dataclass(frozen=True, slots=True)
 class MessageColumns:

@@ -326,10 +326,7 @@ class MessageWriter:
         if refused is None and len(prepared):
             try:
                 if len(prepared) <= _FEW:
-                    appended = self._commitlog.append(prepared.messages())
-                    phys = np.fromiter((r.physical_offset for r in appended), np.int64, len(appended))
-                    queue_offsets = np.fromiter((r.queue_offset for r in appended), np.int64, len(appended))
-                    now = appended[0].store_timestamp
+                    phys, queue_offsets, now = self._commitlog.append_few(prepared)
                 else:
                     phys, queue_offsets, now = self._commitlog.append_batch(prepared)
             except OSError as exc:

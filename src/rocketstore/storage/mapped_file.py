@@ -229,7 +229,7 @@ class MappedFile:
         """How many bytes from the start of the mapping may be touched (see ``check_intact``).
         While mapped, the size of the very file mapped: the mmap's own descriptor answers, with no
         path to look up (a third of ``os.stat``'s time; a put checks each file it writes)."""
-        mm = self.__dict__.get("mm")
+        mm: mmap.mmap | None = self.__dict__.get("mm")
         if mm is not None:
             try:
                 return min(self.size, mm.size())
