@@ -7,6 +7,8 @@ from __future__ import annotations
 import select
 import socket
 import struct
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -117,6 +119,49 @@ def test_pipelined_sends_of_every_kind_are_stored_in_bulk(start_remoting: StartR
     for queue, got_offsets in offsets.items():
         assert sorted(got_offsets) == list(range(16)), queue  # each queue's offsets, none twice
     assert r.store.query_message("Bulk", "k7")[0].body == b"body-7"
+
+
+def test_one_round_stores_the_sends_of_several_connections(start_remoting: StartRemoting) -> None:
+    """Sends that two connections' reads bring in one turn of the loop (held busy while both
+    arrive) form one round: each stored with its own connection's born host and topic, and
+    each connection answered its own."""
+    r = start_remoting()
+    r.store.create_topic("Left", 2)
+    r.store.create_topic("Right", 2)
+    loop, bulk = r.broker._loop, r.broker.remoting.broker.bulk
+    assert loop is not None and bulk is not None
+    rounds: list[int] = []  # how many connections' reads each round took
+    columns = bulk._columns
+    bulk._columns = lambda offers, cols: rounds.append(len(offers)) or columns(offers, cols)  # type: ignore[method-assign]
+    before = bulk_requests(r)
+    with RawClient(r.port) as a, RawClient(r.port) as b:
+        sends = {
+            a: [send_cmd("Left", f"a-{i}".encode(), props_of(i), 10 + i, queue_id=i % 2) for i in range(3)],
+            b: [send_cmd("Right", f"b-{i}".encode(), props_of(i), 20 + i, queue_id=1) for i in range(2)],
+        }
+        for n, client in enumerate(sends):  # each connection's reader is running
+            client.send_raw(frame(send_cmd("Right", b"first", props_of(n), 30 + n, queue_id=0)))
+            assert answers(client, [30 + n])[30 + n].code == ResponseCode.SUCCESS
+        held = threading.Event()
+        loop.call_soon_threadsafe(lambda: held.wait(10))  # the loop's turn waits for both writes
+        for client, cmds in sends.items():
+            client.send_raw(b"".join(frame(cmd) for cmd in cmds))
+        time.sleep(0.2)  # (both reads are in the sockets before the loop looks)
+        held.set()
+        got = {client: answers(client, [cmd.opaque for cmd in cmds]) for client, cmds in sends.items()}
+        ports = {client: client.sock.getsockname()[1] for client in sends}
+    assert bulk_requests(r) - before == 7
+    assert rounds == [1, 1, 2]  # the two first sends' rounds, then one of both reads
+    for client, cmds in sends.items():
+        for cmd in cmds:
+            resp = got[client][cmd.opaque]
+            assert resp.code == ResponseCode.SUCCESS
+            msg = stored(r, resp)
+            assert msg.body == cmd.body and msg.born_host == f"127.0.0.1:{ports[client]}"
+            want = ("Left", int(msg.body[2:]) % 2) if client is a else ("Right", 1)
+            assert (msg.topic, msg.queue_id) == want
+    assert r.store.max_offset_in_queue("Right", 1) == 2
+    assert r.store.max_offset_in_queue("Left", 0) + r.store.max_offset_in_queue("Left", 1) == 3
 
 
 def test_a_batch_and_oneway_sends_in_bulk(start_remoting: StartRemoting) -> None:

@@ -248,13 +248,22 @@ class BulkSends:
 
     def _columns(self, offers: list[_Offer], cols: npt.NDArray[np.int64]) -> EncodedColumns:
         """The round's sends as the store takes them; ``cols``: the offers' columns, in order."""
+        if len(offers) == 1:  # (the usual round under few senders: its numbers stand as they are)
+            offer = offers[0]
+            data, data_at = gather_spans(offer.data, cols[SCAN_DATA_AT], cols[SCAN_DATA_LEN])
+            extras, extra_at = gather_spans(offer.extras, cols[SCAN_EXTRA_AT], cols[SCAN_EXTRA_LEN])
+            return EncodedColumns(
+                data, data_at, offer.topics, cols[SCAN_TOPIC], cols[SCAN_QUEUE], [offer.conn.peer],
+                np.zeros(cols.shape[1], dtype=np.int64), cols[SCAN_BORN], cols[SCAN_SYS_FLAG],
+                cols[SCAN_RECONSUME], extras, extra_at,
+            )  # fmt: skip
         topics: dict[str, int] = {}
         hosts: dict[str, int] = {}
-        datas, extras, topic_ids, host_ids = [], [], [], []
+        datas, extras_, topic_ids, host_ids = [], [], [], []
         for offer in offers:
             mine = offer.cols
             datas.append(gather_spans(offer.data, mine[SCAN_DATA_AT], mine[SCAN_DATA_LEN])[0])
-            extras.append(gather_spans(offer.extras, mine[SCAN_EXTRA_AT], mine[SCAN_EXTRA_LEN])[0])
+            extras_.append(gather_spans(offer.extras, mine[SCAN_EXTRA_AT], mine[SCAN_EXTRA_LEN])[0])
             if topics:
                 ids = np.array([topics.setdefault(t, len(topics)) for t in offer.topics], dtype=np.int64)
                 topic_ids.append(ids[mine[SCAN_TOPIC]])
@@ -264,17 +273,17 @@ class BulkSends:
             host = hosts.setdefault(offer.conn.peer, len(hosts))
             host_ids.append(np.full(mine.shape[1], host, dtype=np.int64))
         return EncodedColumns(
-            datas[0] if len(datas) == 1 else np.concatenate(datas),
+            np.concatenate(datas),
             _starts(cols[SCAN_DATA_LEN]),
             list(topics),
-            topic_ids[0] if len(topic_ids) == 1 else np.concatenate(topic_ids),
+            np.concatenate(topic_ids),
             cols[SCAN_QUEUE],
             list(hosts),
-            host_ids[0] if len(host_ids) == 1 else np.concatenate(host_ids),
+            np.concatenate(host_ids),
             cols[SCAN_BORN],
             cols[SCAN_SYS_FLAG],
             cols[SCAN_RECONSUME],
-            extras[0] if len(extras) == 1 else np.concatenate(extras),
+            np.concatenate(extras_),
             _starts(cols[SCAN_EXTRA_LEN]),
         )
 
