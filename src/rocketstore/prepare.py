@@ -21,7 +21,7 @@ import operator
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -229,6 +229,9 @@ class MessageEncoder:
         self._tags_texts: dict[str | None, str] = {}  # tags value -> its validated TAGS entry
         self._batch_props: dict[tuple[tuple[str, str], ...], bytes] = {}
         self._born_hosts: dict[str, bytes] = {}  # host:port -> address + big-endian int port
+        # a columnar call's topics and born hosts -> their record fields (a broker's rounds
+        # name the same few again and again)
+        self._names: dict[tuple[tuple[str, ...], tuple[str, ...]], _RecordNames] = {}
 
     # --- batches -------------------------------------------------------------------------
     def prepare_batch(
@@ -538,11 +541,9 @@ class MessageEncoder:
                 ("reconsume_times", reconsume, "0..2147483647"),
             )[which]
             raise InvalidMessageError(f"batch {b}: {name} {int(column[b])} is outside {allowed}", _ILLEGAL)
-        tails = [self._topic_tail(b, topic) for b, topic in enumerate(c.topics)]
-        hosts = [self._born_host(host) for host in c.born_hosts]
-        if self._store_v6 or any(len(h) == 20 for h in hosts):
-            v6 = np.fromiter((len(h) == 20 for h in hosts), dtype=np.bool_, count=len(hosts))
-            sys_flags = sys_flags | np.where(v6[host_ids], SYSFLAG_BORNHOST_V6, 0) | self._store_v6
+        names = self._record_names(c.topics, c.born_hosts)
+        if names.v6 is not None:
+            sys_flags = sys_flags | np.where(names.v6[host_ids], SYSFLAG_BORNHOST_V6, 0) | self._store_v6
         (
             problem, bad_batch, bad_message, where,
             blob, starts, lengths, counts, tags_codes, slow_tags, value_at, value_len, of_message,
@@ -550,14 +551,14 @@ class MessageEncoder:
             data,
             data_at,
             topic_ids,
-            _joined(tails),
-            np.fromiter(map(len, tails), dtype=np.int64, count=len(tails)),
+            names.tails,
+            names.tail_lengths,
             queue_ids,
             sys_flags,
             born,
             reconsume,
-            _joined(hosts),
-            np.fromiter(map(len, hosts), dtype=np.int64, count=len(hosts)),
+            names.hosts,
+            names.host_lengths,
             host_ids,
             extras,
             extra_at,
@@ -586,6 +587,34 @@ class MessageEncoder:
             of_message[2],
         )
         return prepared, counts
+
+    def _record_names(self, topics: Sequence[str], born_hosts: Sequence[str]) -> _RecordNames:
+        """The records' TOPICLENGTH and TOPIC of each of ``topics``, and the BORNHOST of each of
+        ``born_hosts``, joined for the encoding pass (each validated; cached)."""
+        try:
+            key = (tuple(topics), tuple(born_hosts))
+            names = self._names.get(key)
+        except TypeError:  # something unhashable: named by the checks below
+            key, names = None, None
+        if names is not None:
+            return names
+        tails = [self._topic_tail(b, topic) for b, topic in enumerate(topics)]
+        hosts = [self._born_host(host) for host in born_hosts]
+        v6 = None
+        if self._store_v6 or any(len(h) == 20 for h in hosts):
+            v6 = np.fromiter((len(h) == 20 for h in hosts), dtype=np.bool_, count=len(hosts))
+        names = _RecordNames(
+            _joined(tails),
+            np.fromiter(map(len, tails), dtype=np.int64, count=len(tails)),
+            _joined(hosts),
+            np.fromiter(map(len, hosts), dtype=np.int64, count=len(hosts)),
+            v6,
+        )
+        if key is not None:
+            if len(self._names) >= _TAGS_CACHE_SIZE:
+                self._names.clear()
+            self._names[key] = names
+        return names
 
     def _topic_tail(self, b: int, topic: object) -> bytes:
         """TOPICLENGTH and TOPIC of a batch's record, the topic validated."""
@@ -1133,6 +1162,16 @@ def _check_property(name: str, value: str) -> None:
         validate_property(name, value)
     except ValueError as exc:
         raise InvalidMessageError(str(exc), _ILLEGAL) from None
+
+
+class _RecordNames(NamedTuple):
+    """``MessageEncoder._record_names``: topics' and born hosts' record fields, joined."""
+
+    tails: npt.NDArray[np.uint8]
+    tail_lengths: npt.NDArray[np.int64]
+    hosts: npt.NDArray[np.uint8]
+    host_lengths: npt.NDArray[np.int64]
+    v6: npt.NDArray[np.bool_] | None  # each host an IPv6 one; None when none is, nor the store's
 
 
 def _joined(parts: list[bytes]) -> npt.NDArray[np.uint8]:
