@@ -38,6 +38,13 @@ _MAX_FILTER_BYTES = 16000  # RocketMQ scans at most this much consume queue per 
 IN_MEMORY_RATIO: Final = 0.4
 
 
+class _NotInMemory:
+    """A read whose first record may have to come from the disk (``get_records``)."""
+
+
+_NOT_IN_MEMORY: Final = _NotInMemory()
+
+
 def in_memory_bytes() -> int:
     """How far back from the commitlog's end records are taken to be in memory, as RocketMQ's
     broker takes them (accessMessageInMemoryMaxRatio of physical memory): older ones may have
@@ -185,11 +192,15 @@ class MessageReader:
         pieces: list[tuple[memoryview, npt.NDArray[np.int64], npt.NDArray[np.int64]] | bytes] = []
         lengths = np.zeros(n, dtype=np.int64)
         for i, (topic, queue_id, offset, max_msgs, tags) in enumerate(reads):
-            if in_memory_from > 0 and self._first_record_at(topic, queue_id, offset) < in_memory_from:
+            found = self._plain_records(topic, queue_id, offset, max_msgs, tags, in_memory_from)
+            if isinstance(found, _NotInMemory) or (
+                found is None
+                and in_memory_from > 0
+                and self._first_record_at(topic, queue_id, offset) < in_memory_from
+            ):
                 statuses.append(None)
                 pieces.append(b"")
                 continue
-            found = self._plain_records(topic, queue_id, offset, max_msgs, tags)
             if found is not None:
                 cq, buf, positions, sizes = found
                 count = len(sizes)
@@ -227,10 +238,11 @@ class MessageReader:
         return MAX_OFFSET if entry is None or len(entry) < CQ_ENTRY_SIZE else decode_entry(entry)[0]
 
     def _plain_records(
-        self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: str | None
-    ) -> tuple[ConsumeQueue, memoryview, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+        self, topic: str, queue_id: int, offset: int, max_msgs: int, tags: str | None, in_memory_from: int
+    ) -> tuple[ConsumeQueue, memoryview, npt.NDArray[np.int64], npt.NDArray[np.int64]] | _NotInMemory | None:
         """A plain read's records, when all are readable in one segment: (the queue, the
-        segment's view, their positions in it, their sizes); None for any other read."""
+        segment's view, their positions in it, their sizes); ``_NOT_IN_MEMORY`` when the first
+        lies before commitlog offset ``in_memory_from``; None for any other read."""
         cq = self._queues.get(topic, queue_id)
         if _parse_tags(tags) is not None or cq is None or _outside(cq, offset) is not None:
             return None
@@ -238,6 +250,8 @@ class MessageReader:
         entries = cq.entry_bytes(offset, max_count)
         if entries is None:
             return None
+        if in_memory_from > 0 and len(entries) >= CQ_ENTRY_SIZE and decode_entry(entries)[0] < in_memory_from:
+            return _NOT_IN_MEMORY
         run = self._commitlog.plain_records(
             entries, max_count, self.config.max_transfer_bytes_on_message_in_memory
         )
