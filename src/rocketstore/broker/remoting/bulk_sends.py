@@ -251,19 +251,19 @@ class BulkSends:
         if len(offers) == 1:  # (the usual round under few senders: its numbers stand as they are)
             offer = offers[0]
             data, data_at = gather_spans(offer.data, cols[SCAN_DATA_AT], cols[SCAN_DATA_LEN])
-            extras, extra_at = gather_spans(offer.extras, cols[SCAN_EXTRA_AT], cols[SCAN_EXTRA_LEN])
+            props, props_at = gather_spans(offer.extras, cols[SCAN_EXTRA_AT], cols[SCAN_EXTRA_LEN])
             return EncodedColumns(
                 data, data_at, offer.topics, cols[SCAN_TOPIC], cols[SCAN_QUEUE], [offer.conn.peer],
                 np.zeros(cols.shape[1], dtype=np.int64), cols[SCAN_BORN], cols[SCAN_SYS_FLAG],
-                cols[SCAN_RECONSUME], extras, extra_at,
+                cols[SCAN_RECONSUME], props, props_at,
             )  # fmt: skip
         topics: dict[str, int] = {}
         hosts: dict[str, int] = {}
-        datas, extras_, topic_ids, host_ids = [], [], [], []
+        datas, extras, topic_ids, host_ids = [], [], [], []
         for offer in offers:
             mine = offer.cols
             datas.append(gather_spans(offer.data, mine[SCAN_DATA_AT], mine[SCAN_DATA_LEN])[0])
-            extras_.append(gather_spans(offer.extras, mine[SCAN_EXTRA_AT], mine[SCAN_EXTRA_LEN])[0])
+            extras.append(gather_spans(offer.extras, mine[SCAN_EXTRA_AT], mine[SCAN_EXTRA_LEN])[0])
             if topics:
                 ids = np.array([topics.setdefault(t, len(topics)) for t in offer.topics], dtype=np.int64)
                 topic_ids.append(ids[mine[SCAN_TOPIC]])
@@ -283,7 +283,7 @@ class BulkSends:
             cols[SCAN_BORN],
             cols[SCAN_SYS_FLAG],
             cols[SCAN_RECONSUME],
-            np.concatenate(extras_),
+            np.concatenate(extras),
             _starts(cols[SCAN_EXTRA_LEN]),
         )
 
