@@ -144,10 +144,12 @@ def test_one_round_stores_the_sends_of_several_connections(start_remoting: Start
             assert answers(client, [30 + n])[30 + n].code == ResponseCode.SUCCESS
         held = threading.Event()
         loop.call_soon_threadsafe(lambda: held.wait(10))  # the loop's turn waits for both writes
-        for client, cmds in sends.items():
-            client.send_raw(b"".join(frame(cmd) for cmd in cmds))
-        time.sleep(0.2)  # (both reads are in the sockets before the loop looks)
-        held.set()
+        try:
+            for client, cmds in sends.items():
+                client.send_raw(b"".join(frame(cmd) for cmd in cmds))
+            time.sleep(0.2)  # (both reads are in the sockets before the loop looks)
+        finally:
+            held.set()
         got = {client: answers(client, [cmd.opaque for cmd in cmds]) for client, cmds in sends.items()}
         ports = {client: client.sock.getsockname()[1] for client in sends}
     assert bulk_requests(r) - before == 7
