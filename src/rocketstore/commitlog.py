@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -51,6 +52,9 @@ __all__ = ["CommitLog"]
 log = logging.getLogger(__name__)
 _NOT_DISPATCHED_TO_QUEUE = (TX_PREPARED, TX_ROLLBACK)
 _PUT_OK = PutStatus.PUT_OK
+# one record for CommitLog._append_rows: start in the blob, length, topic, queue id, sysflag, where
+# its store timestamp sits, tags code, delay (ms, 0: none), KEYS, UNIQ_KEY
+_Row = tuple[int, int, str, int, int, int, int, int, str | None, str | None]
 # Tuple constructors without the NamedTuple __new__ frame: the batch loop builds two per message.
 _request = partial(tuple.__new__, DispatchRequest)
 _result = partial(tuple.__new__, PutMessageResult)
@@ -187,56 +191,45 @@ class CommitLog:
         if len(batch) == 1:
             return [self.append_one(batch[0])]
         blob = bytearray().join([p.record for p in batch])
-        results: list[PutMessageResult] = []
-        requests: list[DispatchRequest] = []
-        advanced: dict[tuple[str, int], int] = {}
-        table, prefix = self.topic_queue_table, self.id_prefix
-        with self._appending:
-            now = self._stamp()
-            mf = self._segment_for(len(batch[0].record))
-            run_start = 0  # start in blob of the bytes not yet copied
-            seg_pos = mf.wrote_position  # where blob[run_start] goes in the segment
-            blob_pos = 0
-            for p in batch:
-                length = len(p.record)
-                pos = seg_pos + (blob_pos - run_start)
-                if pos + length + END_FILE_MIN_BLANK_LENGTH > mf.size:
-                    self._copy_run(mf, seg_pos, memoryview(blob)[run_start:blob_pos], now)
-                    mf = self._roll(mf)
-                    run_start, seg_pos, pos = blob_pos, mf.wrote_position, mf.wrote_position
-                phys = mf.from_offset + pos
-                if p.sys_flag & SYSFLAG_TX_MASK in _NOT_DISPATCHED_TO_QUEUE:
-                    qo = 0
-                else:
-                    key = (p.topic, p.queue_id)
-                    qo = advanced.get(key, -1)
-                    if qo < 0:
-                        qo = table.get(key, 0)
-                    advanced[key] = qo + 1
-                patch_positions(blob, blob_pos, p.timestamp_position, qo, phys, now)
-                code = now + p.delay_ms if p.delay_ms else p.tags_code
-                requests.append(
-                    _request(
-                        (phys, length, p.topic, p.queue_id, qo, code, now, p.sys_flag, p.keys, p.uniq_key)
-                    )
-                )
-                results.append(_result((_PUT_OK, p.topic, p.queue_id, phys, qo, now, length, prefix)))
-                blob_pos += length
-            self._copy_run(mf, seg_pos, memoryview(blob)[run_start:blob_pos], now)
-            table.update(advanced)
-            self._pending.extend(requests)
-        return results
+        starts = itertools.accumulate((len(p.record) for p in batch), initial=0)
+        rows = [
+            (start, len(p.record), p.topic, p.queue_id, p.sys_flag, p.timestamp_position, p.tags_code,
+             p.delay_ms, p.keys, p.uniq_key)
+            for start, p in zip(starts, batch)
+        ]  # fmt: skip
+        phys, queue_offsets, now = self._append_rows(memoryview(blob), rows)
+        prefix = self.id_prefix
+        return [
+            _result((_PUT_OK, p.topic, p.queue_id, ph, qo, now, len(p.record), prefix))
+            for p, ph, qo in zip(batch, phys, queue_offsets)
+        ]
 
     def append_few(self, batch: PreparedBatch) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
         """``append_batch`` for a few records (a broker's round of one to a few sends): a Python
         step per record, as ``append`` takes them, which for a few costs less than the columns;
-        the records are patched in the batch's own blob and copied in one piece per segment,
-        and each gets its own dispatch request (the dispatcher's few-record path). Same
-        returns and failure guarantee as ``append_batch``."""
-        starts, lengths = batch.starts.tolist(), batch.lengths.tolist()
-        topic_ids, queue_ids = batch.topic_ids.tolist(), batch.queue_ids.tolist()
-        codes, flags = batch.tags_codes.tolist(), batch.sys_flags.tolist()
-        topics, keys, uniqs, blob = batch.topics, batch.keys, batch.uniq_keys, batch.blob.data
+        the records are patched in the batch's own blob, with no copy of each. Same returns and
+        failure guarantee as ``append_batch``."""
+        topics, keys, uniqs = batch.topics, batch.keys, batch.uniq_keys
+        columns = (
+            batch.starts,
+            batch.lengths,
+            batch.topic_ids,
+            batch.queue_ids,
+            batch.sys_flags,
+            batch.tags_codes,
+        )
+        rows = [
+            (start, length, topics[t], q, flag, store_timestamp_position(flag), code, 0, keys[i], uniqs[i])
+            for i, (start, length, t, q, flag, code) in enumerate(zip(*(c.tolist() for c in columns)))
+        ]
+        phys, queue_offsets, now = self._append_rows(batch.blob.data, rows)
+        return np.array(phys, dtype=np.int64), np.array(queue_offsets, dtype=np.int64), now
+
+    def _append_rows(self, blob: memoryview, rows: list[_Row]) -> tuple[list[int], list[int], int]:
+        """``append``'s and ``append_few``'s step per record, under the append lock: each row's
+        record (at its start in ``blob``, back to back) gets its queue offset, physical offset
+        and store time patched in and a dispatch request; ``blob`` is copied in one piece per
+        segment. Returns (physical offsets, queue offsets, store timestamp)."""
         phys_out: list[int] = []
         queue_out: list[int] = []
         requests: list[DispatchRequest] = []
@@ -244,33 +237,33 @@ class CommitLog:
         table = self.topic_queue_table
         with self._appending:
             now = self._stamp()
-            mf = self._segment_for(lengths[0])
-            run_start = starts[0]  # start in blob of the bytes not yet copied
+            mf = self._segment_for(rows[0][1])
+            run_start = rows[0][0]  # start in blob of the bytes not yet copied
             seg_pos = mf.wrote_position  # where blob[run_start] goes in the segment
-            for i, start in enumerate(starts):
-                length = lengths[i]
+            for start, length, topic, queue_id, flag, stamp_at, tags_code, delay_ms, keys, uniq in rows:
                 pos = seg_pos + (start - run_start)
                 if pos + length + END_FILE_MIN_BLANK_LENGTH > mf.size:
                     self._copy_run(mf, seg_pos, blob[run_start:start], now)
                     mf = self._roll(mf)
                     run_start, seg_pos, pos = start, mf.wrote_position, mf.wrote_position
                 phys = mf.from_offset + pos
-                key = (topics[topic_ids[i]], queue_ids[i])
-                qo = advanced.get(key, -1)
-                if qo < 0:
-                    qo = table.get(key, 0)
-                advanced[key] = qo + 1
-                flag = flags[i]
-                patch_positions(blob, start, store_timestamp_position(flag), qo, phys, now)
-                requests.append(
-                    _request((phys, length, key[0], key[1], qo, codes[i], now, flag, keys[i], uniqs[i]))
-                )
+                if flag & SYSFLAG_TX_MASK in _NOT_DISPATCHED_TO_QUEUE:
+                    qo = 0
+                else:
+                    key = (topic, queue_id)
+                    qo = advanced.get(key, -1)
+                    if qo < 0:
+                        qo = table.get(key, 0)
+                    advanced[key] = qo + 1
+                patch_positions(blob, start, stamp_at, qo, phys, now)
+                code = now + delay_ms if delay_ms else tags_code
+                requests.append(_request((phys, length, topic, queue_id, qo, code, now, flag, keys, uniq)))
                 phys_out.append(phys)
                 queue_out.append(qo)
-            self._copy_run(mf, seg_pos, blob[run_start : starts[-1] + lengths[-1]], now)
+            self._copy_run(mf, seg_pos, blob[run_start : rows[-1][0] + rows[-1][1]], now)
             table.update(advanced)
             self._pending.extend(requests)
-        return np.array(phys_out, dtype=np.int64), np.array(queue_out, dtype=np.int64), now
+        return phys_out, queue_out, now
 
     def append_batch(self, batch: PreparedBatch) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
         """Append a columnar batch: queue offsets assigned, positions patched with numpy, one
