@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -184,6 +185,21 @@ def test_reads_race_dispatch_under_a_tiny_cap(tmp_path: Path) -> None:
         assert (
             mappings_of(tmp_path / "store" / "consumequeue") + mappings_of(tmp_path / "store" / "index") <= 2
         )
+
+
+def test_the_flusher_leaves_a_parked_index_file_parked(tmp_path: Path) -> None:
+    """The consume-queue/index flusher syncs a parked index file by its path: mapping it again
+    would push out a file a reader uses, and over the cap while the two race."""
+    cfg = StoreConfig(flush_consume_queue_interval=10, max_mapped_files=1)
+    with MessageStore.open(tmp_path / "store", cfg) as store:
+        store.put_batch("T", [b"a", b"b"], queue_ids=[0, 0], keys=["k1", "k2"])
+        assert store.wait_dispatched(timeout=10)
+        assert store.get_message("g", "T", 0, 0, 2).messages[1].body == b"b"  # parks the index file
+        assert mappings_of(tmp_path / "store" / "index") == 0
+        time.sleep(0.3)  # thirty flusher rounds
+        assert mappings_of(tmp_path / "store" / "index") == 0
+        assert mappings_of(tmp_path / "store" / "consumequeue") == 1
+        assert [m.body for m in store.query_message("T", "k2")] == [b"b"]
 
 
 CHILD = Path(__file__).with_name("many_queues_child.py")

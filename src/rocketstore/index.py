@@ -213,7 +213,8 @@ class IndexFile:
             current = prev
 
     def flush(self) -> None:
-        self.write_header()
+        # The header is written with each batch of keys (IndexService._insert): a flush only
+        # syncs, and a file the map cache parked is synced by the path, not mapped again.
         self._file.flush()
 
     def close(self) -> None:
