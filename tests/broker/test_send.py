@@ -69,6 +69,38 @@ def test_fifo_messages_of_a_group_share_a_queue_in_send_order(start_broker: Star
         ]
 
 
+def test_plain_sends_take_the_columnar_put_and_timers_put_messages(
+    start_broker: StartBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The door's sends are stored as the remoting door's are, by the store's columnar put
+    (``put_encoded_batches``), spread round robin over the topic's queues; a message with a
+    delivery time goes through ``put_messages``, which makes it a timer."""
+    _, store, port = start_broker()
+    calls: list[tuple[str, int]] = []
+    for name in ("put_encoded_batches", "put_messages"):
+        real = getattr(store, name)
+
+        def spy(items: Any, *args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
+            calls.append((_name, len(items)))
+            return _real(items, *args, **kwargs)
+
+        monkeypatch.setattr(store, name, spy)
+    queues = store.config.default_topic_queue_nums
+    with producer(port, ("Spread",)) as p:
+        receipts = [p.send(message("Spread", b"m%d" % i, keys=(f"k{i}",))) for i in range(queues)]
+        p.send(message("Spread", b"later", deliver_at_s=int(time.time()) + 60))
+    assert {name for name, _ in calls} == {"put_encoded_batches", "put_messages"}
+    assert sum(n for name, n in calls if name == "put_encoded_batches") == queues
+    assert [n for name, n in calls if name == "put_messages"] == [1]
+    msgs = stored(store, "Spread")
+    assert sorted(m.queue_id for m in msgs) == list(range(queues))
+    by_body = {m.body: m for m in msgs}
+    for i, receipt in enumerate(receipts):
+        m = by_body[b"m%d" % i]
+        assert (m.uniq_key, m.keys, m.queue_offset) == (receipt.message_id, [f"k{i}"], receipt.offset)
+    assert [m.body for m in store.query_message("Spread", "k3")] == [b"m3"]
+
+
 def test_a_delivery_time_is_an_exact_timer(start_broker: StartBroker) -> None:
     """RocketMQ 5's proxy: delivery_timestamp becomes TIMER_DELIVER_MS, no delay level; the message
     waits in rmq_sys_wheel_timer and reaches its topic at that time, not before, with its id."""

@@ -28,9 +28,9 @@ from rocketstore.broker.clients import ClientInfo, ClientRegistry, CommandQueue
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.durable_waits import DurableWaits
-from rocketstore.broker.group_commit import GroupCommit, PutOutcome
+from rocketstore.broker.group_commit import EncodedBatchCommit, GroupCommit, PutOutcome
 from rocketstore.broker.grpc.received_message import message_fields, timestamp, to_proto_message
-from rocketstore.broker.grpc.sent_message import SentMessage, to_store_message
+from rocketstore.broker.grpc.sent_message import SentMessage, as_batch_of_one, to_store_message
 from rocketstore.broker.grpc.status import Code, StatusError, put_status_code, refusal_status, status
 from rocketstore.broker.metrics import BrokerMetrics
 from rocketstore.broker.pop import PopService
@@ -44,6 +44,7 @@ from rocketstore.broker.transactions import (
     put_halves,
     transaction_id,
 )
+from rocketstore.codec.java_hash import java_hash
 from rocketstore.errors import (
     InvalidMessageError,
     InvalidReceiptHandleError,
@@ -52,10 +53,11 @@ from rocketstore.errors import (
     RocketStoreError,
     StoreWriteError,
 )
+from rocketstore.message import PROPERTY_TIMER_DELIVER_MS
 from rocketstore.protocol import definition_pb2 as pb
 from rocketstore.protocol import service_pb2 as rpc
 from rocketstore.protocol import service_pb2_grpc
-from rocketstore.results import PutMessageResult, PutStatus
+from rocketstore.results import PutBatchResult, PutMessageResult, PutStatus
 from rocketstore.store import MessageStore
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
@@ -227,6 +229,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         # (waits: where sends, stored on the event loop, wait for their flush or slave)
         self._sends = GroupCommit(
             store, waits, max_batch=config.max_messages_per_send, on_batch=metrics.batches.inc
+        )
+        # plain messages: the store's columnar put, as the remoting door's sends
+        self._plain_sends = EncodedBatchCommit(
+            store, waits, max_batches=config.max_messages_per_send, on_batch=metrics.batches.inc
         )
         self._system_puts = GroupCommit(store, waits, internal=True, max_batch=config.max_messages_per_send)
         # concurrent AckMessage calls (the clients send one ack per call) share one pop-log write
@@ -493,7 +499,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             if any(s.transactional for s in sent):
                 outcomes = await self._put_halves(sent, queues)
             else:
-                outcomes = await self._sends.put([s.message for s in sent])
+                outcomes = await self._put_sends(sent, queues)
         entries = []
         # the sends counted per (kind, code), not per message: a labels() lookup costs as much
         # as building the entry
@@ -512,6 +518,35 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         codes = {code for _, code in counts}
         head = entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS)
         return rpc.SendMessageResponse(status=head, entries=entries)
+
+    async def _put_sends(self, sent: list[SentMessage], queues: int) -> list[PutOutcome]:
+        """Store a request's messages: each plain one as a batch of one in the round's columnar
+        put, in its queue (a message group's by the group's hash, as the store picks it; the others
+        round robin); a request with a message the batch encoding does not carry (a delivery
+        time: the store makes it a timer) through ``put_messages``."""
+        batches = []
+        for s in sent:
+            msg = s.message
+            if msg.properties and PROPERTY_TIMER_DELIVER_MS in msg.properties:
+                break
+            group = msg.properties.get(PROPERTY_SHARDING_KEY) if msg.properties else None
+            if group:
+                queue_id = abs(java_hash(group)) % queues
+            else:
+                n = self._round_robin.get(msg.topic, 0)
+                self._round_robin[msg.topic] = n + 1
+                queue_id = n % queues
+            batch = as_batch_of_one(msg, queue_id)
+            if batch is None:
+                break
+            batches.append(batch)
+        else:
+            if len(batches) == 1:  # (the clients send one message a request: no task for it)
+                outcomes = [await self._plain_sends.put(batches[0])]
+            else:
+                outcomes = await asyncio.gather(*(self._plain_sends.put(b) for b in batches))
+            return [o[0] if isinstance(o, PutBatchResult) else o for o in outcomes]
+        return await self._sends.put([s.message for s in sent])
 
     async def _put_halves(self, sent: list[SentMessage], queues: int) -> list[PutOutcome]:
         halves = []

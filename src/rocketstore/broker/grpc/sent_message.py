@@ -32,11 +32,13 @@ from rocketstore.broker.transactions import (
     PROPERTY_TRANSACTION,
 )
 from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED
-from rocketstore.message import Message
+from rocketstore.codec.message_batch import BatchEntry, EncodedBatch, encode_batch_body
+from rocketstore.codec.properties import encode_properties, validate_property
+from rocketstore.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message
 from rocketstore.protocol import definition_pb2
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
-__all__ = ["SYSTEM_PROPERTIES", "SentMessage", "to_store_message"]
+__all__ = ["SYSTEM_PROPERTIES", "SentMessage", "as_batch_of_one", "to_store_message"]
 
 MessageType: Any = definition_pb2.MessageType
 Encoding: Any = definition_pb2.Encoding
@@ -108,6 +110,7 @@ SYSTEM_PROPERTIES: Final = frozenset(
     ]
 )
 _MAX_PROPERTY_TEXT = 16 * 1024  # RocketMQ proxy's maxUserPropertySize
+_MAX_PROPERTIES_BYTES: Final = 32767  # a record's (and a batch entry's) properties length is a short
 _MESSAGE_TYPES = frozenset(
     (
         MessageType.MESSAGE_TYPE_UNSPECIFIED,
@@ -262,4 +265,40 @@ def to_store_message(
         ),
         message_id,
         transactional,
+    )
+
+
+def as_batch_of_one(msg: Message, queue_id: int) -> EncodedBatch | None:
+    """A plain sent message (no delivery time, not a transaction's half) as a producer's batch of
+    one, the form the store's columnar put takes (``put_encoded_batches``, as the remoting door's
+    sends): its properties in the order the store writes a Message's (KEYS, TAGS, the others,
+    UNIQ_KEY), so its record is the one ``put_messages`` writes. None when the batch encoding
+    cannot carry it as it is (a property the store would refuse, properties too long for the
+    encoding, no born host, time or id): ``put_messages`` then names what is wrong or fills it in."""
+    if msg.born_host is None or msg.born_timestamp is None or msg.uniq_key is None:
+        return None
+    props: dict[str, str] = {}
+    if msg.keys:
+        props[PROPERTY_KEYS] = " ".join(msg.keys)
+    if msg.tags is not None:
+        props[PROPERTY_TAGS] = msg.tags
+    if msg.properties:
+        props.update(msg.properties)
+    props[PROPERTY_UNIQ_KEY] = msg.uniq_key
+    try:
+        for name, value in props.items():
+            validate_property(name, value)
+    except ValueError:
+        return None
+    text = encode_properties(props)
+    if len(text.encode()) > _MAX_PROPERTIES_BYTES:
+        return None
+    assert isinstance(msg.body, bytes)  # (a protobuf's bytes field)
+    return EncodedBatch(
+        msg.topic,
+        queue_id,
+        encode_batch_body([BatchEntry(0, msg.body, text)]),
+        msg.born_host,
+        msg.born_timestamp,
+        sys_flag=msg.sys_flag,
     )
