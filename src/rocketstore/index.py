@@ -98,7 +98,8 @@ class IndexFile:
             self.write_header()
         else:
             self.header = layout.decode_header(self.buf)
-            if self.header.index_count <= 0:
+            self._header_stale = self.header.index_count <= 0  # (written as 1 at the next flush)
+            if self._header_stale:
                 self.header.index_count = 1
             if not 1 <= self.header.index_count <= max_entries:
                 raise CorruptDataError(
@@ -122,6 +123,7 @@ class IndexFile:
 
     def write_header(self) -> None:
         self.buf[: layout.HEADER_SIZE] = layout.encode_header(self.header)
+        self._header_stale = False
 
     def put_keys(
         self,
@@ -157,6 +159,7 @@ class IndexFile:
         h.hash_slot_count += new_slots
         h.end_phy_offset = int(phy_offsets[m - 1])
         h.end_timestamp = int(store_timestamps[m - 1])
+        self._header_stale = True
         return m
 
     def repair_slots(self) -> int:
@@ -213,8 +216,11 @@ class IndexFile:
             current = prev
 
     def flush(self) -> None:
-        # The header is written with each batch of keys (IndexService._insert): a flush only
-        # syncs, and a file the map cache parked is synced by the path, not mapped again.
+        # The store writes the header with each batch of keys (IndexService._insert): then a
+        # flush only syncs, and a file the map cache parked is synced by its path, not mapped
+        # again (which would push out a file a reader uses).
+        if self._header_stale:
+            self.write_header()
         self._file.flush()
 
     def close(self) -> None:
