@@ -25,8 +25,9 @@ from rocketstore.broker import BrokerConfig
 from rocketstore.broker.arrival import ArrivalSignal
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.durable_waits import DurableWaits
-from rocketstore.broker.group_commit import GroupCommit
+from rocketstore.broker.group_commit import ColumnCommit, GroupCommit
 from rocketstore.broker.server import STATE_FILE, read_state
+from rocketstore.codec.message_batch import BatchEntry, EncodedBatch, encode_batch_body
 from rocketstore.errors import InvalidMessageError
 
 from .clients import message, producer
@@ -171,6 +172,49 @@ def test_a_bad_message_in_a_round_fails_only_its_own_send(tmp_path: Path) -> Non
         assert isinstance(bad[0], InvalidMessageError)
         assert store.wait_dispatched(5)
         assert sum(len(store.get_message("g", "T", q, 0).messages) for q in store.topics()["T"]) == 3
+
+
+def one(topic: str, body: bytes, queue_id: int, properties: str = "UNIQ_KEY\x01U") -> EncodedBatch:
+    """A send of one message as the gRPC door hands it to ``ColumnCommit``."""
+    data = encode_batch_body([BatchEntry(0, body, properties)])
+    return EncodedBatch(topic, queue_id, data, "10.0.0.1:5000", 1_700_000_000_000)
+
+
+def test_column_sends_share_one_store_call_and_each_gets_its_own_result(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", SMALL) as store, concurrent.futures.ThreadPoolExecutor(2) as pool:
+        commit = ColumnCommit(store, DurableWaits(store, pool))
+
+        async def main() -> list[Any]:
+            sends = [commit.put([one("A", b"a%d" % i, i % 2), one("B", b"b%d" % i, 1)]) for i in range(50)]
+            return await asyncio.gather(*sends)
+
+        outcomes = asyncio.run(main())
+        assert commit.messages == 100
+        assert commit.batches <= 2  # every put queued before the first round ran
+        assert store.wait_dispatched(5)
+        for i, (a, b) in enumerate(outcomes):
+            assert (a.topic, a.queue_id, b.topic, b.queue_id) == ("A", i % 2, "B", 1)
+            assert a.ok and b.ok and a.wrote_bytes > 0
+            assert store.look_message_by_offset(a.physical_offset).body == b"a%d" % i
+            [stored] = store.get_message("g", "B", 1, b.queue_offset, 1).messages
+            assert (stored.body, stored.physical_offset) == (b"b%d" % i, b.physical_offset)
+
+
+def test_a_bad_column_send_in_a_round_fails_only_its_own_request(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", SMALL) as store, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        commit = ColumnCommit(store, DurableWaits(store, pool), rounds=1)
+
+        async def main() -> list[Any]:
+            good = [commit.put([one("T", b"good", 0)]) for _ in range(3)]
+            bad = commit.put([one("T", b"fine", 0), one("T", b"bad", 0, "DELAY\x013")])
+            return await asyncio.gather(*good, bad)
+
+        *good, bad = asyncio.run(main())
+        assert all(o[0].ok for o in good)
+        assert [type(o) for o in bad] == [InvalidMessageError] * 2  # a request is stored whole or not
+        assert "DELAY" in str(bad[1])
+        assert store.wait_dispatched(5)
+        assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"good"] * 3
 
 
 @pytest.mark.parametrize("on_loop", [False, True], ids=["executor", "event loop"])

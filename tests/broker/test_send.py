@@ -73,11 +73,11 @@ def test_plain_sends_take_the_columnar_put_and_timers_put_messages(
     start_broker: StartBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The door's sends are stored as the remoting door's are, by the store's columnar put
-    (``put_encoded_batches``), spread round robin over the topic's queues; a message with a
+    (``put_encoded_columns``), spread round robin over the topic's queues; a message with a
     delivery time goes through ``put_messages``, which makes it a timer."""
     _, store, port = start_broker()
     calls: list[tuple[str, int]] = []
-    for name in ("put_encoded_batches", "put_messages"):
+    for name in ("put_encoded_columns", "put_messages"):
         real = getattr(store, name)
 
         def spy(items: Any, *args: Any, _real: Any = real, _name: str = name, **kwargs: Any) -> Any:
@@ -89,8 +89,8 @@ def test_plain_sends_take_the_columnar_put_and_timers_put_messages(
     with producer(port, ("Spread",)) as p:
         receipts = [p.send(message("Spread", b"m%d" % i, keys=(f"k{i}",))) for i in range(queues)]
         p.send(message("Spread", b"later", deliver_at_s=int(time.time()) + 60))
-    assert {name for name, _ in calls} == {"put_encoded_batches", "put_messages"}
-    assert sum(n for name, n in calls if name == "put_encoded_batches") == queues
+    assert {name for name, _ in calls} == {"put_encoded_columns", "put_messages"}
+    assert sum(n for name, n in calls if name == "put_encoded_columns") == queues
     assert [n for name, n in calls if name == "put_messages"] == [1]
     msgs = stored(store, "Spread")
     assert sorted(m.queue_id for m in msgs) == list(range(queues))

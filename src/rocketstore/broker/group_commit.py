@@ -1,6 +1,7 @@
 """Group commit of sends: the SendMessage calls of one turn of the event loop are appended by one
-``put_messages`` call (producers' encoded batches: one ``put_encoded_batches`` call), on the loop,
-through ``Coalescer``.
+store call, on the loop, through ``Coalescer``: ``put_messages`` for Messages (``GroupCommit``),
+``put_encoded_columns`` for single messages in the batch encoding (``ColumnCommit``: the gRPC
+door's plain sends) and for producers' encoded batches (``EncodedBatchCommit``).
 
 SYNC_FLUSH, SYNC_MASTER: the round's callers are answered once the round is durable
 (``DurableWaits``: the group commit fsynced it, a slave holds it; or FLUSH_DISK_TIMEOUT ... as a
@@ -14,17 +15,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from itertools import repeat
+from typing import Generic, TypeVar
+
+import numpy as np
 
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.durable_waits import DurableWaits
-from rocketstore.codec.message_batch import EncodedBatch
+from rocketstore.codec.message_batch import EncodedBatch, EncodedColumns
 from rocketstore.errors import InvalidMessageError
 from rocketstore.message import Message, waits_for_store
 from rocketstore.results import PutBatchResult, PutMessageResult, PutStatus
 from rocketstore.store import MessageStore
 
-__all__ = ["EncodedBatchCommit", "GroupCommit", "PutOutcome"]
+__all__ = ["ColumnCommit", "EncodedBatchCommit", "GroupCommit", "PutOutcome"]
 
 PutOutcome = PutMessageResult | BaseException
 BatchOutcome = PutBatchResult | BaseException
@@ -32,10 +36,10 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-class GroupCommit:
-    """Batches puts of one kind (``internal`` as for ``MessageStore.put_messages``), at most
-    ``max_batch`` messages in one store call; ``waits``: where their durability is waited for
-    (None: the store's puts wait for nothing, ``StoreConfig.puts_wait``).
+class _RoundCommit(Generic[T]):
+    """Rounds of sends, each send a group of items stored all or none, one store call a round
+    (``_put_all``), at most ``max_batch`` items in it; ``waits``: where their durability is
+    waited for (None: the store's puts wait for nothing, ``StoreConfig.puts_wait``).
 
     Thread safety: ``put`` is called on the event loop only, and the store call is made there.
     """
@@ -45,15 +49,13 @@ class GroupCommit:
         store: MessageStore,
         waits: DurableWaits | None,
         *,
-        internal: bool = False,
         max_batch: int = 1024,
         rounds: int = 2,
         on_batch: Callable[[], object] | None = None,
     ) -> None:
         self._store = store
-        self._internal = internal
         self._waits = waits
-        self._rounds: Coalescer[Sequence[Message], list[PutOutcome]] = Coalescer(
+        self._rounds: Coalescer[Sequence[T], list[PutOutcome]] = Coalescer(
             self._put_groups,
             None,
             max_weight=max_batch,
@@ -73,19 +75,26 @@ class GroupCommit:
         """Messages stored (or refused) through those calls."""
         return self._rounds.total_weight
 
-    async def put(self, msgs: Sequence[Message]) -> list[PutOutcome]:
-        """Store ``msgs`` as one all-or-nothing group within a round; one outcome per message."""
+    async def put(self, items: Sequence[T]) -> list[PutOutcome]:
+        """Store ``items`` as one all-or-nothing group within a round; one outcome per item."""
         try:
-            return await self._rounds.submit(msgs)
+            return await self._rounds.submit(items)
         except Exception as exc:  # the store is closed, a flush failed
-            return [exc] * len(msgs)
+            return [exc] * len(items)
 
-    def _put_groups(self, groups: list[Sequence[Message]]) -> list[list[PutOutcome] | BaseException]:
+    def _put_groups(self, groups: list[Sequence[T]]) -> list[list[PutOutcome] | BaseException]:
         """One store call for every group; a refused call again group by group."""
         return each_on_refusal(self._put_all, groups)
 
+    def _put_all(self, groups: list[Sequence[T]]) -> list[list[PutOutcome]]:
+        raise NotImplementedError
+
+    def _waits_for_store(self, groups: list[Sequence[T]]) -> bool:
+        """Whether a put of ``groups`` waits to be durable (RocketMQ's isWaitStoreMsgOK)."""
+        return True
+
     async def _durable(
-        self, groups: list[Sequence[Message]], outcomes: Sequence[list[PutOutcome] | BaseException]
+        self, groups: list[Sequence[T]], outcomes: Sequence[list[PutOutcome] | BaseException]
     ) -> Sequence[list[PutOutcome] | BaseException]:
         """The round's outcomes once what it stored is durable (its statuses say if it is not)."""
         assert self._waits is not None
@@ -96,7 +105,7 @@ class GroupCommit:
             for r in o
             if isinstance(r, PutMessageResult) and r.ok
         ]
-        if not ends or not waits_for_store([m for g, _ in stored for m in g]):
+        if not ends or not self._waits_for_store([g for g, _ in stored]):
             return outcomes
         status = await self._waits.status(max(ends))
         if status is PutStatus.PUT_OK:
@@ -108,16 +117,93 @@ class GroupCommit:
             for o in outcomes
         ]
 
+
+def _per_group(groups: list[Sequence[T]], results: Sequence[PutOutcome]) -> list[list[PutOutcome]]:
+    out: list[list[PutOutcome]] = []
+    i = 0
+    for g in groups:
+        out.append(list(results[i : i + len(g)]))
+        i += len(g)
+    return out
+
+
+class GroupCommit(_RoundCommit[Message]):
+    """Rounds of Message sends, one ``put_messages`` call a round (``internal`` as for
+    ``MessageStore.put_messages``)."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        waits: DurableWaits | None,
+        *,
+        internal: bool = False,
+        max_batch: int = 1024,
+        rounds: int = 2,
+        on_batch: Callable[[], object] | None = None,
+    ) -> None:
+        super().__init__(store, waits, max_batch=max_batch, rounds=rounds, on_batch=on_batch)
+        self._internal = internal
+
     def _put_all(self, groups: list[Sequence[Message]]) -> list[list[PutOutcome]]:
         results = self._store.put_messages(
             [m for g in groups for m in g], internal=self._internal, wait=False
         )
-        out: list[list[PutOutcome]] = []
-        i = 0
-        for g in groups:
-            out.append(list(results[i : i + len(g)]))
-            i += len(g)
-        return out
+        return _per_group(groups, results)
+
+    def _waits_for_store(self, groups: list[Sequence[Message]]) -> bool:
+        return waits_for_store([m for g in groups for m in g])
+
+
+class ColumnCommit(_RoundCommit[EncodedBatch]):
+    """Rounds of sends of single messages, each given as a producer's batch of one with no
+    properties of its own (the gRPC door's: ``as_batch_of_one``), one ``put_encoded_columns``
+    call a round: the round's columns are built here in one step each, and each message is
+    answered from the result's columns."""
+
+    def _put_all(self, groups: list[Sequence[EncodedBatch]]) -> list[list[PutOutcome]]:
+        sends = [b for g in groups for b in g]
+        n = len(sends)
+        topics: dict[str, int] = {}
+        hosts: dict[str, int] = {}
+        topic_ids = [topics.setdefault(b.topic, len(topics)) for b in sends]
+        host_ids = [hosts.setdefault(b.born_host, len(hosts)) for b in sends]
+        datas = [b.data for b in sends]
+        data_offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum([len(d) for d in datas], out=data_offsets[1:])
+        result = self._store.put_encoded_columns(
+            EncodedColumns(
+                np.frombuffer(b"".join(datas), dtype=np.uint8),
+                data_offsets,
+                list(topics),
+                np.array(topic_ids, dtype=np.int64),
+                np.array([b.queue_id for b in sends], dtype=np.int64),
+                list(hosts),
+                np.array(host_ids, dtype=np.int64),
+                np.array([b.born_timestamp for b in sends], dtype=np.int64),
+                np.array([b.sys_flag for b in sends], dtype=np.int64),
+                np.array([b.reconsume_times for b in sends], dtype=np.int64),
+                np.zeros(0, dtype=np.uint8),
+                np.zeros(n + 1, dtype=np.int64),
+            ),
+            wait=False,
+        )
+        stored = result.stored
+        results = list(
+            map(
+                PutMessageResult._make,
+                zip(
+                    repeat(result.status),
+                    [b.topic for b in sends],
+                    result.queue_ids.tolist(),
+                    result.physical_offsets.tolist(),
+                    result.queue_offsets.tolist(),
+                    repeat(result.store_timestamp if stored else 0),
+                    result.sizes.tolist() if stored else repeat(0),
+                    repeat(result.id_prefix),
+                ),
+            )
+        )
+        return _per_group(groups, results)
 
 
 class EncodedBatchCommit:

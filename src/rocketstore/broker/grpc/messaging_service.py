@@ -28,7 +28,7 @@ from rocketstore.broker.clients import ClientInfo, ClientRegistry, CommandQueue
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.config import BrokerConfig
 from rocketstore.broker.durable_waits import DurableWaits
-from rocketstore.broker.group_commit import EncodedBatchCommit, GroupCommit, PutOutcome
+from rocketstore.broker.group_commit import ColumnCommit, GroupCommit, PutOutcome
 from rocketstore.broker.grpc.received_message import message_fields, timestamp, to_proto_message
 from rocketstore.broker.grpc.sent_message import SentMessage, as_batch_of_one, to_store_message
 from rocketstore.broker.grpc.status import Code, StatusError, put_status_code, refusal_status, status
@@ -57,7 +57,7 @@ from rocketstore.message import PROPERTY_TIMER_DELIVER_MS
 from rocketstore.protocol import definition_pb2 as pb
 from rocketstore.protocol import service_pb2 as rpc
 from rocketstore.protocol import service_pb2_grpc
-from rocketstore.results import PutBatchResult, PutMessageResult, PutStatus
+from rocketstore.results import PutMessageResult, PutStatus
 from rocketstore.store import MessageStore
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
@@ -231,8 +231,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             store, waits, max_batch=config.max_messages_per_send, on_batch=metrics.batches.inc
         )
         # plain messages: the store's columnar put, as the remoting door's sends
-        self._plain_sends = EncodedBatchCommit(
-            store, waits, max_batches=config.max_messages_per_send, on_batch=metrics.batches.inc
+        self._plain_sends = ColumnCommit(
+            store, waits, max_batch=config.max_messages_per_send, on_batch=metrics.batches.inc
         )
         self._system_puts = GroupCommit(store, waits, internal=True, max_batch=config.max_messages_per_send)
         # concurrent AckMessage calls (the clients send one ack per call) share one pop-log write
@@ -541,11 +541,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 break
             batches.append(batch)
         else:
-            if len(batches) == 1:  # (the clients send one message a request: no task for it)
-                outcomes = [await self._plain_sends.put(batches[0])]
-            else:
-                outcomes = await asyncio.gather(*(self._plain_sends.put(b) for b in batches))
-            return [o[0] if isinstance(o, PutBatchResult) else o for o in outcomes]
+            return await self._plain_sends.put(batches)
         return await self._sends.put([s.message for s in sent])
 
     async def _put_halves(self, sent: list[SentMessage], queues: int) -> list[PutOutcome]:
