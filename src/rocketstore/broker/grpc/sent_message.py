@@ -273,8 +273,9 @@ def as_batch_of_one(msg: Message, queue_id: int) -> EncodedBatch | None:
     one, the form the store's columnar put takes (``put_encoded_columns``, as the remoting door's
     sends: ``ColumnCommit``): its properties in the order the store writes a Message's (KEYS,
     TAGS, the others, UNIQ_KEY), so its record is the one ``put_messages`` writes. None when the
-    batch encoding cannot carry it as it is (a property the store would refuse, properties too long for the
-    encoding, no born host, time or id): ``put_messages`` then names what is wrong or fills it in."""
+    batch encoding cannot carry it as it is (a property the store would refuse, properties too
+    long for the encoding, no born host, time or id): ``put_messages`` then names what is wrong
+    or fills it in."""
     if msg.born_host is None or msg.born_timestamp is None or msg.uniq_key is None:
         return None
     props: dict[str, str] = {}
