@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketstore.codec import commitlog_record as cl
+from rocketstore.codec import commitlog_scan
 from rocketstore.codec.commitlog_scan import record_header, record_layout, scan_extent
 from rocketstore.codec.crc import CRC_TABLES, crc32
 
@@ -140,3 +141,31 @@ def test_record_header_and_layout_read_what_decode_record_reads(seed: int) -> No
     assert buf[topic_at : topic_at + topic_len].decode() == d.topic
     assert buf[props_at : props_at + props_len].decode() == d.properties
     assert store_ts == d.store_timestamp
+
+
+def test_a_record_a_writer_finishes_between_two_reads_is_walked_past(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A segment being written, read through a mapping of the same file: the compiled walk finds
+    a record half copied, and the check that reads it again finds it whole (the writer finished
+    it meanwhile). The walk goes on from it, and finds what a walk after the copy finds."""
+    whole = segment(3)
+    second = int.from_bytes(whole[0:4], "big")
+    buf = bytearray(whole)
+    buf[second + 8] ^= 0xFF  # its body CRC not yet right
+    real_scan = commitlog_scan._scan
+
+    def scan_then_finish(*args: object) -> object:
+        found = real_scan(*args)
+        buf[second + 8] = whole[second + 8]  # the writer's copy lands
+        return found
+
+    monkeypatch.setattr(commitlog_scan, "interpreted", lambda steps: False)  # the compiled walk
+    monkeypatch.setattr(commitlog_scan, "_scan", scan_then_finish)
+    ext = scan_extent(buf, check_crc=True)
+    slow = cl.SegmentScan(whole, 0, len(whole), check_crc=True)
+    assert (ext.records, ext.position, ext.stop, ext.error) == (
+        sum(1 for _ in slow),
+        slow.position,
+        slow.stop,
+        None,
+    )
+    assert ext.records > 2

@@ -73,6 +73,7 @@ _STOP_BLANK: Final = 1
 _STOP_CORRUPT: Final = 2
 _STOPS: Final[tuple[ScanStop, ...]] = ("end_of_data", "blank", "corrupt")
 _WALK_STEP: Final = 256  # records scan_extent walks in Python between looks at the budget
+_LIVE_RESCANS: Final = 8  # scan_extent's walks on past a record a writer finished meanwhile
 # check_transfer's stops beyond _STOPS
 _STOP_INCOMPLETE: Final = 3
 _STOP_BAD_BLANK: Final = 4
@@ -284,19 +285,24 @@ def scan_extent(buf: Buffer, start: int = 0, end: int | None = None, *, check_cr
         records += sum(1 for _ in islice(walked, _WALK_STEP))
         if walk.stop is not None:
             return Extent(walk.position, records, walk.stop, walk.blank_size, walk.error)
-    u8 = np.frombuffer(buf, dtype=np.uint8)
-    try:
-        more, pos, stop, blank_size = _scan(u8, walk.position, limit, check_crc, CRC_TABLES)
-    finally:
-        del u8  # an mmap cannot close while a numpy view of it lives
-    records += more
-    if stop != _STOP_CORRUPT:
-        return Extent(pos, records, _STOPS[stop], blank_size, None)
-    try:
-        decode_record(buf, pos, limit, check_crc=check_crc)
-    except CorruptDataError as exc:
-        return Extent(pos, records, "corrupt", 0, exc)
-    raise AssertionError(f"scan_extent and decode_record disagree about the record at {pos}")
+    pos = walk.position
+    for _ in range(_LIVE_RESCANS):
+        u8 = np.frombuffer(buf, dtype=np.uint8)
+        try:
+            more, pos, stop, blank_size = _scan(u8, pos, limit, check_crc, CRC_TABLES)
+        finally:
+            del u8  # an mmap cannot close while a numpy view of it lives
+        records += more
+        if stop != _STOP_CORRUPT:
+            return Extent(pos, records, _STOPS[stop], blank_size, None)
+        try:
+            decode_record(buf, pos, limit, check_crc=check_crc)
+        except CorruptDataError as exc:
+            return Extent(pos, records, "corrupt", 0, exc)
+        # Whole when read again: a writer was copying it in (a segment being written, read
+        # through a mapping of the same file). The walk goes on from it.
+    changing = CorruptDataError(f"the record changed under each of {_LIVE_RESCANS} reads", offset=pos)
+    return Extent(pos, records, "corrupt", 0, changing)
 
 
 def message_starts(
