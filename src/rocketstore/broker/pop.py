@@ -758,8 +758,7 @@ class PopService:
         """fsync the pop log (under ASYNC_FLUSH its appends are not), and compact it once it passed
         ``compact_bytes`` and doubled since it was last compacted. The background loop calls it."""
         self._log.flush()
-        if self._log.due_for_compaction(self._compact_bytes):
-            self._log.compact()
+        self._log.compact_when_due(self._compact_bytes)
 
     def commit_progress(self) -> None:
         """Commit every queue's offset (they move with acks; a receive past filtered messages)."""

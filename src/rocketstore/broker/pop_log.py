@@ -313,6 +313,9 @@ class PopLog:
         self._sync = sync
         self._lock = threading.Lock()  # the fd, the size and the write counters
         self._sync_lock = threading.Lock()  # one fsync at a time (group commit); taken before _lock
+        # one compaction at a time, taken before the others: a second would read the old file
+        # through a descriptor the first closes (and whose number a new file may take)
+        self._compact_lock = threading.Lock()
         self._written = 0  # appends made
         self._synced = 0  # appends known on disk
         self._compacted_size = size  # the file's size after the last compaction (or at open)
@@ -411,9 +414,21 @@ class PopLog:
         size = self._size
         return size > min_bytes and size > 2 * self._compacted_size
 
+    def compact_when_due(self, min_bytes: int) -> bool:
+        """``compact`` when ``due_for_compaction``; whether it did."""
+        with self._compact_lock:
+            if not self.due_for_compaction(min_bytes):
+                return False
+            self._compact()
+            return True
+
     def compact(self) -> None:
         """Rewrite the log as its state plus what was appended meanwhile (see the docstring).
         Appends wait only for the final write of the new file."""
+        with self._compact_lock:
+            self._compact()
+
+    def _compact(self) -> None:
         with self._lock:
             self._check()
             fd, end = self._fd, self._size
