@@ -415,20 +415,16 @@ class PopLog:
         return size > min_bytes and size > 2 * self._compacted_size
 
     def compact_when_due(self, min_bytes: int) -> bool:
-        """``compact`` when ``due_for_compaction``; whether it did."""
+        """Compact when ``due_for_compaction``; whether it did."""
         with self._compact_lock:
             if not self.due_for_compaction(min_bytes):
                 return False
             self._compact()
             return True
 
-    def compact(self) -> None:
+    def _compact(self) -> None:
         """Rewrite the log as its state plus what was appended meanwhile (see the docstring).
         Appends wait only for the final write of the new file."""
-        with self._compact_lock:
-            self._compact()
-
-    def _compact(self) -> None:
         with self._lock:
             self._check()
             fd, end = self._fd, self._size
