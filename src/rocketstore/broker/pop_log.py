@@ -4,7 +4,7 @@ A file of rocketstore's own (not RocketMQ's), owned by this module: appended to 
 replayed at open (``PopLog.open`` returns its records), flushed under the store's flush policy
 (SYNC_FLUSH: ``append`` returns once the bytes are fsynced, concurrent appends sharing one
 fsync; ASYNC_FLUSH: ``flush`` by the pop service's background loop) and compacted by rewriting
-it (``compact``). Big-endian throughout::
+it (``compact_when_due``). Big-endian throughout::
 
     file     8 bytes  magic ``RSPOPLG1``, then frames to the end
     frame    u32      length L of the record
