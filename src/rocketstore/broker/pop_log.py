@@ -414,13 +414,11 @@ class PopLog:
         size = self._size
         return size > min_bytes and size > 2 * self._compacted_size
 
-    def compact_when_due(self, min_bytes: int) -> bool:
-        """Compact when ``due_for_compaction``; whether it did."""
+    def compact_when_due(self, min_bytes: int) -> None:
+        """Compact when ``due_for_compaction``."""
         with self._compact_lock:
-            if not self.due_for_compaction(min_bytes):
-                return False
-            self._compact()
-            return True
+            if self.due_for_compaction(min_bytes):
+                self._compact()
 
     def _compact(self) -> None:
         """Rewrite the log as its state plus what was appended meanwhile (see the docstring).

@@ -39,6 +39,7 @@ __all__ = [
 
 _HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLENGTH
 _PROPS_LEN = struct.Struct(">h")
+_MAX_PROPS_LEN: Final = 0x7FFF
 _MIN_ENTRY: Final = _HEAD.size + 2
 
 
@@ -154,10 +155,13 @@ def decode_batch(data: bytes | bytearray | memoryview) -> list[BatchEntry]:
 
 
 def encode_batch_body(entries: Sequence[BatchEntry]) -> bytes:
-    """A batch body as the Java client writes it."""
+    """A batch body as the Java client writes it. ValueError for properties longer than an
+    entry's length field (a Java short) holds."""
     out = bytearray()
-    for e in entries:
+    for i, e in enumerate(entries):
         props = e.properties.encode()
+        if len(props) > _MAX_PROPS_LEN:
+            raise ValueError(f"message {i}: properties of {len(props)} bytes, more than {_MAX_PROPS_LEN}")
         total = _HEAD.size + len(e.body) + 2 + len(props)
         out += _HEAD.pack(total, 0, 0, e.flag, len(e.body))
         out += e.body

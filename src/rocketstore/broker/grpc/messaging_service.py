@@ -519,6 +519,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         head = entries[0].status if len(codes) == 1 else status(Code.MULTIPLE_RESULTS)
         return rpc.SendMessageResponse(status=head, entries=entries)
 
+    def _next_queue(self, topic: str, queues: int) -> int:
+        """The topic's next queue, round robin (the sends and transaction halves that name none)."""
+        n = self._round_robin.get(topic, 0)
+        self._round_robin[topic] = n + 1
+        return n % queues
+
     async def _put_sends(self, sent: list[SentMessage], queues: int) -> list[PutOutcome]:
         """Store a request's messages: each plain one as a batch of one in the round's columnar
         put, in its queue (a message group's by the group's hash, as the store picks it; the others
@@ -533,9 +539,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             if group:
                 queue_id = abs(java_hash(group)) % queues
             else:
-                n = self._round_robin.get(msg.topic, 0)
-                self._round_robin[msg.topic] = n + 1
-                queue_id = n % queues
+                queue_id = self._next_queue(msg.topic, queues)
             batch = as_batch_of_one(msg, queue_id)
             if batch is None:
                 break
@@ -547,10 +551,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     async def _put_halves(self, sent: list[SentMessage], queues: int) -> list[PutOutcome]:
         halves = []
         for s in sent:
-            topic = s.message.topic
-            n = self._round_robin.get(topic, 0)
-            self._round_robin[topic] = n + 1
-            halves.append(half_message(s.message, n % queues))
+            halves.append(half_message(s.message, self._next_queue(s.message.topic, queues)))
         return await put_halves(self.transactions, self._system_puts, halves)
 
     @staticmethod

@@ -110,7 +110,6 @@ SYSTEM_PROPERTIES: Final = frozenset(
     ]
 )
 _MAX_PROPERTY_TEXT = 16 * 1024  # RocketMQ proxy's maxUserPropertySize
-_MAX_PROPERTIES_BYTES: Final = 32767  # a record's (and a batch entry's) properties length is a short
 _MESSAGE_TYPES = frozenset(
     (
         MessageType.MESSAGE_TYPE_UNSPECIFIED,
@@ -286,20 +285,11 @@ def as_batch_of_one(msg: Message, queue_id: int) -> EncodedBatch | None:
     if msg.properties:
         props.update(msg.properties)
     props[PROPERTY_UNIQ_KEY] = msg.uniq_key
+    assert isinstance(msg.body, bytes)  # (a protobuf's bytes field)
     try:
         for name, value in props.items():
             validate_property(name, value)
+        data = encode_batch_body([BatchEntry(0, msg.body, encode_properties(props))])
     except ValueError:
         return None
-    text = encode_properties(props)
-    if len(text.encode()) > _MAX_PROPERTIES_BYTES:
-        return None
-    assert isinstance(msg.body, bytes)  # (a protobuf's bytes field)
-    return EncodedBatch(
-        msg.topic,
-        queue_id,
-        encode_batch_body([BatchEntry(0, msg.body, text)]),
-        msg.born_host,
-        msg.born_timestamp,
-        sys_flag=msg.sys_flag,
-    )
+    return EncodedBatch(msg.topic, queue_id, data, msg.born_host, msg.born_timestamp, sys_flag=msg.sys_flag)
