@@ -9,6 +9,7 @@ per-batch results, and the errors (naming batch and message) with nothing writte
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -238,6 +239,20 @@ def test_columns_store_what_the_same_batches_store(tmp_path: Path, copies: int) 
     report = verify_store(tmp_path / "b", CFG)
     assert report.clean, report.damage
     assert report.records == report.queue_entries == 4 * copies + 1
+
+
+def test_encoded_columns_of_batches_are_the_columns_written_out() -> None:
+    batches = [batch(queue_id=q % 2, born_host=f"10.1.2.{q % 3}:{40000 + q}") for q in range(5)]
+    batches.append(batch("Other", 1, ENTRIES[:1], properties={"CLUSTER": "c1"}))
+    batches[2] = dataclasses.replace(batches[2], sys_flag=SYSFLAG_COMPRESSED, reconsume_times=3)
+    extras = [b""] * 5 + [b"CLUSTER\x01c1"]
+    for got, want in (
+        (EncodedColumns.of(batches, extras), columns_of(batches, extras)),
+        (EncodedColumns.of(batches), columns_of(batches, [b""] * 6)),  # nothing added
+    ):
+        for name in (f.name for f in dataclasses.fields(EncodedColumns)):
+            mine, theirs = getattr(got, name), getattr(want, name)
+            assert list(mine) == list(theirs), name
 
 
 @pytest.mark.parametrize(

@@ -84,6 +84,7 @@ __all__ = [
     "body_buffer",
     "check_messages",
     "column_length",
+    "stored_properties",
     "tag_column",
     "validate_topic",
 ]
@@ -468,36 +469,13 @@ class MessageEncoder:
 
     def encoded_columns(self, batches: Sequence[EncodedBatch]) -> EncodedColumns:
         """The columns of ``batches``, each checked (InvalidMessageError names the first bad one)."""
-        nb = len(batches)
-        topic_index: dict[str, int] = {}
-        host_index: dict[str, int] = {}
-        datas: list[bytes] = []
         extras: list[bytes] = []
-        fields = np.empty((6, nb), dtype=np.int64)  # topic, queue, sysflag, born time, reconsume, host
         for b, batch in enumerate(batches):
             try:
-                extra = self._check_batch(batch)
+                extras.append(self._check_batch(batch))
             except InvalidMessageError as exc:
                 raise InvalidMessageError(f"batch {b} ({_topic_name(batch)}): {exc}", exc.status) from None
-            t = topic_index.setdefault(batch.topic, len(topic_index))
-            h = host_index.setdefault(batch.born_host, len(host_index))
-            fields[:, b] = (t, batch.queue_id, batch.sys_flag, batch.born_timestamp, batch.reconsume_times, h)
-            datas.append(batch.data)
-            extras.append(extra)
-        return EncodedColumns(
-            _joined(datas),
-            _starts(datas),
-            list(topic_index),
-            fields[0],
-            fields[1],
-            list(host_index),
-            fields[5],
-            fields[3],
-            fields[2],
-            fields[4],
-            _joined(extras),
-            _starts(extras),
-        )
+        return EncodedColumns.of(batches, extras)
 
     def prepare_encoded_columns(self, columns: EncodedColumns) -> tuple[PreparedBatch, npt.NDArray[np.int64]]:
         """Validate and encode producers' batches given as columns as one columnar batch, in one
@@ -780,7 +758,7 @@ class MessageEncoder:
             or msg.deliver_at is not None
         ):
             return self._prepare_plain_one(msg, topic, topic_bytes, body, queue_id, uniq)
-        props, keys_text = self._properties(msg, uniq, internal=internal)
+        props, keys_text = stored_properties(msg, uniq, internal=internal)
         if msg.deliver_at is not None:
             if any(name in props for name in ASKING):
                 raise InvalidMessageError(
@@ -946,30 +924,6 @@ class MessageEncoder:
         _check_types(msg)
         return topic, topic_bytes, body, queue_id, sys_flag
 
-    def _properties(
-        self, msg: Message, uniq: str | None, *, internal: bool
-    ) -> tuple[dict[str, str], str | None]:
-        """The properties a message is stored with (before any delay rewrite), and its KEYS."""
-        props: dict[str, str] = {}
-        keys_text = _keys_text(msg.keys)
-        if keys_text is not None:
-            props[PROPERTY_KEYS] = keys_text
-        if msg.tags is not None:
-            _check_property(PROPERTY_TAGS, msg.tags)
-            props[PROPERTY_TAGS] = msg.tags
-        if msg.properties:
-            for name, value in msg.properties.items():
-                _check_property(name, value)
-                if name in RESERVED_PROPERTIES and not internal:
-                    raise InvalidMessageError(
-                        f"property {name!r} is set by the store from the Message fields", _ILLEGAL
-                    )
-                props[name] = value
-        if uniq is not None:
-            _check_property(PROPERTY_UNIQ_KEY, uniq)
-            props[PROPERTY_UNIQ_KEY] = uniq
-        return props, keys_text
-
     def _check_record_length(self, length: int, headroom: int = 0) -> None:
         if length > self._max_record:
             room = f" (with the {headroom} bytes its timer's delivery may add)" if headroom else ""
@@ -978,6 +932,34 @@ class MessageEncoder:
                 "(max_message_size, and a commitlog segment less 8 bytes)",
                 PutStatus.MESSAGE_SIZE_EXCEEDED,
             )
+
+
+def stored_properties(
+    msg: Message, uniq: str | None, *, internal: bool = False
+) -> tuple[dict[str, str], str | None]:
+    """The properties ``msg`` is stored with (before any delay rewrite), in the order the store
+    writes them (KEYS, TAGS, the message's own, UNIQ_KEY ``uniq``), and its KEYS. Raises
+    InvalidMessageError naming a property the store refuses (one it sets itself, unless
+    ``internal``)."""
+    props: dict[str, str] = {}
+    keys_text = _keys_text(msg.keys)
+    if keys_text is not None:
+        props[PROPERTY_KEYS] = keys_text
+    if msg.tags is not None:
+        _check_property(PROPERTY_TAGS, msg.tags)
+        props[PROPERTY_TAGS] = msg.tags
+    if msg.properties:
+        for name, value in msg.properties.items():
+            _check_property(name, value)
+            if name in RESERVED_PROPERTIES and not internal:
+                raise InvalidMessageError(
+                    f"property {name!r} is set by the store from the Message fields", _ILLEGAL
+                )
+            props[name] = value
+    if uniq is not None:
+        _check_property(PROPERTY_UNIQ_KEY, uniq)
+        props[PROPERTY_UNIQ_KEY] = uniq
+    return props, keys_text
 
 
 def tag_column(
@@ -1176,13 +1158,6 @@ class _RecordNames(NamedTuple):
 
 def _joined(parts: list[bytes]) -> npt.NDArray[np.uint8]:
     return np.frombuffer(b"".join(parts), dtype=np.uint8)
-
-
-def _starts(parts: list[bytes]) -> npt.NDArray[np.int64]:
-    """Where each of ``parts`` starts once joined, and the end."""
-    out = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), out=out[1:])
-    return out
 
 
 def _int64_column(name: str, column: object, n: int) -> npt.NDArray[np.int64]:

@@ -24,10 +24,16 @@ from rocketstore.codec.java_hash import java_hash
 from rocketstore.errors import StoreConfigError
 from rocketstore.storage.paths import DEFAULT_FILE_MODE, atomic_write, read_store_text
 
-__all__ = ["PROPERTY_SHARDING_KEY", "TopicConfig", "TopicTable"]
+__all__ = ["PROPERTY_SHARDING_KEY", "TopicConfig", "TopicTable", "sharding_queue"]
 
 PROPERTY_SHARDING_KEY = "__SHARDINGKEY"  # RocketMQ 5's name for an ordering/sharding key
 _MAX_QUEUES = 1024
+
+
+def sharding_queue(sharding_key: str, queues: int) -> int:
+    """The queue of a message with a sharding key (a message group) among ``queues``: the same
+    key, the same queue, as RocketMQ 5 picks it."""
+    return abs(java_hash(sharding_key)) % queues
 
 
 class TopicTable:
@@ -144,7 +150,7 @@ class TopicTable:
             config = TopicConfig(topic, n, n) if self._readonly else self.create(topic, n)
         n = max(1, config.write_queues)
         if sharding_key:
-            return abs(java_hash(sharding_key)) % n
+            return sharding_queue(sharding_key, n)
         counter = self._round_robin.get(topic)
         if counter is None:
             counter = self._round_robin.setdefault(topic, itertools.count())

@@ -18,8 +18,6 @@ from collections.abc import Callable, Sequence
 from itertools import repeat
 from typing import Generic, TypeVar
 
-import numpy as np
-
 from rocketstore.broker.coalesce import Coalescer
 from rocketstore.broker.durable_waits import DurableWaits
 from rocketstore.codec.message_batch import EncodedBatch, EncodedColumns
@@ -157,36 +155,12 @@ class GroupCommit(_RoundCommit[Message]):
 class ColumnCommit(_RoundCommit[EncodedBatch]):
     """Rounds of sends of single messages, each given as a producer's batch of one with no
     properties of its own (the gRPC door's: ``as_batch_of_one``), one ``put_encoded_columns``
-    call a round: the round's columns are built here in one step each, and each message is
-    answered from the result's columns."""
+    call a round (``EncodedColumns.of`` the round's batches), each message answered from the
+    result's columns."""
 
     def _put_all(self, groups: list[Sequence[EncodedBatch]]) -> list[list[PutOutcome]]:
         sends = [b for g in groups for b in g]
-        n = len(sends)
-        topics: dict[str, int] = {}
-        hosts: dict[str, int] = {}
-        topic_ids = [topics.setdefault(b.topic, len(topics)) for b in sends]
-        host_ids = [hosts.setdefault(b.born_host, len(hosts)) for b in sends]
-        datas = [b.data for b in sends]
-        data_offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum([len(d) for d in datas], out=data_offsets[1:])
-        result = self._store.put_encoded_columns(
-            EncodedColumns(
-                np.frombuffer(b"".join(datas), dtype=np.uint8),
-                data_offsets,
-                list(topics),
-                np.array(topic_ids, dtype=np.int64),
-                np.array([b.queue_id for b in sends], dtype=np.int64),
-                list(hosts),
-                np.array(host_ids, dtype=np.int64),
-                np.array([b.born_timestamp for b in sends], dtype=np.int64),
-                np.array([b.sys_flag for b in sends], dtype=np.int64),
-                np.array([b.reconsume_times for b in sends], dtype=np.int64),
-                np.zeros(0, dtype=np.uint8),
-                np.zeros(n + 1, dtype=np.int64),
-            ),
-            wait=False,
-        )
+        result = self._store.put_encoded_columns(EncodedColumns.of(sends), wait=False)
         stored = result.stored
         results = list(
             map(

@@ -87,6 +87,37 @@ class EncodedColumns:
     def __len__(self) -> int:
         return len(self.topic_ids)
 
+    @classmethod
+    def of(cls, batches: Sequence[EncodedBatch], properties: Sequence[bytes] = ()) -> EncodedColumns:
+        """``batches`` as columns, with ``properties[b]`` (an encoded properties string) added to
+        the messages of batch ``b`` (nothing added when ``properties`` is empty). Nothing is
+        checked here: the store's put checks every column."""
+        nb = len(batches)
+        topic_index: dict[str, int] = {}
+        host_index: dict[str, int] = {}
+        fields = np.empty((6, nb), dtype=np.int64)  # topic, queue, sysflag, born time, reconsume, host
+        for b, batch in enumerate(batches):
+            t = topic_index.setdefault(batch.topic, len(topic_index))
+            h = host_index.setdefault(batch.born_host, len(host_index))
+            fields[:, b] = (t, batch.queue_id, batch.sys_flag, batch.born_timestamp, batch.reconsume_times, h)
+        datas = [batch.data for batch in batches]
+        extras = list(properties) if properties else [b""] * nb
+        return cls(
+            _joined(datas), _starts(datas), list(topic_index), fields[0], fields[1], list(host_index),
+            fields[5], fields[3], fields[2], fields[4], _joined(extras), _starts(extras),
+        )  # fmt: skip
+
+
+def _joined(parts: list[bytes]) -> npt.NDArray[np.uint8]:
+    return np.frombuffer(b"".join(parts), dtype=np.uint8)
+
+
+def _starts(parts: list[bytes]) -> npt.NDArray[np.int64]:
+    """Where each of ``parts`` starts once joined, and the end."""
+    out = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, parts), dtype=np.int64, count=len(parts)), out=out[1:])
+    return out
+
 
 @dataclass(slots=True)
 class BatchEntry:

@@ -44,7 +44,6 @@ from rocketstore.broker.transactions import (
     put_halves,
     transaction_id,
 )
-from rocketstore.codec.java_hash import java_hash
 from rocketstore.errors import (
     InvalidMessageError,
     InvalidReceiptHandleError,
@@ -59,7 +58,7 @@ from rocketstore.protocol import service_pb2 as rpc
 from rocketstore.protocol import service_pb2_grpc
 from rocketstore.results import PutMessageResult, PutStatus
 from rocketstore.store import MessageStore
-from rocketstore.topics import PROPERTY_SHARDING_KEY
+from rocketstore.topics import PROPERTY_SHARDING_KEY, sharding_queue
 
 __all__ = ["MessagingService"]
 
@@ -537,7 +536,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                 break
             group = msg.properties.get(PROPERTY_SHARDING_KEY) if msg.properties else None
             if group:
-                queue_id = abs(java_hash(group)) % queues
+                queue_id = sharding_queue(group, queues)
             else:
                 queue_id = self._next_queue(msg.topic, queues)
             batch = as_batch_of_one(msg, queue_id)

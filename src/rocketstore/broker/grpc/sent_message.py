@@ -33,8 +33,9 @@ from rocketstore.broker.transactions import (
 )
 from rocketstore.codec.commitlog_record import SYSFLAG_COMPRESSED
 from rocketstore.codec.message_batch import BatchEntry, EncodedBatch, encode_batch_body
-from rocketstore.codec.properties import encode_properties, validate_property
-from rocketstore.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, Message
+from rocketstore.codec.properties import encode_properties
+from rocketstore.message import Message
+from rocketstore.prepare import stored_properties
 from rocketstore.protocol import definition_pb2
 from rocketstore.topics import PROPERTY_SHARDING_KEY
 
@@ -270,26 +271,17 @@ def to_store_message(
 def as_batch_of_one(msg: Message, queue_id: int) -> EncodedBatch | None:
     """A plain sent message (no delivery time, not a transaction's half) as a producer's batch of
     one, the form the store's columnar put takes (``put_encoded_columns``, as the remoting door's
-    sends: ``ColumnCommit``): its properties in the order the store writes a Message's (KEYS,
-    TAGS, the others, UNIQ_KEY), so its record is the one ``put_messages`` writes. None when the
+    sends: ``ColumnCommit``): its properties as the store writes a Message's
+    (``stored_properties``), so its record is the one ``put_messages`` writes. None when the
     batch encoding cannot carry it as it is (a property the store would refuse, properties too
     long for the encoding, no born host, time or id): ``put_messages`` then names what is wrong
     or fills it in."""
     if msg.born_host is None or msg.born_timestamp is None or msg.uniq_key is None:
         return None
-    props: dict[str, str] = {}
-    if msg.keys:
-        props[PROPERTY_KEYS] = " ".join(msg.keys)
-    if msg.tags is not None:
-        props[PROPERTY_TAGS] = msg.tags
-    if msg.properties:
-        props.update(msg.properties)
-    props[PROPERTY_UNIQ_KEY] = msg.uniq_key
     assert isinstance(msg.body, bytes)  # (a protobuf's bytes field)
     try:
-        for name, value in props.items():
-            validate_property(name, value)
+        props, _ = stored_properties(msg, msg.uniq_key)
         data = encode_batch_body([BatchEntry(0, msg.body, encode_properties(props))])
-    except ValueError:
+    except ValueError:  # (InvalidMessageError is one: a property the store refuses)
         return None
     return EncodedBatch(msg.topic, queue_id, data, msg.born_host, msg.born_timestamp, sys_flag=msg.sys_flag)
