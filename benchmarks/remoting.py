@@ -29,7 +29,10 @@ the feeding producer's work included), and for rocketstore the part of it its ev
 spent (``/proc/PID/task/PID/stat``: framing, headers, handlers; the rest is the store's threads). A
 second table splits rocketstore's CPU by thread (``serve --metrics``:
 ``rocketstore_thread_cpu_seconds_total{thread}``, read as each line arrives): the event loop, the
-broker's executor, dispatch, flush and the rest.
+broker's executor, dispatch, flush and the rest. A third gives rocketstore's batching per phase from
+the same metrics: sends per store append and pulls per store read (``rocketstore_broker_put_batches``,
+``rocketstore_broker_pull_reads``, ``rocketstore_broker_remoting_requests``), and the event loop's
+CPU per request and per round (appends and reads together).
 Brokers alternate in order between repeats; the table gives
 the median over ``--repeat`` runs and the range.
 
@@ -126,19 +129,34 @@ class Broker:
             return math.nan
         return cpu_seconds(self.loop_pid, f"/proc/{self.loop_pid}/task/{self.loop_pid}/stat")
 
-    def threads_cpu(self) -> dict[str, float]:
-        """CPU seconds of rocketstore serve's threads by group (THREAD_GROUPS; empty for RocketMQ)."""
+    def counters(self) -> dict[str, float]:
+        """rocketstore serve's CPU seconds by thread group (THREAD_GROUPS) and its COUNTERS, from
+        its metrics (empty for RocketMQ)."""
         if self.metrics is None:
             return {}
         text = urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=10).read().decode()
-        groups: dict[str, float] = {}
+        out = dict.fromkeys(COUNTERS, 0.0)
         for name, value in THREAD_CPU.findall(text):
             group = thread_group(name)
-            groups[group] = groups.get(group, 0.0) + float(value)
-        return groups
+            out[group] = out.get(group, 0.0) + float(value)
+        for request, value in REQUESTS.findall(text):
+            kind = "sends" if request in SEND_REQUESTS else "pulls" if request == "PULL_MESSAGE" else None
+            if kind is not None:
+                out[kind] += float(value)
+        for name, key in (("put_batches", "appends"), ("pull_reads", "reads")):
+            found = re.search(rf"^rocketstore_broker_{name}_total (\S+)$", text, re.M)
+            out[key] = float(found.group(1)) if found else math.nan
+        return out
 
 
 THREAD_CPU = re.compile(r'^rocketstore_thread_cpu_seconds_total\{thread="([^"]*)"\} (\S+)$', re.M)
+REQUESTS = re.compile(
+    r'^rocketstore_broker_remoting_requests_total\{listener="remoting",request="([^"]*)",[^}]*\} (\S+)$', re.M
+)
+SEND_REQUESTS = ("SEND_MESSAGE", "SEND_MESSAGE_V2", "SEND_BATCH_MESSAGE")
+# rocketstore serve's counts read with its CPU: sends and pulls answered, store appends of sends
+# and store reads of pulls in bulk (a round each)
+COUNTERS = ("sends", "pulls", "appends", "reads")
 # rocketstore serve's threads, as the CPU table groups them
 THREAD_GROUPS = ("loop", "store", "dispatch", "flush", "other")
 
@@ -162,7 +180,7 @@ class Window:
     stats: dict[str, float]
     cpu: float
     loop_cpu: float
-    threads: dict[str, float]  # CPU seconds by THREAD_GROUPS (rocketstore)
+    threads: dict[str, float]  # CPU seconds by THREAD_GROUPS, and COUNTERS (rocketstore)
 
 
 @dataclass
@@ -178,7 +196,7 @@ class Program:
             line = [x for x in self.process.lines if "Current Time" in x][len(self.windows)]
             stats = {k: float(v) for k, v in STAT.findall(line)}
             self.windows.append(
-                Window(stats, self.broker.cpu(), self.broker.loop_cpu(), self.broker.threads_cpu())
+                Window(stats, self.broker.cpu(), self.broker.loop_cpu(), self.broker.counters())
             )
 
 
@@ -220,11 +238,25 @@ def steady(windows: list[Window], rate: str) -> dict[str, float]:
         for group in THREAD_GROUPS
         if windows[0].threads
     }
-    return {
-        "tps": messages / (len(ws) * WINDOW),
-        "cpu_per_m": cpu * per_m,
-        "loop_per_m": loop * per_m,
-    } | by_thread
+    counts = {key: ws[-1].threads[key] - windows[0].threads[key] for key in COUNTERS if windows[0].threads}
+    rounds = {}
+    if counts:
+        requests, batches = counts["sends"] + counts["pulls"], counts["appends"] + counts["reads"]
+        rounds = {
+            "rounds_sends_per_append": counts["sends"] / counts["appends"] if counts["appends"] else math.nan,
+            "rounds_pulls_per_read": counts["pulls"] / counts["reads"] if counts["reads"] else math.nan,
+            "rounds_loop_us_per_request": loop / requests * 1e6 if requests else math.nan,
+            "rounds_loop_us_per_round": loop / batches * 1e6 if batches else math.nan,
+        }
+    return (
+        {
+            "tps": messages / (len(ws) * WINDOW),
+            "cpu_per_m": cpu * per_m,
+            "loop_per_m": loop * per_m,
+        }
+        | by_thread
+        | rounds
+    )
 
 
 def mean_of(windows: list[Window], stat: str) -> float:
@@ -239,8 +271,9 @@ def max_of(windows: list[Window], stat: str) -> float:
 
 
 def by_thread(phase: str, figures: dict[str, float]) -> dict[str, float]:
-    """A phase's CPU by thread group (``steady``'s threads_*) as the row's ``PHASE_threads_*``."""
-    return {f"{phase}_{k}": v for k, v in figures.items() if k.startswith("threads_")}
+    """A phase's CPU by thread group and its rounds (``steady``'s threads_* and rounds_*) as the
+    row's ``PHASE_threads_*`` and ``PHASE_rounds_*``."""
+    return {f"{phase}_{k}": v for k, v in figures.items() if k.startswith(("threads_", "rounds_"))}
 
 
 def measure(
@@ -380,6 +413,15 @@ COLUMNS = [
 ]
 
 
+PHASES = ("send", "send4", "batch", "consume", "drain")
+ROUND_COLUMNS = [
+    ("sends per append", "sends_per_append", 1),
+    ("pulls per read", "pulls_per_read", 1),
+    ("loop µs per request", "loop_us_per_request", 0),
+    ("loop µs per round", "loop_us_per_round", 0),
+]
+
+
 def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: argparse.Namespace) -> str:
     lines = [
         f"RocketMQ's benchmark programs (`Producer`, `BatchProducer -b 16`, `Consumer` fed by a "
@@ -415,8 +457,26 @@ def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: arg
             "|---|---|---|" + "---:|" * len(THREAD_GROUPS),
         ]
         for (flush, size, _), rows in threads.items():
-            for phase in ("send", "send4", "batch", "consume", "drain"):
+            for phase in PHASES:
                 cells = [fmt([r[f"{phase}_threads_{g}"] for r in rows], 1) for g in THREAD_GROUPS]
+                lines.append(f"| {flush} | {size} B | {phase} | " + " | ".join(cells) + " |")
+    rounds = {k: rows for k, rows in results.items() if "send_rounds_sends_per_append" in rows[0]}
+    if rounds:  # (rocketstore's rows)
+        lines += [
+            "",
+            "rocketstore serve's rounds, median: sends per store append and pulls per store read "
+            "(each a round of the requests waiting together), and the event loop's CPU µs per "
+            "request (sends and pulls) and per round (appends and reads).",
+            "",
+            "| flush | body | phase | " + " | ".join(c[0] for c in ROUND_COLUMNS) + " |",
+            "|---|---|---|" + "---:|" * len(ROUND_COLUMNS),
+        ]
+        for (flush, size, _), rows in rounds.items():
+            for phase in PHASES:
+                cells = [
+                    fmt([r.get(f"{phase}_rounds_{key}", math.nan) for r in rows], digits)
+                    for _, key, digits in ROUND_COLUMNS
+                ]
                 lines.append(f"| {flush} | {size} B | {phase} | " + " | ".join(cells) + " |")
     failed = {k: sum(r["send_failed"] + r["send4_failed"] for r in rows) for k, rows in results.items()}
     if any(failed.values()):

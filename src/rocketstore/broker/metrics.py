@@ -121,6 +121,11 @@ class BrokerMetrics:
         self.batches = Counter(
             "rocketstore_broker_put_batches", "Store appends (group commits) of sends", registry=r
         )
+        self.pull_reads = Counter(
+            "rocketstore_broker_pull_reads",
+            "Store reads of remoting pulls in bulk (one call a round: pulls per read is their batching)",
+            registry=r,
+        )
         self.remoting_requests = Counter(
             "rocketstore_broker_remoting_requests",
             "Remoting requests answered (or taken oneway), by listener, request code and response code",

@@ -127,6 +127,8 @@ def test_pipelined_pulls_of_many_connections_are_answered_in_bulk(
     pulls = r.broker.remoting.broker.pulls
     assert pulls is not None
     before = pulls.answered
+    reads = "rocketstore_broker_pull_reads_total"
+    reads_before = r.broker.metrics.registry.get_sample_value(reads) or 0.0
     calls: list[tuple[bool, int]] = []  # (in_memory_only, reads not done)
     get_records = r.store.get_records
 
@@ -172,6 +174,7 @@ def test_pipelined_pulls_of_many_connections_are_answered_in_bulk(
             # nothing answers the oneway pull: the next answer is to the next request
             assert c.call(RequestCode.PULL_MESSAGE, pull_ext("T", 1)).opaque != 6000
     assert pulls.answered - before >= 2 * 3 * len(variants)
+    assert r.broker.metrics.registry.get_sample_value(reads) == reads_before + len(calls)  # each counted
     left = sum(n for in_memory_only, n in calls if in_memory_only)  # by the loop, for the thread
     on_thread = [n for in_memory_only, n in calls if not in_memory_only]
     if memory is None:

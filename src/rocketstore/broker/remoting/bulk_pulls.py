@@ -178,6 +178,7 @@ class BulkPulls:
         # on the loop what lies in memory (a trip to a thread and back costs more than the
         # read); on the store's thread what may have to come from the disk
         started = time.monotonic()
+        self.ctx.metrics.pull_reads.inc()
         try:
             found = self.ctx.store.get_records(reads, in_memory_only=True)
         except Exception as exc:  # as the server answers a handler that failed
@@ -193,6 +194,7 @@ class BulkPulls:
         """The reads of ``pulls`` that may touch the disk, on the store's thread; then answered."""
         try:
             started = time.monotonic()
+            self.ctx.metrics.pull_reads.inc()
             try:
                 found = await self.ctx.run(self.ctx.store.get_records, reads)
             except Exception as exc:  # (a cancellation goes on to the outer handler)

@@ -198,6 +198,7 @@ class BulkSends:
         except Exception as exc:
             future.set_exception(exc)
         else:
+            self.ctx.metrics.batches.inc()
             waits = self.ctx.durable_waits
             if waits is not None and result.status is PutStatus.PUT_OK and len(result):
                 end = int(result.physical_offsets[-1] + result.sizes[-1])
