@@ -582,9 +582,9 @@ class MessageEncoder:
         if self._store_v6 or any(len(h) == 20 for h in hosts):
             v6 = np.fromiter((len(h) == 20 for h in hosts), dtype=np.bool_, count=len(hosts))
         names = _RecordNames(
-            _joined(tails),
+            np.frombuffer(b"".join(tails), dtype=np.uint8),
             np.fromiter(map(len, tails), dtype=np.int64, count=len(tails)),
-            _joined(hosts),
+            np.frombuffer(b"".join(hosts), dtype=np.uint8),
             np.fromiter(map(len, hosts), dtype=np.int64, count=len(hosts)),
             v6,
         )
@@ -1154,10 +1154,6 @@ class _RecordNames(NamedTuple):
     hosts: npt.NDArray[np.uint8]
     host_lengths: npt.NDArray[np.int64]
     v6: npt.NDArray[np.bool_] | None  # each host an IPv6 one; None when none is, nor the store's
-
-
-def _joined(parts: list[bytes]) -> npt.NDArray[np.uint8]:
-    return np.frombuffer(b"".join(parts), dtype=np.uint8)
 
 
 def _int64_column(name: str, column: object, n: int) -> npt.NDArray[np.int64]:
