@@ -29,6 +29,7 @@ import numpy.typing as npt
 from rocketstore.clock import Clock
 from rocketstore.codec.commitlog_record import (
     END_FILE_MIN_BLANK_LENGTH,
+    MAX_PROPERTIES_BYTES,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_CONTENT,
     SYSFLAG_STOREHOST_V6,
@@ -90,7 +91,6 @@ __all__ = [
 ]
 
 _USER_SYSFLAG_BITS: Final = SYSFLAG_CONTENT | SYSFLAG_TX_MASK
-_MAX_PROPERTIES_BYTES: Final = 32767
 _ILLEGAL = PutStatus.MESSAGE_ILLEGAL
 # Below this many messages the columnar path's numpy overhead costs more than it saves.
 MIN_COLUMNAR_BATCH: Final = 16
@@ -423,8 +423,8 @@ class MessageEncoder:
         present = tag_ids if None not in tags else np.where(tag_ids == tags.index(None), -1, tag_ids)
         props, props_lens = encode_plain_properties(keys, tag_column, present, uniqs)
         _first_bad(
-            props_lens > _MAX_PROPERTIES_BYTES,
-            lambda i: f"properties take {props_lens[i]} bytes, more than {_MAX_PROPERTIES_BYTES}",
+            props_lens > MAX_PROPERTIES_BYTES,
+            lambda i: f"properties take {props_lens[i]} bytes, more than {MAX_PROPERTIES_BYTES}",
             PutStatus.PROPERTIES_SIZE_EXCEEDED,
         )
         blob, starts, lengths = encode_batch(
@@ -654,7 +654,7 @@ class MessageEncoder:
         elif problem == _PROPERTIES_TOO_BIG:
             status = PutStatus.PROPERTIES_SIZE_EXCEEDED
             why = f"message {message} of the batch: properties take {where} bytes, more than "
-            why += str(_MAX_PROPERTIES_BYTES)
+            why += str(MAX_PROPERTIES_BYTES)
         elif problem == _RECORD_TOO_BIG:
             status = PutStatus.MESSAGE_SIZE_EXCEEDED
             why = (
@@ -1109,10 +1109,10 @@ def _properties_bytes(properties: str, headroom: int = 0) -> bytes:
         encoded = properties.encode()
     except UnicodeEncodeError as exc:
         raise InvalidMessageError(f"properties are not valid text: {exc}", _ILLEGAL) from None
-    if len(encoded) + headroom > _MAX_PROPERTIES_BYTES:
+    if len(encoded) + headroom > MAX_PROPERTIES_BYTES:
         room = f" and a timer's delivery adds up to {headroom}" if headroom else ""
         raise InvalidMessageError(
-            f"properties take {len(encoded)} bytes{room}, more than {_MAX_PROPERTIES_BYTES}",
+            f"properties take {len(encoded)} bytes{room}, more than {MAX_PROPERTIES_BYTES}",
             PutStatus.PROPERTIES_SIZE_EXCEEDED,
         )
     return encoded
@@ -1341,7 +1341,7 @@ def _encode_batches(
                     problem, where = _BODY_TOO_BIG, blen
                 elif refused >= 0:
                     problem, where = _NAMED, refused
-                elif stored > _MAX_PROPERTIES_BYTES:
+                elif stored > MAX_PROPERTIES_BYTES:
                     problem, where = _PROPERTIES_TOO_BIG, stored
                 elif length > max_record:
                     problem, where = _RECORD_TOO_BIG, length

@@ -55,6 +55,7 @@ from rocketstore.jit import kernel
 __all__ = [
     "BLANK_MAGIC",
     "END_FILE_MIN_BLANK_LENGTH",
+    "MAX_PROPERTIES_BYTES",
     "MESSAGE_MAGIC_V1",
     "MESSAGE_MAGIC_V2",
     "MIN_RECORD_SIZE",
@@ -90,6 +91,9 @@ MESSAGE_MAGIC_V1: Final = -626843481  # 0xDAA320A7
 MESSAGE_MAGIC_V2: Final = -626843477  # 0xDAA320AB
 BLANK_MAGIC: Final = -875286124  # 0xCBD43194
 END_FILE_MIN_BLANK_LENGTH: Final = 8
+# PROPERTIESLENGTH is a Java short: the longest properties string a record (or a producer's
+# batch entry) holds
+MAX_PROPERTIES_BYTES: Final = 0x7FFF
 
 SYSFLAG_COMPRESSED: Final = 0x1
 SYSFLAG_MULTI_TAGS: Final = 0x2

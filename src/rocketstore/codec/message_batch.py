@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec.big_endian import read_i32
+from rocketstore.codec.commitlog_record import MAX_PROPERTIES_BYTES
 from rocketstore.errors import CorruptDataError
 from rocketstore.jit import kernel
 
@@ -39,7 +40,6 @@ __all__ = [
 
 _HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLENGTH
 _PROPS_LEN = struct.Struct(">h")
-_MAX_PROPS_LEN: Final = 0x7FFF
 _MIN_ENTRY: Final = _HEAD.size + 2
 
 
@@ -191,8 +191,10 @@ def encode_batch_body(entries: Sequence[BatchEntry]) -> bytes:
     out = bytearray()
     for i, e in enumerate(entries):
         props = e.properties.encode()
-        if len(props) > _MAX_PROPS_LEN:
-            raise ValueError(f"message {i}: properties of {len(props)} bytes, more than {_MAX_PROPS_LEN}")
+        if len(props) > MAX_PROPERTIES_BYTES:
+            raise ValueError(
+                f"message {i}: properties of {len(props)} bytes, more than {MAX_PROPERTIES_BYTES}"
+            )
         total = _HEAD.size + len(e.body) + 2 + len(props)
         out += _HEAD.pack(total, 0, 0, e.flag, len(e.body))
         out += e.body
