@@ -409,15 +409,12 @@ class PopLog:
                 raise self._error() from exc
             self._synced = written
 
-    def due_for_compaction(self, min_bytes: int) -> bool:
-        """The log passed ``min_bytes`` and doubled since it was last compacted (or opened)."""
-        size = self._size
-        return size > min_bytes and size > 2 * self._compacted_size
-
     def compact_when_due(self, min_bytes: int) -> None:
-        """Compact when ``due_for_compaction``."""
+        """Compact once the log passed ``min_bytes`` and doubled since it was last compacted (or
+        opened)."""
         with self._compact_lock:
-            if self.due_for_compaction(min_bytes):
+            size = self._size
+            if size > min_bytes and size > 2 * self._compacted_size:
                 self._compact()
 
     def _compact(self) -> None:
