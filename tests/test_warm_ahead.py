@@ -130,8 +130,19 @@ def test_an_async_flush_store_keeps_pages_warm_ahead_of_its_puts(tmp_path: Path)
         assert sorted(_read_back(store, len(bodies))) == sorted(bodies)
 
 
-def test_a_sync_flush_store_warms_nothing_ahead(tmp_path: Path) -> None:
-    config = StoreConfig(commitlog_segment_size=64 << 20, flush_disk_type="SYNC_FLUSH")
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"flush_disk_type": "SYNC_FLUSH"},
+        {"flush_commit_log_timed": False},
+        {"transient_store_pool_enable": True},
+    ],
+    ids=["sync-flush", "flusher-woken-by-puts", "transient-pool"],
+)
+def test_a_store_that_flushes_as_puts_come_or_writes_to_a_pool_warms_nothing_ahead(
+    tmp_path: Path, settings: dict[str, object]
+) -> None:
+    config = StoreConfig(commitlog_segment_size=64 << 20, **settings)  # type: ignore[arg-type]
     with MessageStore.open(tmp_path / "store", config) as store:
         assert _warm_threads() == []
         _put_kib_batches(store, 256)

@@ -343,10 +343,10 @@ class MessageStore:
             commit_flusher = flusher = CommitLogFlushService(
                 self._commitlog, self._checkpoint, self.config, self._clock, on_failure=self._service_failed
             )
-        # (with a transient pool, puts write to its buffers; SYNC_FLUSH: see warm_ahead)
+        # (with a transient pool, puts write to its buffers; flushes at puts: see warm_ahead)
         warmer = (
             WarmAheadService(self._commitlog.files, on_failure=self._service_failed)
-            if (flusher is not None and self._pool is None)
+            if flusher is not None and self.config.flush_commit_log_timed and self._pool is None
             else None
         )
         if self._pool is not None:

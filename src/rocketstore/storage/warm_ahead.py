@@ -8,10 +8,11 @@ them in (``MappedFile.populate``: MADV_POPULATE_WRITE, nothing in the file chang
 thread, without the GIL, ``AHEAD`` bytes ahead of the writer, so the putting thread (a broker's
 event loop) only copies.
 
-Under ASYNC_FLUSH only: a flush writes back every dirty page of the file, the warmed zeros
-ahead of the writer too, which then fault again when written. The flusher there runs every
-``flush_interval`` (500 ms), so that is a few MiB a flush; a SYNC_FLUSH store flushes at every
-put and would fault nearly every page twice, for twice the writes to the disk.
+Under ASYNC_FLUSH with timed flushes only (``flush_commit_log_timed``, the default): a flush
+writes back every dirty page of the file, the warmed zeros ahead of the writer too, which then
+fault again when written. The flusher there runs every ``flush_interval`` (500 ms), so that is
+a few MiB a flush; a store that flushes as puts come (SYNC_FLUSH, or a flusher woken by the
+puts) would fault nearly every page twice, for twice the writes to the disk.
 
 Where the OS cannot (Linux before 5.14, another OS), the first round says so in the log and
 the writes stay pwrites, as without the service.
