@@ -40,7 +40,6 @@ from rocketstore.prepare import (
 )
 from rocketstore.results import PutBatchResult, PutColumnsResult, PutMessageResult, PutStatus
 from rocketstore.stats import StoreStats
-from rocketstore.storage.warm_ahead import WarmAheadService
 from rocketstore.topics import PROPERTY_SHARDING_KEY, TopicTable
 
 __all__ = ["MessageWriter", "StoreState", "lock_held_ms"]
@@ -92,7 +91,6 @@ class MessageWriter:
         group_commit: GroupCommitService | None,
         flusher: CommitLogFlushService | None,
         committer: CommitService | None,
-        warmer: WarmAheadService | None,
         dispatcher: DispatchService,
         is_slave: bool,
         sync_master: bool,
@@ -108,7 +106,6 @@ class MessageWriter:
         self._group_commit = group_commit
         self._flusher = flusher
         self._committer = committer
-        self._warmer = warmer
         # after every append, on the putting thread: readers (followers in other processes too)
         # see a put once it returns, and no thread is woken per put (for the broker's event loop
         # that wake-up and the GIL handed to the dispatcher and back cost more than the pass)
@@ -122,11 +119,7 @@ class MessageWriter:
         self._commit_least_pages = config.commit_least_pages
         # whether a put has a flush to wait for or a service to wake (see _make_durable)
         self._durability_work = (
-            group_commit is not None
-            or committer is not None
-            or warmer is not None
-            or self._wake_flusher
-            or sync_master
+            group_commit is not None or committer is not None or self._wake_flusher or sync_master
         )
         # whether a put waits (for its flush or a slave) before it returns: a put told not to
         # leaves that to its caller (wait_durable)
@@ -530,12 +523,9 @@ class MessageWriter:
     def _flush_step(self, end: int) -> PutStatus:
         """SYNC_FLUSH: wait for the group commit to reach ``end``; FLUSH_DISK_TIMEOUT if it
         does not in time. ASYNC_FLUSH: wake the committer (transient pool) or, unless flushes
-        are timed, the flusher, once enough pages wait; and the warmer, once the pages it
-        faulted in ahead of the writer run low."""
+        are timed, the flusher, once enough pages wait."""
         group = self._group_commit
         if group is None:
-            if self._warmer is not None:
-                self._warmer.nudge()
             last = self._commitlog.files.last
             if last is None:
                 return _PUT_OK

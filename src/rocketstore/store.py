@@ -64,7 +64,6 @@ from rocketstore.storage.allocate import AllocateService
 from rocketstore.storage.map_cache import MapCache
 from rocketstore.storage.paths import StoreLayout, open_store_file, store_file_exists
 from rocketstore.storage.transient_pool import TransientStorePool
-from rocketstore.storage.warm_ahead import WarmAheadService
 from rocketstore.store_lock import StoreLock
 from rocketstore.timer.service import TimerFlushService, TimerService
 from rocketstore.topics import TopicConfig, TopicTable
@@ -343,12 +342,6 @@ class MessageStore:
             commit_flusher = flusher = CommitLogFlushService(
                 self._commitlog, self._checkpoint, self.config, self._clock, on_failure=self._service_failed
             )
-        # (with a transient pool, puts write to its buffers; flushes at puts: see warm_ahead)
-        warmer = (
-            WarmAheadService(self._commitlog.files, on_failure=self._service_failed)
-            if flusher is not None and self.config.flush_commit_log_timed and self._pool is None
-            else None
-        )
         if self._pool is not None:
             self._committer = CommitService(
                 self._commitlog,
@@ -370,7 +363,6 @@ class MessageStore:
             group_commit=group_commit,
             flusher=flusher,
             committer=self._committer,
-            warmer=warmer,
             dispatcher=dispatcher,
             is_slave=self._is_slave,
             sync_master=self.config.broker_role is BrokerRole.SYNC_MASTER,
@@ -387,7 +379,6 @@ class MessageStore:
             self._cleaner,
             self._stats,
             self._allocator,
-            *([warmer] if warmer is not None else []),
             *([self._committer] if self._committer is not None else []),
             dispatcher,
             commit_flusher,

@@ -38,9 +38,6 @@ _libc = ctypes.CDLL(_libc_name, use_errno=True) if _libc_name else None
 _MMAP_OPTIONS: dict[str, Any] = {"trackfd": False} if sys.version_info >= (3, 13) else {}
 _MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)  # (no madvise: Windows)
 _MADV_NORMAL: int = getattr(mmap, "MADV_NORMAL", 0)
-# Linux 5.14+: fault pages in writable without touching them (EINVAL before; ctypes, as
-# mmap.madvise holds the GIL for the whole call)
-_MADV_POPULATE_WRITE = 23
 
 
 def _reserve(fd: int, size: int) -> None:
@@ -104,7 +101,6 @@ class MappedFile:
         self.referenced = False  # read since the cache last looked (see MapCache)
         self._map_lock = threading.Lock()
         self._readahead_end: int | None = None  # see limit_readahead
-        self.populated_end = 0  # the mapping's pages below are faulted in, writable (see populate)
         fd: int | None = None
         if create:
             tmp = path.with_name(path.name + ".creating")
@@ -272,36 +268,7 @@ class MappedFile:
                 if self.available:
                     self.buf = memoryview(mm)
                 return False
-            self.populated_end = 0
             return True
-
-    def populate(self, start: int, end: int) -> int:
-        """Fault the mapping's pages from ``start`` to ``end`` (to whole pages) in, writable,
-        without the GIL and without changing a byte of the file; ``populated_end`` becomes
-        ``end`` when ``start`` is at or below it or the write position (writes go forward from
-        there). A write of a page or more there is then a copy into memory (see ``write_at``).
-        Returns 0, or the errno: EINVAL where the OS cannot (Linux before 5.14), ENOMEM for a
-        parked file, EFAULT past a file cut short."""
-        with self._map_lock:  # not unmapped under the call
-            mm: mmap.mmap | None = self.__dict__.get("mm")
-            if mm is None or self.readonly or not self.available:
-                return errno.ENOMEM
-            if _libc is None:
-                return errno.EINVAL
-            start = start // OS_PAGE_SIZE * OS_PAGE_SIZE
-            end = min(-(-end // OS_PAGE_SIZE) * OS_PAGE_SIZE, self.size)
-            if end <= start:
-                return 0
-            anchor = ctypes.c_char.from_buffer(mm)
-            address = ctypes.addressof(anchor)
-            del anchor
-            if _libc.madvise(
-                ctypes.c_void_p(address + start), ctypes.c_size_t(end - start), _MADV_POPULATE_WRITE
-            ):
-                return ctypes.get_errno()
-            if start <= max(self.populated_end, self.wrote_position):
-                self.populated_end = max(self.populated_end, end)
-            return 0
 
     def __repr__(self) -> str:
         return f"MappedFile({self.path.name}, wrote={self.wrote_position}, flushed={self.flushed_position})"
@@ -321,16 +288,14 @@ class MappedFile:
         With ``keep_fd``, a write of a page or more goes through pwrite, as RocketMQ's
         FileChannel.write does: copying into pages of the mapping that were never touched
         costs a page fault each (measured 4x the time of pwrite, which lets the GIL go too).
-        The mapping reads the same page cache, and ``sync`` covers both. Below
-        ``populated_end`` (pages faulted in ahead by ``populate``) it is a copy into memory:
-        a quarter of pwrite's time, measured at a broker round's 330 KiB."""
+        The mapping reads the same page cache, and ``sync`` covers both."""
         if self.write_buffer is None:
             self._to_file(pos, data)
         else:
             self.write_buffer[pos : pos + len(data)] = data
 
     def _to_file(self, pos: int, data: bytes | bytearray | memoryview) -> None:
-        if self.keep_fd and len(data) >= OS_PAGE_SIZE and pos + len(data) > self.populated_end:
+        if self.keep_fd and len(data) >= OS_PAGE_SIZE:
             self._pwrite(pos, data)  # a file cut short under the store grows back: no SIGBUS
         else:
             self.check_intact(pos + len(data))
