@@ -63,6 +63,77 @@ def test_a_put_while_a_round_runs_leaves_its_messages_to_the_dispatchers_thread(
         assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"later"]
 
 
+def test_puts_in_a_deferred_block_are_dispatched_at_its_end(tmp_path: Path) -> None:
+    """Inside ``dispatch_deferred`` a put returns what it always returns (its queue offsets
+    given) with its record in the log, and the dispatch pass (queue entries, index keys, the
+    position long polls and followers wait on) runs once, at the outermost block's end."""
+    with MessageStore.open(tmp_path / "s", GEOMETRY) as store:
+        events = store.dispatch_events
+        before = events.position()
+        with store.dispatch_deferred():
+            first = store.put_message(Message("T", b"m0", queue_id=0, keys=["k0"]))
+            with store.dispatch_deferred():
+                rest = store.put_messages([Message("T", b"m1", queue_id=0, keys=["k1"])] * 2)
+                assert store.put_batch("T", [b"b"] * 3, queue_ids=1).ok
+            assert first.ok and [r.queue_offset for r in [first, *rest]] == [0, 1, 2]
+            assert store.max_phy_offset() > rest[-1].physical_offset + rest[-1].wrote_bytes  # logged
+            assert events.position() == before  # not dispatched yet
+        assert events.position() == store.max_phy_offset()
+        assert [store.max_offset_in_queue("T", q) for q in (0, 1)] == [3, 3]
+        assert [m.body for m in store.query_message("T", "k0")] == [b"m0"]
+        assert store.put_message(Message("T", b"m3", queue_id=0)).ok  # outside: at once again
+        assert events.position() == store.max_phy_offset()
+    with MessageStore.open(tmp_path / "s", GEOMETRY, readonly=True) as reader, reader.dispatch_deferred():
+        assert reader.max_offset_in_queue("T", 0) == 4
+
+
+def test_a_reader_sees_every_put_that_returned_inside_a_deferred_block(tmp_path: Path) -> None:
+    """A reader of the process (here another thread, while the block is still open) dispatches
+    what the block put before it looks: every read sees a put once it returned."""
+    with MessageStore.open(tmp_path / "s", GEOMETRY) as store:
+        before = store.dispatch_events.position()
+        reads: list[object] = []
+        readers = [
+            lambda: store.max_offset_in_queue("T", 0),
+            lambda: [m.body for m in store.get_message("g", "T", 0, 0).messages],
+            lambda: [m.body for m in store.query_message("T", "kept")],
+            lambda: store.wait_for_message("T", 0, 0, 0.0),
+            lambda: list(store.topics()),
+        ]
+        for read in readers:
+            with store.dispatch_deferred():
+                store.put_message(Message("T", b"kept", queue_id=0, keys=["kept"]))
+                assert store.dispatch_events.position() == before
+                reader = threading.Thread(target=lambda read=read: reads.append(read()))
+                reader.start()
+                reader.join(WAIT)
+                before = store.dispatch_events.position()
+        assert reads == [1, [b"kept", b"kept"], [b"kept"] * 3, True, ["T"]]
+
+
+def test_a_deferred_block_that_raises_still_dispatches_what_it_stored(tmp_path: Path) -> None:
+    with MessageStore.open(tmp_path / "s", GEOMETRY) as store:
+        with pytest.raises(RuntimeError, match="after the put"), store.dispatch_deferred():
+            assert store.put_message(Message("T", b"kept", queue_id=0)).ok
+            raise RuntimeError("after the put")
+        assert store.dispatch_events.position() == store.max_phy_offset()
+        assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"kept"]
+
+
+def test_another_threads_put_dispatches_a_deferred_blocks_records_with_its_own(tmp_path: Path) -> None:
+    """The deferral is the calling thread's: a put of another thread meanwhile dispatches as
+    ever, in log order, the block's record first."""
+    with MessageStore.open(tmp_path / "s", GEOMETRY) as store, store.dispatch_deferred():
+        before = store.dispatch_events.position()
+        assert store.put_message(Message("T", b"deferred", queue_id=0)).ok
+        assert store.dispatch_events.position() == before
+        other = threading.Thread(target=lambda: store.put_message(Message("T", b"other", queue_id=0)))
+        other.start()
+        other.join(WAIT)
+        assert store.dispatch_events.position() == store.max_phy_offset()
+        assert [m.body for m in store.get_message("g", "T", 0, 0).messages] == [b"deferred", b"other"]
+
+
 def test_a_transient_pool_commit_wakes_the_dispatcher(tmp_path: Path) -> None:
     # the put's own wake-up finds nothing readable (too few pages to wake the committer); the
     # committer's timed round, up to 50 ms later, commits it and must wake the dispatcher

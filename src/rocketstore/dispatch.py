@@ -73,11 +73,12 @@ class DispatchService(BackgroundService):
             if self.failure is None:
                 self._round_once()
 
-    def run_here(self) -> None:
+    def run_here(self, *, wait: bool = False) -> None:
         """A round on the calling thread (a put's, so that what it wrote is dispatched before it
-        returns); when a round is running already, the thread runs the next one instead. A
-        failure stops the service as one of the thread's rounds would."""
-        if not self._round.acquire(blocking=False):
+        returns); when a round is running already, the thread runs the next one instead, or
+        with ``wait`` this thread, once that round is over. A failure stops the service as one
+        of the thread's rounds would."""
+        if not self._round.acquire(blocking=wait):
             self.wakeup()
             return
         failed = None

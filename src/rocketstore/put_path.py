@@ -8,7 +8,9 @@ the writer gets its collaborators when the store starts its services and never r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import partial
 from itertools import repeat
 from typing import Final, cast
@@ -108,8 +110,14 @@ class MessageWriter:
         self._committer = committer
         # after every append, on the putting thread: readers (followers in other processes too)
         # see a put once it returns, and no thread is woken per put (for the broker's event loop
-        # that wake-up and the GIL handed to the dispatcher and back cost more than the pass)
-        self._dispatch = dispatcher.run_here
+        # that wake-up and the GIL handed to the dispatcher and back cost more than the pass);
+        # or, inside a thread's dispatch_deferred, once at its end
+        self._dispatch_now = dispatcher.run_here
+        self._deferring = threading.local()
+        # where the commitlog ended after the newest put made in a deferred block: readers of
+        # this process dispatch up to there themselves before they look (MessageStore._settle)
+        self.deferred_end = 0
+        self._deferred_end_lock = threading.Lock()
         self._is_slave = is_slave
         self._sync_master = sync_master
         # set when replication starts (after the services: a SYNC_MASTER put before has no slave)
@@ -126,6 +134,35 @@ class MessageWriter:
         self._waits = group_commit is not None or sync_master
 
     # --- the puts ------------------------------------------------------------------------
+    @contextmanager
+    def dispatch_deferred(self) -> Iterator[None]:
+        """``MessageStore.dispatch_deferred``."""
+        deferring = self._deferring
+        if getattr(deferring, "depth", 0):  # (nested: the outermost block dispatches)
+            deferring.depth += 1
+            try:
+                yield
+            finally:
+                deferring.depth -= 1
+            return
+        deferring.depth, deferring.owed = 1, False
+        try:
+            yield
+        finally:
+            deferring.depth = 0
+            if deferring.owed:
+                self._dispatch_now()
+
+    def _dispatch(self) -> None:
+        deferring = self._deferring
+        if getattr(deferring, "depth", 0):
+            deferring.owed = True
+            end = self._commitlog.max_offset
+            with self._deferred_end_lock:  # (deferring threads' ends never move it back)
+                self.deferred_end = max(self.deferred_end, end)
+        else:
+            self._dispatch_now()
+
     def put_message(self, msg: Message) -> PutMessageResult:
         """``MessageStore.put_message`` on an open, writable store."""
         topic = getattr(msg, "topic", None)

@@ -6,6 +6,7 @@ import logging
 import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, SupportsIndex
 
@@ -588,6 +589,28 @@ class MessageStore:
         assert self._writer is not None  # every store open for writing has one
         return self._writer.put_encoded_columns(columns, wait=wait)
 
+    def dispatch_deferred(self) -> AbstractContextManager[None]:
+        """A block whose puts (on this thread) reach the consume queues and the index at its
+        end, in one pass, rather than each before it returns: ``with store.dispatch_deferred():``.
+        What the puts return is unchanged, and their records are in the commitlog before they
+        return (safe from a crash of the process; the next open recovers them into the queues
+        and the index). Long polls and followers in other processes see them at the block's end;
+        a reader of this process that looks sooner (``get_message``, ``max_offset_in_queue``,
+        a query) dispatches them itself first, so every put that returned is seen. A broker
+        answers a round of sends inside the block, before its dispatch pass, as RocketMQ's
+        broker answers before its ReputMessageService dispatches. Blocks nest (the outermost
+        dispatches). A store that takes no puts defers nothing."""
+        writer = self._writer
+        return nullcontext() if writer is None else writer.dispatch_deferred()
+
+    def _settle(self) -> None:
+        """Before a read: what a deferred block put and has not dispatched yet is dispatched
+        on this thread (once a round in progress is over), so the read sees every put that
+        returned."""
+        writer, dispatcher = self._writer, self._dispatcher
+        if writer is not None and dispatcher is not None and dispatcher.dispatched_to < writer.deferred_end:
+            dispatcher.run_here(wait=True)
+
     def wait_durable(self, end: int) -> PutStatus:
         """Wait until the commitlog is durable up to byte ``end`` (the end of a put made with
         ``wait=False``) as the store's puts wait: flushed by the group commit (SYNC_FLUSH) and
@@ -678,10 +701,9 @@ class MessageStore:
             )
         if dispatcher is None:
             return self.max_offset_in_queue(topic, queue_id) > offset
+        self._settle()  # (not in the wait: a round notifies under the lock the wait holds)
         with dispatcher.changed:
-            return dispatcher.changed.wait_for(
-                lambda: self.max_offset_in_queue(topic, queue_id) > offset, timeout
-            )
+            return dispatcher.changed.wait_for(lambda: self._max_offset(topic, queue_id) > offset, timeout)
 
     @property
     def dispatch_events(self) -> DispatchEvents:
@@ -718,6 +740,7 @@ class MessageStore:
         pull copies onto the network; an in-process reader copies nothing): ``max_msgs`` only.
         """
         self._check_open()
+        self._settle()
         del group  # accepted for RocketMQ's signature; consumer offsets are kept elsewhere
         return self._reader.get_message(
             _str_arg("topic", topic),
@@ -738,6 +761,7 @@ class MessageStore:
         in memory (40 % of physical memory, its accessMessageInMemoryMaxRatio) is not done: its
         status is None, for the caller to do on a thread of its own."""
         self._check_open()
+        self._settle()
         checked = [
             RecordRead(
                 _str_arg("topic", r.topic),
@@ -760,6 +784,7 @@ class MessageStore:
         ``next_offset`` steps over it); an offset below the queue's min starts at the min; at the
         end of the queue the batch is empty and ``next_offset`` stays."""
         self._check_open()
+        self._settle()
         topic, queue_id = _str_arg("topic", topic), _int_arg("queue_id", queue_id)
         offset, max_count = _int_arg("offset", offset), _int_arg("max_count", max_count)
         return self._reader.read_batch(topic, queue_id, offset, max_count, bodies)
@@ -781,6 +806,7 @@ class MessageStore:
         """Every message of ``topic`` with KEYS ``key`` or UNIQ_KEY ``key`` stored in [begin, end],
         newest first. Index hash matches are checked against the real topic and key."""
         self._check_open()
+        self._settle()
         topic, key, begin = _str_arg("topic", topic), _str_arg("key", key), _int_arg("begin", begin)
         if self._index is None:
             return
@@ -807,6 +833,7 @@ class MessageStore:
     def offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """The first queue offset stored at or after ``timestamp`` (max offset if none)."""
         self._check_open()
+        self._settle()
         timestamp = _int_arg("timestamp", timestamp)
         return self._reader.offset_by_time(
             _str_arg("topic", topic), _int_arg("queue_id", queue_id), timestamp
@@ -814,17 +841,23 @@ class MessageStore:
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         self._check_open()
+        self._settle()
         cq = self._queues.get(_str_arg("topic", topic), _int_arg("queue_id", queue_id))
         return cq.min_offset if cq is not None else 0
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         self._check_open()
-        cq = self._queues.get(_str_arg("topic", topic), _int_arg("queue_id", queue_id))
+        self._settle()
+        return self._max_offset(_str_arg("topic", topic), _int_arg("queue_id", queue_id))
+
+    def _max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queues.get(topic, queue_id)
         return cq.max_offset if cq is not None else 0
 
     def earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
         """Store time of the oldest message of a queue, or of the whole log; -1 if none."""
         self._check_open()
+        self._settle()
         return self._reader.earliest_message_time(
             topic if topic is None else _str_arg("topic", topic),
             _int_arg("queue_id", queue_id) if queue_id is not None else 0,
@@ -841,6 +874,7 @@ class MessageStore:
     def topics(self) -> dict[str, list[int]]:
         """Every topic with a consume queue, and its queue ids."""
         self._check_open()
+        self._settle()
         return self._queues.topics()
 
     @property

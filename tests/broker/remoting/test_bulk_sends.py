@@ -9,6 +9,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -164,6 +166,37 @@ def test_one_round_stores_the_sends_of_several_connections(start_remoting: Start
             assert (msg.topic, msg.queue_id) == want
     assert r.store.max_offset_in_queue("Right", 1) == 2
     assert r.store.max_offset_in_queue("Left", 0) + r.store.max_offset_in_queue("Left", 1) == 3
+
+
+def test_a_rounds_answers_leave_before_its_dispatch_pass(
+    start_remoting: StartRemoting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ASYNC_FLUSH a round is answered inside ``dispatch_deferred``: when the pass that
+    writes its queue entries begins, the client can read its answers already (as RocketMQ
+    answers before its ReputMessageService dispatches); a read after the answer finds them."""
+    r = start_remoting()
+    r.store.create_topic("Early", 1)
+    events = r.store.dispatch_events
+    seen: list[tuple[bool, bool]] = []  # at the pass: (answers readable, dispatched already)
+    deferred = r.store.dispatch_deferred
+    with RawClient(r.port) as c:
+
+        @contextmanager
+        def watched() -> Iterator[None]:
+            with deferred():
+                before = events.position()
+                yield
+                readable = select.select([c.sock], [], [], 0)[0]
+                seen.append((bool(readable), events.position() != before))
+
+        monkeypatch.setattr(r.store, "dispatch_deferred", watched)
+        cmds = [send_cmd("Early", f"e{i}".encode(), props_of(i), 40 + i, queue_id=0) for i in range(3)]
+        c.send_raw(b"".join(frame(cmd) for cmd in cmds))
+        got = answers(c, [cmd.opaque for cmd in cmds])
+        assert r.store.max_offset_in_queue("Early", 0) == 3
+    assert all(resp.code == ResponseCode.SUCCESS for resp in got.values())
+    assert seen and all(at_pass == (True, False) for at_pass in seen)
+    assert [m.body for m in r.store.get_message("g", "Early", 0, 0).messages] == [b"e0", b"e1", b"e2"]
 
 
 def test_a_batch_and_oneway_sends_in_bulk(start_remoting: StartRemoting) -> None:

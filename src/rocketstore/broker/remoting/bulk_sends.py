@@ -84,6 +84,7 @@ log = logging.getLogger("rocketstore.broker.remoting")
 _ROUNDS: Final = 2  # rounds waiting to be durable at once (then the next waits for one of them)
 _MAX_ROUND_REQUESTS: Final = 4096  # a round's sends at most (what waits beyond goes next round)
 _NO_TEXT: Final = np.frombuffer(b"", dtype=np.uint8)
+_ANSWERED_BEFORE_DISPATCH: Final = 8  # sends in a round at most, for its answers to go first
 
 
 @dataclass(eq=False, slots=True)
@@ -189,6 +190,18 @@ class BulkSends:
             for offer in kept:
                 self._to_handler(offer, np.ones(len(offer), dtype=np.bool_))
             return
+        # a small round (a lightly loaded loop) is answered before its dispatch pass when the put
+        # waits for nothing: the pass is about a third of its put, and no request of this loop
+        # is read before it is over. A large one's pass runs first: under load, answers sent
+        # sooner only bring the next sends sooner, ahead of the pulls waiting
+        if cols.shape[1] <= _ANSWERED_BEFORE_DISPATCH:
+            with self.ctx.store.dispatch_deferred():
+                self._put(kept, columns, cols)
+        else:
+            self._put(kept, columns, cols)
+
+    def _put(self, kept: list[_Offer], columns: EncodedColumns, cols: npt.NDArray[np.int64]) -> None:
+        """Store the round's sends; answer them now, or once their durability wait is over."""
         self._running += 1
         started = time.monotonic()
         loop = asyncio.get_running_loop()
