@@ -138,19 +138,15 @@ class MessageWriter:
     def dispatch_deferred(self) -> Iterator[None]:
         """``MessageStore.dispatch_deferred``."""
         deferring = self._deferring
-        if getattr(deferring, "depth", 0):  # (nested: the outermost block dispatches)
-            deferring.depth += 1
-            try:
-                yield
-            finally:
-                deferring.depth -= 1
-            return
-        deferring.depth, deferring.owed = 1, False
+        outer = getattr(deferring, "depth", 0)  # (nested: the outermost block dispatches)
+        if not outer:
+            deferring.owed = False
+        deferring.depth = outer + 1
         try:
             yield
         finally:
-            deferring.depth = 0
-            if deferring.owed:
+            deferring.depth = outer
+            if not outer and deferring.owed:
                 self._dispatch_now()
 
     def _dispatch(self) -> None:

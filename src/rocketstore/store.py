@@ -603,6 +603,11 @@ class MessageStore:
         writer = self._writer
         return nullcontext() if writer is None else writer.dispatch_deferred()
 
+    def _check_readable(self) -> None:
+        """Before a read through the queues or the index: open, and settled (``_settle``)."""
+        self._check_open()
+        self._settle()
+
     def _settle(self) -> None:
         """Before a read: what a deferred block put and has not dispatched yet is dispatched
         on this thread (once a round in progress is over), so the read sees every put that
@@ -739,8 +744,7 @@ class MessageStore:
         consume-queue segment. ``transfer_limits=False`` lifts the first two (they bound what a
         pull copies onto the network; an in-process reader copies nothing): ``max_msgs`` only.
         """
-        self._check_open()
-        self._settle()
+        self._check_readable()
         del group  # accepted for RocketMQ's signature; consumer offsets are kept elsewhere
         return self._reader.get_message(
             _str_arg("topic", topic),
@@ -760,8 +764,7 @@ class MessageStore:
         whose first record lies further back from the commitlog's end than RocketMQ takes to be
         in memory (40 % of physical memory, its accessMessageInMemoryMaxRatio) is not done: its
         status is None, for the caller to do on a thread of its own."""
-        self._check_open()
-        self._settle()
+        self._check_readable()
         checked = [
             RecordRead(
                 _str_arg("topic", r.topic),
@@ -783,8 +786,7 @@ class MessageStore:
         before a message whose record is gone (a batch starting on one is empty, and its
         ``next_offset`` steps over it); an offset below the queue's min starts at the min; at the
         end of the queue the batch is empty and ``next_offset`` stays."""
-        self._check_open()
-        self._settle()
+        self._check_readable()
         topic, queue_id = _str_arg("topic", topic), _int_arg("queue_id", queue_id)
         offset, max_count = _int_arg("offset", offset), _int_arg("max_count", max_count)
         return self._reader.read_batch(topic, queue_id, offset, max_count, bodies)
@@ -805,8 +807,7 @@ class MessageStore:
     ) -> Iterator[MessageExt]:
         """Every message of ``topic`` with KEYS ``key`` or UNIQ_KEY ``key`` stored in [begin, end],
         newest first. Index hash matches are checked against the real topic and key."""
-        self._check_open()
-        self._settle()
+        self._check_readable()
         topic, key, begin = _str_arg("topic", topic), _str_arg("key", key), _int_arg("begin", begin)
         if self._index is None:
             return
@@ -832,22 +833,19 @@ class MessageStore:
     # --- queue and log facts ---------------------------------------------------------------
     def offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """The first queue offset stored at or after ``timestamp`` (max offset if none)."""
-        self._check_open()
-        self._settle()
+        self._check_readable()
         timestamp = _int_arg("timestamp", timestamp)
         return self._reader.offset_by_time(
             _str_arg("topic", topic), _int_arg("queue_id", queue_id), timestamp
         )
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        self._check_open()
-        self._settle()
+        self._check_readable()
         cq = self._queues.get(_str_arg("topic", topic), _int_arg("queue_id", queue_id))
         return cq.min_offset if cq is not None else 0
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        self._check_open()
-        self._settle()
+        self._check_readable()
         return self._max_offset(_str_arg("topic", topic), _int_arg("queue_id", queue_id))
 
     def _max_offset(self, topic: str, queue_id: int) -> int:
@@ -856,8 +854,7 @@ class MessageStore:
 
     def earliest_message_time(self, topic: str | None = None, queue_id: int | None = None) -> int:
         """Store time of the oldest message of a queue, or of the whole log; -1 if none."""
-        self._check_open()
-        self._settle()
+        self._check_readable()
         return self._reader.earliest_message_time(
             topic if topic is None else _str_arg("topic", topic),
             _int_arg("queue_id", queue_id) if queue_id is not None else 0,
@@ -873,8 +870,7 @@ class MessageStore:
 
     def topics(self) -> dict[str, list[int]]:
         """Every topic with a consume queue, and its queue ids."""
-        self._check_open()
-        self._settle()
+        self._check_readable()
         return self._queues.topics()
 
     @property
