@@ -597,9 +597,10 @@ class MessageStore:
         and the index). Long polls and followers in other processes see them at the block's end;
         a reader of this process that looks sooner (``get_message``, ``max_offset_in_queue``,
         a query) dispatches them itself first, so every put that returned is seen. A broker
-        answers a round of sends inside the block, before its dispatch pass, as RocketMQ's
-        broker answers before its ReputMessageService dispatches. Blocks nest (the outermost
-        dispatches). A store that takes no puts defers nothing."""
+        answers small rounds of sends inside the block, before their dispatch pass, as RocketMQ's
+        broker answers before its ReputMessageService dispatches, and keeps it open across the
+        rounds of a busy event loop. Blocks nest (the outermost dispatches). A store that takes
+        no puts defers nothing."""
         writer = self._writer
         return nullcontext() if writer is None else writer.dispatch_deferred()
 

@@ -75,6 +75,11 @@ class ArrivalSignal:
             if not self._watchers:
                 self._watched.clear()
 
+    @property
+    def watched(self) -> bool:
+        """Whether some receive is looking for messages or waiting for them (on the loop's thread)."""
+        return self._watchers > 0
+
     def mark(self) -> asyncio.Event:
         """Taken before looking for messages: ``wait(timeout, mark)`` then returns at once when
         some arrived after the look began (else an arrival between the look and the wait is lost)."""

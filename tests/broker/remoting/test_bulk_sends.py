@@ -4,6 +4,7 @@ judgement still gets it; hostile frames on the compiled decoder."""
 
 from __future__ import annotations
 
+import asyncio
 import select
 import socket
 import struct
@@ -11,10 +12,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rocketstore import Message, MessageStore, StoreConfig
+from rocketstore.broker.remoting.bulk_sends import _DEFERRED_TURNS, _DeferredDispatch
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import (
     FLAG_ONEWAY,
@@ -197,6 +201,77 @@ def test_a_rounds_answers_leave_before_its_dispatch_pass(
     assert all(resp.code == ResponseCode.SUCCESS for resp in got.values())
     assert seen and all(at_pass == (True, False) for at_pass in seen)
     assert [m.body for m in r.store.get_message("g", "Early", 0, 0).messages] == [b"e0", b"e1", b"e2"]
+
+
+def test_small_rounds_share_one_dispatch_pass_while_sends_wait(tmp_path: Path) -> None:
+    """The pass of small rounds waits while the loop runs a round a turn or finds sends waiting
+    for one, for at most ``_DEFERRED_TURNS`` turns; it comes at the second check after the last
+    round when none wait, at the next turn while a receive waits for messages. A read of the
+    process in between sees every put (it dispatches first)."""
+    store = MessageStore.open(tmp_path / "store", StoreConfig())  # (ASYNC_FLUSH)
+    sends_wait = receives_wait = False
+    position = store.dispatch_events.position
+
+    def put(body: bytes) -> int:
+        """Where the put's record ends."""
+        result = store.put_message(Message("Deferred", body, queue_id=0))
+        return result.physical_offset + result.wrote_bytes
+
+    async def turns(rounds: int, idle: int) -> list[tuple[int, int]]:
+        """A small round a turn, then turns without: (where the last put ended, the dispatch
+        position) after each turn."""
+        deferred = _DeferredDispatch(store, lambda: sends_wait, lambda: receives_wait)
+        seen = []
+        end = 0
+        for turn in range(rounds + idle):
+            if turn < rounds:
+                deferred.open()
+                end = put(f"m{turn}".encode())
+            await asyncio.sleep(0)  # the loop's next turn, its check run
+            seen.append((end, position()))
+        return seen
+
+    async def read_between() -> tuple[int, int]:
+        deferred = _DeferredDispatch(store, lambda: sends_wait, lambda: receives_wait)
+        deferred.open()
+        put(b"read")
+        try:
+            return position(), store.max_offset_in_queue("Deferred", 0)
+        finally:
+            deferred.close()
+
+    try:
+        start = position()
+        busy = asyncio.run(turns(_DEFERRED_TURNS + 1, 0))
+        assert [at for _, at in busy[: _DEFERRED_TURNS - 1]] == [start] * (_DEFERRED_TURNS - 1)
+        assert busy[_DEFERRED_TURNS - 1] == (busy[_DEFERRED_TURNS - 1][0],) * 2  # the bound: one pass
+        assert busy[-1][1] == busy[-2][1]  # the next round waits for the next pass
+        assert asyncio.run(turns(1, 0))[0][1] == busy[-1][0]  # (its turn ended the loop: closed)
+
+        sends_wait = True
+        waited = asyncio.run(turns(2, 3))  # two rounds, then three turns of sends still to come
+        assert [at for _, at in waited] == [waited[0][1]] * 5 and waited[0][1] < waited[-1][0]
+
+        sends_wait = False
+        idle = asyncio.run(turns(2, 2))
+        end = idle[-1][0]
+        assert [at == end for _, at in idle] == [
+            False,
+            False,
+            True,
+            True,
+        ]  # the 2nd check after the last round
+
+        receives_wait = True  # a parked pull: each round's pass at the next turn
+        parked = asyncio.run(turns(3, 0))
+        assert all(end == at for end, at in parked)
+        receives_wait = False
+
+        before_read, readable = asyncio.run(read_between())
+        assert before_read == parked[-1][0] and readable == _DEFERRED_TURNS + 2 + 2 + 2 + 3 + 1
+        assert position() > before_read
+    finally:
+        store.close()
 
 
 def test_a_batch_and_oneway_sends_in_bulk(start_remoting: StartRemoting) -> None:

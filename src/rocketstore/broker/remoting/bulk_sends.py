@@ -32,6 +32,8 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -75,6 +77,7 @@ from rocketstore.jit import kernel
 from rocketstore.results import PutColumnsResult, PutStatus
 
 if TYPE_CHECKING:
+    from rocketstore import MessageStore
     from rocketstore.broker.remoting.server import Connection
 
 __all__ = ["BulkSends"]
@@ -85,6 +88,7 @@ _ROUNDS: Final = 2  # rounds waiting to be durable at once (then the next waits 
 _MAX_ROUND_REQUESTS: Final = 4096  # a round's sends at most (what waits beyond goes next round)
 _NO_TEXT: Final = np.frombuffer(b"", dtype=np.uint8)
 _ANSWERED_BEFORE_DISPATCH: Final = 8  # sends in a round at most, for its answers to go first
+_DEFERRED_TURNS: Final = 16  # turns of the loop at most that a small round's dispatch pass waits
 
 
 @dataclass(eq=False, slots=True)
@@ -107,6 +111,65 @@ class _Offer:
         return int(self.cols.shape[1])
 
 
+class _DeferredDispatch:
+    """The dispatch pass of small rounds, put off while more sends come: one pass for the rounds
+    of up to ``_DEFERRED_TURNS`` turns of the loop, not one each (a small round's pass is about
+    two fifths of its put, most of it fixed: docs/remoting.md, Performance).
+
+    The first small round opens the store's ``dispatch_deferred`` block. A check at the start of
+    each later turn of the loop closes it, which dispatches, when the turn before ran no round and
+    no sends wait for one. (The check runs before the turn's readers hand over what the turn
+    read: sends show up a turn after they are read, hence the look at the turn before.)
+    Nothing reads the store late for it: a read of this process dispatches what is owed first
+    (a pull, a query). While a receive waits for messages (a parked pull, a gRPC receive:
+    ``ArrivalSignal.watched``) the pass comes at the next turn; what else waits for it (a
+    follower in another process) waits ``_DEFERRED_TURNS`` turns at most. No timer: a loop left
+    idle dispatches at the second turn after its last round.
+
+    On the loop's thread only: the block is that thread's."""
+
+    def __init__(
+        self, store: MessageStore, sends_waiting: Callable[[], bool], receives_waiting: Callable[[], bool]
+    ) -> None:
+        self._store = store
+        self._sends_waiting = sends_waiting
+        self._receives_waiting = receives_waiting
+        self._block: AbstractContextManager[None] | None = None
+        self._turns = 0
+        self._rounds_since_check = False
+        self._check_scheduled = False
+
+    def open(self) -> None:
+        """The next puts of this thread are dispatched by the pass of a later turn."""
+        if self._block is None:
+            block = self._store.dispatch_deferred()
+            block.__enter__()
+            self._block = block
+            self._turns = 0
+        self._rounds_since_check = True
+        if not self._check_scheduled:
+            self._check_scheduled = True
+            asyncio.get_running_loop().call_soon(self._check)
+
+    def _check(self) -> None:
+        self._check_scheduled = False
+        if self._block is None:
+            return
+        self._turns += 1
+        busy, self._rounds_since_check = self._rounds_since_check or self._sends_waiting(), False
+        if busy and self._turns < _DEFERRED_TURNS and not self._receives_waiting():
+            self._check_scheduled = True
+            asyncio.get_running_loop().call_soon(self._check)
+            return
+        self.close()
+
+    def close(self) -> None:
+        """The pass, now, for what was put since ``open``."""
+        block, self._block = self._block, None
+        if block is not None:
+            block.__exit__(None, None, None)
+
+
 class BulkSends:
     """The broker's sends in bulk (see the module docstring)."""
 
@@ -118,7 +181,14 @@ class BulkSends:
         self._scheduled = False
         self._running = 0
         self._prefix, self._prefix_bytes = "", _NO_TEXT  # the store's message id prefix, as bytes
+        self._deferred = _DeferredDispatch(
+            ctx.store, lambda: bool(self._waiting), lambda: ctx.arrival.watched
+        )
         self.requests = 0  # sends answered in bulk (tests count them)
+
+    def dispatch_owed(self) -> None:
+        """Dispatch what small rounds put and have not dispatched yet (the server stops)."""
+        self._deferred.close()
 
     @property
     def max_body(self) -> int:
@@ -190,15 +260,14 @@ class BulkSends:
             for offer in kept:
                 self._to_handler(offer, np.ones(len(offer), dtype=np.bool_))
             return
-        # a small round (a lightly loaded loop) is answered before its dispatch pass when the put
-        # waits for nothing: the pass is about a third of its put, and no request of this loop
-        # is read before it is over. A large one's pass runs first: under load, answers sent
-        # sooner only bring the next sends sooner, ahead of the pulls waiting
+        # a small round is answered before its dispatch pass, which waits while more sends do
+        # (_DeferredDispatch). A large one's pass runs first: under load, answers sent sooner
+        # only bring the next sends sooner, ahead of the pulls waiting
         if cols.shape[1] <= _ANSWERED_BEFORE_DISPATCH:
-            with self.ctx.store.dispatch_deferred():
-                self._put(kept, columns, cols)
+            self._deferred.open()
         else:
-            self._put(kept, columns, cols)
+            self._deferred.close()
+        self._put(kept, columns, cols)
 
     def _put(self, kept: list[_Offer], columns: EncodedColumns, cols: npt.NDArray[np.int64]) -> None:
         """Store the round's sends; answer them now, or once their durability wait is over."""

@@ -528,6 +528,8 @@ class RemotingServer:
             self._server.close()
         for conn in list(self.connections):
             conn.close()
+        if self._bulk is not None:
+            self._bulk.dispatch_owed()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
