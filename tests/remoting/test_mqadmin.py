@@ -260,7 +260,9 @@ def test_stats_all(sides: tuple[Side, Side]) -> None:
     24-hour counts show once a sample has passed (and for about a minute, as on RocketMQ)."""
     for side in sides:
         side.java.run("Produce", f"namesrv={side.namesrv}", "topic=AdmS", "count=3")
-        side.java.run("PushConsume", f"namesrv={side.namesrv}", "group=adm_s", "topic=AdmS", "expect=3")
+        side.java.run(
+            "PushConsume", f"namesrv={side.namesrv}", "group=adm_s", "topic=AdmS", "expect=3", "commit=sync"
+        )
     tables = []
     for side in sides:
         shown: list[list[list[str]]] = []
