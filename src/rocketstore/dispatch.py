@@ -32,7 +32,8 @@ class DispatchService(BackgroundService):
     no consume-queue entry.
 
     ``dispatched_to`` is the commitlog offset below which everything is dispatched; waiters
-    on ``changed`` are notified after every round that dispatched something.
+    on ``changed`` are notified after every round that dispatched something, and listeners
+    (``subscribe``) called.
 
     A put runs a round on its own thread (``run_here``) right after its append: what it wrote is
     dispatched before it returns, and the rounds follow the puts (a broker's sends of one turn of
@@ -66,7 +67,19 @@ class DispatchService(BackgroundService):
         self.dispatched_to = reput_offset
         self.last_store_timestamp = 0
         self.changed = threading.Condition()
+        self._listeners: tuple[Callable[[], None], ...] = ()
         self._round = threading.Lock()  # one round at a time: the service's thread's, or a put's
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener()`` where ``changed`` is notified: after each round that dispatched
+        something, on the round's thread (a put's, or the service's) and within the round, so it
+        must not call the store. Returns what unsubscribes it."""
+        self._listeners = (*self._listeners, listener)
+
+        def unsubscribe() -> None:
+            self._listeners = tuple(known for known in self._listeners if known is not listener)
+
+        return unsubscribe
 
     def run_once(self) -> None:
         with self._round:
@@ -166,6 +179,11 @@ class DispatchService(BackgroundService):
             self._on_dispatched(self.dispatched_to)
         with self.changed:
             self.changed.notify_all()
+        for listener in self._listeners:
+            try:
+                listener()
+            except Exception:  # a listener's bug must not stop dispatch
+                log.exception("dispatch listener %r failed", listener)
 
     def _dispatch_batches(self, batches: list[DispatchBatch]) -> None:
         for start in range(0, len(batches), _BATCHES_PER_PASS):

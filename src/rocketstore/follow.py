@@ -196,16 +196,28 @@ class DispatchEvents:
     def wait(self, position: int, timeout: float) -> bool:
         raise NotImplementedError
 
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None] | None:
+        """Have ``listener()`` called on the thread that makes each change, as it makes it (it
+        must not block nor call the store), and return what unsubscribes it; None where this
+        process does not make the changes (a follower's come from its writer: ``wait``)."""
+        return None
+
 
 class WriterEvents(DispatchEvents):
-    """In the writing process: the dispatcher's condition, notified after every pass."""
+    """In the writing process: the dispatcher's condition, notified after every pass, and its
+    listeners."""
 
     def __init__(
-        self, dispatched_to: Callable[[], int], changed: threading.Condition, queue_changes: Callable[[], int]
+        self,
+        dispatched_to: Callable[[], int],
+        changed: threading.Condition,
+        queue_changes: Callable[[], int],
+        subscribe: Callable[[Callable[[], None]], Callable[[], None]],
     ) -> None:
         self._dispatched_to = dispatched_to
         self._changed = changed
         self._queue_changes = queue_changes
+        self._subscribe = subscribe
 
     def position(self) -> int:
         return self._dispatched_to()
@@ -216,6 +228,9 @@ class WriterEvents(DispatchEvents):
     def wait(self, position: int, timeout: float) -> bool:
         with self._changed:
             return self._changed.wait_for(lambda: self._dispatched_to() != position, timeout)
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None] | None:
+        return self._subscribe(listener)
 
 
 class StoreFollower(DispatchEvents):

@@ -307,7 +307,7 @@ class MessageStore:
             table[(cq.topic, cq.queue_id)] = cq.max_offset
         self._dispatcher = dispatcher
         self._writer_events = WriterEvents(
-            lambda: dispatcher.dispatched_to, dispatcher.changed, queue_changes
+            lambda: dispatcher.dispatched_to, dispatcher.changed, queue_changes, dispatcher.subscribe
         )
         # Delivery resumes only now: every queue is complete, so copies delivered before a
         # crash can be recognised (see schedule.py).

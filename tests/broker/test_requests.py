@@ -29,6 +29,7 @@ from rocketstore.broker.group_commit import ColumnCommit, GroupCommit
 from rocketstore.broker.server import STATE_FILE, read_state
 from rocketstore.codec.message_batch import BatchEntry, EncodedBatch, encode_batch_body
 from rocketstore.errors import InvalidMessageError
+from rocketstore.follow import DispatchEvents
 
 from .clients import message, producer
 from .conftest import CLIENT, SMALL, StartBroker
@@ -283,31 +284,85 @@ def test_an_arrival_wakes_a_receive_watching_for_messages(tmp_path: Path) -> Non
 
 
 def test_arrivals_wake_the_loop_only_while_a_receive_watches(tmp_path: Path) -> None:
-    """Dispatch rounds while nothing watches fire no wake-up (the marks stay as they were); the
-    first receive to watch afterwards is woken, and then each arrival wakes it."""
+    """Dispatch passes while nothing watches fire no wake-up (the marks stay as they were); while
+    a receive watches, each pass wakes it: a pass on the loop's own thread within the put, one
+    on another thread through the loop. A writer's store tells the signal itself: no thread of
+    the signal's own runs."""
     with MessageStore.open(tmp_path / "s", SMALL) as store:
 
-        async def main() -> tuple[bool, bool, bool]:
+        async def main() -> tuple[bool, bool, bool, bool, bool]:
             loop = asyncio.get_running_loop()
             signal = ArrivalSignal(store.dispatch_events, loop)
             signal.start()
             try:
+                own_thread = any(t.name == "broker-arrival" for t in threading.enumerate())
                 unwatched = signal.mark()
                 for i in range(20):
                     await loop.run_in_executor(None, store.put_message, Message("T", b"%d" % i))
                     assert store.wait_dispatched(10)
+                store.put_message(Message("T", b"on the loop"))
                 await asyncio.sleep(0.2)  # a wake-up, if any, would have reached the loop by now
+                quiet = signal.mark() is unwatched and not unwatched.is_set()
+                with signal.watching():
+                    mark = signal.mark()
+                    store.put_message(Message("T", b"on the loop, watched"))
+                    within_the_put = mark.is_set()
+                    mark = signal.mark()
+                    await asyncio.sleep(0.2)
+                    no_arrival_no_wake = not mark.is_set()
+                    await loop.run_in_executor(None, store.put_message, Message("T", b"new"))
+                    woken = await signal.wait(60, mark)
+                return own_thread, quiet, within_the_put, no_arrival_no_wake, woken
+            finally:
+                signal.stop()
+
+        assert asyncio.run(main()) == (False, True, True, True, True)
+
+
+class _Unlistened(DispatchEvents):
+    """A writer's events as a follower's are: waited on, not listened to."""
+
+    def __init__(self, events: DispatchEvents) -> None:
+        self._events = events
+
+    def position(self) -> int:
+        return self._events.position()
+
+    def queue_set(self) -> int | None:
+        return self._events.queue_set()
+
+    def wait(self, position: int, timeout: float) -> bool:
+        return self._events.wait(position, timeout)
+
+
+def test_arrivals_a_process_cannot_listen_to_are_waited_for_by_a_thread(tmp_path: Path) -> None:
+    """Events of another process's passes (a follower's) are waited on by the signal's thread,
+    only while a receive watches: the first receive to watch is woken once (what came between
+    its look and the thread's wait), then each arrival wakes it."""
+    with MessageStore.open(tmp_path / "s", SMALL) as store:
+
+        async def main() -> tuple[bool, bool, bool, bool]:
+            loop = asyncio.get_running_loop()
+            signal = ArrivalSignal(_Unlistened(store.dispatch_events), loop)
+            signal.start()
+            try:
+                own_thread = any(t.name == "broker-arrival" for t in threading.enumerate())
+                unwatched = signal.mark()
+                for i in range(5):
+                    await loop.run_in_executor(None, store.put_message, Message("T", b"%d" % i))
+                    assert store.wait_dispatched(10)
+                await asyncio.sleep(0.2)
                 quiet = signal.mark() is unwatched and not unwatched.is_set()
                 with signal.watching():
                     first = await signal.wait(10, unwatched)
                     mark = signal.mark()
                     await loop.run_in_executor(None, store.put_message, Message("T", b"new"))
                     woken = await signal.wait(60, mark)
-                return quiet, first, woken
+                return own_thread, quiet, first, woken
             finally:
                 signal.stop()
 
-        assert asyncio.run(main()) == (True, True, True)
+        assert asyncio.run(main()) == (True, True, True, True)
 
 
 # --- access keys ----------------------------------------------------------------------------------

@@ -1,17 +1,22 @@
-"""Wakes long polls when messages arrive: one thread waits on the store's dispatch signal
-(``MessageStore.dispatch_events``) and wakes the event loop's waiters with
-``call_soon_threadsafe``, so a waiting receive costs no polling (issue item 5). The thread waits
-for dispatch only while some receive is looking for messages (``watching``); otherwise it sleeps
-until one starts. So while producers send and no consumer waits (or consumers find messages at
-once) a dispatch round wakes neither the thread nor the loop: such a wake-up per round cost the
-remoting door's single sends about a tenth of their rate, in the GIL taken from the event loop."""
+"""Wakes long polls when messages arrive, with no polling (issue item 5) and only while some
+receive watches for them (``watching``): while producers send and no consumer waits (or
+consumers find messages at once) a dispatch pass wakes nothing. Such a wake-up per pass cost the
+remoting door's single sends about a tenth of their rate.
+
+In the writing process (``DispatchEvents.subscribe``) each dispatch pass tells the signal on its
+own thread: on the event loop's (the broker puts there) the waiters are woken there and then, and
+from another thread with ``call_soon_threadsafe``. Otherwise (a follower of another process's
+store) a thread waits on the store's dispatch signal (``MessageStore.dispatch_events``) while
+some receive watches, and wakes the loop's waiters. A thread of its own cost the consume phase,
+where a parked pull watches all the time, a wake-up of that thread per pass and the GIL handed to
+it and back (docs/remoting.md)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from rocketstore.follow import DispatchEvents
 
@@ -20,27 +25,49 @@ __all__ = ["ArrivalSignal"]
 
 class ArrivalSignal:
     """``await wait(timeout)`` returns when dispatch made new messages visible, or on timeout.
+    Made on the event loop's thread.
 
-    Thread safety: ``watching``, ``mark`` and ``wait`` on the loop's thread; the watcher thread
-    only reads the count of watchers and calls ``call_soon_threadsafe``.
+    Thread safety: ``watching``, ``mark`` and ``wait`` on the loop's thread; dispatch passes on
+    other threads (and the watcher thread) only read the count of watchers and call
+    ``call_soon_threadsafe``.
     """
 
     def __init__(self, events: DispatchEvents, loop: asyncio.AbstractEventLoop) -> None:
         self._events = events
         self._loop = loop
+        self._loop_thread = threading.get_ident()
         self._event = asyncio.Event()
         self._watchers = 0
-        self._watched = threading.Event()  # set while _watchers > 0
+        self._unsubscribe: Callable[[], None] | None = None
+        # the fallback where passes cannot be listened to: _watched is set while _watchers > 0
+        self._thread: threading.Thread | None = None
+        self._watched = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="broker-arrival", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        self._unsubscribe = self._events.subscribe(self._dispatched)
+        if self._unsubscribe is None:
+            self._thread = threading.Thread(target=self._watch, name="broker-arrival", daemon=True)
+            self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._watched.set()
-        self._thread.join(timeout=5)
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self._thread is not None:
+            self._stop.set()
+            self._watched.set()
+            self._thread.join(timeout=5)
+
+    def _dispatched(self) -> None:
+        """A dispatch pass made messages visible (on the pass's thread, within the pass). A
+        receive that started watching after this count was read looks at what the pass wrote."""
+        if not self._watchers:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._fire()
+        else:
+            self._wake_loop()
 
     def _watch(self) -> None:
         while not self._stop.is_set():
@@ -67,12 +94,13 @@ class ArrivalSignal:
     def watching(self) -> Iterator[None]:
         """Around every look for messages and wait for them: arrivals wake the loop only then."""
         self._watchers += 1
-        self._watched.set()
+        if self._thread is not None:
+            self._watched.set()
         try:
             yield
         finally:
             self._watchers -= 1
-            if not self._watchers:
+            if not self._watchers and self._thread is not None:
                 self._watched.clear()
 
     @property
