@@ -64,10 +64,11 @@ class ArrivalSignal:
         receive that started watching after this count was read looks at what the pass wrote."""
         if not self._watchers:
             return
-        if threading.get_ident() == self._loop_thread:
-            self._fire()
-        else:
+        if threading.get_ident() != self._loop_thread:
             self._wake_loop()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed under a watcher that stayed
+            self._fire()
 
     def _watch(self) -> None:
         while not self._stop.is_set():
