@@ -283,6 +283,23 @@ def test_an_arrival_wakes_a_receive_watching_for_messages(tmp_path: Path) -> Non
         assert asyncio.run(main())
 
 
+def _arrival_thread_runs() -> bool:
+    return any(t.name == "broker-arrival" for t in threading.enumerate())
+
+
+async def _quiet_while_unwatched(signal: ArrivalSignal, store: MessageStore) -> bool:
+    """Puts on another thread, then one on the loop's, while no receive watches: True when they
+    woke nothing (the signal's mark stayed as it was)."""
+    loop = asyncio.get_running_loop()
+    unwatched = signal.mark()
+    for i in range(5):
+        await loop.run_in_executor(None, store.put_message, Message("T", b"%d" % i))
+        assert store.wait_dispatched(10)
+    store.put_message(Message("T", b"on the loop"))
+    await asyncio.sleep(0.2)  # a wake-up, if any, would have reached the loop by now
+    return signal.mark() is unwatched and not unwatched.is_set()
+
+
 def test_arrivals_wake_the_loop_only_while_a_receive_watches(tmp_path: Path) -> None:
     """Dispatch passes while nothing watches fire no wake-up (the marks stay as they were); while
     a receive watches, each pass wakes it: a pass on the loop's own thread within the put, one
@@ -295,14 +312,8 @@ def test_arrivals_wake_the_loop_only_while_a_receive_watches(tmp_path: Path) -> 
             signal = ArrivalSignal(store.dispatch_events, loop)
             signal.start()
             try:
-                own_thread = any(t.name == "broker-arrival" for t in threading.enumerate())
-                unwatched = signal.mark()
-                for i in range(20):
-                    await loop.run_in_executor(None, store.put_message, Message("T", b"%d" % i))
-                    assert store.wait_dispatched(10)
-                store.put_message(Message("T", b"on the loop"))
-                await asyncio.sleep(0.2)  # a wake-up, if any, would have reached the loop by now
-                quiet = signal.mark() is unwatched and not unwatched.is_set()
+                own_thread = _arrival_thread_runs()
+                quiet = await _quiet_while_unwatched(signal, store)
                 with signal.watching():
                     mark = signal.mark()
                     store.put_message(Message("T", b"on the loop, watched"))
@@ -346,15 +357,10 @@ def test_arrivals_a_process_cannot_listen_to_are_waited_for_by_a_thread(tmp_path
             signal = ArrivalSignal(_Unlistened(store.dispatch_events), loop)
             signal.start()
             try:
-                own_thread = any(t.name == "broker-arrival" for t in threading.enumerate())
-                unwatched = signal.mark()
-                for i in range(5):
-                    await loop.run_in_executor(None, store.put_message, Message("T", b"%d" % i))
-                    assert store.wait_dispatched(10)
-                await asyncio.sleep(0.2)
-                quiet = signal.mark() is unwatched and not unwatched.is_set()
+                own_thread = _arrival_thread_runs()
+                quiet = await _quiet_while_unwatched(signal, store)
                 with signal.watching():
-                    first = await signal.wait(10, unwatched)
+                    first = await signal.wait(10, signal.mark())
                     mark = signal.mark()
                     await loop.run_in_executor(None, store.put_message, Message("T", b"new"))
                     woken = await signal.wait(60, mark)
