@@ -114,8 +114,10 @@ class DispatchService(BackgroundService):
             self._dispatch(requests)
         if self._commitlog.replica_backlog:
             self.wakeup()  # a replica's bytes are parsed a step a round: the next step at once
-        if snapshot > self.dispatched_to and (waiting is None or waiting >= snapshot):
+        advanced = snapshot > self.dispatched_to and (waiting is None or waiting >= snapshot)
+        if advanced:
             self.dispatched_to = max(snapshot, self.reput_offset)
+        if advanced or requests:  # once a round: the queues grew even while a put is in flight
             self._notify()
 
     def _catch_up(self) -> None:
@@ -138,6 +140,7 @@ class DispatchService(BackgroundService):
             batch, reached = self._commitlog.catch_up(self.reput_offset, self.catch_up_to, needed)
             if batch is not None:
                 self._dispatch([batch])
+                self._notify()
             if reached <= self.reput_offset:  # a damaged record (logged): nothing more to follow
                 self.catch_up_to = self.reput_offset
                 break
@@ -163,7 +166,6 @@ class DispatchService(BackgroundService):
                 run.append(item)
         self._dispatch_batches(batches)
         self._dispatch_requests(run)
-        self._notify()
 
     def _fail(self, exc: BaseException) -> None:
         super()._fail(exc)
