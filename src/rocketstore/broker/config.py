@@ -10,6 +10,7 @@ that belong to the store (``StoreConfig``) are left to it.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 from rocketstore.broker.request_log import DEFAULT_SLOW_REQUEST_MS
 from rocketstore.config import StoreConfig, parse_settings_text, read_settings_file
 from rocketstore.errors import StoreConfigError
+
+_PORT = re.compile(r"[0-9]{1,5}", re.ASCII)
 
 __all__ = ["BrokerConfig", "load_settings"]
 
@@ -121,7 +124,7 @@ class BrokerConfig:
             if address is None:
                 continue
             host, sep, port = address.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            if not sep or not host or not _PORT.fullmatch(port) or not 0 <= int(port) <= 65535:
                 raise StoreConfigError(f"{name} address {address!r}: expected HOST:PORT")
         if self.namesrv is not None and self.remoting is None:
             raise StoreConfigError(
@@ -129,7 +132,7 @@ class BrokerConfig:
             )
         for address in self.name_servers():
             host, sep, port = address.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            if not sep or not host or not _PORT.fullmatch(port) or not 0 < int(port) <= 65535:
                 raise StoreConfigError(f"namesrvAddr element {address!r}: expected HOST:PORT")
         if self.broker_permission > 7:
             raise StoreConfigError(

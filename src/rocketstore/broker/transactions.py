@@ -23,6 +23,7 @@ the ``_done``/``_pending`` sets are only changed on the event loop (``mark_*``).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -52,6 +53,7 @@ __all__ = [
     "Orphan",
     "TransactionLog",
     "end_transaction",
+    "immunity_ms",
     "put_halves",
     "transaction_id",
 ]
@@ -69,6 +71,8 @@ PROPERTY_CHECK_IMMUNITY: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 # halves this broker stored, remembered by commitlog offset until they end (the oldest forgotten
 # first): an end right after its send comes before the half's queue entry is dispatched
 _MAX_NOTED: Final = 65_536
+# a Java long's decimal text as Long.valueOf takes it (ASCII digits; leading zeros any number)
+_JAVA_LONG_TEXT: Final = re.compile(r"([+-]?)0*([0-9]{1,19})", re.ASCII)
 
 
 def transaction_id(result: PutMessageResult) -> str:
@@ -167,9 +171,9 @@ class TransactionLog:
                     offset = max(offset + 1, res.next_begin_offset)
                     continue
                 for op in res.messages:
-                    text = op.body.decode("ascii", "replace")
-                    if op.tags == OP_TAG and text.isdigit():
-                        self._done.add(int(text))
+                    done = _java_long(op.body.decode("ascii", "replace")) if op.tags == OP_TAG else None
+                    if done is not None:
+                        self._done.add(done)
                 offset = res.next_begin_offset
         committed = store.query_offset(TRANS_GROUP, HALF_TOPIC, 0)
         self._progress = max(committed, store.min_offset_in_queue(HALF_TOPIC, 0))
@@ -339,8 +343,7 @@ class TransactionLog:
                 prefix_resolved = False
                 if qo in self._pending:
                     continue
-                immunity = half.properties.get(PROPERTY_CHECK_IMMUNITY, "")
-                wait = int(immunity) * 1000 if immunity.isdigit() else self._timeout_ms
+                wait = immunity_ms(half.properties.get(PROPERTY_CHECK_IMMUNITY), self._timeout_ms)
                 if now_ms - half.store_timestamp < wait:
                     continue
                 checks = self._checks.get(qo, 0)
@@ -383,6 +386,24 @@ async def end_transaction(
         return failed
     finally:
         txlog.mark_done(half, ok)
+
+
+def immunity_ms(seconds: str | None, timeout_ms: int) -> int:
+    """How long after it is stored a half is left unchecked: its producer's
+    CHECK_IMMUNITY_TIME_IN_SECONDS as RocketMQ's TransactionalMessageServiceImpl reads it, or
+    ``timeout_ms`` when it is absent, -1 or not a Java long (a producer's text must not stop the
+    checks of every half after it)."""
+    value = _java_long(seconds) if seconds is not None else None
+    return timeout_ms if value is None or value == -1 else value * 1000
+
+
+def _java_long(text: str) -> int | None:
+    """``text`` as Java's ``Long.valueOf`` reads it, or None where that throws."""
+    found = _JAVA_LONG_TEXT.fullmatch(text)
+    if found is None:
+        return None
+    value = int(found.group(1) + found.group(2))
+    return value if -(1 << 63) <= value < 1 << 63 else None
 
 
 def store_id(half: MessageExt) -> str:

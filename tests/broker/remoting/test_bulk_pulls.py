@@ -310,8 +310,7 @@ def python_header(ext: dict[str, str]) -> tuple[object, ...] | None:
 
     try:
         sys_flag = number(ext, "sysFlag")
-        raw = ext.get("subVersion") or "0"
-        version = int(raw) if raw.lstrip("-").isdigit() else 0
+        version = optional_number(ext, "subVersion") or 0
         values = (
             ext.get("consumerGroup"),
             ext.get("topic"),
@@ -325,7 +324,7 @@ def python_header(ext: dict[str, str]) -> tuple[object, ...] | None:
             ext.get("subscription") or None,
             ext.get("expressionType") or None,
         )
-    except (RequestRefused, ValueError):
+    except RequestRefused:
         return None
     return None if values[0] is None or values[1] is None else values
 

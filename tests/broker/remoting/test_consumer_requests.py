@@ -5,9 +5,12 @@ NOTIFY_CONSUMER_IDS_CHANGED, committed offsets, queue locks and CONSUMER_SEND_MS
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from typing import Any
+
+import pytest
 
 from rocketstore import Message
 from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
@@ -92,6 +95,30 @@ def test_pull_returns_the_stored_records_filtered_by_tag(start_remoting: StartRe
         # the commit flag stores the group's offset
         c.call(RequestCode.PULL_MESSAGE, pull_ext("T", 3, sys_flag=0x5, commitOffset=2))
         assert r.store.query_offset("g", "T", 0) == 2
+
+
+def test_a_pulls_subversion_is_a_java_long_or_the_pull_is_refused(
+    start_remoting: StartRemoting, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As Java's header decode: a subVersion that is not a long refuses the pull naming it (and
+    is no handler failure to log); absent (in the binary header, also empty), it is 0; '+5' is 5."""
+    r = start_remoting()
+    r.store.create_topic("T", 1)
+    put(r, "T", (b"m0", None))
+    with RawClient(r.port) as c, caplog.at_level(logging.ERROR):
+        for kind in (0, 1):
+            for bad in ("--3", "²", "x", "9" * 20, "1" * 5000, *([""] if kind == 0 else [])):
+                resp = c.call(RequestCode.PULL_MESSAGE, pull_ext("T", 0, subVersion=bad), serialize_type=kind)
+                assert resp.code == ResponseCode.SYSTEM_ERROR, (bad, kind)
+                assert "subVersion" in (resp.remark or ""), (bad, resp.remark)
+            for fine in ("+5", "-0", "007"):
+                resp = c.call(
+                    RequestCode.PULL_MESSAGE, pull_ext("T", 0, subVersion=fine), serialize_type=kind
+                )
+                assert resp.code == ResponseCode.SUCCESS and bodies(resp.body) == [(0, b"m0")], fine
+            absent = {k: v for k, v in pull_ext("T", 0).items() if k != "subVersion"}
+            assert c.call(RequestCode.PULL_MESSAGE, absent, serialize_type=kind).code == ResponseCode.SUCCESS
+    assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
 
 
 def test_a_suspended_pull_is_answered_when_a_message_arrives(start_remoting: StartRemoting) -> None:

@@ -143,6 +143,22 @@ def test_bad_checksum_and_bad_bodies_are_named() -> None:
     )
     with pytest.raises(CorruptDataError, match="is not 'name read write perm filter'"):
         reg.decode_register_body(bad_topic, compressed=True)
+    for entry in ("a ² 1 6 SINGLE_TAG", "a 1 ٣ 6 SINGLE_TAG", f"a {'1' * 5000} 1 6 SINGLE_TAG"):
+        raw = entry.encode()
+        odd = zlib.compress(
+            struct.pack(">i", 2) + b"{}" + struct.pack(">i", 1) + struct.pack(">i", len(raw)) + raw, 9
+        )
+        with pytest.raises(CorruptDataError, match="is not 'name read write perm filter'"):
+            reg.decode_register_body(odd, compressed=True)
+    for servers in (b"[1,", b"\xff[]", b"[" * 100_000, b"[" + b"9" * 5000 + b"]"):
+        raw = b"a 1 1 6 SINGLE_TAG"
+        odd = zlib.compress(
+            struct.pack(">i", 2) + b"{}" + struct.pack(">i", 1) + struct.pack(">i", len(raw)) + raw
+            + struct.pack(">i", len(servers)) + servers,
+            9,
+        )  # fmt: skip
+        with pytest.raises(CorruptDataError, match="filterServerList is not valid JSON"):
+            reg.decode_register_body(odd, compressed=True)
     with pytest.raises(CorruptDataError, match="topicConfigTable must be an object"):
         reg.decode_register_body(b'{"topicConfigSerializeWrapper":{"topicConfigTable":[]}}', compressed=False)
     with pytest.raises(RequestRefused, match="clusterName is null"):

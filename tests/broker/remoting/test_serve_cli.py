@@ -18,6 +18,7 @@ from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.endpoint import bind_listener
 from rocketstore.broker.server import advertised_address
 from rocketstore.codec.message_id import decode_offset_msg_id
+from rocketstore.errors import StoreConfigError
 
 from ..test_serve import ENV, UNLIMITED_DISK, Served
 from .client import RawClient
@@ -92,6 +93,15 @@ def test_option_errors(tmp_path: Path, args: list[str], error: str) -> None:
         timeout=120,
     )
     assert result.returncode == 1 and error in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("port", ["²", "٣", "1" * 5000, "65536", "-1", ""])
+def test_an_address_port_is_ascii_digits_in_range(port: str) -> None:
+    for setting in ("remoting", "listen", "namesrv"):
+        with pytest.raises(StoreConfigError, match=rf"{setting} address .*: expected HOST:PORT"):
+            BrokerConfig(**{setting: f"127.0.0.1:{port}"})
+    with pytest.raises(StoreConfigError, match=r"namesrvAddr element .*: expected HOST:PORT"):
+        BrokerConfig(namesrv_addr=f"127.0.0.1:{port}")
 
 
 def test_advertised_address() -> None:

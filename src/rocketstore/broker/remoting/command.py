@@ -465,7 +465,7 @@ def _json_string(
                     h = _hex(u8[p + 2 + k])
                     if h < 0:
                         return -1, o
-                    v = v * 16 + h
+                    v = v * 16 + int(h)
                 if v >= 0x80:
                     return -1, o
                 out[o] = v
@@ -537,20 +537,63 @@ def _json_scalar_end(u8: npt.NDArray[np.uint8], p: int, end: int) -> int:
     return q if q > p else -1
 
 
+_LITERALS = np.frombuffer(b"truefalsenull", dtype=np.uint8).copy()
+_LITERAL_AT = np.array([0, 4, 9, 13], dtype=np.int64)
+
+
+@kernel(cache=True, nogil=True)
+def _json_scalar_ok(u8: npt.NDArray[np.uint8], p: int, q: int) -> bool:
+    """Whether u8[p:q] is true, false, null or a JSON number (as ``json.loads`` reads them)."""
+    for j in range(3):
+        a = _LITERAL_AT[j]
+        if q - p == _LITERAL_AT[j + 1] - a:
+            same = True
+            for k in range(q - p):
+                if u8[p + k] != _LITERALS[a + k]:
+                    same = False
+            if same:
+                return True
+    if p < q and u8[p] == 45:
+        p += 1
+    digits = p
+    while p < q and 48 <= u8[p] <= 57:
+        p += 1
+    if p == digits or (u8[digits] == 48 and p - digits > 1):
+        return False
+    if p < q and u8[p] == 46:
+        p += 1
+        digits = p
+        while p < q and 48 <= u8[p] <= 57:
+            p += 1
+        if p == digits:
+            return False
+    if p < q and (u8[p] == 101 or u8[p] == 69):
+        p += 1
+        if p < q and (u8[p] == 43 or u8[p] == 45):
+            p += 1
+        digits = p
+        while p < q and 48 <= u8[p] <= 57:
+            p += 1
+        if p == digits:
+            return False
+    return p == q
+
+
 @kernel(cache=True, nogil=True, inline="always")
 def _json_integer(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[bool, int]:
-    """A JSON integer of at most 18 digits at u8[p:end] (the whole span)."""
+    """A JSON integer of at most 18 digits at u8[p:end] (the whole span; no leading zero, which
+    ``json.loads`` refuses: the frame is then ``decode_command``'s, which refuses it too)."""
     neg = p < end and u8[p] == 45
     if neg:
         p += 1
-    if p >= end or end - p > 18:
+    if p >= end or end - p > 18 or (u8[p] == 48 and end - p > 1):
         return False, 0
     v = 0
     for k in range(p, end):
         c = u8[k]
         if c < 48 or c > 57:
             return False, 0
-        v = v * 10 + (c - 48)
+        v = v * 10 + (int(c) - 48)
     return True, -v if neg else v
 
 
@@ -572,7 +615,7 @@ def _text_int(t: npt.NDArray[np.uint8], p: int, n: int, low: int, high: int) -> 
             return False, 0
         if v > 922337203685477580:  # the next digit would pass an int64
             return False, 0
-        v = v * 10 + (c - 48)
+        v = v * 10 + (int(c) - 48)
     if neg:
         v = -v
     return low <= v <= high, v
@@ -661,7 +704,7 @@ def _json_header(
                     return -1
             else:
                 q = _json_scalar_end(u8, p, end)
-                if q < 0:
+                if q < 0 or not _json_scalar_ok(u8, p, q):
                     return -1
                 if which >= 0:
                     ok, v = _json_integer(u8, p, q)
@@ -902,7 +945,6 @@ def scan_frames(
         p_at = f_at[_F_PROPS]
         p_end = p_at + f_len[_F_PROPS] if p_at >= 0 else p_at
         s_at[:] = -1
-        wait_at = -1
         q = p_at
         while q < p_end:
             sep, stop = property_entry(texts, q, p_end)
@@ -913,8 +955,6 @@ def scan_frames(
                 if is_name(texts, q, sep - q, _SLOW_NAMES, _SLOW_NAME_AT, j):
                     s_at[j] = sep + 1
                     s_len[j] = stop - sep - 1
-                    if j == _SLOW_WAIT:
-                        wait_at = q
             q = stop + 1
         if not ok:
             continue
@@ -962,8 +1002,9 @@ def scan_frames(
             props_at = d
             q = p_at
             while q < p_end:
-                stop = property_entry(texts, q, p_end)[1]
-                if q != wait_at:  # WAIT=true is not stored (RocketMQ drops it too)
+                sep, stop = property_entry(texts, q, p_end)
+                # WAIT is not stored, however many times it is given (RocketMQ drops it too)
+                if not is_name(texts, q, sep - q, _SLOW_NAMES, _SLOW_NAME_AT, _SLOW_WAIT):
                     if d > props_at:
                         data[d] = 2
                         d += 1
@@ -1069,7 +1110,7 @@ def scan_consumer_request(
     text, a required field absent or out of a Java number's range (consumerGroup, topic,
     queueId; a pull's queueOffset, maxMsgNums, sysFlag, its commitOffset when sysFlag asks to
     commit and suspendTimeoutMillis when it asks to suspend; an update's commitOffset), a
-    pull's subVersion that is not a decimal number."""
+    pull's subVersion present but not a Java long (which its handler refuses)."""
     out = np.full(_CONSUMER_NUMBERS, -1, dtype=np.int64)
     texts = np.empty(max(length, 0), dtype=np.uint8)
     if length < 4:
@@ -1138,10 +1179,7 @@ def scan_consumer_request(
             out[row] = v
     out[CONSUMER_SUB_VERSION] = 0
     if f_at[_P_SUB_VERSION] >= 0:
-        p, n = f_at[_P_SUB_VERSION], f_len[_P_SUB_VERSION]
-        if texts[p] == 43:  # '+': Python's reading of it is not Java's; left to it
-            return False, out, texts
-        good, v = _text_int(texts, p, n, long_low, long_high)
+        good, v = _text_int(texts, f_at[_P_SUB_VERSION], f_len[_P_SUB_VERSION], long_low, long_high)
         if not good:
             return False, out, texts
         out[CONSUMER_SUB_VERSION] = v

@@ -29,7 +29,7 @@ from rocketstore.broker.remoting.codes import RequestCode, ResponseCode
 from rocketstore.broker.remoting.command import RemotingCommand
 from rocketstore.broker.remoting.consumers import SQL92_UNSUPPORTED, commit_offset, consumer_groups
 from rocketstore.broker.remoting.context import RemotingContext
-from rocketstore.broker.remoting.headers import PullHeader, number, text, to_ext
+from rocketstore.broker.remoting.headers import PullHeader, number, optional_number, text, to_ext
 from rocketstore.broker.remoting.heartbeat import check_group_name
 from rocketstore.broker.remoting.refusal import RequestRefused
 from rocketstore.broker.remoting.server import Connection, Handler
@@ -221,8 +221,8 @@ class PullProcessor:
                 f"[{config.read_queues}] consumer:[{conn.peer}]",
             )
         if header is None:
-            raw = ext.get("subVersion") or "0"
-            version = int(raw) if raw.lstrip("-").isdigit() else 0
+            # absent: 0; other than a Java long: refused naming it, as Java's header decode does
+            version = optional_number(ext, "subVersion") or 0
             sub = self._subscription(
                 group, topic, sys_flag, version, ext.get("subscription"), ext.get("expressionType")
             )

@@ -36,6 +36,7 @@ checksum does not match (the name server answers SYSTEM_ERROR ``crc32 not match`
 from __future__ import annotations
 
 import json
+import re
 import struct
 import zlib
 from collections.abc import Mapping
@@ -77,6 +78,8 @@ MAX_BODY_BYTES: Final = MAX_FRAME_SIZE
 # thousands, and a table past this one would not fit a frame as JSON, ~150 B a topic)
 MAX_REGISTER_TOPICS: Final = 100_000
 _I32 = struct.Struct(">i")
+# a compressed body's queue count or permission: ASCII digits within a Java int (Integer.parseInt)
+_QUEUE_NUMBER: Final = re.compile(r"[0-9]{1,9}", re.ASCII)
 
 
 class BodyChecksumError(CorruptDataError):
@@ -219,13 +222,16 @@ def _decode_compressed(body: bytes) -> tuple[DataVersion, dict[str, TopicConfig]
     topics: dict[str, TopicConfig] = {}
     for _ in range(count):
         fields = chunk().decode("utf-8", errors="replace").split(" ")
-        if len(fields) != 5 or not all(f.isdigit() for f in fields[1:4]):
+        if len(fields) != 5 or not all(_QUEUE_NUMBER.fullmatch(f) for f in fields[1:4]):
             raise CorruptDataError(
                 f"{what}: topic entry {' '.join(fields)!r} is not 'name read write perm filter'"
             )
         name, read, write, perm, filter_type = fields
         topics[name] = TopicConfig(name, int(read), int(write), int(perm), filter_type=filter_type)
-    servers = json.loads(chunk() or b"[]")
+    try:
+        servers = json.loads(chunk().decode("utf-8", errors="replace") or "[]")
+    except (ValueError, RecursionError) as exc:  # not JSON, a number of too many digits, deep nesting
+        raise CorruptDataError(f"{what}: filterServerList is not valid JSON: {exc}") from None
     if not isinstance(servers, list):
         raise CorruptDataError(f"{what}: filterServerList must be a JSON array")
     return version, topics, [str(s) for s in servers]
