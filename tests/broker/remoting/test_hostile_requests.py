@@ -1,7 +1,8 @@
 """Every request code the broker and the name server take, with hostile extFields and bodies: each
 is answered (an answer with the request's opaque, or a refusal), and none makes a handler fail
 (the server's "request code ... failed" log, which is for the broker's own bugs: a client's bad
-field is a refusal naming it)."""
+field is a refusal naming it). The JSON bodies the handlers read are each taken whole and one part
+of them made hostile."""
 
 from __future__ import annotations
 
@@ -205,6 +206,134 @@ def test_no_request_makes_a_handler_fail(
                         for value in HOSTILE:
                             ask(door, code, {**BASE, name: value}, b"", SERIALIZE_JSON)
             one()  # and anything, bodies too
+        finally:
+            for c in clients:
+                c.close()
+
+
+# the JSON bodies the handlers read, whole; the test changes one part of one at a time
+HEARTBEAT = {
+    "clientID": "10.0.0.1@123#456",
+    "consumerDataSet": [
+        {
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "consumeType": "CONSUME_PASSIVELY",
+            "groupName": "cg",
+            "messageModel": "CLUSTERING",
+            "subscriptionDataSet": [
+                {
+                    "classFilterMode": False,
+                    "codeSet": [2598919, 2598920],
+                    "expressionType": "TAG",
+                    "subString": "TagA || TagB",
+                    "subVersion": 1700000000000,
+                    "tagsSet": ["TagA", "TagB"],
+                    "topic": "T",
+                }
+            ],
+            "unitMode": False,
+        }
+    ],
+    "producerDataSet": [{"groupName": "pg"}, {"groupName": "CLIENT_INNER_PRODUCER"}],
+}
+LOCKS = {
+    "consumerGroup": "cg",
+    "clientId": "10.0.0.1@123#456",
+    "mqSet": [{"topic": "T", "brokerName": "broker-a", "queueId": 0}],
+}
+CLIENT_CONFIG = {
+    "clientId": "10.0.0.1@123#456",
+    "group": "cg",
+    "subscriptionData": {"topic": "T", "subString": "a > 1", "expressionType": "SQL92", "subVersion": 1},
+}
+TOPIC_TABLE = {
+    "filterServerList": [],
+    "topicConfigSerializeWrapper": {
+        "dataVersion": {"counter": 0, "timestamp": 1700000000000},
+        "topicConfigTable": {
+            "T": {
+                "order": False, "perm": 7, "readQueueNums": 8, "topicFilterType": "SINGLE_TAG",
+                "topicName": "T", "topicSysFlag": 0, "writeQueueNums": 8,
+            }
+        },
+    },
+}  # fmt: skip
+REGISTER = {
+    "brokerName": "broker-b", "brokerAddr": "127.0.0.1:9", "clusterName": "DefaultCluster",
+    "haServerAddr": "127.0.0.1:10", "brokerId": "0", "compressed": "false", "bodyCrc32": "0",
+}  # fmt: skip
+BROKER_BODIES = {34: HEARTBEAT, 41: LOCKS, 42: LOCKS, 46: CLIENT_CONFIG}
+NAMESRV_BODIES = {103: TOPIC_TABLE, 322: {"counter": 1, "timestamp": 1700000000000}}
+LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.sampled_from([-1, 0, 2**31, 2**63, -(2**63) - 1, 10**30, 1.5, 1e308, float("inf"), float("nan")]),
+    VALUES,
+    st.lists(VALUES, max_size=3),
+    st.dictionaries(VALUES, VALUES, max_size=2),
+)
+
+
+def _paths(doc: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every place in ``doc``: the root, each member and each element, depth first."""
+    out = [at]
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            out += _paths(value, (*at, key))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            out += _paths(value, (*at, i))
+    return out
+
+
+@st.composite
+def changed(draw: st.DrawFn, doc: Any) -> Any:
+    """``doc`` with one place replaced by something hostile, or removed, or repeated 1,000 times."""
+    doc = json.loads(json.dumps(doc))
+    path = draw(st.sampled_from(_paths(doc)))
+    if not path:
+        return draw(LEAVES)
+    parent = doc
+    for step in path[:-1]:
+        parent = parent[step]
+    how = draw(st.integers(0, 5))
+    if how == 0:
+        del parent[path[-1]]
+    elif how == 1 and isinstance(parent, list):
+        parent[:] = parent * 1000
+    else:
+        parent[path[-1]] = draw(LEAVES)
+    return doc
+
+
+def test_no_body_makes_a_handler_fail(
+    start_remoting: StartRemoting, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The JSON bodies the broker and the name server read, each part of each made hostile."""
+    r = start_remoting()
+    r.store.create_topic("T", 2)
+    doors = [(r.port, BROKER_BODIES, {}), (r.namesrv_port, NAMESRV_BODIES, REGISTER)]
+    clients = [RawClient(port, timeout=15) for port, _, _ in doors]
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(st.integers(0, 1), st.data())
+    def one(door: int, data: Any) -> None:
+        bodies, ext = doors[door][1], doors[door][2]
+        code = data.draw(st.sampled_from(sorted(bodies)))
+        doc = data.draw(changed(bodies[code]))
+        body = json.dumps(doc, allow_nan=True).encode()
+        caplog.clear()
+        try:
+            answer = clients[door].call(code, ext, body)
+        except TimeoutError:
+            pytest.fail(f"no answer to request {code} with body {body[:300]!r}")
+        assert answer.is_response
+        failed = _failures(caplog)
+        assert not failed, f"request {code}, body {body[:300]!r}: {failed[0].getMessage()}"
+
+    with caplog.at_level(logging.ERROR):
+        try:
+            one()
         finally:
             for c in clients:
                 c.close()

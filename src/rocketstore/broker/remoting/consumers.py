@@ -123,7 +123,7 @@ def _queue_key(mq: Any) -> tuple[str, str, int]:
         raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"a message queue is not a JSON object: {mq!r}")
     try:
         return str(mq["topic"]), str(mq.get("brokerName", "")), int(mq["queueId"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # (OverflowError: queueId Infinity)
         raise RequestRefused(
             ResponseCode.SYSTEM_ERROR, f"a message queue lacks topic or queueId: {mq!r}"
         ) from None
@@ -146,9 +146,16 @@ def _subscriptions(data: dict[str, Any]) -> list[Subscription]:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"a subscription has no topic: {sd!r}")
         try:
             version = int(sd.get("subVersion") or 0)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             version = 0
-        subs.append(Subscription.parse(sd["topic"], sd.get("subString"), sd.get("expressionType"), version))
+        expression, expression_type = sd.get("subString"), sd.get("expressionType")
+        for name, value in (("subString", expression), ("expressionType", expression_type)):
+            if value is not None and not isinstance(value, str):
+                raise RequestRefused(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"the subscription of {sd['topic']!r}: {name} is a {type(value).__name__}, not a string",
+                )
+        subs.append(Subscription.parse(sd["topic"], expression, expression_type, version))
     return subs
 
 
