@@ -66,6 +66,16 @@ def send_request(topic: str = "T", body: bytes = b"x", **system: Any) -> Any:
             "ahead",
         ),
         (
+            send_request(born_timestamp=timestamp_pb2.Timestamp(seconds=2**63 - 1)),
+            pb.Code.BAD_REQUEST,
+            "born_timestamp 9223372036854775807 s is past",
+        ),
+        (
+            send_request(delivery_timestamp=timestamp_pb2.Timestamp(seconds=-(2**63))),
+            pb.Code.ILLEGAL_DELIVERY_TIME,
+            "delivery_timestamp -9223372036854775808 s is past",
+        ),
+        (
             send_request(message_type=pb.MessageType.TRANSACTION, message_group="g"),
             pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
             "group",

@@ -147,8 +147,15 @@ class SentMessage:
     transactional: bool
 
 
-def _timestamp_ms(ts: Any) -> int:
-    return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
+def _timestamp_ms(ts: Any, name: str, code: Code) -> int:
+    """``ts`` in ms; StatusError ``code`` when that is more than a Java long holds (RocketMQ's
+    proxy fails its own conversion there), which no store field could keep."""
+    ms = int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
+    if not -(1 << 63) <= ms < 1 << 63:
+        raise StatusError(
+            code, f"{name} {int(ts.seconds)} s is past what a 64-bit count of milliseconds holds"
+        )
+    return ms
 
 
 def to_store_message(
@@ -222,7 +229,7 @@ def to_store_message(
             raise StatusError(
                 Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a transactional message has no delivery time"
             )
-        deliver_ms = _timestamp_ms(sp.delivery_timestamp)
+        deliver_ms = _timestamp_ms(sp.delivery_timestamp, "delivery_timestamp", Code.ILLEGAL_DELIVERY_TIME)
         wait = deliver_ms - now_ms
         if wait > max_delivery_ahead_ms:
             # The official Python client copies Message.delivery_timestamp into the seconds field
@@ -247,7 +254,11 @@ def to_store_message(
         props[PROPERTY_RECONSUME_TIME] = str(sp.delivery_attempt)
     if sp.born_host:
         props[PROPERTY_BORN_HOST] = sp.born_host
-    born_ms = _timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else now_ms
+    born_ms = (
+        _timestamp_ms(sp.born_timestamp, "born_timestamp", Code.BAD_REQUEST)
+        if sp.HasField("born_timestamp")
+        else now_ms
+    )
     props[PROPERTY_BORN_TIMESTAMP] = str(born_ms)
     if sp.trace_context:
         props[PROPERTY_TRACE_CONTEXT] = sp.trace_context
