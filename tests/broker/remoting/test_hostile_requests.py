@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rocketstore.broker import BrokerConfig
+from rocketstore.broker.remoting.acl import signature
 from rocketstore.broker.remoting.command import SERIALIZE_JSON, SERIALIZE_ROCKETMQ
 
 from .client import RawClient
@@ -158,10 +160,25 @@ def _failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.levelno >= logging.ERROR and "failed" in r.getMessage()]
 
 
+# an account that may use topic T and the groups of BASE: under the ACL, requests are signed by it
+ACL = """
+[[accounts]]
+access_key = "ak"
+secret_key = "sk12345678"
+topics = ["T"]
+groups = ["g", "pg", "cg"]
+"""
+
+
+@pytest.mark.parametrize("acl", [False, True], ids=["open", "acl"])
 def test_no_request_makes_a_handler_fail(
-    start_remoting: StartRemoting, caplog: pytest.LogCaptureFixture
+    start_remoting: StartRemoting, caplog: pytest.LogCaptureFixture, tmp_path: Path, acl: bool
 ) -> None:
-    r = start_remoting(BrokerConfig(long_polling_min_ms=50, long_polling_max_ms=100))
+    config = BrokerConfig(long_polling_min_ms=50, long_polling_max_ms=100)
+    if acl:
+        (tmp_path / "acl.toml").write_text(ACL)
+        config = config.replace(acl_file=str(tmp_path / "acl.toml"))
+    r = start_remoting(config)
     r.store.create_topic("T", 2)
     endpoint = r.broker.remoting
     doors = [
@@ -171,7 +188,7 @@ def test_no_request_makes_a_handler_fail(
     clients = [RawClient(port, timeout=15) for port, _ in doors]
 
     @settings(
-        max_examples=300,
+        max_examples=200,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         derandomize=True,
@@ -188,6 +205,9 @@ def test_no_request_makes_a_handler_fail(
         ask(door, code, {k: v.encode("utf-8", "replace").decode() for k, v in ext.items()}, body, kind)
 
     def ask(door: int, code: int, ext: dict[str, str], body: bytes, kind: int) -> None:
+        if acl:
+            ext = {**ext, "AccessKey": "ak"}
+            ext["Signature"] = signature("sk12345678", ext, body)
         caplog.clear()
         try:
             answer = clients[door].call(code, ext, body, serialize_type=kind)
