@@ -19,9 +19,9 @@ from rocketstore.broker.request_log import DEFAULT_SLOW_REQUEST_MS
 from rocketstore.config import StoreConfig, parse_settings_text, read_settings_file
 from rocketstore.errors import StoreConfigError
 
-_PORT = re.compile(r"[0-9]{1,5}", re.ASCII)
-
 __all__ = ["BrokerConfig", "load_settings"]
+
+_PORT = re.compile(r"[0-9]{1,5}", re.ASCII)  # an address's port: ASCII digits (then 0..65535)
 
 MIB = 1024 * 1024
 

@@ -156,8 +156,23 @@ def ext_fields(draw: st.DrawFn) -> dict[str, str]:
     return ext
 
 
-def _failures(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.levelno >= logging.ERROR and "failed" in r.getMessage()]
+def _answered(
+    client: RawClient,
+    caplog: pytest.LogCaptureFixture,
+    code: int,
+    ext: dict[str, str],
+    body: bytes,
+    kind: int,
+) -> None:
+    """``client`` asks, gets an answer, and no handler failed meanwhile."""
+    caplog.clear()
+    try:
+        answer = client.call(code, ext, body, serialize_type=kind)
+    except TimeoutError:
+        pytest.fail(f"no answer to request {code} with {ext!r} and body {body[:300]!r}")
+    assert answer.is_response
+    failed = [r for r in caplog.records if r.levelno >= logging.ERROR and "failed" in r.getMessage()]
+    assert not failed, f"request {code}, {ext!r}, body {body[:300]!r}: {failed[0].getMessage()}"
 
 
 # an account that may use topic T and the groups of BASE: under the ACL, requests are signed by it
@@ -208,14 +223,7 @@ def test_no_request_makes_a_handler_fail(
         if acl:
             ext = {**ext, "AccessKey": "ak"}
             ext["Signature"] = signature("sk12345678", ext, body)
-        caplog.clear()
-        try:
-            answer = clients[door].call(code, ext, body, serialize_type=kind)
-        except TimeoutError:
-            pytest.fail(f"no answer to request {code} with {ext!r} and body {body[:200]!r}")
-        assert answer.is_response
-        failed = _failures(caplog)
-        assert not failed, f"request {code}, {ext!r}, body {body[:200]!r}: {failed[0].getMessage()}"
+        _answered(clients[door], caplog, code, ext, body, kind)
 
     with caplog.at_level(logging.ERROR):
         try:
@@ -342,14 +350,7 @@ def test_no_body_makes_a_handler_fail(
         code = data.draw(st.sampled_from(sorted(bodies)))
         doc = data.draw(changed(bodies[code]))
         body = json.dumps(doc, allow_nan=True).encode()
-        caplog.clear()
-        try:
-            answer = clients[door].call(code, ext, body)
-        except TimeoutError:
-            pytest.fail(f"no answer to request {code} with body {body[:300]!r}")
-        assert answer.is_response
-        failed = _failures(caplog)
-        assert not failed, f"request {code}, body {body[:300]!r}: {failed[0].getMessage()}"
+        _answered(clients[door], caplog, code, ext, body, SERIALIZE_JSON)
 
     with caplog.at_level(logging.ERROR):
         try:

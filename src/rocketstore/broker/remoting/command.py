@@ -541,6 +541,13 @@ _LITERALS = np.frombuffer(b"truefalsenull", dtype=np.uint8).copy()
 _LITERAL_AT = np.array([0, 4, 9, 13], dtype=np.int64)
 
 
+@kernel(cache=True, nogil=True, inline="always")
+def _digits_end(u8: npt.NDArray[np.uint8], p: int, q: int) -> int:
+    while p < q and 48 <= u8[p] <= 57:
+        p += 1
+    return p
+
+
 @kernel(cache=True, nogil=True)
 def _json_scalar_ok(u8: npt.NDArray[np.uint8], p: int, q: int) -> bool:
     """Whether u8[p:q] is true, false, null or a JSON number (as ``json.loads`` reads them)."""
@@ -555,25 +562,18 @@ def _json_scalar_ok(u8: npt.NDArray[np.uint8], p: int, q: int) -> bool:
                 return True
     if p < q and u8[p] == 45:
         p += 1
-    digits = p
-    while p < q and 48 <= u8[p] <= 57:
-        p += 1
+    digits, p = p, _digits_end(u8, p, q)
     if p == digits or (u8[digits] == 48 and p - digits > 1):
-        return False
+        return False  # no integer part, or one with a leading zero
     if p < q and u8[p] == 46:
-        p += 1
-        digits = p
-        while p < q and 48 <= u8[p] <= 57:
-            p += 1
+        digits, p = p + 1, _digits_end(u8, p + 1, q)
         if p == digits:
             return False
     if p < q and (u8[p] == 101 or u8[p] == 69):
         p += 1
         if p < q and (u8[p] == 43 or u8[p] == 45):
             p += 1
-        digits = p
-        while p < q and 48 <= u8[p] <= 57:
-            p += 1
+        digits, p = p, _digits_end(u8, p, q)
         if p == digits:
             return False
     return p == q
