@@ -67,6 +67,8 @@ def test_toml_file(tmp_path: Path) -> None:
         ("storePathRootDir=/a\nstorePathCommitLog=/b/commitlog\n", "give storePathRootDir"),
         ("enableDLegerCommitLog=true\n", "DLedger"),
         ("flush_interval=soon\n", "flush_interval must be an integer"),
+        ("flush_interval=1_000\n", "flush_interval must be an integer"),  # int() takes it
+        ("flush_interval=٣\n", "flush_interval must be an integer"),  # and other scripts' digits
         ("mappedFileSizeConsumeQueue=801\n", "multiple of 20"),
         ("commitlog_segment_size=100\n", "at least 4096"),
         ("store_host=nonsense\n", "store_host"),
@@ -81,6 +83,15 @@ def test_bad_settings_name_what_is_wrong(tmp_path: Path, text: str, message: str
     f.write_text(text)
     with pytest.raises(StoreConfigError, match=message):
         StoreConfig.from_file(f)
+
+
+@pytest.mark.parametrize("value", ["1_000", "٣", "²", "1" * 5000, "0x10", "1.5"])
+def test_a_broker_int_setting_is_ascii_decimal(value: str) -> None:
+    from rocketstore.broker import BrokerConfig
+
+    with pytest.raises(StoreConfigError, match="transaction_check_max: expected an int"):
+        BrokerConfig.from_mapping({"transactionCheckMax": value})
+    assert BrokerConfig.from_mapping({"transactionCheckMax": " +7 "}).transaction_check_max == 7
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:

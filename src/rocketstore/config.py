@@ -21,6 +21,7 @@ import dataclasses
 import difflib
 import enum
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ __all__ = ["DEFAULT_DELAY_LEVELS", "BrokerRole", "FlushDiskType", "StoreConfig"]
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DECIMAL = re.compile(r"[+-]?[0-9]{1,19}", re.ASCII)
 
 
 class FlushDiskType(str, enum.Enum):
@@ -422,10 +424,10 @@ def _coerce(name: str, type_name: Any, value: Any) -> Any:
     if type_name == "int | None":
         type_name = "int"
     if type_name in ("int", int):
-        try:
-            return int(value)
-        except ValueError:
-            raise StoreConfigError(f"{name} must be an integer, not {value!r}") from None
+        number = decimal_int(value)
+        if number is None:
+            raise StoreConfigError(f"{name} must be an integer, not {value!r}")
+        return number
     if type_name in ("bool", bool):
         if value.lower() in ("true", "1", "yes", "on"):
             return True
@@ -433,6 +435,13 @@ def _coerce(name: str, type_name: Any, value: Any) -> Any:
             return False
         raise StoreConfigError(f"{name} must be true or false, not {value!r}")
     return value
+
+
+def decimal_int(text: str) -> int | None:
+    """``text``, blanks around it aside, as a setting's integer: ASCII decimal digits of at most
+    19, a sign before them (``int()`` also takes ``1_000`` and other scripts' digits); else None."""
+    text = text.strip()
+    return int(text) if _DECIMAL.fullmatch(text) else None
 
 
 def _parse_delay_levels(spec: str) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocketstore.broker.request_log import DEFAULT_SLOW_REQUEST_MS
-from rocketstore.config import StoreConfig, parse_settings_text, read_settings_file
+from rocketstore.config import StoreConfig, decimal_int, parse_settings_text, read_settings_file
 from rocketstore.errors import StoreConfigError
 
 __all__ = ["BrokerConfig", "load_settings"]
@@ -218,8 +218,10 @@ def _coerce(name: str, kind: object, raw: object) -> object:
             raise StoreConfigError(f"broker setting {name}: expected true or false, not {raw!r}")
         return text == "true"
     if kind in ("int", "int | None"):
-        try:
-            return int(str(raw).strip())
-        except ValueError:
-            raise StoreConfigError(f"broker setting {name}: expected an int, not {raw!r}") from None
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return raw
+        number = decimal_int(str(raw))
+        if number is None:
+            raise StoreConfigError(f"broker setting {name}: expected an int, not {raw!r}")
+        return number
     return None if raw is None else str(raw)
