@@ -537,8 +537,7 @@ def _json_scalar_end(u8: npt.NDArray[np.uint8], p: int, end: int) -> int:
     return q if q > p else -1
 
 
-_LITERALS = np.frombuffer(b"truefalsenull", dtype=np.uint8).copy()
-_LITERAL_AT = np.array([0, 4, 9, 13], dtype=np.int64)
+_LITERALS, _LITERAL_AT = _name_table(("true", "false", "null"))
 
 
 @kernel(cache=True, nogil=True, inline="always")
@@ -551,15 +550,9 @@ def _digits_end(u8: npt.NDArray[np.uint8], p: int, q: int) -> int:
 @kernel(cache=True, nogil=True)
 def _json_scalar_ok(u8: npt.NDArray[np.uint8], p: int, q: int) -> bool:
     """Whether u8[p:q] is true, false, null or a JSON number (as ``json.loads`` reads them)."""
-    for j in range(3):
-        a = _LITERAL_AT[j]
-        if q - p == _LITERAL_AT[j + 1] - a:
-            same = True
-            for k in range(q - p):
-                if u8[p + k] != _LITERALS[a + k]:
-                    same = False
-            if same:
-                return True
+    for j in range(len(_LITERAL_AT) - 1):
+        if is_name(u8, p, q - p, _LITERALS, _LITERAL_AT, j):
+            return True
     if p < q and u8[p] == 45:
         p += 1
     digits, p = p, _digits_end(u8, p, q)
@@ -581,12 +574,11 @@ def _json_scalar_ok(u8: npt.NDArray[np.uint8], p: int, q: int) -> bool:
 
 @kernel(cache=True, nogil=True, inline="always")
 def _json_integer(u8: npt.NDArray[np.uint8], p: int, end: int) -> tuple[bool, int]:
-    """A JSON integer of at most 18 digits at u8[p:end] (the whole span; no leading zero, which
-    ``json.loads`` refuses: the frame is then ``decode_command``'s, which refuses it too)."""
+    """A JSON integer of at most 18 digits at u8[p:end] (the whole span)."""
     neg = p < end and u8[p] == 45
     if neg:
         p += 1
-    if p >= end or end - p > 18 or (u8[p] == 48 and end - p > 1):
+    if p >= end or end - p > 18:
         return False, 0
     v = 0
     for k in range(p, end):
