@@ -5,6 +5,7 @@ judgement still gets it; hostile frames on the compiled decoder."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import select
 import socket
 import struct
@@ -170,6 +171,60 @@ def test_one_round_stores_the_sends_of_several_connections(start_remoting: Start
             assert (msg.topic, msg.queue_id) == want
     assert r.store.max_offset_in_queue("Right", 1) == 2
     assert r.store.max_offset_in_queue("Left", 0) + r.store.max_offset_in_queue("Left", 1) == 3
+
+
+def test_frames_cut_anywhere_or_joined_are_each_taken_once_in_order(start_remoting: StartRemoting) -> None:
+    """A connection's bytes are one buffer whatever the reads: frames cut at any byte (a read
+    each) and frames joined in one read are each taken once, in the order sent; the sends before
+    a bad length are stored, then the connection closes; a one-way send whose client shuts its
+    side at once is stored."""
+    r = start_remoting()
+    r.store.create_topic("Bulk", 1)
+    cmds = [send_cmd("Bulk", f"piece-{i}".encode() * 40, props_of(i), 1 + i, queue_id=0) for i in range(6)]
+    data = b"".join(frame(cmd) for cmd in cmds)
+    first = len(frame(cmds[0]))
+    cuts = sorted({0, 1, 3, 4, 5, first - 1, first, first + 2, 2 * first + 7, len(data) - 1, len(data)})
+    with RawClient(r.port) as c:
+        c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        warm = send_cmd("Bulk", b"warm", props_of(0), 99, queue_id=0)  # (the kernels made before)
+        c.send_raw(frame(warm))
+        assert answers(c, [99])[99].code == ResponseCode.SUCCESS
+        for a, b in itertools.pairwise(cuts):
+            c.send_raw(data[a:b])
+            time.sleep(0.02)  # (a read each)
+        got = answers(c, [cmd.opaque for cmd in cmds])
+    offsets = [int(got[cmd.opaque].ext_fields["queueOffset"]) for cmd in cmds]
+    assert offsets == list(range(1, 7)) and {got[cmd.opaque].code for cmd in cmds} == {ResponseCode.SUCCESS}
+    assert [stored(r, got[cmd.opaque]).body for cmd in cmds] == [cmd.body for cmd in cmds]
+
+    good = [send_cmd("Bulk", b"before-bad", props_of(i), 50 + i, queue_id=0) for i in range(2)]
+    with RawClient(r.port, timeout=10) as c:
+        c.send_raw(b"".join(frame(cmd) for cmd in good) + struct.pack(">i", 2) + b"xx")
+        with pytest.raises(ConnectionError):
+            while True:
+                c.read()  # (the answers may or may not leave before it closes)
+    oneway = send_cmd("Bulk", b"then-eof", props_of(9), 60, queue_id=0, oneway=True)
+    loop, server = r.broker._loop, r.broker.remoting.broker
+    assert loop is not None
+    with socket.create_connection(("127.0.0.1", r.port), timeout=10) as s:
+        deadline = time.monotonic() + 10
+        while len(server.connections) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        [conn] = server.connections
+
+        def one_read() -> None:  # the send and the client's end in one read, as a large read has them
+            reading = conn.writer.transport.get_protocol()
+            reading.data_received(frame(oneway))
+            reading.eof_received()
+
+        loop.call_soon_threadsafe(one_read)
+        assert s.recv(100) == b""  # the server closes its side in turn
+    deadline = time.monotonic() + 10
+    while r.store.max_offset_in_queue("Bulk", 0) < 10 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    r.store.wait_dispatched()
+    bodies = [m.body for m in r.store.get_message("g", "Bulk", 0, 7, 10).messages]
+    assert bodies == [b"before-bad", b"before-bad", b"then-eof"]
 
 
 def test_a_rounds_answers_leave_before_its_dispatch_pass(

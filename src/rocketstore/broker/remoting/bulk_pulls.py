@@ -114,9 +114,10 @@ class BulkPulls:
         self._schedule()
 
     def run(self) -> None:
-        """Start a round of the pulls waiting now, at once: a reader calls it once it has handed
-        on a read's frames, so that their pulls are answered in the same turn, ahead of the
-        rounds of sends that turn scheduled (a pull's answer waits for no put)."""
+        """Start a round of the pulls waiting now, at once: the server's read pass calls it once
+        every connection it read has handed on its frames, so that their pulls are answered in
+        the same turn, ahead of the round of sends the pass starts next (a pull's answer waits
+        for no put)."""
         if self._waiting and self._running < _ROUNDS:
             self._start_round()
 

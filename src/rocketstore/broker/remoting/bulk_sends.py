@@ -2,9 +2,10 @@
 by one columnar store call and answered in one pass per connection, with no Python object per
 request (issue 30).
 
-The reader's compiled pass (``command.scan_frames``) hands over the sends it could decode whole,
-as columns; what is waiting when the loop comes round forms a round, put on the loop at once, so
-a lone send goes at once and batches grow only with the load: no timer anywhere. When the
+The server's read pass takes every connection's whole frames apart with a compiled pass
+(``command.scan_frames``) and hands over the sends it could decode whole, as columns; once every
+connection has, what is waiting forms a round, put on the loop at once, so a lone send goes at
+once and batches grow only with the load: no timer anywhere. When the
 store's puts wait (for the flush, or a slave), a round is answered once that wait is over
 (``DurableWaits``: the group commit tells the loop, or a store thread waits for the slave); up to
 two rounds wait at once, and the sends that come meanwhile form the next round.
@@ -206,25 +207,31 @@ class BulkSends:
         read_at: float,
     ) -> None:
         """Take the hot sends ``cols`` of one read of ``conn``; they are answered (or handed to
-        their handler) once their round is done. Counted as requests in progress meanwhile."""
+        their handler) once their round is done. Counted as requests in progress meanwhile. Their
+        round starts at the next ``run``."""
         n = cols.shape[1]
         size = int(cols[SCAN_LEN].sum())
         conn.requests_in_progress += n
         conn.bytes_in_progress += size
         self._waiting.append(_Offer(conn, frames, cols, topics, data, extras, read_at, size))
-        self._schedule()
+
+    def run(self) -> None:
+        """Start the rounds of the sends waiting now, at once (as many as may run): the server's
+        read pass calls it once every connection it read has offered its sends."""
+        while self._waiting and self._running < _ROUNDS:
+            self._run(self._take())
 
     # --- rounds -------------------------------------------------------------------------------
     def _schedule(self) -> None:
-        """A round at the loop's next turn, if sends wait and none is scheduled yet."""
+        """The rounds of the sends left waiting at the loop's next turn (a round that was
+        waiting to be durable is over), if none is scheduled yet."""
         if self._waiting and not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._start_round)
+            asyncio.get_running_loop().call_soon(self._scheduled_run)
 
-    def _start_round(self) -> None:
+    def _scheduled_run(self) -> None:
         self._scheduled = False
-        while self._waiting and self._running < _ROUNDS:
-            self._run(self._take())
+        self.run()
 
     def _take(self) -> list[_Offer]:
         taken: list[_Offer] = []

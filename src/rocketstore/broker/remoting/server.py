@@ -5,14 +5,16 @@ One ``RemotingServer`` serves one listening address with one handler table (``co
 handler``). Per connection, one reader task decodes frames; each request runs as its own task,
 so a parked pull never holds up the heartbeats and sends behind it on the same connection, and
 answers go out in whatever order they finish (the client matches them by opaque).
-With bulk sends (``bulk_sends.py``; not with an ACL), every read's whole frames are taken
-apart by one compiled pass (``command.scan_frames``) and the sends it could decode whole are
-stored and answered together with every other connection's; the rest of its frames go to their
-handlers as above. With bulk pulls
-(``bulk_pulls.py``; not with an ACL either), every PULL_MESSAGE goes to a round of pulls
-(started once the read's frames are handed on) instead of a task of its own, and it,
-QUERY_CONSUMER_OFFSET and UPDATE_CONSUMER_OFFSET are read by a compiled pass
-(``command.scan_consumer_request``), not decoded in Python.
+With bulk sends (``bulk_sends.py``; not with an ACL), there is no reader task: what each
+connection's socket delivers goes into one buffer (``_BulkReading``), and once a turn of the
+loop one read pass takes apart the whole frames of every connection that has some, each
+connection's with one compiled pass (``command.scan_frames``). The sends it could decode whole
+are stored and answered together, every connection's in one round; the rest of the frames go
+to their handlers as above. With bulk pulls (``bulk_pulls.py``; not with an ACL either), every
+PULL_MESSAGE goes to a round of pulls (started once the pass has handed on every connection's
+frames, before the sends' round) instead of a task of its own, and it, QUERY_CONSUMER_OFFSET
+and UPDATE_CONSUMER_OFFSET are read by a compiled pass (``command.scan_consumer_request``), not
+decoded in Python.
 
 * A response carries the request's opaque and header encoding; a oneway request (flag bit 1)
   gets none, whatever its handler returns.
@@ -54,7 +56,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -105,8 +107,6 @@ Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | 
 
 # write buffer above which a writer waits for the socket (asyncio's default high-water mark)
 _WRITE_HIGH_WATER = 64 * 1024
-# what one read takes from a connection with bulk sends (the stream's own buffer is 1 MiB)
-_READ_SIZE = 1 << 20
 _MAX_OPAQUE = 0x7FFFFFFF
 _NO_ANSWER = -2  # the "response code" of a request answered nothing (a oneway one's)
 # answers that refuse whatever was asked (an ACL refusal is SYSTEM_ERROR, as RocketMQ's)
@@ -182,16 +182,6 @@ class RemotingLimits:
     slow_request_ms: int = DEFAULT_SLOW_REQUEST_MS
 
 
-def _first_frame(buf: bytes, max_frame: int) -> tuple[bool, bool]:
-    """Whether ``buf`` starts with a whole frame; whether its length field is bad."""
-    if len(buf) < 4:
-        return False, False
-    length = int.from_bytes(buf[:4], "big", signed=True)
-    if length < 4 or length > max_frame:
-        return False, True
-    return len(buf) - 4 >= length, False
-
-
 class ConnectionClosedError(ConnectionError):
     """The connection closed before a server request on it was answered."""
 
@@ -243,6 +233,10 @@ class Connection:
         return self._out_bytes + self._transport.get_write_buffer_size()
 
     async def send(self, cmd: RemotingCommand) -> bool:
+        """``send_now``, for a coroutine."""
+        return self.send_now(cmd)
+
+    def send_now(self, cmd: RemotingCommand) -> bool:
         """Write one command (a server request, or a small answer of the reader's own) without
         waiting for the client to read it, so a client that does not read never holds up the
         caller (a notice to every member of a group). While the output is past
@@ -332,6 +326,15 @@ class Connection:
             except (ConnectionError, RuntimeError) as exc:
                 log.debug("write to %s failed: %s", self.peer, exc)
                 self.close()
+
+    async def room_to_read(self) -> None:
+        """Return once the bytes of the requests in progress are within
+        ``max_request_bytes_per_connection`` (or the connection closed): until then it is not
+        read."""
+        limit = self.server.limits.max_request_bytes_per_connection
+        while self.bytes_in_progress > limit and not self.closed:
+            self._room.clear()
+            await self._room.wait()
 
     def queue_frames(self, frames: bytes) -> bool:
         """Write whole encoded frames (a round's answers for this connection, encoded together
@@ -453,6 +456,183 @@ class Connection:
             log.exception("close callback of %s failed", self.peer)
 
 
+class _BulkReading(asyncio.streams.FlowControlMixin, asyncio.Protocol):
+    """One connection of a server with bulk sends. What its socket delivers goes into one
+    buffer; once that holds a whole frame, the server's read pass (``RemotingServer._read_pass``,
+    at the next turn of the loop, for every such connection at once) takes the whole frames
+    apart with one compiled pass (``scan_frames``), which also decodes the sends ``bulk`` can
+    store as they are (a lone one too: a round costs less than its handler); the other frames
+    are decoded and handled one by one. A frame not all here yet is looked at again only once
+    all of it is. While the connection's client leaves its answers unread, or its requests in
+    progress hold too many bytes, the connection is not read (``pause_reading``) and the frames
+    not yet handed on wait."""
+
+    def __init__(self, server: RemotingServer, bulk: BulkSends) -> None:
+        super().__init__()
+        self._server = server
+        self._bulk = bulk
+        self._cluster = np.frombuffer(bulk.cluster, dtype=np.uint8)
+        self._conn: Connection | None = None
+        self._transport: asyncio.Transport | None = None
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._need = 4  # the bytes the buffer must hold for the read pass to find a frame
+        self._listed = False  # in the server's next read pass
+        self._held: _HeldFrames | None = None  # a pass's frames not handed on yet: the connection is full
+        self._resuming = False
+        self._eof = False
+        self.peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = stream = cast(asyncio.Transport, transport)  # (uvloop's is no subclass)
+        writer = asyncio.StreamWriter(stream, self, None, asyncio.get_running_loop())
+        self._conn = self._server.accepted(writer)
+        if self._conn is not None:
+            self.peer = self._conn.peer
+
+    def data_received(self, data: bytes) -> None:
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        conn.last_read = time.monotonic()
+        self._chunks.append(data)
+        self._size += len(data)
+        if self._size >= self._need:
+            self._list()
+
+    def eof_received(self) -> bool:
+        self._eof = True  # the frames it sent before are handed on first
+        if not self._listed and self._held is None:
+            self.end()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.end()
+
+    def end(self) -> None:
+        """The connection is read no more."""
+        if self._conn is not None:
+            self._server.ended(self._conn)
+
+    def _list(self) -> None:
+        if not self._listed:
+            self._listed = True
+            self._server.readable(self)
+
+    def read(self) -> None:
+        """The read pass's work for this connection: hand on its whole frames, as far as its
+        limits allow."""
+        self._listed = False
+        conn = self._conn
+        if conn is None or conn.closed:
+            return
+        if (self._held is not None and not self._hand_held(conn)) or self._blocked(conn):
+            return
+        if self._size >= self._need:
+            self._scan(conn)
+        if self._eof and self._held is None:
+            self.end()
+
+    def _scan(self, conn: Connection) -> None:
+        server = self._server
+        max_frame = server.limits.max_frame_size
+        chunks = self._chunks
+        buf = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        status, end, cols, topic_rows, data, texts, extras = scan_frames(
+            np.frombuffer(buf, dtype=np.uint8), max_frame, self._bulk.max_body, self._cluster
+        )
+        rest = buf[end:]
+        self._chunks = [rest] if rest else []
+        self._size = len(rest)
+        self._need = 4
+        if status:
+            length = int.from_bytes(rest[:4], "big", signed=True)
+            server.malformed(conn, CorruptDataError(f"frame length {length} is outside 4..{max_frame}"))
+        elif len(rest) >= 4:
+            self._need = 4 + int.from_bytes(rest[:4], "big", signed=True)
+        n = cols.shape[1]
+        if n:
+            spans = (cols[SCAN_TOPIC_AT, topic_rows], cols[SCAN_TOPIC_LEN, topic_rows])
+            topics = [
+                texts[a : a + k].tobytes().decode("ascii") for a, k in zip(*(x.tolist() for x in spans))
+            ]
+            hot = cols[SCAN_HOT] > 0
+            room = server.limits.max_requests_per_connection - conn.requests_in_progress
+            if hot.all() and n <= room:  # (the common read: sends only, none refused)
+                self._bulk.offer(conn, buf, np.ascontiguousarray(cols), topics, data, extras, conn.last_read)
+            else:
+                if hot.any() and room > 0:
+                    taken = np.flatnonzero(hot)[:room]
+                    offered = np.ascontiguousarray(cols[:, taken])
+                    self._bulk.offer(conn, buf, offered, topics, data, extras, conn.last_read)
+                    hot[:] = False
+                    hot[taken] = True
+                rows = np.flatnonzero(~hot)
+                spans = np.stack((cols[SCAN_AT, rows], cols[SCAN_LEN, rows]), axis=1).tolist()
+                self._held = _HeldFrames(buf, spans)
+                self._hand_held(conn)
+        if status:  # (what was held dropped with the connection)
+            self._held = None
+            self.end()
+        elif self._held is None:
+            self._blocked(conn)  # (not read again until there is room)
+
+    def _hand_held(self, conn: Connection) -> bool:
+        """Hand on the held frames while the connection has room for them; True when all are."""
+        held = self._held
+        assert held is not None
+        view = memoryview(held.buf)
+        u8 = np.frombuffer(held.buf, dtype=np.uint8) if self._server.pulls is not None else None
+        while held.next < len(held.spans):
+            if self._blocked(conn):
+                return False
+            at, length = held.spans[held.next]
+            held.next += 1
+            if not self._server.admit_frame(conn, view, u8, at, length):
+                self._held = None
+                self.end()
+                return False
+        self._held = None
+        return True
+
+    def _blocked(self, conn: Connection) -> bool:
+        """Whether the connection may take no more requests for now: its client leaves its
+        answers unread, or its requests in progress hold too many bytes. Then it is not read
+        until that is over."""
+        limits = self._server.limits
+        if (
+            conn.queued_bytes <= limits.max_answer_bytes_per_connection
+            and conn.bytes_in_progress <= limits.max_request_bytes_per_connection
+        ):
+            return False
+        if not self._resuming and self._transport is not None:
+            self._resuming = True
+            self._transport.pause_reading()
+            self._server.track(asyncio.get_running_loop().create_task(self._resume(conn)))
+        return True
+
+    async def _resume(self, conn: Connection) -> None:
+        try:
+            await conn.room_to_write()
+            await conn.room_to_read()
+        finally:
+            self._resuming = False
+        if not conn.closed and self._transport is not None:
+            self._transport.resume_reading()
+            self._list()
+
+
+@dataclass(eq=False, slots=True)
+class _HeldFrames:
+    """The frames of one read pass still to hand on: ``spans`` (start, length) in ``buf``, from
+    ``next`` on."""
+
+    buf: bytes
+    spans: list[list[int]]
+    next: int = 0
+
+
 class RemotingServer:
     """Serves ``handlers`` on one address (see the module docstring). ``name`` goes into log
     lines; ``authorize`` (the ACL check) runs before every handler and refuses by raising
@@ -491,6 +671,8 @@ class RemotingServer:
         self._opaque = 0
         self._sweeper: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._to_read: list[_BulkReading] = []  # connections with whole frames, for the read pass
+        self._pass_scheduled = False
 
     @property
     def bulk(self) -> BulkSends | None:
@@ -508,7 +690,18 @@ class RemotingServer:
 
     async def start(self, host: str | None = None, port: int = 0, sock: socket.socket | None = None) -> int:
         """Listen on ``host:port`` (or an already bound ``sock``); returns the port."""
-        if sock is not None:
+        if self._bulk is not None:
+            bulk = self._bulk
+
+            def reading() -> _BulkReading:
+                return _BulkReading(self, bulk)
+
+            loop = asyncio.get_running_loop()
+            if sock is not None:
+                server = await loop.create_server(reading, sock=sock)
+            else:
+                server = await loop.create_server(reading, host, port)
+        elif sock is not None:
             server = await asyncio.start_server(self._serve, sock=sock, limit=1 << 20)
         else:
             server = await asyncio.start_server(self._serve, host, port, limit=1 << 20)
@@ -558,6 +751,16 @@ class RemotingServer:
                     conn.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = self.accepted(writer)
+        if conn is None:
+            return
+        try:
+            await self._read(conn, reader)
+        finally:
+            self.ended(conn)
+
+    def accepted(self, writer: asyncio.StreamWriter) -> Connection | None:
+        """A new connection, served from now on (None: refused, past ``max_connections``)."""
         peer = writer.get_extra_info("peername") or ("?", 0)
         if len(self.connections) >= self.limits.max_connections:
             self.client_log.warning(
@@ -568,7 +771,7 @@ class RemotingServer:
                 self.limits.max_connections,
             )
             writer.close()
-            return
+            return None
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -578,15 +781,14 @@ class RemotingServer:
         self.connections.add(conn)
         self._connections_changed()
         log.debug("%s: connection %d from %s", self.name, conn.id, conn.peer)
-        try:
-            if self._bulk is not None:
-                await self._read_bulk(conn, reader, self._bulk)
-            else:
-                await self._read(conn, reader)
-        finally:
+        return conn
+
+    def ended(self, conn: Connection) -> None:
+        """``conn`` is read no more: closed, and forgotten (again: nothing)."""
+        if conn in self.connections:
             self.connections.discard(conn)
             self._connections_changed()
-            conn.close()
+        conn.close()
 
     async def _read(self, conn: Connection, reader: asyncio.StreamReader) -> None:
         max_frame = self.limits.max_frame_size
@@ -599,149 +801,88 @@ class RemotingServer:
             except (asyncio.IncompleteReadError, ConnectionError):
                 return  # the client went away (between or inside a frame)
             except CorruptDataError as exc:
-                self._malformed(conn, exc)
+                self.malformed(conn, exc)
                 return
             conn.last_read = time.monotonic()
             if not await self._dispatch(conn, cmd, length, conn.last_read):
                 return
 
-    async def _read_bulk(self, conn: Connection, reader: asyncio.StreamReader, bulk: BulkSends) -> None:
-        """``_read`` for a server with bulk sends: what the socket holds, read at once, its whole
-        frames taken apart by one compiled pass (``scan_frames``), which also decodes the sends
-        ``bulk`` can store as they are (a lone one too: a round costs less than its handler);
-        the other frames are decoded and handled one by one."""
-        max_frame = self.limits.max_frame_size
-        cluster = np.frombuffer(bulk.cluster, dtype=np.uint8)
-        buf = rest = b""
-        whole = False  # buf and rest hold a whole frame
-        while not conn.closed:
-            cols: npt.NDArray[np.int64] | None = None
-            try:
-                if not whole:
-                    chunk = await reader.read(_READ_SIZE)
-                    if not chunk:
-                        return
-                    buf = buf + chunk if buf else chunk
-                end = 0
-                frame, bad = _first_frame(buf, max_frame)
-                if frame:
-                    status, end, cols, topic_rows, data, texts, extras = scan_frames(
-                        np.frombuffer(buf, dtype=np.uint8), max_frame, bulk.max_body, cluster
-                    )
-                    bad = bool(status)
-                whole = False
-                if not bad and len(buf) - end >= 4:
-                    # a large frame not all here yet: its rest read at once, not piece by piece
-                    missing = 4 + frame_length(buf[end : end + 4], max_frame) - (len(buf) - end)
-                    if missing > _READ_SIZE:
-                        rest = await reader.readexactly(missing)
-                        whole = True
-            except (asyncio.IncompleteReadError, ConnectionError):
-                return
-            except CorruptDataError as exc:
-                self._malformed(conn, exc)
-                return
-            conn.last_read = time.monotonic()
-            if cols is not None:
-                spans = (cols[SCAN_TOPIC_AT, topic_rows], cols[SCAN_TOPIC_LEN, topic_rows])
-                topics = [
-                    texts[a : a + n].tobytes().decode("ascii") for a, n in zip(*(x.tolist() for x in spans))
-                ]
-                if cols.shape[1] and not await self._take(conn, buf, cols, topics, data, extras, bulk):
-                    return
-            if self._pulls is not None:
-                self._pulls.run()  # this read's pulls answered now, ahead of the sends' rounds
-            if bad:
-                length = int.from_bytes(buf[end : end + 4], "big", signed=True)
-                self._malformed(conn, CorruptDataError(f"frame length {length} is outside 4..{max_frame}"))
-                return
-            buf = buf[end:] + rest if whole else buf[end:]
+    def readable(self, reading: _BulkReading) -> None:
+        """``reading``'s connection has whole frames: the read pass at the loop's next turn takes
+        them, with every other connection's of this turn."""
+        self._to_read.append(reading)
+        if not self._pass_scheduled:
+            self._pass_scheduled = True
+            asyncio.get_running_loop().call_soon(self._read_pass)
 
-    async def _frame(
-        self,
-        conn: Connection,
-        view: memoryview,
-        u8: npt.NDArray[np.uint8] | None,
-        at: int,
-        length: int,
-        read_at: float,
+    def _read_pass(self) -> None:
+        """Every connection with whole frames hands them on; then the pulls among them are
+        answered and the sends stored, as one round each (a pull's answer waits for no put)."""
+        self._pass_scheduled = False
+        readings, self._to_read = self._to_read, []
+        for reading in readings:
+            try:
+                reading.read()
+            except Exception:  # a bug must not stop the other connections' requests
+                log.exception("%s: reading %s failed; closed", self.name, reading.peer)
+                reading.end()
+        if self._pulls is not None:
+            self._pulls.run()
+        if self._bulk is not None:
+            self._bulk.run()
+
+    def admit_frame(
+        self, conn: Connection, view: memoryview, u8: npt.NDArray[np.uint8] | None, at: int, length: int
     ) -> bool:
         """Decode and handle the frame ``view[at:at + length]``: a consumer's request (a pull, an
         offset's query or update) the compiled reader takes whole (``scan_consumer_request``;
-        ``u8`` is ``view`` as an array) without a Python decode. False when the connection
-        ends."""
+        ``u8`` is ``view`` as an array) without a Python decode. False when it is malformed
+        (its connection is to be closed)."""
         if u8 is not None:
             ok, numbers, texts = scan_consumer_request(u8, at, length)
             if ok:
                 cmd, header = _consumer_request(numbers.tolist(), texts.tobytes())
-                return await self._dispatch(conn, cmd, length, read_at, header)
+                self._admit(conn, cmd, length, conn.last_read, header)
+                return True
         try:
             cmd = decode_command(view[at : at + length])
         except CorruptDataError as exc:
-            self._malformed(conn, exc)
+            self.malformed(conn, exc)
             return False
-        return await self._dispatch(conn, cmd, length, read_at)
-
-    async def _take(
-        self,
-        conn: Connection,
-        buf: bytes,
-        cols: npt.NDArray[np.int64],
-        topics: list[str],
-        data: npt.NDArray[np.uint8],
-        extras: npt.NDArray[np.uint8],
-        bulk: BulkSends,
-    ) -> bool:
-        """Hand one read's frames on: the hot sends to ``bulk`` (as many as the connection's
-        requests in progress allow), the others one by one. False when the connection ends."""
-        read_at = conn.last_read
-        if conn.queued_bytes > self.limits.max_answer_bytes_per_connection:
-            await conn.room_to_write()  # its client leaves its answers unread: these wait
-            if conn.closed:
-                return False
-        hot = cols[SCAN_HOT] > 0
-        room = self.limits.max_requests_per_connection - conn.requests_in_progress
-        if hot.all() and len(hot) <= room:  # (the common read: sends only, none refused)
-            bulk.offer(conn, buf, np.ascontiguousarray(cols), topics, data, extras, read_at)
-            await self._room_to_read(conn)
-            return True
-        if hot.any() and room > 0:
-            taken = np.flatnonzero(hot)[:room]
-            bulk.offer(conn, buf, np.ascontiguousarray(cols[:, taken]), topics, data, extras, read_at)
-            hot[:] = False
-            hot[taken] = True
-            await self._room_to_read(conn)
-        view = memoryview(buf)
-        u8 = np.frombuffer(buf, dtype=np.uint8) if self._pulls is not None else None
-        for i in np.flatnonzero(~hot).tolist():
-            if not await self._frame(conn, view, u8, int(cols[SCAN_AT, i]), int(cols[SCAN_LEN, i]), read_at):
-                return False
+        self._admit(conn, cmd, length, conn.last_read)
         return True
 
-    def _malformed(self, conn: Connection, exc: CorruptDataError) -> None:
+    def malformed(self, conn: Connection, exc: CorruptDataError) -> None:
         self.client_log.warning(
             "malformed frame", "%s: closing %s: malformed frame: %s", self.name, conn.peer, exc
         )
 
-    async def _dispatch(
+    async def _dispatch(self, conn: Connection, cmd: RemotingCommand, length: int, read_at: float) -> bool:
+        """Start handling one request (or take a response) whose frame of ``length`` bytes was
+        read at ``read_at``, within the connection's limits. False when the connection ends."""
+        if not cmd.is_response and conn.queued_bytes > self.limits.max_answer_bytes_per_connection:
+            # its client leaves its answers unread: this request waits, and no more are read
+            await conn.room_to_write()
+            if conn.closed:
+                return False
+        self._admit(conn, cmd, length, read_at)
+        await conn.room_to_read()
+        return True
+
+    def _admit(
         self,
         conn: Connection,
         cmd: RemotingCommand,
         length: int,
         read_at: float,
         header: PullHeader | None = None,
-    ) -> bool:
-        """Start handling one request (or take a response) whose frame of ``length`` bytes was
-        read at ``read_at``, within the connection's limits (``header``: a pull's, which the
-        compiled reader read; then ``cmd`` has no extFields). False when the connection ends."""
+    ) -> None:
+        """Start handling one request (or take a response), or answer SYSTEM_BUSY when the
+        connection has the most requests in progress (``header``: a pull's, which the compiled
+        reader read; then ``cmd`` has no extFields)."""
         if cmd.is_response:
             conn._answered(cmd)
-            return True
-        if conn.queued_bytes > self.limits.max_answer_bytes_per_connection:
-            # its client leaves its answers unread: this request waits, and no more are read
-            await conn.room_to_write()
-            if conn.closed:
-                return False
+            return
         if conn.requests_in_progress >= self.limits.max_requests_per_connection:
             busy = cmd.response(
                 ResponseCode.SYSTEM_BUSY,
@@ -749,23 +890,14 @@ class RemotingServer:
             )
             self.refused(conn, cmd, busy)
             if not cmd.is_oneway:
-                await conn.send(busy)
-            return True
+                conn.send_now(busy)
+            return
         conn.requests_in_progress += 1
         conn.bytes_in_progress += length
         if self._pulls is not None and cmd.code == RequestCode.PULL_MESSAGE:
             self._pulls.offer(conn, cmd, length, read_at, header)
         else:
             self._start(conn, cmd, length, read_at)
-        await self._room_to_read(conn)
-        return True
-
-    async def _room_to_read(self, conn: Connection) -> None:
-        """Return once the bytes of the requests in progress on ``conn`` are within the limit:
-        until then it is not read."""
-        while conn.bytes_in_progress > self.limits.max_request_bytes_per_connection and not conn.closed:
-            conn._room.clear()
-            await conn._room.wait()
 
     def _start(self, conn: Connection, cmd: RemotingCommand, length: int, read_at: float) -> None:
         self.track(asyncio.get_running_loop().create_task(self._handle(conn, cmd, length, read_at)))
@@ -783,7 +915,7 @@ class RemotingServer:
         except CorruptDataError as exc:
             conn.requests_in_progress -= 1
             conn.bytes_in_progress -= len(frame)
-            self._malformed(conn, exc)
+            self.malformed(conn, exc)
             conn.close()
             return
         self._start(conn, cmd, len(frame), read_at)
