@@ -119,8 +119,8 @@ class _DeferredDispatch:
 
     The first small round opens the store's ``dispatch_deferred`` block. A check at the start of
     each later turn of the loop closes it, which dispatches, when the turn before ran no round and
-    no sends wait for one. (The check runs before the turn's readers hand over what the turn
-    read: sends show up a turn after they are read, hence the look at the turn before.)
+    no sends wait for one. (The check may run before the turn's read pass hands over what the
+    turn before read: sends show up a turn after they are read, hence the look at the turn before.)
     Nothing reads the store late for it: a read of this process dispatches what is owed first
     (a pull, a query). While a receive waits for messages (a parked pull, a gRPC receive:
     ``ArrivalSignal.watched``) the pass comes at the next turn; what else waits for it (a
