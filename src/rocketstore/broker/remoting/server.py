@@ -232,11 +232,7 @@ class Connection:
         output and the transport's buffer."""
         return self._out_bytes + self._transport.get_write_buffer_size()
 
-    async def send(self, cmd: RemotingCommand) -> bool:
-        """``send_now``, for a coroutine."""
-        return self.send_now(cmd)
-
-    def send_now(self, cmd: RemotingCommand) -> bool:
+    def send(self, cmd: RemotingCommand) -> bool:
         """Write one command (a server request, or a small answer of the reader's own) without
         waiting for the client to read it, so a client that does not read never holds up the
         caller (a notice to every member of a group). While the output is past
@@ -388,7 +384,7 @@ class Connection:
         CHECK_TRANSACTION_STATE); True when it was queued (see ``send``)."""
         cmd.flag |= FLAG_ONEWAY
         cmd.opaque = self.server.next_opaque()
-        return await self.send(cmd)
+        return self.send(cmd)
 
     async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send a request of the server's own and wait for the client's answer. Raises
@@ -410,7 +406,7 @@ class Connection:
         future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self._pending[opaque] = future
         try:
-            await self.send(cmd)
+            self.send(cmd)
             return await asyncio.wait_for(future, timeout_s)
         finally:
             self._pending.pop(opaque, None)
@@ -481,14 +477,15 @@ class _BulkReading(asyncio.streams.FlowControlMixin, asyncio.Protocol):
         self._held: _HeldFrames | None = None  # a pass's frames not handed on yet: the connection is full
         self._resuming = False
         self._eof = False
-        self.peer = "?"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = stream = cast(asyncio.Transport, transport)  # (uvloop's is no subclass)
         writer = asyncio.StreamWriter(stream, self, None, asyncio.get_running_loop())
         self._conn = self._server.accepted(writer)
-        if self._conn is not None:
-            self.peer = self._conn.peer
+
+    @property
+    def peer(self) -> str:
+        return "?" if self._conn is None else self._conn.peer
 
     def data_received(self, data: bytes) -> None:
         conn = self._conn
@@ -569,8 +566,8 @@ class _BulkReading(asyncio.streams.FlowControlMixin, asyncio.Protocol):
                     hot[:] = False
                     hot[taken] = True
                 rows = np.flatnonzero(~hot)
-                spans = np.stack((cols[SCAN_AT, rows], cols[SCAN_LEN, rows]), axis=1).tolist()
-                self._held = _HeldFrames(buf, spans)
+                frames = np.stack((cols[SCAN_AT, rows], cols[SCAN_LEN, rows]), axis=1).tolist()
+                self._held = _HeldFrames(buf, frames)
                 self._hand_held(conn)
         if status:  # (what was held dropped with the connection)
             self._held = None
@@ -860,7 +857,10 @@ class RemotingServer:
     async def _dispatch(self, conn: Connection, cmd: RemotingCommand, length: int, read_at: float) -> bool:
         """Start handling one request (or take a response) whose frame of ``length`` bytes was
         read at ``read_at``, within the connection's limits. False when the connection ends."""
-        if not cmd.is_response and conn.queued_bytes > self.limits.max_answer_bytes_per_connection:
+        if cmd.is_response:
+            conn._answered(cmd)
+            return True
+        if conn.queued_bytes > self.limits.max_answer_bytes_per_connection:
             # its client leaves its answers unread: this request waits, and no more are read
             await conn.room_to_write()
             if conn.closed:
@@ -890,7 +890,7 @@ class RemotingServer:
             )
             self.refused(conn, cmd, busy)
             if not cmd.is_oneway:
-                conn.send_now(busy)
+                conn.send(busy)
             return
         conn.requests_in_progress += 1
         conn.bytes_in_progress += length
