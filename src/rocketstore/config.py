@@ -21,7 +21,6 @@ import dataclasses
 import difflib
 import enum
 import os
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rocketstore import properties
+from rocketstore.codec.java_number import parse_java_long
 from rocketstore.errors import StoreConfigError
 from rocketstore.rocketmq_keys import BROKER_KEYS, OLD_SPELLINGS, STORE_KEYS
 
@@ -36,7 +36,6 @@ __all__ = ["DEFAULT_DELAY_LEVELS", "BrokerRole", "FlushDiskType", "StoreConfig"]
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DECIMAL = re.compile(r"[+-]?[0-9]{1,19}", re.ASCII)
 
 
 class FlushDiskType(str, enum.Enum):
@@ -438,10 +437,9 @@ def _coerce(name: str, type_name: Any, value: Any) -> Any:
 
 
 def decimal_int(text: str) -> int | None:
-    """``text``, blanks around it aside, as a setting's integer: ASCII decimal digits of at most
-    19, a sign before them (``int()`` also takes ``1_000`` and other scripts' digits); else None."""
-    text = text.strip()
-    return int(text) if _DECIMAL.fullmatch(text) else None
+    """``text``, blanks around it aside, as a setting's integer: a Java long's text
+    (``parse_java_long``); else None."""
+    return parse_java_long(text.strip())
 
 
 def _parse_delay_levels(spec: str) -> tuple[int, ...]:

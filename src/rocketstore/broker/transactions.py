@@ -23,12 +23,12 @@ the ``_done``/``_pending`` sets are only changed on the event loop (``mark_*``).
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from typing import Final
 
 from rocketstore.broker.group_commit import GroupCommit, PutOutcome
 from rocketstore.codec.commitlog_record import SYSFLAG_CONTENT, SYSFLAG_TX_MASK, TX_COMMIT
+from rocketstore.codec.java_number import parse_java_long
 from rocketstore.codec.message_id import decode_offset_msg_id
 from rocketstore.errors import CorruptDataError, Refusal, RequestRefusedError
 from rocketstore.message import (
@@ -71,8 +71,6 @@ PROPERTY_CHECK_IMMUNITY: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 # halves this broker stored, remembered by commitlog offset until they end (the oldest forgotten
 # first): an end right after its send comes before the half's queue entry is dispatched
 _MAX_NOTED: Final = 65_536
-# a Java long's decimal text as Long.valueOf takes it (ASCII digits; leading zeros any number)
-_JAVA_LONG_TEXT: Final = re.compile(r"([+-]?)0*([0-9]{1,19})", re.ASCII)
 
 
 def transaction_id(result: PutMessageResult) -> str:
@@ -171,7 +169,7 @@ class TransactionLog:
                     offset = max(offset + 1, res.next_begin_offset)
                     continue
                 for op in res.messages:
-                    done = _java_long(op.body.decode("ascii", "replace")) if op.tags == OP_TAG else None
+                    done = parse_java_long(op.body.decode("ascii", "replace")) if op.tags == OP_TAG else None
                     if done is not None:
                         self._done.add(done)
                 offset = res.next_begin_offset
@@ -393,17 +391,8 @@ def immunity_ms(seconds: str | None, timeout_ms: int) -> int:
     CHECK_IMMUNITY_TIME_IN_SECONDS as RocketMQ's TransactionalMessageServiceImpl reads it, or
     ``timeout_ms`` when it is absent, -1 or not a Java long (a producer's text must not stop the
     checks of every half after it)."""
-    value = _java_long(seconds) if seconds is not None else None
+    value = parse_java_long(seconds) if seconds is not None else None
     return timeout_ms if value is None or value == -1 else value * 1000
-
-
-def _java_long(text: str) -> int | None:
-    """``text`` as Java's ``Long.valueOf`` reads it, or None where that throws."""
-    found = _JAVA_LONG_TEXT.fullmatch(text)
-    if found is None:
-        return None
-    value = int(found.group(1) + found.group(2))
-    return value if -(1 << 63) <= value < 1 << 63 else None
 
 
 def store_id(half: MessageExt) -> str:

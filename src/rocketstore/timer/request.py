@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
+from rocketstore.codec.java_number import parse_java_long
 from rocketstore.errors import InvalidMessageError
 from rocketstore.message import (
     PROPERTY_REAL_QUEUE_ID,
@@ -47,8 +48,7 @@ DELIVERY_HEADROOM: Final = sum(
         (PROPERTY_TIMER_ROLL_TIMES, 10),
     )
 )
-# java.lang.Long's range: RocketMQ parses these properties with Long.parseLong
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
+_LONG_MAX: Final = (1 << 63) - 1  # (a delivery time is a Java long)
 
 
 def deliver_at_ms(value: object) -> int:
@@ -128,10 +128,7 @@ class TimerRules:
 
 def _long(props: dict[str, str], name: str) -> int:
     text = props[name]
-    try:
-        value = int(text, 10)
-    except ValueError:
-        value = None
-    if value is None or not _LONG_MIN <= value <= _LONG_MAX or not text.strip("-").isdigit():
+    value = parse_java_long(text)
+    if value is None:
         raise InvalidMessageError(f"timer message illegal: {name}={text!r} is not a number", _ILLEGAL)
     return value

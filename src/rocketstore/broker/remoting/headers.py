@@ -10,13 +10,13 @@ the client also receives as SYSTEM_ERROR). ``to_ext`` writes a response header t
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
 from rocketstore.broker.remoting.codes import ResponseCode
 from rocketstore.broker.remoting.refusal import RequestRefused
+from rocketstore.codec.java_number import parse_java_int, parse_java_long
 
 __all__ = [
     "SEND_V2_NAMES",
@@ -28,11 +28,6 @@ __all__ = [
     "text",
     "to_ext",
 ]
-
-# what Long.parseLong / Integer.parseInt take: ASCII digits (int() would take '1_0', ' 1', '٣')
-_DECIMAL: Final = re.compile(r"[+-]?[0-9]{1,20}", re.ASCII)
-_JAVA_LONG: Final = (-(1 << 63), (1 << 63) - 1, "long")
-_JAVA_INT: Final = (-(1 << 31), (1 << 31) - 1, "int")
 
 
 def text(ext: Mapping[str, str], name: str) -> str:
@@ -50,14 +45,13 @@ def optional_number(ext: Mapping[str, str], name: str, *, java_int: bool = False
     value = ext.get(name)
     if value is None:
         return None
-    low, high, kind = _JAVA_INT if java_int else _JAVA_LONG
-    if _DECIMAL.fullmatch(value):
-        n = int(value)
-        if low <= n <= high:
-            return n
-    raise RequestRefused(
-        ResponseCode.SYSTEM_ERROR, f"the custom field {name} is {value!r:.40}, not a Java {kind}"
-    )
+    n = parse_java_int(value) if java_int else parse_java_long(value)
+    if n is None:
+        kind = "int" if java_int else "long"
+        raise RequestRefused(
+            ResponseCode.SYSTEM_ERROR, f"the custom field {name} is {value!r:.40}, not a Java {kind}"
+        )
+    return n
 
 
 def number(ext: Mapping[str, str], name: str, *, java_int: bool = False) -> int:
