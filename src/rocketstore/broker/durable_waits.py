@@ -19,6 +19,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+from collections.abc import Callable
 
 from rocketstore.config import BrokerRole
 from rocketstore.results import PutStatus
@@ -33,7 +34,7 @@ class DurableWaits:
     """Waits for ``store``'s puts to be durable (``executor``: the store threads a SYNC_MASTER's
     waits run on).
 
-    Thread safety: ``status`` is awaited on the event loop.
+    Thread safety: on the event loop (``status``, ``when_durable``).
     """
 
     def __init__(self, store: MessageStore, executor: concurrent.futures.Executor) -> None:
@@ -44,43 +45,71 @@ class DurableWaits:
 
     async def status(self, end: int) -> PutStatus:
         """The status of a put whose bytes end at commitlog offset ``end``, once its wait is
-        over. A wait that fails (the store closed under it) is FLUSH_DISK_TIMEOUT: the put was
-        made, and is answered as one whose durability is not known."""
-        try:
-            if self._on_thread:
-                return await asyncio.get_running_loop().run_in_executor(
-                    self._executor, self._store.wait_durable, end
-                )
-            return await self._flushed(end)
-        except Exception as exc:  # (not a cancellation: that is the caller's)
-            log.error("waiting for the commitlog to be durable up to %d failed: %s", end, exc)
-            return PutStatus.FLUSH_DISK_TIMEOUT
+        over (``when_durable``)."""
+        outcome: asyncio.Future[PutStatus] = asyncio.get_running_loop().create_future()
 
-    async def _flushed(self, end: int) -> PutStatus:
-        loop = asyncio.get_running_loop()
-        outcome: asyncio.Future[PutStatus] = loop.create_future()
-
-        def settle(status: PutStatus) -> None:
-            if not outcome.done():
+        def done(status: PutStatus) -> None:
+            if not outcome.done():  # (its awaiter may have been cancelled)
                 outcome.set_result(status)
 
-        def done(status: PutStatus) -> None:  # on the group commit's thread, or here at once
+        self.when_durable(end, done)
+        return await outcome
+
+    def when_durable(self, end: int, done: Callable[[PutStatus], object]) -> None:
+        """``done(status)`` on the event loop, once, when the wait of a put whose bytes end at
+        commitlog offset ``end`` is over: with the status a put that waited would have had. A
+        wait that fails (the store closed under it) is FLUSH_DISK_TIMEOUT: the put was made,
+        and is answered as one whose durability is not known. No task: a round of sends is
+        answered from here."""
+        loop = asyncio.get_running_loop()
+        if self._on_thread:
+            try:
+                waited = loop.run_in_executor(self._executor, self._store.wait_durable, end)
+            except RuntimeError as exc:  # (the executor shut down: the broker stops)
+                log.error("waiting for the commitlog to be durable up to %d failed: %s", end, exc)
+                done(PutStatus.FLUSH_DISK_TIMEOUT)
+                return
+            waited.add_done_callback(lambda w: done(self._outcome(end, w)))
+            return
+        deadline: asyncio.TimerHandle | None = None
+        settled = False
+
+        def settle(status: PutStatus) -> None:
+            nonlocal settled
+            if settled:
+                return
+            settled = True
+            if deadline is not None:
+                deadline.cancel()
+            done(status)
+
+        def flushed(status: PutStatus) -> None:  # on the group commit's thread, or here at once
             with contextlib.suppress(RuntimeError):  # the loop closed: no one waits any more
                 loop.call_soon_threadsafe(settle, status)
 
         def expire() -> None:
-            if not outcome.done():
+            if not settled:
                 log.error(
                     "SYNC_FLUSH: the commitlog was not flushed up to %d within %d ms: "
                     "answered FLUSH_DISK_TIMEOUT",
                     end,
                     int(self._timeout_s * 1000),
                 )
-                outcome.set_result(PutStatus.FLUSH_DISK_TIMEOUT)
+                settle(PutStatus.FLUSH_DISK_TIMEOUT)
 
-        self._store.when_flushed(end, done)
         deadline = loop.call_later(self._timeout_s, expire)
         try:
-            return await outcome
-        finally:
-            deadline.cancel()
+            self._store.when_flushed(end, flushed)
+        except Exception as exc:
+            log.error("waiting for the commitlog to be durable up to %d failed: %s", end, exc)
+            settle(PutStatus.FLUSH_DISK_TIMEOUT)
+
+    @staticmethod
+    def _outcome(end: int, waited: asyncio.Future[PutStatus]) -> PutStatus:
+        if waited.cancelled():
+            return PutStatus.FLUSH_DISK_TIMEOUT
+        error = waited.exception()
+        if error is None:
+            return waited.result()
+        log.error("waiting for the commitlog to be durable up to %d failed: %s", end, error)
+        return PutStatus.FLUSH_DISK_TIMEOUT

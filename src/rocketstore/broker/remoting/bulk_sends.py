@@ -291,9 +291,9 @@ class BulkSends:
             waits = self.ctx.durable_waits
             if waits is not None and result.status is PutStatus.PUT_OK and len(result):
                 end = int(result.physical_offsets[-1] + result.sizes[-1])
-                task = loop.create_task(waits.status(end))
-                task.add_done_callback(lambda t: self._durable(kept, columns, cols, result, t, started))
-                kept[0].conn.server.track(task)
+                waits.when_durable(
+                    end, lambda status: self._durable(kept, columns, cols, result, status, started)
+                )
                 return
             future.set_result(result)
         self._done(kept, columns, cols, future, started)
@@ -304,18 +304,14 @@ class BulkSends:
         columns: EncodedColumns,
         cols: npt.NDArray[np.int64],
         result: PutColumnsResult,
-        wait: asyncio.Task[PutStatus],
+        status: PutStatus,
         started: float,
     ) -> None:
         """A round's durability wait is over: answered with its status."""
         future: asyncio.Future[PutColumnsResult] = asyncio.get_running_loop().create_future()
-        if wait.cancelled():
-            future.cancel()
-        else:
-            status = wait.result()  # (DurableWaits.status answers a status, never raises)
-            future.set_result(
-                result if status is PutStatus.PUT_OK else dataclasses.replace(result, status=status)
-            )
+        future.set_result(
+            result if status is PutStatus.PUT_OK else dataclasses.replace(result, status=status)
+        )
         self._done(offers, columns, cols, future, started)
 
     def _checked(self, offer: _Offer) -> tuple[npt.NDArray[np.bool_], int]:
