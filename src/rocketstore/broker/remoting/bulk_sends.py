@@ -400,10 +400,6 @@ class BulkSends:
         future: asyncio.Future[PutColumnsResult],
         started: float,
     ) -> None:
-        if future.cancelled():
-            for offer in offers:
-                self._release(offer)
-            return
         error = future.exception()
         if isinstance(error, InvalidMessageError) or (error is None and not future.result().stored):
             # nothing was stored: each send again through its handler, which answers why
