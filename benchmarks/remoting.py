@@ -50,7 +50,10 @@ Needs ``ROCKETMQ_HOME`` (a RocketMQ 4.9.8 distribution with ``bin/benchmark``) a
 127.0.0.1 and free ports are used; every process started is stopped at the end.
 
 Run: ``python benchmarks/remoting.py [--seconds 20] [--repeat 3] [--sizes 128 1024]
-[--flush ASYNC_FLUSH SYNC_FLUSH] [--threads 32] [--app-threads 4] [--profile /tmp/serve.prof]``.
+[--flush ASYNC_FLUSH SYNC_FLUSH] [--threads 32] [--app-threads 4] [--phases send4 batch ...]
+[--profile /tmp/serve.prof]``. ``--phases`` runs some of the phases, in the order above (a cell's
+figure alone, in a few minutes instead of the full run's hour and more; ``drain`` alone drains the
+backlog its own producer leaves).
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -276,12 +280,23 @@ def by_thread(phase: str, figures: dict[str, float]) -> dict[str, float]:
     return {f"{phase}_{k}": v for k, v in figures.items() if k.startswith(("threads_", "rounds_"))}
 
 
+PHASES = ("send", "send4", "batch", "consume", "drain")
+
+
 def measure(
-    dist: BenchDist, broker: Broker, size: int, threads: int, app_threads: int, windows: int
+    dist: BenchDist,
+    broker: Broker,
+    size: int,
+    threads: int,
+    app_threads: int,
+    windows: int,
+    phases: Collection[str] = PHASES,
 ) -> dict[str, float]:
     common = ["-t", TOPIC, "-s", str(size), "-w", str(threads)]
     row: dict[str, float] = {}
     for phase, phase_threads in (("send", threads), ("send4", app_threads)):
+        if phase not in phases:
+            continue
         argv = ["Producer", "-t", TOPIC, "-s", str(size), "-w", str(phase_threads)]
         [send] = run_programs(dist, broker, [argv], windows)
         s = steady(send.windows, "Send TPS")
@@ -295,8 +310,19 @@ def measure(
                 w.stats.get("Send Failed", 0.0) + w.stats.get("Response Failed", 0.0) for w in send.windows
             ),
         } | by_thread(phase, s)
+    if "batch" in phases:
+        row |= _batch(dist, broker, common, windows)
+    if "consume" in phases:
+        row |= _consume(dist, broker, common, windows)
+    if "drain" in phases:
+        row |= _drain(dist, broker, common, windows)
+    return row
+
+
+def _batch(dist: BenchDist, broker: Broker, common: list[str], windows: int) -> dict[str, float]:
     [batch] = run_programs(dist, broker, [["BatchProducer", *common, "-b", "16"]], windows)
     b = steady(batch.windows, "Send MPS")
+    row: dict[str, float] = {}
     row |= {
         "batch_tps": b["tps"],
         "batch_avg_rt": mean_of(batch.windows[1:], "Average RT(ms)"),
@@ -304,6 +330,11 @@ def measure(
         "batch_cpu": b["cpu_per_m"],
         "batch_loop": b["loop_per_m"],
     } | by_thread("batch", b)
+    return row
+
+
+def _consume(dist: BenchDist, broker: Broker, common: list[str], windows: int) -> dict[str, float]:
+    row: dict[str, float] = {}
     consumer, feed = run_programs(
         dist, broker, [["Consumer", "-t", TOPIC], ["BatchProducer", *common, "-b", "16"]], windows
     )
@@ -318,6 +349,11 @@ def measure(
         "consume_cpu": c["cpu_per_m"],
         "consume_loop": c["loop_per_m"],
     } | by_thread("consume", c)
+    return row
+
+
+def _drain(dist: BenchDist, broker: Broker, common: list[str], windows: int) -> dict[str, float]:
+    row: dict[str, float] = {}
     # more backlog first, so that the drain measures delivery and not the backlog's size
     run_programs(dist, broker, [["BatchProducer", *common, "-b", "16"]], windows)
     [drain] = run_programs(dist, broker, [["Consumer", "-t", TOPIC]], windows)
@@ -413,7 +449,6 @@ COLUMNS = [
 ]
 
 
-PHASES = ("send", "send4", "batch", "consume", "drain")
 ROUND_COLUMNS = [
     ("sends per append", "sends_per_append", 1),
     ("pulls per read", "pulls_per_read", 1),
@@ -423,6 +458,7 @@ ROUND_COLUMNS = [
 
 
 def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: argparse.Namespace) -> str:
+    columns = [c for c in COLUMNS if c[1].split("_")[0] in args.phases]
     lines = [
         f"RocketMQ's benchmark programs (`Producer`, `BatchProducer -b 16`, `Consumer` fed by a "
         f"`BatchProducer`, `Consumer` alone draining the backlog), {args.threads} producer threads "
@@ -433,16 +469,20 @@ def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: arg
         f"Machine: {os.cpu_count()} CPUs, load average "
         f"{os.getloadavg()[0]:.1f} at the end.",
         "",
-        "| flush | body | broker | " + " | ".join(c[0] for c in COLUMNS) + " |",
-        "|---|---|---|" + "---|" * len(COLUMNS),
+        "| flush | body | broker | " + " | ".join(c[0] for c in columns) + " |",
+        "|---|---|---|" + "---|" * len(columns),
     ]
     for (flush, size, kind), rows in results.items():
-        cells = [fmt([r[key] for r in rows], digits) for _, key, digits in COLUMNS]
-        if any(r.get("drain_ran_out") for r in rows):
-            drain = [c[1] for c in COLUMNS].index("drain_tps")
+        cells = [fmt([r.get(key, math.nan) for r in rows], digits) for _, key, digits in columns]
+        if "drain" in args.phases and any(r.get("drain_ran_out") for r in rows):
+            drain = [c[1] for c in columns].index("drain_tps")
             cells[drain] = "≥ " + cells[drain]
         lines.append(f"| {flush} | {size} B | {kind} | " + " | ".join(cells) + " |")
-    threads = {k: rows for k, rows in results.items() if any("send_threads_loop" in r for r in rows)}
+    threads = {
+        k: rows
+        for k, rows in results.items()
+        if any(f"{phase}_threads_loop" in r for r in rows for phase in args.phases)
+    }
     if threads:
         lines += [
             "",
@@ -457,10 +497,16 @@ def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: arg
             "|---|---|---|" + "---:|" * len(THREAD_GROUPS),
         ]
         for (flush, size, _), rows in threads.items():
-            for phase in PHASES:
-                cells = [fmt([r[f"{phase}_threads_{g}"] for r in rows], 1) for g in THREAD_GROUPS]
+            for phase in args.phases:
+                cells = [
+                    fmt([r.get(f"{phase}_threads_{g}", math.nan) for r in rows], 1) for g in THREAD_GROUPS
+                ]
                 lines.append(f"| {flush} | {size} B | {phase} | " + " | ".join(cells) + " |")
-    rounds = {k: rows for k, rows in results.items() if "send_rounds_sends_per_append" in rows[0]}
+    rounds = {
+        k: rows
+        for k, rows in results.items()
+        if any(f"{phase}_rounds_sends_per_append" in rows[0] for phase in args.phases)
+    }
     if rounds:  # (rocketstore's rows)
         lines += [
             "",
@@ -472,13 +518,16 @@ def table(results: dict[tuple[str, int, str], list[dict[str, float]]], args: arg
             "|---|---|---|" + "---:|" * len(ROUND_COLUMNS),
         ]
         for (flush, size, _), rows in rounds.items():
-            for phase in PHASES:
+            for phase in args.phases:
                 cells = [
                     fmt([r.get(f"{phase}_rounds_{key}", math.nan) for r in rows], digits)
                     for _, key, digits in ROUND_COLUMNS
                 ]
                 lines.append(f"| {flush} | {size} B | {phase} | " + " | ".join(cells) + " |")
-    failed = {k: sum(r["send_failed"] + r["send4_failed"] for r in rows) for k, rows in results.items()}
+    failed = {
+        k: sum(r.get("send_failed", 0.0) + r.get("send4_failed", 0.0) for r in rows)
+        for k, rows in results.items()
+    }
     if any(failed.values()):
         lines += [
             "",
@@ -499,6 +548,9 @@ def main() -> None:
     )
     parser.add_argument("--threads", type=int, default=32, help="producer threads (-w)")
     parser.add_argument("--app-threads", type=int, default=4, help="producer threads of the send4 phase (-w)")
+    parser.add_argument(
+        "--phases", nargs="+", default=list(PHASES), choices=PHASES, help="the phases to run, in their order"
+    )
     parser.add_argument(
         "--brokers", nargs="+", default=["rocketmq", "rocketstore"], choices=["rocketmq", "rocketstore"]
     )
@@ -529,7 +581,9 @@ def main() -> None:
                             broker = start_rocketstore(work, flush, None)
                         try:
                             create_topic(dist, broker)
-                            row = measure(dist, broker, size, args.threads, args.app_threads, args.windows)
+                            row = measure(
+                                dist, broker, size, args.threads, args.app_threads, args.windows, args.phases
+                            )
                         finally:
                             broker.stop()
                             shutil.rmtree(work, ignore_errors=True)  # gigabytes a run: not kept
@@ -545,7 +599,9 @@ def main() -> None:
             broker = start_rocketstore(root / "profiled", args.flush[0], args.profile)
             try:
                 create_topic(dist, broker)
-                measure(dist, broker, args.sizes[0], args.threads, args.app_threads, args.windows)
+                measure(
+                    dist, broker, args.sizes[0], args.threads, args.app_threads, args.windows, args.phases
+                )
             finally:
                 broker.stop()
     print(report)

@@ -28,6 +28,7 @@ from rocketstore.broker.durable_waits import DurableWaits
 from rocketstore.broker.group_commit import ColumnCommit, GroupCommit
 from rocketstore.broker.server import STATE_FILE, read_state
 from rocketstore.codec.message_batch import BatchEntry, EncodedBatch, encode_batch_body
+from rocketstore.dispatch import DispatchService
 from rocketstore.errors import InvalidMessageError
 from rocketstore.follow import DispatchEvents
 
@@ -310,11 +311,16 @@ async def _quiet_while_unwatched(signal: ArrivalSignal, store: MessageStore) -> 
     return signal.mark() is unwatched and not unwatched.is_set()
 
 
-def test_arrivals_wake_the_loop_only_while_a_receive_watches(tmp_path: Path) -> None:
+def test_arrivals_wake_the_loop_only_while_a_receive_watches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Dispatch passes while nothing watches fire no wake-up (the marks stay as they were); while
     a receive watches, each pass wakes it: a pass on the loop's own thread within the put, one
     on another thread through the loop. A writer's store tells the signal itself: no thread of
     the signal's own runs."""
+    # the dispatcher's thread runs only when woken: a fallback round of its own that the watched
+    # put met (likelier on a loaded machine) would take that put's round and wake the loop later
+    monkeypatch.setattr(DispatchService, "FALLBACK_INTERVAL", 3600.0)
     with MessageStore.open(tmp_path / "s", SMALL) as store:
 
         async def main() -> tuple[bool, bool, bool, bool, bool]:
