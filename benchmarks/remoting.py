@@ -322,26 +322,23 @@ def measure(
 def _batch(dist: BenchDist, broker: Broker, common: list[str], windows: int) -> dict[str, float]:
     [batch] = run_programs(dist, broker, [["BatchProducer", *common, "-b", "16"]], windows)
     b = steady(batch.windows, "Send MPS")
-    row: dict[str, float] = {}
-    row |= {
+    return {
         "batch_tps": b["tps"],
         "batch_avg_rt": mean_of(batch.windows[1:], "Average RT(ms)"),
         "batch_max_rt": max_of(batch.windows[1:], "Max RT(ms)"),
         "batch_cpu": b["cpu_per_m"],
         "batch_loop": b["loop_per_m"],
     } | by_thread("batch", b)
-    return row
 
 
 def _consume(dist: BenchDist, broker: Broker, common: list[str], windows: int) -> dict[str, float]:
-    row: dict[str, float] = {}
     consumer, feed = run_programs(
         dist, broker, [["Consumer", "-t", TOPIC], ["BatchProducer", *common, "-b", "16"]], windows
     )
     c = steady(consumer.windows, "TPS")
     # the feeding producer's windows that ended within the consumer's measured ones
     fed = [w.stats.get("Send MPS", 0.0) for w in feed.windows[1 : len(consumer.windows)]]
-    row |= {
+    return {
         "consume_tps": c["tps"],
         "consume_feed_tps": statistics.fmean(fed) if fed else math.nan,
         "consume_avg_rt": mean_of(consumer.windows[1:], "AVG(S2C) RT(ms)"),
@@ -349,11 +346,9 @@ def _consume(dist: BenchDist, broker: Broker, common: list[str], windows: int) -
         "consume_cpu": c["cpu_per_m"],
         "consume_loop": c["loop_per_m"],
     } | by_thread("consume", c)
-    return row
 
 
 def _drain(dist: BenchDist, broker: Broker, common: list[str], windows: int) -> dict[str, float]:
-    row: dict[str, float] = {}
     # more backlog first, so that the drain measures delivery and not the backlog's size
     run_programs(dist, broker, [["BatchProducer", *common, "-b", "16"]], windows)
     [drain] = run_programs(dist, broker, [["Consumer", "-t", TOPIC]], windows)
@@ -363,14 +358,13 @@ def _drain(dist: BenchDist, broker: Broker, common: list[str], windows: int) -> 
             break
         windows_before_end.append(w)
     d = steady(windows_before_end, "TPS")
-    row |= {
+    return {
         "drain_tps": d["tps"],
         "drain_cpu": d["cpu_per_m"],
         "drain_loop": d["loop_per_m"],
         # 1: the backlog ran out within the measured windows (the rate is a floor)
         "drain_ran_out": float(len(windows_before_end) < len(drain.windows)),
     } | by_thread("drain", d)
-    return row
 
 
 def create_topic(dist: BenchDist, broker: Broker) -> None:
