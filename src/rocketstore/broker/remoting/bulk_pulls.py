@@ -350,7 +350,7 @@ class BulkPulls:
         )
         self._count(pulls, listed, found, codes, read_ms)
         self.answered += n  # (before the answers leave: a client may look then)
-        data = frames.tobytes()
+        view = frames.data  # (the answers leave as views of it: no copy on their way)
         ends = at.tolist()
         mine: dict[Connection, list[int]] = {}  # each connection's answers (k: the k-th of listed)
         for k, i in enumerate(listed):
@@ -365,9 +365,9 @@ class BulkPulls:
                     i = listed[k]
                     self._write_one(pulls[i], _response(pulls[i].cmd, found, i, codes[k]))
                 continue
-            out = [data[ends[k] : ends[k + 1]] for k in ks if not pulls[listed[k]].cmd.is_oneway]
+            out = _frames(view, ends, [k for k in ks if not pulls[listed[k]].cmd.is_oneway])
             if out:
-                conn.queue_frames(out[0] if len(out) == 1 else b"".join(out))
+                conn.queue_frames(out)
             for k in ks:
                 self._release(pulls[listed[k]])
 
@@ -429,6 +429,20 @@ def _args(pulls: list[_Pull]) -> list[PullArgs]:
     out = [p.args for p in pulls]
     assert all(a is not None for a in out)
     return out  # type: ignore[return-value]
+
+
+def _frames(view: memoryview, ends: list[int], ks: list[int]) -> list[memoryview]:
+    """Answers ``ks`` (ascending) of the encoded ``view`` whose k-th answer ends at ``ends[k + 1]``:
+    a run of consecutive answers as one view."""
+    out = []
+    i = 0
+    while i < len(ks):
+        j = i
+        while j + 1 < len(ks) and ks[j + 1] == ks[j] + 1:
+            j += 1
+        out.append(view[ends[ks[i]] : ends[ks[j] + 1]])
+        i = j + 1
+    return out
 
 
 def _offset(pull: _Pull) -> int:

@@ -477,7 +477,7 @@ class BulkSends:
             task = asyncio.get_running_loop().create_task(self._write_later(offer, frames))
             conn.server.track(task)
             return
-        conn.queue_frames(frames)
+        conn.queue_frames([frames])
         self._release(offer)
 
     async def _write_later(self, offer: _Offer, frames: bytes) -> None:
@@ -487,7 +487,7 @@ class BulkSends:
             await conn.room_to_write()
         finally:
             conn.waiting_answer_bytes -= len(frames)
-            conn.queue_frames(frames)
+            conn.queue_frames([frames])
             self._release(offer)
 
     def _refuse_all(self, offer: _Offer, code: int, remark: str) -> None:

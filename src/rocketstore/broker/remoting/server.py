@@ -53,7 +53,7 @@ import itertools
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, cast
@@ -332,16 +332,16 @@ class Connection:
             self._room.clear()
             await self._room.wait()
 
-    def queue_frames(self, frames: bytes) -> bool:
+    def queue_frames(self, parts: Sequence[bytes | memoryview]) -> bool:
         """Write whole encoded frames (a round's answers for this connection, encoded together
-        by ``bulk_sends`` or ``bulk_pulls``) now, after whatever this turn queued before them:
-        they are all of the round's answers, so waiting for the turn's end to join them to
-        others would only delay them. False when the connection is closed. The caller saw to
-        the room for them."""
+        by ``bulk_sends`` or ``bulk_pulls``, in one or more byte views, never copied here) now,
+        after whatever this turn queued before them: they are all of the round's answers, so
+        waiting for the turn's end to join them to others would only delay them. False when
+        the connection is closed. The caller saw to the room for them."""
         if self.closed:
             return False
-        self._out.append(frames)
-        self._out_bytes += len(frames)
+        self._out.extend(parts)
+        self._out_bytes += sum(map(len, parts))
         self._write_now()
         return True
 
