@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from rocketstore.codec.commitlog_scan import Buffer, record_header, record_is_well_formed, record_layout
-from rocketstore.codec.crc import CRC_TABLES
+from rocketstore.codec.crc import crc32_function
 from rocketstore.codec.java_hash import java_hash_utf8, signed32, tags_code
 from rocketstore.codec.properties import last_values, same_bytes
 from rocketstore.codec.text_column import TextColumn
@@ -55,7 +55,7 @@ def _columns(
     sizes: I64,
     names: npt.NDArray[np.uint8],
     name_offsets: I64,
-    tables: npt.NDArray[np.uint32],
+    crc_fn: npt.NDArray[np.int64],
 ) -> tuple[I64, npt.NDArray[np.bool_], npt.NDArray[np.bool_], I64, I64, int]:
     """(a row per field (_QUEUE_ID ...), which records are well formed, which have tags that
     are not strict UTF-8 (their code is left to Python), the start and length of each distinct
@@ -73,7 +73,7 @@ def _columns(
     last = -1  # the topic of the previous record: runs of one topic are the rule
     for i in range(n):
         p = positions[i]
-        if not record_is_well_formed(u8, p, sizes[i], tables):
+        if not record_is_well_formed(u8, p, sizes[i], crc_fn):
             continue
         valid[i] = True
         total, queue_id, queue_offset, sys_flag = record_header(u8, p)
@@ -129,7 +129,7 @@ def dispatch_batch(
             sizes.astype(np.int64, copy=False),
             _NAMES,
             _NAME_OFFSETS,
-            CRC_TABLES,
+            crc32_function(),
         )
         bad = positions[~valid]
         if len(bad):

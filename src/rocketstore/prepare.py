@@ -42,7 +42,7 @@ from rocketstore.codec.commitlog_record import (
     store_timestamp_position,
     write_record,
 )
-from rocketstore.codec.crc import CRC_TABLES
+from rocketstore.codec.crc import crc32_function
 from rocketstore.codec.host import parse_host
 from rocketstore.codec.java_hash import java_hash_utf8, signed32, tags_code
 from rocketstore.codec.message_batch import EncodedBatch, EncodedColumns, inner_message, problem_text
@@ -545,7 +545,7 @@ class MessageEncoder:
             _BATCH_NAME_OFFSETS,
             self._max_body,
             self._max_record,
-            CRC_TABLES,
+            crc32_function(),
         )  # fmt: skip
         if problem:
             raise self._batch_problem(c, data, data_at, problem, bad_batch, bad_message, where)
@@ -1255,7 +1255,7 @@ def _encode_batches(
     name_offsets: npt.NDArray[np.int64],
     max_body: int,
     max_record: int,
-    tables: npt.NDArray[np.uint32],
+    crc_fn: npt.NDArray[np.int64],
 ) -> tuple[
     int, int, int, int,
     npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64],
@@ -1401,7 +1401,7 @@ def _encode_batches(
             out, starts[i], lengths[i], data, props_at[i] - 2 - body_len[i], body_len[i], data, props_at[i],
             props_len[i], extras, extra_at[b], extra_at[b + 1] - extra_at[b], separate[i],
             tails, tail_at[t], tail_at[t + 1] - tail_at[t], queue_ids[b], flags[i], sys_flags[b], born[b],
-            hosts, host_at[hb], host_at[hb + 1] - host_at[hb], store_host, reconsume[b], tables,
+            hosts, host_at[hb], host_at[hb + 1] - host_at[hb], store_host, reconsume[b], crc_fn,
         )  # fmt: skip
     return (
         0, 0, 0, 0, out, starts[:n], lengths[:n], counts, tags_codes[:n], slow[:n], wanted_at, wanted_len,

@@ -48,7 +48,7 @@ import numpy.typing as npt
 
 from rocketstore.codec.big_endian import put_int
 from rocketstore.codec.byte_copy import copy_bytes
-from rocketstore.codec.crc import CRC_TABLES, crc32
+from rocketstore.codec.crc import crc32, crc32_function
 from rocketstore.errors import CorruptDataError
 from rocketstore.jit import kernel
 
@@ -299,7 +299,7 @@ def encode_batch(
         born_timestamps,
         (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) if v6 else 0,
         np.frombuffer(host, dtype=np.uint8),
-        CRC_TABLES,
+        crc32_function(),
     )
 
 
@@ -330,7 +330,7 @@ def write_record(
     born_host_length: int,
     store_host: npt.NDArray[np.uint8],
     reconsume_times: int,
-    tables: npt.NDArray[np.uint32],
+    crc_fn: npt.NDArray[np.int64],
 ) -> None:
     """One MESSAGE record of ``length`` bytes at ``out[p:]`` (zeroed), for compiled encoders:
     the body and properties (then, when ``extra_length``, a 0x02 if ``separate`` and the extra
@@ -339,7 +339,7 @@ def write_record(
     the append lock; ``sys_flag`` must carry the host v6 bits."""
     put_int(out, p, length, 4)
     put_int(out, p + 4, MESSAGE_MAGIC_V1, 4)
-    put_int(out, p + 8, crc32(bodies, body_at, body_length, tables) & 0x7FFFFFFF, 4)
+    put_int(out, p + 8, crc32(bodies, body_at, body_length, crc_fn) & 0x7FFFFFFF, 4)
     put_int(out, p + 12, queue_id, 4)
     put_int(out, p + 16, flag, 4)
     put_int(out, p + 36, sys_flag, 4)
@@ -379,7 +379,7 @@ def _encode_records(
     born: npt.NDArray[np.int64],
     sys_flag: int,
     host: npt.NDArray[np.uint8],
-    tables: npt.NDArray[np.uint32],
+    crc_fn: npt.NDArray[np.int64],
 ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     n = len(body_lengths)
     h = len(host)
@@ -400,7 +400,7 @@ def _encode_records(
         plen = props_lengths[i]
         write_record(
             out, starts[i], lengths[i], bodies, body_at, blen, props, props_at, plen, props, 0, 0, False,
-            tail, 0, t, queue_ids[i], flags[i], sys_flag, born[i], host, 0, h, host, 0, tables,
+            tail, 0, t, queue_ids[i], flags[i], sys_flag, born[i], host, 0, h, host, 0, crc_fn,
         )  # fmt: skip
         body_at += blen
         props_at += plen

@@ -31,7 +31,7 @@ from rocketstore.codec.commitlog_record import (
     decode_record,
 )
 from rocketstore.codec.consume_queue_entry import CQ_ENTRY_SIZE, entry_offset, entry_size
-from rocketstore.codec.crc import CRC_TABLES, crc32
+from rocketstore.codec.crc import crc32, crc32_function
 from rocketstore.errors import CorruptDataError
 from rocketstore.jit import interpreted, kernel, small
 
@@ -100,7 +100,7 @@ def _field_positions(u8: npt.NDArray[np.uint8], pos: int) -> tuple[int, int]:
 
 @kernel(cache=True, nogil=True)
 def _message_is_valid(
-    u8: npt.NDArray[np.uint8], pos: int, total: int, v2: bool, check_crc: bool, tables: npt.NDArray[np.uint32]
+    u8: npt.NDArray[np.uint8], pos: int, total: int, v2: bool, check_crc: bool, crc_fn: npt.NDArray[np.int64]
 ) -> bool:
     """The checks of ``decode_record`` on a MESSAGE record that lies inside the buffer: the parts
     add up to TOTALSIZE (and the body's CRC matches)."""
@@ -126,13 +126,13 @@ def _message_is_valid(
     if props_len < 0 or props_len_at + 2 + props_len != end:
         return False
     if check_crc:
-        return crc32(u8, body_start, body_len, tables) & 0x7FFFFFFF == read_i32(u8, pos + 8)
+        return crc32(u8, body_start, body_len, crc_fn) & 0x7FFFFFFF == read_i32(u8, pos + 8)
     return True
 
 
 @kernel(cache=True, nogil=True)
 def _scan(
-    u8: npt.NDArray[np.uint8], start: int, limit: int, check_crc: bool, tables: npt.NDArray[np.uint32]
+    u8: npt.NDArray[np.uint8], start: int, limit: int, check_crc: bool, crc_fn: npt.NDArray[np.int64]
 ) -> tuple[int, int, int, int]:
     """(records, position, stop code, blank size): ``SegmentScan``'s walk without decoding."""
     pos = start
@@ -150,7 +150,7 @@ def _scan(
             return records, pos, _STOP_CORRUPT, 0
         if total <= 0 or pos + total > limit:
             return records, pos, _STOP_CORRUPT, 0
-        if not _message_is_valid(u8, pos, total, magic == MESSAGE_MAGIC_V2, check_crc, tables):
+        if not _message_is_valid(u8, pos, total, magic == MESSAGE_MAGIC_V2, check_crc, crc_fn):
             return records, pos, _STOP_CORRUPT, 0
         records += 1
         pos += total
@@ -161,7 +161,7 @@ def _scan(
 # and the replica's dispatcher runs beside it.
 @kernel(cache=True, nogil=True)
 def _check_transfer(
-    u8: npt.NDArray[np.uint8], start: int, base: int, segment_size: int, tables: npt.NDArray[np.uint32]
+    u8: npt.NDArray[np.uint8], start: int, base: int, segment_size: int, crc_fn: npt.NDArray[np.int64]
 ) -> tuple[int, int, int]:
     """(position, stop code, bytes wanted): ``check_transfer``'s walk. ``base`` is the log offset
     of ``u8[0]``; the bytes from ``start`` lie in one segment."""
@@ -185,7 +185,7 @@ def _check_transfer(
             return pos, _STOP_PAST_SEGMENT, 0
         if pos + total > limit:
             return pos, _STOP_INCOMPLETE, total
-        if not _message_is_valid(u8, pos, total, magic == MESSAGE_MAGIC_V2, True, tables):
+        if not _message_is_valid(u8, pos, total, magic == MESSAGE_MAGIC_V2, True, crc_fn):
             return pos, _STOP_CORRUPT, 0
         if read_i64(u8, pos + _PHYSICALOFFSET_AT) != base + pos:
             return pos, _STOP_MISPLACED, 0
@@ -212,7 +212,7 @@ def check_transfer(buf: Buffer, base: int, start: int, segment_size: int) -> tup
     CorruptDataError (``offset``: the record's log offset) naming what is wrong otherwise."""
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
-        pos, stop, wanted = _check_transfer(u8, start, base, segment_size, CRC_TABLES)
+        pos, stop, wanted = _check_transfer(u8, start, base, segment_size, crc32_function())
     finally:
         del u8
     if stop == _STOP_END_OF_DATA:
@@ -289,7 +289,7 @@ def scan_extent(buf: Buffer, start: int = 0, end: int | None = None, *, check_cr
     for _ in range(_LIVE_RESCANS):
         u8 = np.frombuffer(buf, dtype=np.uint8)
         try:
-            more, pos, stop, blank_size = _scan(u8, pos, limit, check_crc, CRC_TABLES)
+            more, pos, stop, blank_size = _scan(u8, pos, limit, check_crc, crc32_function())
         finally:
             del u8  # an mmap cannot close while a numpy view of it lives
         records += more
@@ -661,7 +661,7 @@ def record_fields(buf: Buffer, starts: npt.NDArray[np.int64]) -> dict[str, npt.N
 
 @kernel(cache=True, nogil=True)
 def _boundary(
-    u8: npt.NDArray[np.uint8], at: int, limit: int, seg_start: int, tables: npt.NDArray[np.uint32]
+    u8: npt.NDArray[np.uint8], at: int, limit: int, seg_start: int, crc_fn: npt.NDArray[np.int64]
 ) -> int:
     """The first record start at or after ``at``: a MESSAGE record that names its own position as
     its PHYSICALOFFSET and is whole, body CRC included. Two readers given the same ``at`` agree
@@ -675,7 +675,7 @@ def _boundary(
             return limit
         total = read_i32(u8, q)
         if 0 < total <= limit - q and _message_is_valid(
-            u8, q, total, read_i32(u8, q + 4) == MESSAGE_MAGIC_V2, True, tables
+            u8, q, total, read_i32(u8, q + 4) == MESSAGE_MAGIC_V2, True, crc_fn
         ):
             return q
         q += 1
@@ -687,7 +687,7 @@ def next_record_start(buf: Buffer, at: int, limit: int, seg_start: int) -> int:
     walk picks up again after a damaged record."""
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
-        return int(_boundary(u8, at, min(limit, len(buf)), seg_start, CRC_TABLES))
+        return int(_boundary(u8, at, min(limit, len(buf)), seg_start, crc32_function()))
     finally:
         del u8
 
@@ -699,10 +699,10 @@ def _range_starts(
     end: int,
     limit: int,
     seg_start: int,
-    tables: npt.NDArray[np.uint32],
+    crc_fn: npt.NDArray[np.int64],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    first = _boundary(u8, begin, limit, seg_start, tables)
-    stop = limit if end >= limit else _boundary(u8, end, limit, seg_start, tables)
+    first = _boundary(u8, begin, limit, seg_start, crc_fn)
+    stop = limit if end >= limit else _boundary(u8, end, limit, seg_start, crc_fn)
     starts = np.empty(max(0, (stop - first) // 40 + 1), dtype=np.int64)
     damaged = np.empty(2 * len(starts) + 2, dtype=np.int64)  # [from, to) pairs
     n = 0
@@ -716,13 +716,13 @@ def _range_starts(
         if (
             (magic == MESSAGE_MAGIC_V1 or magic == MESSAGE_MAGIC_V2)  # noqa: SIM109 (numba)
             and 0 < total <= limit - pos
-            and _message_is_valid(u8, pos, total, magic == MESSAGE_MAGIC_V2, False, tables)
+            and _message_is_valid(u8, pos, total, magic == MESSAGE_MAGIC_V2, False, crc_fn)
         ):
             starts[n] = pos
             n += 1
             pos += total
             continue
-        resume = _boundary(u8, pos + 1, limit, seg_start, tables)
+        resume = _boundary(u8, pos + 1, limit, seg_start, crc_fn)
         damaged[d] = pos
         damaged[d + 1] = min(resume, stop)
         d += 2
@@ -740,7 +740,7 @@ def range_starts(
     are stepped over to the next record start and returned as (from, to) pairs."""
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
-        starts, damaged = _range_starts(u8, begin, end, min(limit, len(buf)), seg_start, CRC_TABLES)
+        starts, damaged = _range_starts(u8, begin, end, min(limit, len(buf)), seg_start, crc32_function())
     finally:
         del u8
     return starts, [(int(a), int(b)) for a, b in damaged.reshape(-1, 2)]
@@ -748,7 +748,7 @@ def range_starts(
 
 @kernel(cache=True, nogil=True)
 def record_is_well_formed(
-    u8: npt.NDArray[np.uint8], p: int, size: int, tables: npt.NDArray[np.uint32]
+    u8: npt.NDArray[np.uint8], p: int, size: int, crc_fn: npt.NDArray[np.int64]
 ) -> bool:
     """``well_formed`` of one record, for compiled callers."""
     if p < 0 or size < 40 or p + size > len(u8) or read_i32(u8, p) != size:
@@ -756,7 +756,7 @@ def record_is_well_formed(
     magic = read_i32(u8, p + 4)
     if magic != MESSAGE_MAGIC_V1 and magic != MESSAGE_MAGIC_V2:
         return False
-    return _message_is_valid(u8, p, size, magic == MESSAGE_MAGIC_V2, False, tables)
+    return _message_is_valid(u8, p, size, magic == MESSAGE_MAGIC_V2, False, crc_fn)
 
 
 @kernel(cache=True, nogil=True)
@@ -764,11 +764,11 @@ def _well_formed(
     u8: npt.NDArray[np.uint8],
     positions: npt.NDArray[np.int64],
     sizes: npt.NDArray[np.int64],
-    tables: npt.NDArray[np.uint32],
+    crc_fn: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.bool_]:
     out = np.zeros(len(positions), dtype=np.bool_)
     for i in range(len(positions)):
-        out[i] = record_is_well_formed(u8, positions[i], sizes[i], tables)
+        out[i] = record_is_well_formed(u8, positions[i], sizes[i], crc_fn)
     return out
 
 
@@ -780,7 +780,7 @@ def well_formed(
     u8 = np.frombuffer(buf, dtype=np.uint8)
     try:
         return _well_formed(
-            u8, positions.astype(np.int64, copy=False), sizes.astype(np.int64, copy=False), CRC_TABLES
+            u8, positions.astype(np.int64, copy=False), sizes.astype(np.int64, copy=False), crc32_function()
         )
     finally:
         del u8
