@@ -435,14 +435,14 @@ class BulkSends:
         )
         self.requests += cols.shape[1]  # (before the answers leave: a client may look then)
         # each offer's answers are the next of them (none for one-way sends), in one write
-        data = frames.tobytes()
+        view = frames.data  # (the answers leave as views of it, as a pull round's do)
         row = 0
         a = 0
         for offer in offers:
             row += len(offer)
             b = int(at[row])
             if b > a:
-                self._write(offer, data[a:b])
+                self._write(offer, view[a:b])
             else:
                 self._release(offer)
             a = b
@@ -470,7 +470,7 @@ class BulkSends:
         if elapsed > server.requests.slow_s:
             server.requests.slow(elapsed, int(cols[SCAN_CODE, 0]), int(code), offers[0].conn.peer)
 
-    def _write(self, offer: _Offer, frames: bytes) -> None:
+    def _write(self, offer: _Offer, frames: memoryview) -> None:
         conn = offer.conn
         if conn.queued_bytes > conn.server.limits.max_answer_bytes_per_connection:
             # answers to writes made always wait for room (they are small), never refused
@@ -480,7 +480,7 @@ class BulkSends:
         conn.queue_frames([frames])
         self._release(offer)
 
-    async def _write_later(self, offer: _Offer, frames: bytes) -> None:
+    async def _write_later(self, offer: _Offer, frames: memoryview) -> None:
         conn = offer.conn
         conn.waiting_answer_bytes += len(frames)
         try:
