@@ -266,10 +266,11 @@ def test_a_rounds_answers_leave_before_its_dispatch_pass(
 def test_small_rounds_share_one_dispatch_pass_while_sends_wait(tmp_path: Path) -> None:
     """The pass of small rounds waits while the loop runs a round a turn or finds sends waiting
     for one, for at most ``_DEFERRED_TURNS`` turns; it comes at the second check after the last
-    round when none wait, at the next turn while a receive waits for messages. A read of the
+    round when none wait, at the next turn while a receive waits for messages. While rounds wait
+    to be durable it waits for their answers, however many turns go by idle. A read of the
     process in between sees every put (it dispatches first)."""
     store = MessageStore.open(tmp_path / "store", StoreConfig())  # (ASYNC_FLUSH)
-    sends_wait = receives_wait = False
+    sends_wait = receives_wait = durable_wait = False
     position = store.dispatch_events.position
 
     def put(body: bytes) -> int:
@@ -281,7 +282,7 @@ def test_small_rounds_share_one_dispatch_pass_while_sends_wait(tmp_path: Path) -
         """A small round a turn, then turns without: (where the last put ended, the dispatch
         position) after each turn. What is still owed is dispatched at the end (as the server's
         stop does): the next loop starts with nothing deferred."""
-        deferred = _DeferredDispatch(store, lambda: sends_wait, lambda: receives_wait)
+        deferred = _DeferredDispatch(store, lambda: sends_wait, lambda: receives_wait, lambda: durable_wait)
         seen = []
         end = 0
         try:
@@ -296,7 +297,7 @@ def test_small_rounds_share_one_dispatch_pass_while_sends_wait(tmp_path: Path) -
         return seen
 
     async def read_between() -> tuple[int, int]:
-        deferred = _DeferredDispatch(store, lambda: sends_wait, lambda: receives_wait)
+        deferred = _DeferredDispatch(store, lambda: sends_wait, lambda: receives_wait, lambda: durable_wait)
         deferred.open()
         put(b"read")
         try:
@@ -325,10 +326,39 @@ def test_small_rounds_share_one_dispatch_pass_while_sends_wait(tmp_path: Path) -
         receives_wait = True  # a parked pull: each round's pass at the next turn
         parked = asyncio.run(turns(3, 0))
         assert all(end == at for end, at in parked)
+        durable_wait = True  # ... even while rounds wait to be durable
+        parked = asyncio.run(turns(2, 1))
+        assert all(end == at for end, at in parked)
         receives_wait = False
 
+        async def answered_after(idle: int) -> list[tuple[int, int]]:
+            """Two small rounds waiting to be durable, ``idle`` turns, then their answers."""
+            nonlocal durable_wait
+            durable_wait = True
+            deferred = _DeferredDispatch(store, lambda: False, lambda: False, lambda: durable_wait)
+            seen = []
+            end = 0
+            try:
+                for turn in range(2 + idle + 1):
+                    if turn < 2:
+                        deferred.open()
+                        end = put(f"d{turn}".encode())
+                    if turn == 2 + idle:
+                        durable_wait = False
+                        deferred.answered()
+                    await asyncio.sleep(0)
+                    seen.append((end, position()))
+            finally:
+                deferred.close()
+            return seen
+
+        durable = asyncio.run(answered_after(_DEFERRED_TURNS + 4))
+        end = durable[-1][0]
+        assert [at == end for _, at in durable] == [False] * (len(durable) - 1) + [True]
+        durable_wait = False
+
         before_read, readable = asyncio.run(read_between())
-        assert before_read == parked[-1][0] and readable == _DEFERRED_TURNS + 1 + 2 + 2 + 3 + 1
+        assert before_read == durable[-1][0] and readable == _DEFERRED_TURNS + 1 + 2 + 2 + 3 + 2 + 2 + 1
         assert position() > before_read
     finally:
         store.close()

@@ -127,14 +127,25 @@ class _DeferredDispatch:
     follower in another process) waits ``_DEFERRED_TURNS`` turns at most. No timer: a loop left
     idle dispatches at the second turn after its last round.
 
+    While rounds wait to be durable (``durable_waiting``: SYNC_FLUSH, SYNC_MASTER) the pass waits
+    for their answers (``answered``), not for an idle turn: the loop's idle turns then are the
+    group commit's flush, and a pass run in them held the GIL that the group commit's thread
+    needs back to tell the loop (single sends from 4 threads: docs/remoting.md). A follower in
+    another process then waits for the flush, or its deadline (``sync_flush_timeout``).
+
     On the loop's thread only: the block is that thread's."""
 
     def __init__(
-        self, store: MessageStore, sends_waiting: Callable[[], bool], receives_waiting: Callable[[], bool]
+        self,
+        store: MessageStore,
+        sends_waiting: Callable[[], bool],
+        receives_waiting: Callable[[], bool],
+        durable_waiting: Callable[[], bool],
     ) -> None:
         self._store = store
         self._sends_waiting = sends_waiting
         self._receives_waiting = receives_waiting
+        self._durable_waiting = durable_waiting
         self._block: AbstractContextManager[None] | None = None
         self._turns = 0
         self._rounds_since_check = False
@@ -162,7 +173,15 @@ class _DeferredDispatch:
             self._check_scheduled = True
             asyncio.get_running_loop().call_soon(self._check)
             return
+        if self._durable_waiting() and not self._receives_waiting():
+            return  # checked again as a round is answered
         self.close()
+
+    def answered(self) -> None:
+        """A round waiting to be durable was answered: the pass it put off is checked again."""
+        if self._block is not None and not self._check_scheduled:
+            self._check_scheduled = True
+            asyncio.get_running_loop().call_soon(self._check)
 
     def close(self) -> None:
         """The pass, now, for what was put since ``open``."""
@@ -183,7 +202,7 @@ class BulkSends:
         self._running = 0
         self._prefix, self._prefix_bytes = "", _NO_TEXT  # the store's message id prefix, as bytes
         self._deferred = _DeferredDispatch(
-            ctx.store, lambda: bool(self._waiting), lambda: ctx.arrival.watched
+            ctx.store, lambda: bool(self._waiting), lambda: ctx.arrival.watched, lambda: self._running > 0
         )
         self.requests = 0  # sends answered in bulk (tests count them)
 
@@ -391,6 +410,7 @@ class BulkSends:
                 self._release(offer)
         finally:
             self._schedule()
+            self._deferred.answered()
 
     def _answer(
         self,
