@@ -331,20 +331,21 @@ def test_small_rounds_share_one_dispatch_pass_while_sends_wait(tmp_path: Path) -
         assert all(end == at for end, at in parked)
         receives_wait = False
 
-        async def answered_after(idle: int) -> list[tuple[int, int]]:
-            """Two small rounds waiting to be durable, ``idle`` turns, then their answers."""
+        async def answered_after(idle: int, answers: int) -> list[tuple[int, int]]:
+            """Two small rounds waiting to be durable, ``idle`` turns, then ``answers`` turns
+            each with a round's answer while others still wait, then the last answer."""
             nonlocal durable_wait
             durable_wait = True
             deferred = _DeferredDispatch(store, lambda: False, lambda: False, lambda: durable_wait)
             seen = []
             end = 0
             try:
-                for turn in range(2 + idle + 1):
+                for turn in range(2 + idle + answers + 1):
                     if turn < 2:
                         deferred.open()
                         end = put(f"d{turn}".encode())
-                    if turn == 2 + idle:
-                        durable_wait = False
+                    if turn >= 2 + idle:
+                        durable_wait = turn < 2 + idle + answers
                         deferred.answered()
                     await asyncio.sleep(0)
                     seen.append((end, position()))
@@ -352,13 +353,20 @@ def test_small_rounds_share_one_dispatch_pass_while_sends_wait(tmp_path: Path) -
                 deferred.close()
             return seen
 
-        durable = asyncio.run(answered_after(_DEFERRED_TURNS + 4))
+        durable = asyncio.run(answered_after(_DEFERRED_TURNS + 4, 0))  # idle turns are not counted
         end = durable[-1][0]
         assert [at == end for _, at in durable] == [False] * (len(durable) - 1) + [True]
+        # answers with rounds still waiting are: the bound holds under a steady SYNC_FLUSH load
+        bounded = asyncio.run(answered_after(3, _DEFERRED_TURNS + 4))
+        end = bounded[-1][0]
+        # checks: two after the rounds, then one an answer (turn 5 on); the pass at the bound's
+        first = [at == end for _, at in bounded].index(True)
+        assert first == 2 + 3 + _DEFERRED_TURNS - 4
         durable_wait = False
 
         before_read, readable = asyncio.run(read_between())
-        assert before_read == durable[-1][0] and readable == _DEFERRED_TURNS + 1 + 2 + 2 + 3 + 2 + 2 + 1
+        assert before_read == bounded[-1][0]
+        assert readable == _DEFERRED_TURNS + 1 + 2 + 2 + 3 + 2 + 2 + 2 + 1
         assert position() > before_read
     finally:
         store.close()

@@ -130,8 +130,9 @@ class _DeferredDispatch:
     While rounds wait to be durable (``durable_waiting``: SYNC_FLUSH, SYNC_MASTER) the pass waits
     for their answers (``answered``), not for an idle turn: the loop's idle turns then are the
     group commit's flush, and a pass run in them held the GIL that the group commit's thread
-    needs back to tell the loop (single sends from 4 threads: docs/remoting.md). A follower in
-    another process then waits for the flush, or its deadline (``sync_flush_timeout``).
+    needs back to tell the loop (single sends from 4 threads: docs/remoting.md). Each answer
+    counts as a turn: a follower in another process waits ``_DEFERRED_TURNS`` of them at most,
+    each at most a flush (or its deadline, ``sync_flush_timeout``) apart.
 
     On the loop's thread only: the block is that thread's."""
 
@@ -173,7 +174,7 @@ class _DeferredDispatch:
             self._check_scheduled = True
             asyncio.get_running_loop().call_soon(self._check)
             return
-        if self._durable_waiting() and not self._receives_waiting():
+        if self._durable_waiting() and self._turns < _DEFERRED_TURNS and not self._receives_waiting():
             return  # checked again as a round is answered
         self.close()
 
