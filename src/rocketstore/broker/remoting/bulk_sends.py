@@ -160,6 +160,14 @@ class _DeferredDispatch:
             self._block = block
             self._turns = 0
         self._rounds_since_check = True
+        self._check_next_turn()
+
+    def answered(self) -> None:
+        """A round waiting to be durable was answered: the pass it put off is checked again."""
+        if self._block is not None:
+            self._check_next_turn()
+
+    def _check_next_turn(self) -> None:
         if not self._check_scheduled:
             self._check_scheduled = True
             asyncio.get_running_loop().call_soon(self._check)
@@ -170,19 +178,13 @@ class _DeferredDispatch:
             return
         self._turns += 1
         busy, self._rounds_since_check = self._rounds_since_check or self._sends_waiting(), False
-        if busy and self._turns < _DEFERRED_TURNS and not self._receives_waiting():
-            self._check_scheduled = True
-            asyncio.get_running_loop().call_soon(self._check)
-            return
-        if self._durable_waiting() and self._turns < _DEFERRED_TURNS and not self._receives_waiting():
-            return  # checked again as a round is answered
+        if self._turns < _DEFERRED_TURNS and not self._receives_waiting():
+            if busy:
+                self._check_next_turn()
+                return
+            if self._durable_waiting():
+                return  # checked again as a round is answered
         self.close()
-
-    def answered(self) -> None:
-        """A round waiting to be durable was answered: the pass it put off is checked again."""
-        if self._block is not None and not self._check_scheduled:
-            self._check_scheduled = True
-            asyncio.get_running_loop().call_soon(self._check)
 
     def close(self) -> None:
         """The pass, now, for what was put since ``open``."""
