@@ -359,7 +359,8 @@ def test_small_rounds_share_one_dispatch_pass_while_sends_wait(tmp_path: Path) -
         # answers with rounds still waiting are: the bound holds under a steady SYNC_FLUSH load
         bounded = asyncio.run(answered_after(3, _DEFERRED_TURNS + 4))
         end = bounded[-1][0]
-        # two checks after the rounds, then one an answer from turn 5: the pass at the 16th
+        # a check after each round's turn and at the first idle one, none at the next two, then
+        # one an answer from turn 5: the pass at the 16th check, after turn 17
         first = [at == end for _, at in bounded].index(True)
         assert first == 2 + 3 + _DEFERRED_TURNS - 4
         durable_wait = False
